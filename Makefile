@@ -1,0 +1,58 @@
+# Lineage Explorer: `make run` and `make test` do all the set-up.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+HOST ?= 127.0.0.1
+PORT ?= 8000
+# PostgreSQL for the second test pass: DATABASE_URL when it is PostgreSQL, else the local default.
+PG_URL ?= $(if $(filter postgres%,$(DATABASE_URL)),$(DATABASE_URL),postgres://postgres@127.0.0.1:5432/test)
+REDIS_URL ?= $(if $(CELERY_BROKER_URL),$(CELERY_BROKER_URL),redis://127.0.0.1:6379/0)
+PYTEST_ARGS ?=
+
+.PHONY: install run demo test lint typecheck test-sqlite test-postgres bench clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "Python 3.11 is needed ($(PYTHON) not found)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py setup_demo
+	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+
+demo: install
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py setup_demo
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy .
+
+# Every tier on SQLite, then the database-bound tiers again on PostgreSQL
+# (with the Redis / real-worker tier).
+test-sqlite: install
+	env -u DATABASE_URL -u CELERY_BROKER_URL $(BIN)/pytest -p no:cacheprovider $(PYTEST_ARGS)
+
+test-postgres: install
+	@$(BIN)/python -m tests.services postgres "$(PG_URL)"; rc=$$?; \
+	if [ $$rc -eq 0 ]; then \
+	  env -u CELERY_BROKER_URL DATABASE_URL="$(PG_URL)" TEST_REDIS_URL="$(REDIS_URL)" \
+	    $(BIN)/pytest -p no:cacheprovider -m "not browser and not spark" $(PYTEST_ARGS); \
+	elif [ $$rc -ne 1 ]; then exit $$rc; fi
+
+test: lint typecheck test-sqlite test-postgres
+
+bench: install
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,201 @@
+"""Writes to the catalog. Every change of a steward-visible attribute is recorded
+as a ChangeRecord (who, when, old → new) in the same transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from catalog.models import (
+    ApiToken,
+    ChangeRecord,
+    ChangeSource,
+    Dataset,
+    DatasetField,
+    DatasetOwnership,
+    FlagSource,
+    Owner,
+    OwnerKind,
+    RetentionPolicy,
+    SubjectKind,
+    Tag,
+)
+
+
+@dataclass(frozen=True)
+class OwnerSpec:
+    name: str
+    type: str = ""
+    kind: str = OwnerKind.TEAM
+
+
+@dataclass
+class Actor:
+    """Who makes a change: a user, or a named process (import, lineage)."""
+
+    user: Any = None
+    name: str = ""
+    source: str = ChangeSource.STEWARD
+
+    @property
+    def display(self) -> str:
+        if self.user is not None:
+            return str(self.user.get_username())
+        return self.name
+
+
+def owners_value(dataset: Dataset) -> list[dict[str, str]]:
+    """The dataset's owners as a sorted JSON-safe list, the form history stores."""
+    rows = dataset.ownerships.select_related("owner").order_by("owner__name", "ownership_type")
+    return [{"name": o.owner.name, "type": o.ownership_type} for o in rows]
+
+
+def tags_value(dataset: Dataset) -> list[str]:
+    return sorted(dataset.tags.values_list("name", flat=True))
+
+
+def _record(
+    actor: Actor,
+    dataset: Dataset,
+    attribute: str,
+    old: Any,
+    new: Any,
+    at: datetime,
+    field_name: str = "",
+) -> ChangeRecord | None:
+    if old == new:
+        return None
+    return ChangeRecord.objects.create(
+        at=at,
+        actor=actor.user,
+        actor_name=actor.display,
+        source=actor.source,
+        dataset=dataset,
+        field_name=field_name,
+        attribute=attribute,
+        old=old,
+        new=new,
+    )
+
+
+def _set_owners(dataset: Dataset, owners: Iterable[OwnerSpec]) -> None:
+    dataset.ownerships.all().delete()
+    for spec in owners:
+        owner, _ = Owner.objects.get_or_create(name=spec.name, defaults={"kind": spec.kind})
+        DatasetOwnership.objects.get_or_create(
+            dataset=dataset, owner=owner, ownership_type=spec.type
+        )
+
+
+def _set_tags(dataset: Dataset, names: Iterable[str]) -> None:
+    tags = [Tag.objects.get_or_create(name=name)[0] for name in names]
+    dataset.tags.set(tags)
+
+
+def update_dataset(
+    dataset: Dataset,
+    changes: Mapping[str, Any],
+    actor: Actor,
+    at: datetime | None = None,
+) -> list[ChangeRecord]:
+    """Apply steward changes to a dataset; returns the history records written.
+
+    ``changes`` keys: description, sensitivity, retention_policy (RetentionPolicy
+    or None), owners (list of OwnerSpec), tags (list of names).
+    """
+    at = at or timezone.now()
+    records: list[ChangeRecord | None] = []
+    with transaction.atomic():
+        dataset = Dataset.objects.select_for_update().get(pk=dataset.pk)
+        for attribute in ("description", "sensitivity"):
+            if attribute in changes:
+                old = getattr(dataset, attribute)
+                setattr(dataset, attribute, changes[attribute])
+                records.append(_record(actor, dataset, attribute, old, changes[attribute], at))
+        if "retention_policy" in changes:
+            policy: RetentionPolicy | None = changes["retention_policy"]
+            old_name = dataset.retention_policy.name if dataset.retention_policy else None
+            dataset.retention_policy = policy
+            records.append(
+                _record(actor, dataset, "retention_policy", old_name, policy and policy.name, at)
+            )
+        if "owners" in changes:
+            old_owners = owners_value(dataset)
+            _set_owners(dataset, changes["owners"])
+            records.append(_record(actor, dataset, "owners", old_owners, owners_value(dataset), at))
+        if "tags" in changes:
+            old_tags = tags_value(dataset)
+            _set_tags(dataset, changes["tags"])
+            records.append(_record(actor, dataset, "tags", old_tags, tags_value(dataset), at))
+        dataset.updated_at = at
+        dataset.save()
+    return [r for r in records if r is not None]
+
+
+def update_field(
+    field: DatasetField,
+    changes: Mapping[str, Any],
+    actor: Actor,
+    at: datetime | None = None,
+) -> list[ChangeRecord]:
+    """Apply steward changes to a field; returns the history records written.
+
+    ``changes`` keys: pii_category ("" for none), subject_kind (SubjectKind or
+    None), sensitivity, description. A person's edit makes the flags declared.
+    """
+    at = at or timezone.now()
+    records: list[ChangeRecord | None] = []
+    with transaction.atomic():
+        field = (
+            DatasetField.objects.select_for_update().select_related("subject_kind").get(pk=field.pk)
+        )
+        dataset = field.dataset
+        for attribute in ("pii_category", "sensitivity", "description"):
+            if attribute in changes:
+                old = getattr(field, attribute)
+                setattr(field, attribute, changes[attribute])
+                records.append(
+                    _record(actor, dataset, attribute, old, changes[attribute], at, field.name)
+                )
+        if "subject_kind" in changes:
+            kind: SubjectKind | None = changes["subject_kind"]
+            old_kind = field.subject_kind.name if field.subject_kind else None
+            field.subject_kind = kind
+            records.append(
+                _record(
+                    actor, dataset, "subject_kind", old_kind, kind and kind.name, at, field.name
+                )
+            )
+        flag_changed = "pii_category" in changes or "subject_kind" in changes
+        if flag_changed and actor.source != ChangeSource.PROPAGATION:
+            field.flag_source = FlagSource.DECLARED
+        field.save()
+    return [r for r in records if r is not None]
+
+
+def ensure_subject_kind(name: str) -> SubjectKind:
+    kind, _ = SubjectKind.objects.get_or_create(name=name)
+    return kind
+
+
+def issue_token(user: Any, name: str = "") -> tuple[ApiToken, str]:
+    """Create a token for the user; returns it and the secret, which is shown only once."""
+    key = ApiToken.generate_key()
+    token = ApiToken.objects.create(
+        user=user,
+        name=name,
+        prefix=key[: ApiToken.PREFIX_LENGTH + 3],
+        key_hash=ApiToken.hash_key(key),
+    )
+    return token, key
+
+
+def revoke_token(token: ApiToken) -> None:
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])

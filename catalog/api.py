@@ -1,0 +1,375 @@
+"""Catalog REST API in Marquez's shapes, extended with owners, PII and retention."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, cast
+
+from django.contrib.auth.models import User
+from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from catalog import actions, queries
+from catalog.auth import ReadOrEditCatalog
+from catalog.errors import ApiError
+from catalog.models import (
+    ApiToken,
+    ChangeRecord,
+    Dataset,
+    DatasetField,
+    Namespace,
+    PiiCategory,
+    RetentionPolicy,
+    Sensitivity,
+    SubjectKind,
+)
+from catalog.params import int_param, optional_instant
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def namespace_json(ns: Namespace) -> dict[str, Any]:
+    return {
+        "name": ns.name,
+        "createdAt": iso(ns.created_at),
+        "updatedAt": iso(ns.updated_at),
+        "ownerName": ns.owner_name or None,
+        "description": ns.description or None,
+        "isHidden": False,
+    }
+
+
+def retention_json(policy: RetentionPolicy | None) -> dict[str, Any] | None:
+    if policy is None:
+        return None
+    return {
+        "name": policy.name,
+        "durationDays": policy.duration_days,
+        "action": policy.action,
+        "legalBasis": policy.legal_basis or None,
+    }
+
+
+def field_json(f: DatasetField) -> dict[str, Any]:
+    return {
+        "name": f.name,
+        "type": f.type or None,
+        "tags": [t.name for t in f.tags.all()],
+        "description": f.description or None,
+        "pii": f.pii_category or None,
+        "subjectKind": f.subject_kind.name if f.subject_kind else None,
+        "flagSource": f.flag_source,
+        "sensitivity": f.sensitivity or None,
+        "removed": f.removed_at is not None,
+    }
+
+
+def dataset_json(ds: Dataset) -> dict[str, Any]:
+    """Marquez's dataset shape, plus owners, retention, sensitivity and PII per field."""
+    fields = [f for f in ds.fields.all() if f.removed_at is None]
+    return {
+        "id": {"namespace": ds.namespace.name, "name": ds.name},
+        "type": "DB_TABLE",
+        "name": ds.name,
+        "physicalName": ds.name,
+        "createdAt": iso(ds.created_at),
+        "updatedAt": iso(ds.updated_at),
+        "namespace": ds.namespace.name,
+        "sourceName": ds.source_name or ds.namespace.name,
+        "fields": [field_json(f) for f in fields],
+        "tags": [t.name for t in ds.tags.all()],
+        "lastModifiedAt": iso(ds.last_seen),
+        "lastLifecycleState": ds.lifecycle_state,
+        "description": ds.description or None,
+        "facets": {},
+        "deleted": ds.lifecycle_state == "DROPPED",
+        "nodeId": ds.node_id,
+        "platform": ds.platform or None,
+        "location": ds.location or None,
+        "sensitivity": ds.sensitivity or None,
+        "owners": [
+            {"name": o.owner.name, "type": o.ownership_type or None, "kind": o.owner.kind}
+            for o in ds.ownerships.all()
+        ],
+        "retentionPolicy": retention_json(ds.retention_policy),
+        "firstSeen": iso(ds.first_seen),
+        "lastSeen": iso(ds.last_seen),
+    }
+
+
+def dataset_as_of_json(ds: Dataset, as_of: datetime) -> dict[str, Any]:
+    """The dataset's steward-visible state as it was at ``as_of``."""
+    state = queries.dataset_state_as_of(ds, as_of)
+    policy = RetentionPolicy.objects.filter(name=state.retention_policy).first()
+    body = dataset_json(ds)
+    body.update(
+        {
+            "asOf": iso(as_of),
+            "existed": state.exists,
+            "description": state.description or None,
+            "sensitivity": state.sensitivity or None,
+            "owners": [{"name": o["name"], "type": o.get("type") or None} for o in state.owners],
+            "tags": state.tags,
+            "retentionPolicy": retention_json(policy)
+            if policy
+            else ({"name": state.retention_policy} if state.retention_policy else None),
+            "fields": [
+                {
+                    "name": f.name,
+                    "type": f.type or None,
+                    "description": f.description or None,
+                    "pii": f.pii_category or None,
+                    "subjectKind": f.subject_kind,
+                    "sensitivity": f.sensitivity or None,
+                }
+                for f in state.fields
+            ],
+        }
+    )
+    return body
+
+
+def change_json(record: ChangeRecord) -> dict[str, Any]:
+    return {
+        "at": iso(record.at),
+        "actor": record.actor_name,
+        "source": record.source,
+        "field": record.field_name or None,
+        "attribute": record.attribute,
+        "old": record.old,
+        "new": record.new,
+    }
+
+
+def fetch_dataset(namespace: str, name: str) -> Dataset:
+    dataset = queries.get_dataset(namespace, name)
+    if dataset is None:
+        raise ApiError(f"Dataset {namespace}:{name} not found", "name", status_code=404)
+    return dataset
+
+
+class NamespaceListView(APIView):
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="List namespaces")
+    def get(self, request: Request) -> Response:
+        return Response({"namespaces": [namespace_json(ns) for ns in Namespace.objects.all()]})
+
+
+class NamespaceDetailView(APIView):
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One namespace")
+    def get(self, request: Request, namespace: str) -> Response:
+        ns = queries.get_namespace(namespace)
+        if ns is None:
+            raise ApiError(f"Namespace {namespace} not found", "namespace", status_code=404)
+        return Response(namespace_json(ns))
+
+
+def paged(request: Request, qs: QuerySet[Any]) -> tuple[list[Any], int]:
+    limit = int_param(request.query_params, "limit", 100, 1, 1000)
+    offset = int_param(request.query_params, "offset", 0, 0, 10**9)
+    return list(qs[offset : offset + limit]), qs.count()
+
+
+class DatasetListView(APIView):
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="Datasets of a namespace",
+        parameters=[
+            OpenApiParameter("limit", int, description="1 to 1000, default 100"),
+            OpenApiParameter("offset", int),
+        ],
+    )
+    def get(self, request: Request, namespace: str) -> Response:
+        if queries.get_namespace(namespace) is None:
+            raise ApiError(f"Namespace {namespace} not found", "namespace", status_code=404)
+        qs = queries.datasets_with_details().filter(namespace__name=namespace).order_by("name")
+        rows, total = paged(request, qs)
+        return Response({"totalCount": total, "datasets": [dataset_json(d) for d in rows]})
+
+
+class OwnerInput(serializers.Serializer[Any]):
+    name = serializers.CharField(max_length=255)
+    type = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+    kind = serializers.ChoiceField(choices=["person", "team"], required=False, default="team")
+
+
+class DatasetPatchInput(serializers.Serializer[Any]):
+    description = serializers.CharField(required=False, allow_blank=True, max_length=10000)
+    sensitivity = serializers.ChoiceField(
+        choices=Sensitivity.values, required=False, allow_null=True, allow_blank=True
+    )
+    owners = serializers.ListField(child=OwnerInput(), required=False, max_length=100)
+    tags = serializers.ListField(
+        child=serializers.CharField(max_length=128), required=False, max_length=100
+    )
+    retentionPolicy = serializers.CharField(required=False, allow_null=True, max_length=128)
+
+    def validate_retentionPolicy(self, value: str | None) -> RetentionPolicy | None:
+        if value is None or value == "":
+            return None
+        policy = RetentionPolicy.objects.filter(name=value).first()
+        if policy is None:
+            known = ", ".join(RetentionPolicy.objects.values_list("name", flat=True)) or "none"
+            raise serializers.ValidationError(
+                f"Unknown retention policy {value!r} (known: {known})"
+            )
+        return policy
+
+
+def require_json_object(request: Request) -> dict[str, Any]:
+    data = request.data
+    if not isinstance(data, dict):
+        raise ApiError("Request body must be a JSON object", "body")
+    return data
+
+
+class DatasetDetailView(APIView):
+    permission_classes = [ReadOrEditCatalog]
+
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="One dataset (optionally as of a past instant)",
+        parameters=[OpenApiParameter("asOf", OpenApiTypes.DATETIME)],
+    )
+    def get(self, request: Request, namespace: str, name: str) -> Response:
+        as_of = optional_instant(request.query_params)
+        dataset = fetch_dataset(namespace, name)
+        if as_of is not None:
+            return Response(dataset_as_of_json(dataset, as_of))
+        return Response(dataset_json(dataset))
+
+    @extend_schema(
+        request=DatasetPatchInput, responses=OpenApiTypes.OBJECT, summary="Edit a dataset"
+    )
+    def patch(self, request: Request, namespace: str, name: str) -> Response:
+        dataset = fetch_dataset(namespace, name)
+        payload = require_json_object(request)
+        unknown = set(payload) - set(DatasetPatchInput().fields)
+        if unknown:
+            bad = sorted(unknown)[0]
+            raise ApiError(f"Unknown key {bad!r}", bad)
+        serializer = DatasetPatchInput(data=payload)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        changes: dict[str, Any] = {}
+        if "description" in data:
+            changes["description"] = data["description"]
+        if "sensitivity" in data:
+            changes["sensitivity"] = data["sensitivity"] or ""
+        if "retentionPolicy" in data:
+            changes["retention_policy"] = data["retentionPolicy"]
+        if "owners" in data:
+            changes["owners"] = [actions.OwnerSpec(**o) for o in data["owners"]]
+        if "tags" in data:
+            changes["tags"] = data["tags"]
+        actions.update_dataset(dataset, changes, actions.Actor(user=request.user))
+        return Response(dataset_json(fetch_dataset(namespace, name)))
+
+
+class FieldPatchInput(serializers.Serializer[Any]):
+    pii = serializers.ChoiceField(
+        choices=PiiCategory.values, required=False, allow_null=True, allow_blank=True
+    )
+    subjectKind = serializers.CharField(required=False, allow_null=True, max_length=64)
+    sensitivity = serializers.ChoiceField(
+        choices=Sensitivity.values, required=False, allow_null=True, allow_blank=True
+    )
+    description = serializers.CharField(required=False, allow_blank=True, max_length=10000)
+
+    def validate_subjectKind(self, value: str | None) -> SubjectKind | None:
+        if value is None or value == "":
+            return None
+        kind = SubjectKind.objects.filter(name=value).first()
+        if kind is None:
+            known = ", ".join(SubjectKind.objects.values_list("name", flat=True)) or "none"
+            raise serializers.ValidationError(f"Unknown subject kind {value!r} (known: {known})")
+        return kind
+
+
+class FieldDetailView(APIView):
+    permission_classes = [ReadOrEditCatalog]
+
+    def _field(self, namespace: str, name: str, field: str) -> DatasetField:
+        dataset = fetch_dataset(namespace, name)
+        found = next((f for f in dataset.fields.all() if f.name == field), None)
+        if found is None:
+            raise ApiError(f"Field {field!r} not found in {namespace}:{name}", "field", 404)
+        return found
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One field")
+    def get(self, request: Request, namespace: str, name: str, field: str) -> Response:
+        return Response(field_json(self._field(namespace, name, field)))
+
+    @extend_schema(request=FieldPatchInput, responses=OpenApiTypes.OBJECT, summary="Edit a field")
+    def patch(self, request: Request, namespace: str, name: str, field: str) -> Response:
+        target = self._field(namespace, name, field)
+        payload = require_json_object(request)
+        unknown = set(payload) - set(FieldPatchInput().fields)
+        if unknown:
+            bad = sorted(unknown)[0]
+            raise ApiError(f"Unknown key {bad!r}", bad)
+        serializer = FieldPatchInput(data=payload)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        changes: dict[str, Any] = {}
+        if "pii" in data:
+            changes["pii_category"] = data["pii"] or ""
+        if "subjectKind" in data:
+            changes["subject_kind"] = data["subjectKind"]
+        if "sensitivity" in data:
+            changes["sensitivity"] = data["sensitivity"] or ""
+        if "description" in data:
+            changes["description"] = data["description"]
+        actions.update_field(target, changes, actions.Actor(user=request.user))
+        return Response(field_json(self._field(namespace, name, field)))
+
+
+class DatasetHistoryView(APIView):
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="Who changed what on a dataset")
+    def get(self, request: Request, namespace: str, name: str) -> Response:
+        dataset = fetch_dataset(namespace, name)
+        return Response({"changes": [change_json(r) for r in queries.history(dataset)]})
+
+
+class TokenListView(APIView):
+    """The caller's own API tokens (never the secret, only its prefix)."""
+
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="Your API tokens")
+    def get(self, request: Request) -> Response:
+        tokens = ApiToken.objects.filter(user=cast(User, request.user))
+        return Response(
+            {
+                "tokens": [
+                    {
+                        "id": t.pk,
+                        "name": t.name,
+                        "prefix": t.prefix,
+                        "createdAt": iso(t.created_at),
+                        "lastUsedAt": iso(t.last_used_at),
+                        "revokedAt": iso(t.revoked_at),
+                    }
+                    for t in tokens
+                ]
+            }
+        )
+
+
+class TokenDetailView(APIView):
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="Revoke one of your API tokens")
+    def delete(self, request: Request, token_id: int) -> Response:
+        token = ApiToken.objects.filter(pk=token_id, user=cast(User, request.user)).first()
+        if token is None:
+            raise ApiError(f"Token {token_id} not found", "token_id", status_code=404)
+        actions.revoke_token(token)
+        return Response(status=204)

@@ -1,0 +1,89 @@
+"""One JSON error shape for the whole API: {"error", "field", "detail"}."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+logger = logging.getLogger(__name__)
+
+
+class ApiError(exceptions.APIException):
+    """An API error naming the field or parameter at fault."""
+
+    status_code: int = status.HTTP_400_BAD_REQUEST
+
+    def __init__(
+        self,
+        message: str,
+        field: str | None = None,
+        status_code: int = status.HTTP_400_BAD_REQUEST,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.status_code = status_code
+        self.extra = detail or {}
+
+
+def error_body(message: str, field: str | None = None, detail: Any = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"error": message, "field": field}
+    if detail:
+        body["detail"] = detail
+    return body
+
+
+def _first_field_error(detail: Any, prefix: str = "") -> tuple[str | None, str]:
+    """Return (dotted field path, message) of the first error in a DRF error tree."""
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            if key in ("non_field_errors", "detail"):
+                path = prefix
+            elif isinstance(key, int) or str(key).isdigit():
+                path = f"{prefix}[{key}]"
+            else:
+                path = f"{prefix}.{key}" if prefix else str(key)
+            return _first_field_error(value, path)
+    if isinstance(detail, list) and detail:
+        first = detail[0]
+        if isinstance(first, dict | list):
+            index = next(i for i, item in enumerate(detail) if item)
+            return _first_field_error(detail[index], f"{prefix}[{index}]" if prefix else "")
+        return (prefix or None), str(first)
+    return (prefix or None), str(detail)
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF exception handler that answers every error in the project's shape."""
+    if isinstance(exc, ApiError):
+        return Response(error_body(exc.message, exc.field, exc.extra), status=exc.status_code)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound(str(exc) or "Not found.")
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied(str(exc) or None)
+    response = exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        field, message = _first_field_error(exc.detail)
+        response.data = error_body(
+            f"{field}: {message}" if field else message, field, {"errors": exc.detail}
+        )
+    elif isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        response.status_code = status.HTTP_401_UNAUTHORIZED
+        response.data = error_body(str(exc.detail), "Authorization")
+        response["WWW-Authenticate"] = 'Bearer realm="api"'
+    elif isinstance(exc, exceptions.APIException):
+        response.data = error_body(str(exc.detail))
+    return response
+
+
+def json_error(message: str, status_code: int, field: str | None = None) -> JsonResponse:
+    return JsonResponse(error_body(message, field), status=status_code)

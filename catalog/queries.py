@@ -1,0 +1,160 @@
+"""Reads of the catalog, including the catalog as it was at a past instant."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Prefetch, Q, QuerySet
+
+from catalog.actions import owners_value, tags_value
+from catalog.models import (
+    ChangeRecord,
+    Dataset,
+    DatasetField,
+    DatasetOwnership,
+    DatasetVersion,
+    Namespace,
+)
+
+DATASET_ATTRIBUTES = ("description", "sensitivity", "retention_policy", "owners", "tags")
+FIELD_ATTRIBUTES = ("pii_category", "subject_kind", "sensitivity", "description")
+
+
+def datasets_with_details() -> QuerySet[Dataset]:
+    """Datasets with everything a list or detail view shows, in a fixed number of queries."""
+    return Dataset.objects.select_related("namespace", "retention_policy").prefetch_related(
+        Prefetch(
+            "ownerships",
+            queryset=DatasetOwnership.objects.select_related("owner").order_by("owner__name"),
+        ),
+        "tags",
+        Prefetch(
+            "fields",
+            queryset=DatasetField.objects.select_related("subject_kind").prefetch_related("tags"),
+        ),
+    )
+
+
+def get_dataset(namespace: str, name: str) -> Dataset | None:
+    return datasets_with_details().filter(namespace__name=namespace, name=name).first()
+
+
+def get_namespace(name: str) -> Namespace | None:
+    return Namespace.objects.filter(name=name).first()
+
+
+def latest_versions(dataset: Dataset, limit: int = 50) -> list[DatasetVersion]:
+    return list(dataset.versions.order_by("-created_at")[:limit])
+
+
+def version_as_of(dataset: Dataset, as_of: datetime) -> DatasetVersion | None:
+    return dataset.versions.filter(created_at__lte=as_of).order_by("-created_at").first()
+
+
+def history(dataset: Dataset, limit: int = 100) -> list[ChangeRecord]:
+    return list(dataset.changes.select_related("actor").order_by("-at", "-id")[:limit])
+
+
+def value_as_of(records: list[ChangeRecord], as_of: datetime, current: Any) -> Any:
+    """The value an attribute had at ``as_of``, given its change records in time order.
+
+    The last record at or before ``as_of`` gives its ``new``; failing that the
+    first record after gives its ``old``; with no records the value never changed.
+    """
+    before = [r for r in records if r.at <= as_of]
+    if before:
+        return before[-1].new
+    if records:
+        return records[0].old
+    return current
+
+
+@dataclass
+class FieldState:
+    name: str
+    type: str
+    description: str
+    pii_category: str
+    subject_kind: str | None
+    sensitivity: str
+
+
+@dataclass
+class DatasetState:
+    """A dataset's steward-visible attributes at one instant."""
+
+    description: str
+    sensitivity: str
+    retention_policy: str | None
+    owners: list[dict[str, str]]
+    tags: list[str]
+    fields: list[FieldState] = field(default_factory=list)
+    exists: bool = True
+
+
+def dataset_state_as_of(dataset: Dataset, as_of: datetime) -> DatasetState:
+    """The dataset as it was at ``as_of``: attributes from history, fields from schema versions."""
+    by_key: dict[tuple[str, str], list[ChangeRecord]] = defaultdict(list)
+    for record in dataset.changes.order_by("at", "id"):
+        by_key[(record.field_name, record.attribute)].append(record)
+
+    def attr(name: str, current: Any, field_name: str = "") -> Any:
+        return value_as_of(by_key.get((field_name, name), []), as_of, current)
+
+    state = DatasetState(
+        description=attr("description", dataset.description),
+        sensitivity=attr("sensitivity", dataset.sensitivity),
+        retention_policy=attr(
+            "retention_policy",
+            dataset.retention_policy.name if dataset.retention_policy else None,
+        ),
+        owners=attr("owners", owners_value(dataset)),
+        tags=attr("tags", tags_value(dataset)),
+        exists=dataset.first_seen <= as_of,
+    )
+    version = version_as_of(dataset, as_of)
+    current_fields = {f.name: f for f in dataset.fields.select_related("subject_kind")}
+    schema = (
+        version.fields
+        if version is not None
+        else [{"name": f.name, "type": f.type} for f in current_fields.values()]
+    )
+    for item in schema:
+        name = item["name"]
+        live = current_fields.get(name)
+        state.fields.append(
+            FieldState(
+                name=name,
+                type=item.get("type") or "",
+                description=attr("description", live.description if live else "", name),
+                pii_category=attr("pii_category", live.pii_category if live else "", name),
+                subject_kind=attr(
+                    "subject_kind",
+                    live.subject_kind.name if live and live.subject_kind else None,
+                    name,
+                ),
+                sensitivity=attr("sensitivity", live.sensitivity if live else "", name),
+            )
+        )
+    return state
+
+
+def search_datasets(
+    text: str = "",
+    namespace: str | None = None,
+    pii: bool | None = None,
+    owner: str | None = None,
+) -> QuerySet[Dataset]:
+    qs = datasets_with_details().filter(is_hidden=False)
+    if text:
+        qs = qs.filter(Q(name__icontains=text) | Q(description__icontains=text))
+    if namespace:
+        qs = qs.filter(namespace__name=namespace)
+    if pii is True:
+        qs = qs.filter(Q(fields__pii_category__gt="") | Q(fields__subject_kind__isnull=False))
+    if owner:
+        qs = qs.filter(ownerships__owner__name=owner)
+    return qs.distinct()

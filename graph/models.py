@@ -1,0 +1,253 @@
+"""Jobs, runs and lineage edges, each edge valid over [valid_from, valid_to).
+
+Table lineage is kept as job input/output edges (dataset → job → dataset),
+the way OpenLineage reports it; column lineage links field to field through
+a job. ``valid_to`` is NULL while an edge is current. All times are the
+events' own ``eventTime``, never arrival time.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from catalog.models import Dataset, DatasetField, Namespace
+
+
+class RunState(models.TextChoices):
+    NEW = "NEW", "New"
+    RUNNING = "RUNNING", "Running"
+    COMPLETED = "COMPLETED", "Completed"
+    FAILED = "FAILED", "Failed"
+    ABORTED = "ABORTED", "Aborted"
+
+
+TERMINAL_RUN_STATES = frozenset({RunState.COMPLETED, RunState.FAILED, RunState.ABORTED})
+
+
+class Job(models.Model):
+    namespace = models.ForeignKey(Namespace, on_delete=models.CASCADE, related_name="jobs")
+    name = models.CharField(max_length=1024)
+    # BATCH / STREAMING (jobType facet processingType) and QUERY / JOB / DAG …
+    processing_type = models.CharField(max_length=32, blank=True)
+    job_type = models.CharField(max_length=64, blank=True)
+    integration = models.CharField(max_length=64, blank=True)
+    description = models.TextField(blank=True)
+    location = models.CharField(max_length=2048, blank=True)
+    sql = models.TextField(blank=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    latest_run = models.ForeignKey(
+        "Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    facets = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["namespace__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "name"], name="job_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace.name}:{self.name}"
+
+    @property
+    def node_id(self) -> str:
+        return f"job:{self.namespace.name}:{self.name}"
+
+
+class Run(models.Model):
+    run_uuid = models.UUIDField(unique=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="runs")
+    state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.NEW)
+    # Event time of the event that decided ``state`` (ties broken by state rank),
+    # so events arriving in any order land in the same final state.
+    state_event_time = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    nominal_start_time = models.DateTimeField(null=True, blank=True)
+    nominal_end_time = models.DateTimeField(null=True, blank=True)
+    parent_run_uuid = models.UUIDField(null=True, blank=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    error_message = models.TextField(blank=True)
+    error_stack = models.TextField(blank=True)
+    facets = models.JSONField(default=dict, blank=True)
+    # Set once the run's inputs/outputs have been applied to edge validity.
+    edges_applied = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["job", "-created_at"])]
+
+    def __str__(self) -> str:
+        return str(self.run_uuid)
+
+    @property
+    def duration_ms(self) -> int | None:
+        if self.started_at and self.ended_at:
+            return int((self.ended_at - self.started_at).total_seconds() * 1000)
+        return None
+
+
+class Direction(models.TextChoices):
+    INPUT = "in", "Input"
+    OUTPUT = "out", "Output"
+
+
+class RunDataset(models.Model):
+    """A dataset one run read or wrote, with the dataset version it saw."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="io")
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="run_io")
+    direction = models.CharField(max_length=3, choices=Direction.choices)
+    dataset_version = models.ForeignKey(
+        "catalog.DatasetVersion", null=True, blank=True, on_delete=models.SET_NULL
+    )
+    event_time = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "dataset", "direction"], name="run_dataset_unique"
+            )
+        ]
+        indexes = [models.Index(fields=["dataset", "direction", "-event_time"])]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.direction} {self.dataset_id}"
+
+
+class TableEdge(models.Model):
+    """dataset → job (direction=in) or job → dataset (direction=out), valid over an interval."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="edges")
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="edges")
+    direction = models.CharField(max_length=3, choices=Direction.choices)
+    valid_from = models.DateTimeField()
+    valid_to = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["dataset", "direction", "valid_from", "valid_to", "job"]),
+            models.Index(fields=["job", "direction", "valid_from", "valid_to", "dataset"]),
+        ]
+        constraints = [
+            # At most one open edge per (job, dataset, direction).
+            models.UniqueConstraint(
+                fields=["job", "dataset", "direction"],
+                condition=models.Q(valid_to__isnull=True),
+                name="table_edge_one_open",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.direction} {self.dataset_id}"
+
+
+class TransformationType(models.TextChoices):
+    DIRECT = "DIRECT", "Direct"
+    INDIRECT = "INDIRECT", "Indirect"
+
+
+class TransformationSubtype(models.TextChoices):
+    IDENTITY = "IDENTITY", "Identity"
+    TRANSFORMATION = "TRANSFORMATION", "Transformation"
+    AGGREGATION = "AGGREGATION", "Aggregation"
+    FILTER = "FILTER", "Filter"
+    JOIN = "JOIN", "Join"
+    GROUP_BY = "GROUP_BY", "Group by"
+    SORT = "SORT", "Sort"
+    WINDOW = "WINDOW", "Window"
+    CONDITIONAL = "CONDITIONAL", "Conditional"
+
+
+class ColumnEdge(models.Model):
+    """source field → target field through a job, valid over an interval.
+
+    ``target_field`` is NULL for dataset-level (INDIRECT) dependencies from the
+    columnLineage facet's ``dataset`` list: the source field affects the whole
+    target dataset (a filter or join key, say).
+    """
+
+    job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.CASCADE, related_name="column_edges"
+    )
+    source_field = models.ForeignKey(
+        DatasetField, on_delete=models.CASCADE, related_name="downstream_edges"
+    )
+    target_dataset = models.ForeignKey(
+        Dataset, on_delete=models.CASCADE, related_name="incoming_column_edges"
+    )
+    target_field = models.ForeignKey(
+        DatasetField,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="upstream_edges",
+    )
+    transformation_type = models.CharField(
+        max_length=16, choices=TransformationType.choices, default=TransformationType.DIRECT
+    )
+    transformation_subtype = models.CharField(
+        max_length=16, choices=TransformationSubtype.choices, blank=True
+    )
+    masking = models.BooleanField(default=False)
+    description = models.TextField(blank=True)
+    valid_from = models.DateTimeField()
+    valid_to = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["source_field", "valid_from", "valid_to"]),
+            models.Index(fields=["target_field", "valid_from", "valid_to"]),
+            models.Index(fields=["job", "valid_to"]),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=[
+                    "job",
+                    "source_field",
+                    "target_dataset",
+                    "target_field",
+                    "transformation_type",
+                    "transformation_subtype",
+                ],
+                condition=models.Q(valid_to__isnull=True, target_field__isnull=False),
+                name="column_edge_one_open",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_field_id} -> {self.target_field_id or self.target_dataset_id}"
+
+
+class Taint(models.Model):
+    """A dataset marked bad (optionally for a window of data); downstream is at risk."""
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="taints")
+    reason = models.TextField()
+    window_start = models.DateTimeField(null=True, blank=True)
+    window_end = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    cleared_at = models.DateTimeField(null=True, blank=True)
+    cleared_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        permissions = [("taint_dataset", "Can mark datasets as tainted")]
+
+    def __str__(self) -> str:
+        return f"taint on {self.dataset_id}"

@@ -1,0 +1,165 @@
+"""Shared fixtures: personas (one user per role), API clients, and service tiers.
+
+Tiers (markers ``postgres``, ``redis``, ``browser``, ``spark``) need a real
+service. When one is missing the tier is skipped with one loud line — except
+under CI=true, where a missing service fails the run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+from django.contrib.auth.models import Group, User
+from rest_framework.test import APIClient
+
+from catalog import actions
+from catalog.auth import ADMIN, COMPLIANCE, ENGINEER, PRODUCER, STEWARD, VIEWER
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+REDIS_URL = (
+    os.environ.get("TEST_REDIS_URL")
+    or os.environ.get("CELERY_BROKER_URL")
+    or "redis://127.0.0.1:6379/0"
+)
+# Tiers that the Makefile's PostgreSQL pass runs: skipped quietly in the SQLite pass.
+POSTGRES_PASS_TIERS = {"postgres", "redis"}
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+
+
+def _port_open(url: str, default_port: int) -> bool:
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection(
+            (parsed.hostname or "127.0.0.1", parsed.port or default_port), 2
+        ):
+            return True
+    except OSError:
+        return False
+
+
+def _is_postgres() -> bool:
+    from django.db import connection
+
+    return connection.vendor == "postgresql"
+
+
+def _java_ok() -> bool:
+    if not shutil.which("java"):
+        return False
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return False
+    return subprocess.run(["java", "-version"], capture_output=True).returncode == 0
+
+
+def _tier_status() -> dict[str, str | None]:
+    """For each tier, None when available, else why not."""
+    return {
+        "postgres": None if _is_postgres() else "DATABASE_URL is not PostgreSQL in this pass",
+        "redis": None if _port_open(REDIS_URL, 6379) else f"Redis not reachable at {REDIS_URL}",
+        "browser": None if os.path.exists(CHROMIUM) else f"Chromium not found at {CHROMIUM}",
+        "spark": None if _java_ok() else "Java 17 or PySpark not available",
+    }
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    status = _tier_status()
+    sqlite_pass = status["postgres"] is not None
+    if sqlite_pass:
+        # Real workers share the database with the test process: PostgreSQL only.
+        for tier in POSTGRES_PASS_TIERS:
+            status[tier] = f"the {tier} tier runs in the PostgreSQL pass (make test-postgres)"
+    used = {m.name for item in items for m in item.iter_markers() if m.name in status}
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for tier in sorted(used):
+        reason = status[tier]
+        if reason is None:
+            continue
+        planned = sqlite_pass and tier in POSTGRES_PASS_TIERS
+        if IN_CI and not planned:
+            raise pytest.UsageError(f"CI=true but the {tier} tier cannot run: {reason}")
+        line = f"!!! SKIPPING the {tier} tier: {reason}"
+        if reporter is not None and not planned:
+            reporter.write_line(line, red=True, bold=True)
+        for item in items:
+            if item.get_closest_marker(tier):
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def make_user(username: str, role: str | None) -> User:
+    user = User.objects.create_user(username=username, password="pw-" + username)
+    if role:
+        user.groups.add(Group.objects.get(name=role))
+    return user
+
+
+@pytest.fixture
+def viewer(db: Any) -> User:
+    return make_user("vera-viewer", VIEWER)
+
+
+@pytest.fixture
+def engineer(db: Any) -> User:
+    return make_user("erin-engineer", ENGINEER)
+
+
+@pytest.fixture
+def steward(db: Any) -> User:
+    return make_user("stella-steward", STEWARD)
+
+
+@pytest.fixture
+def compliance(db: Any) -> User:
+    return make_user("carl-compliance", COMPLIANCE)
+
+
+@pytest.fixture
+def admin_user(db: Any) -> User:
+    return make_user("ada-admin", ADMIN)
+
+
+@pytest.fixture
+def producer(db: Any) -> User:
+    return make_user("pat-producer", PRODUCER)
+
+
+@pytest.fixture
+def outsider(db: Any) -> User:
+    """Signed in, but in no role."""
+    return make_user("olga-outsider", None)
+
+
+@pytest.fixture
+def api() -> Callable[[User | None], APIClient]:
+    """api(user) gives an APIClient sending that user's bearer token (None: anonymous)."""
+
+    def build(user: User | None) -> APIClient:
+        client = APIClient()
+        if user is not None:
+            _, key = actions.issue_token(user, name="test")
+            client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+        return client
+
+    return build
+
+
+@pytest.fixture
+def token_for() -> Callable[[User], str]:
+    def build(user: User) -> str:
+        return actions.issue_token(user, name="test")[1]
+
+    return build
+
+
+@pytest.fixture(autouse=True)
+def _isolated_data_dir(tmp_path_factory: pytest.TempPathFactory, settings: Any) -> Iterator[None]:
+    settings.DATA_DIR = tmp_path_factory.mktemp("data")
+    yield

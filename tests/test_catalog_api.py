@@ -1,0 +1,178 @@
+"""Catalog API: Marquez shapes, steward edits with history, roles, bad input."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from urllib.parse import quote
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from catalog.models import ChangeRecord, RetentionPolicy, SubjectKind
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+NS = "postgres://shop-db:5432"
+NAME = "shop.public.customers"
+
+
+def dataset_url(ns: str = NS, name: str = NAME, suffix: str = "") -> str:
+    return f"/api/v1/namespaces/{quote(ns, safe='')}/datasets/{quote(name, safe='')}{suffix}"
+
+
+@pytest.fixture
+def customers():
+    return factories.dataset(NS, NAME)
+
+
+def test_it_lists_namespaces_in_marquez_shape(api, viewer, customers):
+    body = api(viewer).get("/api/v1/namespaces").json()
+    assert body["namespaces"][0]["name"] == NS
+    assert {"name", "createdAt", "updatedAt", "ownerName", "description"} <= set(
+        body["namespaces"][0]
+    )
+
+
+def test_it_lists_datasets_of_a_namespace_with_url_encoded_names(api, viewer, customers):
+    body = api(viewer).get(f"/api/v1/namespaces/{quote(NS, safe='')}/datasets").json()
+    assert body["totalCount"] == 1
+    ds = body["datasets"][0]
+    assert ds["id"] == {"namespace": NS, "name": NAME}
+    assert [f["name"] for f in ds["fields"]] == ["customer_id", "email", "country"]
+
+
+def test_it_finds_datasets_whose_names_hold_slashes(api, viewer):
+    factories.dataset("file", "/data/lake/raw/customers")
+    response = api(viewer).get(dataset_url("file", "/data/lake/raw/customers"))
+    assert response.status_code == 200
+    assert response.json()["name"] == "/data/lake/raw/customers"
+
+
+def test_it_answers_404_naming_an_unknown_dataset(api, viewer):
+    response = api(viewer).get(dataset_url(NS, "nope"))
+    assert response.status_code == 404
+    assert "nope" in response.json()["error"]
+
+
+def test_it_lets_a_steward_edit_owners_tags_and_retention_with_history(api, steward, customers):
+    RetentionPolicy.objects.create(name="two-years", duration=timedelta(days=730), action="delete")
+    response = api(steward).patch(
+        dataset_url(),
+        {
+            "description": "All customers",
+            "owners": [{"name": "crm-team", "type": "DATA_OWNER"}],
+            "tags": ["gold"],
+            "retentionPolicy": "two-years",
+            "sensitivity": "confidential",
+        },
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["owners"] == [{"name": "crm-team", "type": "DATA_OWNER", "kind": "team"}]
+    assert body["retentionPolicy"]["durationDays"] == 730
+    changes = {c.attribute: c for c in ChangeRecord.objects.all()}
+    assert set(changes) == {"description", "owners", "tags", "retention_policy", "sensitivity"}
+    assert changes["owners"].actor_name == steward.username
+    assert changes["owners"].old == []
+
+
+def test_it_flags_a_field_as_pii_identifying_a_subject(api, steward, customers):
+    SubjectKind.objects.create(name="customer")
+    response = api(steward).patch(
+        dataset_url(suffix="/fields/customer_id"),
+        {"pii": "identifier", "subjectKind": "customer"},
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    assert response.json()["subjectKind"] == "customer"
+    assert response.json()["flagSource"] == "declared"
+
+
+def test_it_reads_the_catalog_as_of_a_past_instant(api, steward, viewer, customers):
+    SubjectKind.objects.create(name="customer")
+    with time_machine.travel(timezone.now() + timedelta(days=1)):
+        api(steward).patch(dataset_url(suffix="/fields/email"), {"pii": "email"}, format="json")
+        api(steward).patch(dataset_url(), {"owners": [{"name": "crm-team"}]}, format="json")
+    before = timezone.now() + timedelta(hours=1)
+    body = api(viewer).get(dataset_url(), {"asOf": before.isoformat()}).json()
+    assert body["owners"] == []
+    assert {f["name"]: f["pii"] for f in body["fields"]}["email"] is None
+    later = (
+        api(viewer).get(dataset_url(), {"asOf": (before + timedelta(days=2)).isoformat()}).json()
+    )
+    assert later["owners"][0]["name"] == "crm-team"
+    assert {f["name"]: f["pii"] for f in later["fields"]}["email"] == "email"
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"pii": "shoe-size"}, "pii"),
+        ({"subjectKind": "martian"}, "subjectKind"),
+        ({"sensitivity": 7}, "sensitivity"),
+        ({"colour": "red"}, "colour"),
+    ],
+)
+def test_it_rejects_bad_field_edits_naming_the_field(api, steward, customers, payload, field):
+    response = api(steward).patch(dataset_url(suffix="/fields/email"), payload, format="json")
+    assert response.status_code == 400
+    assert response.json()["field"] == field
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"retentionPolicy": "forever"}, "retentionPolicy"),
+        ({"owners": [{"type": "x"}]}, "owners[0].name"),
+        ({"tags": "gold"}, "tags"),
+        ({"sensitivity": "secret"}, "sensitivity"),
+    ],
+)
+def test_it_rejects_bad_dataset_edits_naming_the_field(api, steward, customers, payload, field):
+    response = api(steward).patch(dataset_url(), payload, format="json")
+    assert response.status_code == 400
+    assert response.json()["field"] == field
+    assert not ChangeRecord.objects.exists()
+
+
+def test_it_rejects_a_body_that_is_not_json(api, steward, customers):
+    response = api(steward).generic(
+        "PATCH", dataset_url(), "{not json", content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]
+
+
+def test_it_answers_401_without_a_token(api, customers):
+    response = api(None).get("/api/v1/namespaces")
+    assert response.status_code == 401
+    assert response.json()["field"] == "Authorization"
+
+
+def test_it_answers_401_for_a_revoked_token(api, viewer, customers):
+    from catalog import actions
+
+    token, key = actions.issue_token(viewer)
+    actions.revoke_token(token)
+    client = api(None)
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert client.get("/api/v1/namespaces").status_code == 401
+
+
+def test_it_forbids_a_viewer_to_edit(api, viewer, customers):
+    response = api(viewer).patch(dataset_url(), {"description": "x"}, format="json")
+    assert response.status_code == 403
+    assert "steward" in response.json()["error"]
+
+
+def test_it_forbids_a_producer_to_read(api, producer, customers):
+    assert api(producer).get("/api/v1/namespaces").status_code == 403
+
+
+def test_it_serves_the_openapi_schema(api, viewer):
+    response = api(viewer).get("/api/schema/")
+    assert response.status_code == 200
+    assert b"/api/v1/namespaces" in response.content
