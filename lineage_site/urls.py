@@ -6,6 +6,9 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from catalog import urls as catalog_urls
+from graph import urls as graph_urls
+from ingest import urls as ingest_urls
+from privacy import urls as privacy_urls
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -18,6 +21,12 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path("api/v1/", include(ingest_urls.api_urlpatterns)),
+    path("api/v1/", include(graph_urls.api_urlpatterns)),
+    path("api/v1/", include(privacy_urls.api_urlpatterns)),
     path("api/v1/", include(catalog_urls.api_urlpatterns)),
+    path("", include(ingest_urls.urlpatterns)),
+    path("", include(graph_urls.urlpatterns)),
+    path("", include(privacy_urls.urlpatterns)),
     path("", include(catalog_urls.urlpatterns)),
 ]
