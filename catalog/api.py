@@ -157,13 +157,17 @@ def fetch_dataset(namespace: str, name: str) -> Dataset:
 
 
 class NamespaceListView(APIView):
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="List namespaces")
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT, summary="List namespaces", operation_id="listNamespaces"
+    )
     def get(self, request: Request) -> Response:
         return Response({"namespaces": [namespace_json(ns) for ns in Namespace.objects.all()]})
 
 
 class NamespaceDetailView(APIView):
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One namespace")
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT, summary="One namespace", operation_id="getNamespace"
+    )
     def get(self, request: Request, namespace: str) -> Response:
         ns = queries.get_namespace(namespace)
         if ns is None:
@@ -181,6 +185,7 @@ class DatasetListView(APIView):
     @extend_schema(
         responses=OpenApiTypes.OBJECT,
         summary="Datasets of a namespace",
+        operation_id="listDatasets",
         parameters=[
             OpenApiParameter("limit", int, description="1 to 1000, default 100"),
             OpenApiParameter("offset", int),
@@ -236,6 +241,7 @@ class DatasetDetailView(APIView):
     @extend_schema(
         responses=OpenApiTypes.OBJECT,
         summary="One dataset (optionally as of a past instant)",
+        operation_id="getDataset",
         parameters=[OpenApiParameter("asOf", OpenApiTypes.DATETIME)],
     )
     def get(self, request: Request, namespace: str, name: str) -> Response:
@@ -246,7 +252,10 @@ class DatasetDetailView(APIView):
         return Response(dataset_json(dataset))
 
     @extend_schema(
-        request=DatasetPatchInput, responses=OpenApiTypes.OBJECT, summary="Edit a dataset"
+        request=DatasetPatchInput,
+        responses=OpenApiTypes.OBJECT,
+        summary="Edit a dataset",
+        operation_id="updateDataset",
     )
     def patch(self, request: Request, namespace: str, name: str) -> Response:
         dataset = fetch_dataset(namespace, name)
@@ -303,11 +312,18 @@ class FieldDetailView(APIView):
             raise ApiError(f"Field {field!r} not found in {namespace}:{name}", "field", 404)
         return found
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One field")
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT, summary="One field", operation_id="getDatasetField"
+    )
     def get(self, request: Request, namespace: str, name: str, field: str) -> Response:
         return Response(field_json(self._field(namespace, name, field)))
 
-    @extend_schema(request=FieldPatchInput, responses=OpenApiTypes.OBJECT, summary="Edit a field")
+    @extend_schema(
+        request=FieldPatchInput,
+        responses=OpenApiTypes.OBJECT,
+        summary="Edit a field",
+        operation_id="updateDatasetField",
+    )
     def patch(self, request: Request, namespace: str, name: str, field: str) -> Response:
         target = self._field(namespace, name, field)
         payload = require_json_object(request)
@@ -332,7 +348,11 @@ class FieldDetailView(APIView):
 
 
 class DatasetHistoryView(APIView):
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="Who changed what on a dataset")
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="Who changed what on a dataset",
+        operation_id="getDatasetHistory",
+    )
     def get(self, request: Request, namespace: str, name: str) -> Response:
         dataset = fetch_dataset(namespace, name)
         return Response({"changes": [change_json(r) for r in queries.history(dataset)]})
@@ -343,7 +363,9 @@ class TokenListView(APIView):
 
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="Your API tokens")
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT, summary="Your API tokens", operation_id="listTokens"
+    )
     def get(self, request: Request) -> Response:
         tokens = ApiToken.objects.filter(user=cast(User, request.user))
         return Response(
@@ -366,7 +388,11 @@ class TokenListView(APIView):
 class TokenDetailView(APIView):
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="Revoke one of your API tokens")
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="Revoke one of your API tokens",
+        operation_id="revokeToken",
+    )
     def delete(self, request: Request, token_id: int) -> Response:
         token = ApiToken.objects.filter(pk=token_id, user=cast(User, request.user)).first()
         if token is None:

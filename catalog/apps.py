@@ -7,6 +7,7 @@ class CatalogConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from catalog import schema  # noqa: F401  (registers the OpenAPI auth extension)
         from catalog.roles import ensure_roles
 
         post_migrate.connect(ensure_roles, sender=self, dispatch_uid="catalog.ensure_roles")

@@ -13,6 +13,10 @@ import sys
 from pathlib import Path
 
 import dj_database_url
+import django_stubs_ext
+
+# Lets admin and generic classes be subscripted at run time, as the type checker reads them.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 

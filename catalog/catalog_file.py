@@ -1,0 +1,375 @@
+"""Catalog as code: owners, PII flags, subject kinds and retention policies in YAML.
+
+The file is validated whole before anything is written, then applied in one
+transaction through catalog.actions, so every change lands in the history and
+a re-import of the same file changes nothing.
+
+    subjectKinds:
+      - {name: customer, description: People who buy from us}
+    retentionPolicies:
+      - {name: two-years, days: 730, action: delete, legalBasis: "GDPR 6(1)(b)"}
+    datasets:
+      - namespace: postgres://shop-db:5432
+        name: shop.public.customers
+        description: All customers
+        owners: [{name: crm-team, type: DATA_OWNER}]   # or plain names
+        tags: [gold]
+        sensitivity: confidential
+        retentionPolicy: two-years
+        fields:
+          customer_id: {pii: identifier, subjectKind: customer}
+          email: {pii: email, subjectKind: customer, description: Login e-mail}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import yaml
+from django.db import transaction
+from django.utils import timezone
+
+from catalog import actions
+from catalog.actions import Actor, OwnerSpec
+from catalog.models import (
+    ChangeSource,
+    Dataset,
+    DatasetField,
+    FlagSource,
+    Namespace,
+    OwnerKind,
+    PiiCategory,
+    RetentionAction,
+    RetentionPolicy,
+    Sensitivity,
+    SubjectKind,
+)
+
+DATASET_KEYS = {
+    "namespace",
+    "name",
+    "description",
+    "owners",
+    "tags",
+    "sensitivity",
+    "retentionPolicy",
+    "fields",
+}
+FIELD_KEYS = {"pii", "subjectKind", "sensitivity", "description"}
+
+
+class CatalogFileError(ValueError):
+    """A problem in a catalog file, naming where it is (``datasets[2].fields.email.pii``)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+
+
+@dataclass
+class FieldEntry:
+    name: str
+    values: dict[str, Any]
+
+
+@dataclass
+class DatasetEntry:
+    namespace: str
+    name: str
+    values: dict[str, Any]
+    fields: list[FieldEntry] = field(default_factory=list)
+
+
+@dataclass
+class CatalogFile:
+    subject_kinds: list[dict[str, str]] = field(default_factory=list)
+    retention_policies: list[dict[str, Any]] = field(default_factory=list)
+    datasets: list[DatasetEntry] = field(default_factory=list)
+
+
+def _mapping(value: Any, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise CatalogFileError(path, f"expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, path: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise CatalogFileError(path, f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _text(value: Any, path: str, required: bool = True) -> str:
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise CatalogFileError(path, "expected a non-empty string")
+    return value
+
+
+def _choice(value: Any, path: str, choices: list[str]) -> str:
+    if value is None or value == "":
+        return ""
+    if value not in choices:
+        raise CatalogFileError(path, f"{value!r} is not one of {', '.join(choices)}")
+    return str(value)
+
+
+def parse(text: str) -> CatalogFile:
+    """Parse and validate a catalog file; raises CatalogFileError naming the place at fault."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CatalogFileError("file", f"not valid YAML: {exc}") from exc
+    doc = _mapping(doc or {}, "file")
+    unknown = set(doc) - {"subjectKinds", "retentionPolicies", "datasets"}
+    if unknown:
+        raise CatalogFileError(sorted(unknown)[0], "unknown top-level key")
+    result = CatalogFile()
+    for i, item in enumerate(_list(doc.get("subjectKinds"), "subjectKinds")):
+        path = f"subjectKinds[{i}]"
+        item = _mapping(item, path)
+        result.subject_kinds.append(
+            {
+                "name": _text(item.get("name"), f"{path}.name"),
+                "description": _text(item.get("description"), f"{path}.description", False),
+            }
+        )
+    for i, item in enumerate(_list(doc.get("retentionPolicies"), "retentionPolicies")):
+        path = f"retentionPolicies[{i}]"
+        item = _mapping(item, path)
+        days = item.get("days")
+        if not isinstance(days, int) or isinstance(days, bool) or days < 0:
+            raise CatalogFileError(f"{path}.days", "expected a whole number of days ≥ 0")
+        action = _choice(item.get("action"), f"{path}.action", RetentionAction.values)
+        if not action:
+            raise CatalogFileError(f"{path}.action", "required")
+        result.retention_policies.append(
+            {
+                "name": _text(item.get("name"), f"{path}.name"),
+                "days": days,
+                "action": action,
+                "legal_basis": _text(item.get("legalBasis"), f"{path}.legalBasis", False),
+                "description": _text(item.get("description"), f"{path}.description", False),
+            }
+        )
+    known_kinds = {k["name"] for k in result.subject_kinds} | set(
+        SubjectKind.objects.values_list("name", flat=True)
+    )
+    known_policies = {p["name"] for p in result.retention_policies} | set(
+        RetentionPolicy.objects.values_list("name", flat=True)
+    )
+    for i, item in enumerate(_list(doc.get("datasets"), "datasets")):
+        result.datasets.append(_parse_dataset(item, f"datasets[{i}]", known_kinds, known_policies))
+    return result
+
+
+def _parse_dataset(
+    item: Any, path: str, known_kinds: set[str], known_policies: set[str]
+) -> DatasetEntry:
+    item = _mapping(item, path)
+    unknown = set(item) - DATASET_KEYS
+    if unknown:
+        raise CatalogFileError(f"{path}.{sorted(unknown)[0]}", "unknown key")
+    entry = DatasetEntry(
+        namespace=_text(item.get("namespace"), f"{path}.namespace"),
+        name=_text(item.get("name"), f"{path}.name"),
+        values={},
+    )
+    if "description" in item:
+        entry.values["description"] = _text(item["description"], f"{path}.description", False)
+    if "sensitivity" in item:
+        entry.values["sensitivity"] = _choice(
+            item["sensitivity"], f"{path}.sensitivity", Sensitivity.values
+        )
+    if "retentionPolicy" in item:
+        policy = item["retentionPolicy"]
+        if policy is not None and policy not in known_policies:
+            raise CatalogFileError(f"{path}.retentionPolicy", f"unknown policy {policy!r}")
+        entry.values["retention_policy"] = policy
+    if "owners" in item:
+        owners = []
+        for j, owner in enumerate(_list(item["owners"], f"{path}.owners")):
+            opath = f"{path}.owners[{j}]"
+            if isinstance(owner, str):
+                owner = {"name": owner}
+            owner = _mapping(owner, opath)
+            owners.append(
+                OwnerSpec(
+                    name=_text(owner.get("name"), f"{opath}.name"),
+                    type=_text(owner.get("type"), f"{opath}.type", False),
+                    kind=_choice(owner.get("kind"), f"{opath}.kind", OwnerKind.values)
+                    or OwnerKind.TEAM,
+                )
+            )
+        entry.values["owners"] = owners
+    if "tags" in item:
+        entry.values["tags"] = [
+            _text(t, f"{path}.tags[{j}]") for j, t in enumerate(_list(item["tags"], f"{path}.tags"))
+        ]
+    fields = item.get("fields") or {}
+    for name, values in _mapping(fields, f"{path}.fields").items():
+        fpath = f"{path}.fields.{name}"
+        values = _mapping(values or {}, fpath)
+        unknown = set(values) - FIELD_KEYS
+        if unknown:
+            raise CatalogFileError(f"{fpath}.{sorted(unknown)[0]}", "unknown key")
+        parsed: dict[str, Any] = {}
+        if "pii" in values:
+            parsed["pii_category"] = _choice(values["pii"], f"{fpath}.pii", PiiCategory.values)
+        if "subjectKind" in values:
+            kind = values["subjectKind"]
+            if kind is not None and kind not in known_kinds:
+                raise CatalogFileError(f"{fpath}.subjectKind", f"unknown subject kind {kind!r}")
+            parsed["subject_kind"] = kind
+        if "sensitivity" in values:
+            parsed["sensitivity"] = _choice(
+                values["sensitivity"], f"{fpath}.sensitivity", Sensitivity.values
+            )
+        if "description" in values:
+            parsed["description"] = _text(values["description"], f"{fpath}.description", False)
+        entry.fields.append(FieldEntry(name=str(name), values=parsed))
+    return entry
+
+
+@dataclass
+class ImportReport:
+    created: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created or self.changes)
+
+
+def apply(catalog: CatalogFile, actor: Actor | None = None) -> ImportReport:
+    """Apply a parsed catalog file in one transaction; returns what changed."""
+    actor = actor or Actor(name="catalog_import", source=ChangeSource.IMPORT)
+    report = ImportReport()
+    now = timezone.now()
+    with transaction.atomic():
+        for kind in catalog.subject_kinds:
+            obj, created = SubjectKind.objects.get_or_create(name=kind["name"])
+            if created:
+                report.created.append(f"subject kind {kind['name']}")
+            if kind["description"] and obj.description != kind["description"]:
+                obj.description = kind["description"]
+                obj.save(update_fields=["description"])
+        for p in catalog.retention_policies:
+            values = {
+                "duration": timedelta(days=p["days"]),
+                "action": p["action"],
+                "legal_basis": p["legal_basis"],
+                "description": p["description"],
+            }
+            policy, created = RetentionPolicy.objects.get_or_create(name=p["name"], defaults=values)
+            if created:
+                report.created.append(f"retention policy {p['name']}")
+            elif any(getattr(policy, k) != v for k, v in values.items()):
+                RetentionPolicy.objects.filter(pk=policy.pk).update(**values)
+                report.changes.append(f"retention policy {p['name']} updated")
+        for entry in catalog.datasets:
+            _apply_dataset(entry, actor, report, now)
+    return report
+
+
+def _apply_dataset(entry: DatasetEntry, actor: Actor, report: ImportReport, now: Any) -> None:
+    ns, _ = Namespace.objects.get_or_create(name=entry.namespace)
+    dataset, created = Dataset.objects.get_or_create(
+        namespace=ns, name=entry.name, defaults={"first_seen": now, "last_seen": now}
+    )
+    label = f"{entry.namespace}:{entry.name}"
+    if created:
+        report.created.append(f"dataset {label}")
+    values = dict(entry.values)
+    if "retention_policy" in values:
+        name = values["retention_policy"]
+        values["retention_policy"] = RetentionPolicy.objects.get(name=name) if name else None
+    for record in actions.update_dataset(dataset, values, actor, at=now):
+        report.changes.append(f"{label} {record.attribute}: {record.old!r} → {record.new!r}")
+    for fentry in entry.fields:
+        fobj, fcreated = DatasetField.objects.get_or_create(
+            dataset=dataset,
+            name=fentry.name,
+            defaults={"first_seen": now, "ordinal": dataset.fields.count()},
+        )
+        if fcreated:
+            report.created.append(f"field {label}:{fentry.name}")
+        fvalues = dict(fentry.values)
+        if "subject_kind" in fvalues:
+            kind = fvalues["subject_kind"]
+            fvalues["subject_kind"] = SubjectKind.objects.get(name=kind) if kind else None
+        for record in actions.update_field(fobj, fvalues, actor, at=now):
+            report.changes.append(
+                f"{label}:{fentry.name} {record.attribute}: {record.old!r} → {record.new!r}"
+            )
+
+
+def export() -> dict[str, Any]:
+    """The catalog's steward-maintained facts as a document ``parse`` accepts."""
+    doc: dict[str, Any] = {
+        "subjectKinds": [
+            {"name": k.name, **({"description": k.description} if k.description else {})}
+            for k in SubjectKind.objects.order_by("name")
+        ],
+        "retentionPolicies": [
+            {
+                "name": p.name,
+                "days": p.duration_days,
+                "action": p.action,
+                **({"legalBasis": p.legal_basis} if p.legal_basis else {}),
+                **({"description": p.description} if p.description else {}),
+            }
+            for p in RetentionPolicy.objects.order_by("name")
+        ],
+        "datasets": [],
+    }
+    datasets = (
+        Dataset.objects.select_related("namespace", "retention_policy")
+        .prefetch_related("ownerships__owner", "tags", "fields__subject_kind")
+        .order_by("namespace__name", "name")
+    )
+    for ds in datasets:
+        entry: dict[str, Any] = {"namespace": ds.namespace.name, "name": ds.name}
+        if ds.description:
+            entry["description"] = ds.description
+        owners = [
+            {"name": o.owner.name, **({"type": o.ownership_type} if o.ownership_type else {})}
+            for o in ds.ownerships.all()
+        ]
+        if owners:
+            entry["owners"] = owners
+        tags = sorted(t.name for t in ds.tags.all())
+        if tags:
+            entry["tags"] = tags
+        if ds.sensitivity:
+            entry["sensitivity"] = ds.sensitivity
+        if ds.retention_policy:
+            entry["retentionPolicy"] = ds.retention_policy.name
+        fields: dict[str, Any] = {}
+        # Propagated flags are derived from lineage; only declared ones are catalog code.
+        for f in ds.fields.all():
+            if f.flag_source != FlagSource.DECLARED:
+                continue
+            values: dict[str, Any] = {}
+            if f.pii_category:
+                values["pii"] = f.pii_category
+            if f.subject_kind:
+                values["subjectKind"] = f.subject_kind.name
+            if f.sensitivity:
+                values["sensitivity"] = f.sensitivity
+            if values:
+                fields[f.name] = values
+        if fields:
+            entry["fields"] = fields
+        if len(entry) > 2:
+            doc["datasets"].append(entry)
+    return doc
+
+
+def dump(doc: dict[str, Any]) -> str:
+    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100)

@@ -1,0 +1,117 @@
+"""Catalog as code: import is validated whole, idempotent and reports its changes."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+import yaml
+from django.core.management import CommandError, call_command
+
+from catalog.models import ChangeRecord, Dataset, DatasetField, RetentionPolicy
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+CATALOG = """
+subjectKinds:
+  - {name: customer, description: People who buy from us}
+retentionPolicies:
+  - {name: two-years, days: 730, action: delete, legalBasis: "GDPR 6(1)(b)"}
+datasets:
+  - namespace: postgres://shop-db:5432
+    name: shop.public.customers
+    description: All customers
+    owners: [{name: crm-team, type: DATA_OWNER}, web-team]
+    tags: [gold]
+    sensitivity: confidential
+    retentionPolicy: two-years
+    fields:
+      customer_id: {pii: identifier, subjectKind: customer}
+      email: {pii: email, subjectKind: customer}
+"""
+
+
+def run_import(tmp_path, text: str, *args: str) -> str:
+    path = tmp_path / "catalog.yaml"
+    path.write_text(text)
+    out = StringIO()
+    call_command("catalog_import", str(path), *args, stdout=out)
+    return out.getvalue()
+
+
+def test_it_imports_owners_flags_and_retention_with_history(tmp_path):
+    factories.dataset("postgres://shop-db:5432", "shop.public.customers")
+    output = run_import(tmp_path, CATALOG)
+    ds = Dataset.objects.get(name="shop.public.customers")
+    assert ds.retention_policy.name == "two-years"
+    assert sorted(o.owner.name for o in ds.ownerships.all()) == ["crm-team", "web-team"]
+    email = DatasetField.objects.get(dataset=ds, name="email")
+    assert (email.pii_category, email.subject_kind.name) == ("email", "customer")
+    assert ChangeRecord.objects.filter(source="import").count() == 9
+    assert "changed" in output
+
+
+def test_it_changes_nothing_on_a_second_import(tmp_path):
+    run_import(tmp_path, CATALOG)
+    before = ChangeRecord.objects.count()
+    output = run_import(tmp_path, CATALOG)
+    assert ChangeRecord.objects.count() == before
+    assert "nothing changed" in output
+
+
+def test_it_creates_datasets_the_file_declares_before_lineage_arrives(tmp_path):
+    run_import(tmp_path, CATALOG)
+    assert Dataset.objects.filter(name="shop.public.customers").exists()
+
+
+def test_it_round_trips_through_export(tmp_path):
+    run_import(tmp_path, CATALOG)
+    out = StringIO()
+    call_command("catalog_export", stdout=out)
+    exported = yaml.safe_load(out.getvalue())
+    assert exported["datasets"][0]["fields"]["email"] == {"pii": "email", "subjectKind": "customer"}
+    assert "nothing changed" in run_import(tmp_path, out.getvalue())
+
+
+def test_it_reports_without_writing_on_a_dry_run(tmp_path):
+    output = run_import(tmp_path, CATALOG, "--dry-run")
+    assert "would change" in output
+    assert not Dataset.objects.exists()
+    assert not RetentionPolicy.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (
+            "datasets: [{namespace: a, name: b, fields: {x: {pii: shoe}}}]",
+            "datasets[0].fields.x.pii",
+        ),
+        (
+            "datasets: [{namespace: a, name: b, retentionPolicy: forever}]",
+            "datasets[0].retentionPolicy",
+        ),
+        (
+            "datasets: [{namespace: a, name: b, fields: {x: {subjectKind: martian}}}]",
+            "datasets[0].fields.x.subjectKind",
+        ),
+        ("retentionPolicies: [{name: p, days: -1, action: delete}]", "retentionPolicies[0].days"),
+        ("datasets: [{name: b}]", "datasets[0].namespace"),
+        ("datasets: [{namespace: a, name: b, colour: red}]", "datasets[0].colour"),
+        ("datasets: {a: 1}", "datasets"),
+        ("datasets: [unclosed", "file"),
+    ],
+)
+def test_it_rejects_a_bad_file_naming_the_place_and_writes_nothing(tmp_path, text, where):
+    with pytest.raises(CommandError) as excinfo:
+        run_import(tmp_path, CATALOG.split("datasets:")[0] + text)
+    assert where in str(excinfo.value)
+    assert not Dataset.objects.exists()
+
+
+def test_it_applies_nothing_when_a_later_dataset_is_bad(tmp_path):
+    bad = CATALOG + "  - {namespace: x, name: y, fields: {f: {pii: nope}}}\n"
+    with pytest.raises(CommandError):
+        run_import(tmp_path, bad)
+    assert not Dataset.objects.exists()

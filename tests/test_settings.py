@@ -1,0 +1,71 @@
+"""Settings: embedded default, environment knobs, production checks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "DEBUG", "SECRET_KEY"}
+    }
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_it_passes_the_deploy_check_with_production_settings():
+    result = run_manage(
+        "check",
+        "--deploy",
+        DEBUG="false",
+        SECRET_KEY="x" * 64 + "-production-secret-key-value",
+        ALLOWED_HOSTS="lineage.example.com",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    # HSTS preload (W021) is an opt-in for the operator; every other security check passes.
+    security = [line for line in result.stderr.splitlines() if "security.W" in line]
+    assert [line for line in security if "W021" not in line] == []
+
+
+def test_it_refuses_to_start_without_a_secret_key_when_debug_is_off():
+    result = run_manage("check", DEBUG="false")
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set" in result.stderr
+
+
+def test_it_defaults_to_sqlite_and_in_process_tasks():
+    code = (
+        "from django.conf import settings;"
+        "print(settings.DATABASES['default']['ENGINE'], settings.CELERY_TASK_ALWAYS_EAGER)"
+    )
+    result = run_manage("shell", "--no-imports", "-c", code)
+    assert result.stdout.split() == ["django.db.backends.sqlite3", "True"], result.stderr
+
+
+def test_it_uses_postgres_and_a_broker_from_the_environment():
+    code = (
+        "from django.conf import settings;"
+        "print(settings.DATABASES['default']['ENGINE'], settings.CELERY_TASK_ALWAYS_EAGER)"
+    )
+    result = run_manage(
+        "shell",
+        "--no-imports",
+        "-c",
+        code,
+        DATABASE_URL="postgres://u@db.example:5432/lineage",
+        CELERY_BROKER_URL="redis://cache.example:6379/0",
+    )
+    assert result.stdout.split() == ["django.db.backends.postgresql", "False"], result.stderr
