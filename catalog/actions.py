@@ -152,7 +152,9 @@ def update_field(
     records: list[ChangeRecord | None] = []
     with transaction.atomic():
         field = (
-            DatasetField.objects.select_for_update().select_related("subject_kind").get(pk=field.pk)
+            DatasetField.objects.select_for_update(of=("self",))
+            .select_related("subject_kind", "dataset")
+            .get(pk=field.pk)
         )
         dataset = field.dataset
         for attribute in ("pii_category", "sensitivity", "description"):
