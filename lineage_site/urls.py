@@ -2,13 +2,20 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.http import HttpRequest, JsonResponse
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from catalog import urls as catalog_urls
 from graph import urls as graph_urls
 from ingest import urls as ingest_urls
 from privacy import urls as privacy_urls
+
+
+def api_not_found(request: HttpRequest) -> JsonResponse:
+    """Unknown API paths answer in the API's error shape, not with an HTML page."""
+    return JsonResponse({"error": f"No API endpoint at {request.path}", "field": None}, status=404)
+
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -29,4 +36,5 @@ urlpatterns = [
     path("", include(graph_urls.urlpatterns)),
     path("", include(privacy_urls.urlpatterns)),
     path("", include(catalog_urls.urlpatterns)),
+    re_path(r"^api/", api_not_found),
 ]
