@@ -43,6 +43,8 @@ class Job(models.Model):
         "Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     facets = models.JSONField(default=dict, blank=True)
+    # Event time of the newest event that set each facet, so late events do not win.
+    facet_times = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -78,6 +80,13 @@ class Run(models.Model):
     error_message = models.TextField(blank=True)
     error_stack = models.TextField(blank=True)
     facets = models.JSONField(default=dict, blank=True)
+    # Event time of the newest event that set each facet, so late events do not win.
+    facet_times = models.JSONField(default=dict, blank=True)
+    # The run's column mappings (union over its events), the input of column-edge validity:
+    # {"covered": [output dataset ids with a columnLineage facet],
+    #  "edges": [[source_field_id, target_dataset_id, target_field_id|null, type, subtype,
+    #             masking, description], ...]}
+    column_lineage = models.JSONField(default=dict, blank=True)
     # Set once the run's inputs/outputs have been applied to edge validity.
     edges_applied = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)

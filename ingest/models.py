@@ -39,14 +39,17 @@ class RawEvent(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
     received_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # When a task was last queued for it: the sweep re-queues only events queued long ago.
+    queued_at = models.DateTimeField(null=True, blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
-    processed_at = models.DateTimeField(null=True, blank=True)
+    processed_at = models.DateTimeField(null=True, blank=True, db_index=True)
 
     class Meta:
         ordering = ["-received_at", "-id"]
         indexes = [
             models.Index(fields=["state", "received_at"]),
             models.Index(fields=["job_namespace", "job_name", "event_time"]),
+            models.Index(fields=["state", "claimed_at"]),
         ]
         permissions = [
             ("post_lineage", "Can post OpenLineage events"),
@@ -55,3 +58,7 @@ class RawEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.event_type} {self.fingerprint[:12]}"
+
+    @property
+    def job_label(self) -> str:
+        return f"{self.job_namespace}:{self.job_name}" if self.job_name else ""
