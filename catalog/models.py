@@ -163,6 +163,9 @@ class Dataset(models.Model):
     first_seen = models.DateTimeField(default=timezone.now)
     last_seen = models.DateTimeField(default=timezone.now)
     dropped_at = models.DateTimeField(null=True, blank=True)
+    # Latest value and event time of each OpenLineage facet that lineage sets here
+    # ({"documentation": {"at": iso, "value": …}, …}), so late events never win.
+    lineage_facets = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
