@@ -1,0 +1,212 @@
+"""Runs the demo lakehouse over several simulated days, emitting OpenLineage for every job."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from datetime import time as day_time
+from pathlib import Path
+from typing import Any
+
+from openlineage.client.transport.transport import Transport
+
+from pipelines.demo import data
+from pipelines.demo.jobs import JOBS, OWNERS, SQL_USER, DemoDay, DemoJob
+from pipelines.lineage import DatasetId, EmitterConfig, LineageEmitter, SimulatedClock
+
+log = logging.getLogger(__name__)
+
+JOB_NAMESPACE = "lakehouse-demo"
+PARENT_JOB = "lakehouse.daily"
+DEFAULT_DATA_DIR = "data/lakehouse"
+DEFAULT_DAYS = 4
+DAY_STARTS_AT = day_time(2, 0)  # the nightly batch
+SQL_LOG = "sql_logs/spark_sql_queries.jsonl"
+SPOOL = "lineage-spool.ndjson"
+CATALOG_TEMPLATE = Path(__file__).with_name("catalog.yaml")
+SCHEMAS = ("staging", "marts", "reports")
+
+
+@dataclass
+class DemoSummary:
+    """What a demo run did, as printed at the end (and used by the benchmark)."""
+
+    data_dir: str
+    days: list[str] = field(default_factory=list)
+    jobs_run: int = 0
+    events_sent: int = 0
+    events_spooled: int = 0
+    spool_path: str = ""
+    sql_log_path: str = ""
+    catalog_path: str = ""
+    seconds: float = 0.0
+
+
+def owner_lookup(root: str) -> Any:
+    """Return a function giving the owners of a lakehouse dataset (by its path under root)."""
+    prefix = root.rstrip("/") + "/"
+
+    def owners(dataset: DatasetId) -> list[str]:
+        if dataset.namespace != "file" or not dataset.name.startswith(prefix):
+            return []
+        return OWNERS.get(dataset.name[len(prefix) :], [])
+
+    return owners
+
+
+def day_start(day_number: int) -> datetime:
+    """Return when the nightly batch of a simulated day starts (UTC)."""
+    return datetime.combine(data.simulated_day(day_number), DAY_STARTS_AT, tzinfo=UTC)
+
+
+def run_demo(
+    spark: Any,
+    data_dir: str,
+    *,
+    lineage_url: str | None = None,
+    api_key: str | None = None,
+    days: Sequence[int] = tuple(range(1, DEFAULT_DAYS + 1)),
+    seed: int = data.DEFAULT_SEED,
+    job_namespace: str = JOB_NAMESPACE,
+    inner_transport: Transport | None = None,
+    retries: int = 3,
+    backoff: float = 0.5,
+) -> DemoSummary:
+    """Run the demo's jobs for each simulated day in ``days``; return a summary.
+
+    Outputs are rewritten from scratch, run ids and event times are deterministic, so running
+    it again sends the same events (which the app de-duplicates).
+    """
+    started = time.monotonic()
+    root = str(Path(data_dir).resolve())
+    Path(root).mkdir(parents=True, exist_ok=True)
+    sql_log = Path(root, SQL_LOG)
+    sql_log.unlink(missing_ok=True)
+    config = EmitterConfig(
+        url=lineage_url,
+        api_key=api_key,
+        job_namespace=job_namespace,
+        spool_path=str(Path(root, SPOOL)),
+        sql_log_path=str(sql_log),
+        sql_user=SQL_USER,
+        retries=retries,
+        backoff=backoff,
+    )
+    emitter = LineageEmitter(
+        spark, config, owners=owner_lookup(root), inner_transport=inner_transport
+    )
+    summary = DemoSummary(
+        data_dir=root,
+        spool_path=config.spool_path,
+        sql_log_path=str(sql_log),
+        catalog_path=write_catalog(root),
+    )
+    for schema in SCHEMAS:
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {schema}")
+    try:
+        for day_number in days:
+            summary.jobs_run += run_day(spark, emitter, root, day_number, seed)
+            summary.days.append(data.simulated_day(day_number).isoformat())
+    finally:
+        emitter.close()
+    summary.events_sent = emitter.transport.stats.sent
+    summary.events_spooled = emitter.transport.stats.spooled
+    summary.seconds = round(time.monotonic() - started, 2)
+    return summary
+
+
+def run_day(spark: Any, emitter: LineageEmitter, root: str, day_number: int, seed: int) -> int:
+    """Run one simulated day under a parent run; return how many jobs ran."""
+    start = day_start(day_number)
+    emitter.clock = SimulatedClock(start, step=timedelta(seconds=20))
+    run_key = data.simulated_day(day_number).isoformat()
+    ran = 0
+    with emitter.job(
+        PARENT_JOB,
+        run_key=run_key,
+        owners=["team:data-platform"],
+        description="Nightly lakehouse batch",
+        nominal_time=start,
+    ) as parent:
+        parent.start()
+        ctx = DemoDay(spark, emitter, root, day_number, seed, parent=parent.ref)
+        for job in JOBS:
+            if job.runs_on(day_number):
+                run_job(ctx, job, run_key)
+                ran += 1
+    return ran
+
+
+def run_job(ctx: DemoDay, job: DemoJob, run_key: str) -> None:
+    """Run one job of the demo inside its OpenLineage run."""
+    log.info("day %s: %s", run_key, job.name)
+    with ctx.emitter.job(
+        job.name,
+        run_key=run_key,
+        parent=ctx.parent,
+        owners=job.owners,
+        description=job.description,
+        nominal_time=day_start(ctx.day_number),
+    ) as run:
+        job.run(ctx, run)
+
+
+def write_catalog(root: str) -> str:
+    """Write the demo's catalog file (owners, PII, retention) with this lakehouse's paths."""
+    text = CATALOG_TEMPLATE.read_text(encoding="utf-8").replace("{lakehouse}", root)
+    target = Path(root, "catalog.yaml")
+    target.write_text(text, encoding="utf-8")
+    return str(target)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.demo",
+        description="Run the demo lakehouse on Spark and send its OpenLineage to the app.",
+    )
+    parser.add_argument("--lineage-url", help="app base URL (events go to URL/api/v1/lineage)")
+    parser.add_argument("--api-key", help="producer token (Authorization: Bearer …)")
+    parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="lakehouse folder")
+    parser.add_argument("--days", type=int, default=DEFAULT_DAYS, help="simulated days to run")
+    parser.add_argument("--seed", type=int, default=data.DEFAULT_SEED)
+    parser.add_argument("--master", help="Spark master (default: $SPARK_MASTER or local[*])")
+    parser.add_argument("--job-namespace", default=JOB_NAMESPACE)
+    parser.add_argument("--retries", type=int, default=3, help="delivery retries per event")
+    parser.add_argument("--verbose", action="store_true")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m pipelines.demo`` and ``spark-submit pipelines/demo/__main__.py``."""
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from pipelines.spark import get_spark
+
+    root = Path(args.data_dir).resolve()
+    spark = get_spark(
+        "lineage-explorer-demo",
+        master=args.master,
+        conf={"spark.sql.warehouse.dir": str(root / "_spark_warehouse")},
+    )
+    api_key = args.api_key or os.environ.get("LINEAGE_API_KEY")
+    summary = run_demo(
+        spark,
+        str(root),
+        lineage_url=args.lineage_url,
+        api_key=api_key,
+        days=range(1, args.days + 1),
+        seed=args.seed,
+        job_namespace=args.job_namespace,
+        retries=args.retries,
+    )
+    print(json.dumps(summary.__dict__, sort_keys=True))
+    return 0
