@@ -1,0 +1,111 @@
+"""Literal-insensitive fingerprints of SQL text.
+
+Scheduled statements differ only in literals (dates, ids, IN-lists) and
+whitespace; they share a fingerprint, so a log of millions of lines parses
+only its few thousand distinct statements. Normalisation is a handful of
+C-level regular-expression passes, never a parse.
+
+The normalisation must never make two statements with different lineage
+look alike. It only touches literals, comments, whitespace, the length of
+IN-lists and of VALUES row lists, and (for dialects whose unquoted
+identifiers are case-insensitive) case outside quoted identifiers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from functools import lru_cache
+
+from ingest.sql.dialects import DialectSpec
+
+_NUMBER = r"(?<![\w$.])(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?(?![\w$])"
+_COMMENTS = r"--[^\n]*|/\*.*?\*/"
+_DOLLAR = r"\$(?P<tag>[A-Za-z_]*)\$.*?\$(?P=tag)\$"
+
+
+@lru_cache(maxsize=16)
+def _token_pattern(backslash_escapes: bool, double_quoted_strings: bool) -> re.Pattern[str]:
+    sq = (
+        r"'(?:[^'\\]|''|\\.)*'" if backslash_escapes else r"[eE]'(?:[^'\\]|''|\\.)*'|'(?:[^']|'')*'"
+    )
+    dq = r'"(?:[^"\\]|""|\\.)*"'
+    literal = f"{sq}|{dq}" if double_quoted_strings else sq
+    # Quoted identifiers are matched (and kept) so literal rules never look inside them.
+    identifiers = r"`(?:[^`]|``)*`" + ("" if double_quoted_strings else r'|"(?:[^"]|"")*"')
+    return re.compile(
+        rf"(?P<lit>{literal}|{_DOLLAR}|{_NUMBER})|(?P<ident>{identifiers})"
+        rf"|(?P<comment>{_COMMENTS})|(?P<ws>\s+)",
+        re.S,
+    )
+
+
+_IN_LIST = re.compile(r"(?i)\bin\s*\(\s*\?(?:\s*,\s*\?)*\s*\)")
+_VALUES_ROWS = re.compile(r"(?i)\bvalues\s*(\([^()]*\))(?:\s*,\s*\([^()]*\))+")
+_QUOTED_IDENT = re.compile(r'`(?:[^`]|``)*`|"(?:[^"]|"")*"')
+# A string literal right after AS is an alias in MySQL / BigQuery, not data.
+_AS_ALIAS = re.compile(r"(?i)\bas\s*$")
+
+
+def _uses_backslash_escapes(spec: DialectSpec) -> bool:
+    return spec.name in {"mysql", "bigquery", "spark", "hive", "snowflake", "redshift"}
+
+
+def normalize(sql: str, spec: DialectSpec) -> str:
+    """Return ``sql`` with literals as ``?``, comments dropped, whitespace collapsed."""
+    pattern = _token_pattern(_uses_backslash_escapes(spec), spec.double_quoted_strings)
+    out: list[str] = []
+    append = out.append
+    pos = 0
+    for m in pattern.finditer(sql):
+        start = m.start()
+        if start > pos:
+            append(sql[pos:start])
+        kind = m.lastgroup
+        if kind == "lit" or kind == "tag":
+            text = m.group(0)
+            if text[0] in "'\"" and _AS_ALIAS.search(sql, max(0, start - 8), start):
+                append(text)
+            else:
+                append("?")
+        elif kind == "ident":
+            append(m.group(0))
+        else:
+            # whitespace and comments both separate tokens
+            append(" ")
+        pos = m.end()
+    append(sql[pos:])
+    text = "".join(out).strip().rstrip(";").strip()
+    if "?" in text:
+        text = _IN_LIST.sub("in (?)", text)
+        text = _VALUES_ROWS.sub(r"values \1", text)
+    if spec.case_insensitive:
+        text = _fold_case(text)
+    return text
+
+
+def _fold_case(text: str) -> str:
+    if '"' not in text and "`" not in text:
+        return text.lower()
+    parts: list[str] = []
+    pos = 0
+    for m in _QUOTED_IDENT.finditer(text):
+        parts.append(text[pos : m.start()].lower())
+        parts.append(m.group(0))
+        pos = m.end()
+    parts.append(text[pos:].lower())
+    return "".join(parts)
+
+
+def digest(*parts: str) -> str:
+    """Return a short stable hex digest of the given strings."""
+    h = hashlib.blake2b(digest_size=12)
+    for part in parts:
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def fingerprint(sql: str, spec: DialectSpec) -> str:
+    """Return the fingerprint of ``sql``: equal for statements differing only in literals."""
+    return digest(spec.name, normalize(sql, spec))
