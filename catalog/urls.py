@@ -39,4 +39,9 @@ urlpatterns = [
     path("datasets/", views.dataset_list, name="dataset-list"),
     # ?namespace=…&name=…: both may hold slashes and colons.
     path("datasets/show", views.dataset_detail, name="dataset-detail"),
+    path("datasets/edit", views.dataset_edit, name="dataset-edit"),
+    path("datasets/field", views.field_edit, name="field-edit"),
+    path("datasets/history", views.dataset_history, name="dataset-history"),
+    path("datasets/schema", views.schema_compare, name="schema-compare"),
+    path("stewardship/", views.stewardship, name="stewardship"),
 ]

@@ -1,0 +1,554 @@
+"""Graph pages: search, job and run pages, the graph explorer and its data,
+impact with exports, and the lineage fragments that catalog pages load.
+
+Every page keeps its state (node, level, direction, depth, asOf, compare) in
+the query string so a link can be shared. Reads of the graph go through
+``graph.page_data`` (the page-side shapes built on the graph queries).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib.auth.decorators import login_required, permission_required
+from django.core.paginator import Paginator
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from catalog import auth
+from catalog.errors import ApiError
+from catalog.models import Dataset, DatasetField, Namespace, RetentionPolicy
+from catalog.params import choice_param, int_param, optional_instant
+from graph import page_data as data
+from graph.models import Job, Run, RunDataset, TableEdge
+
+read_required = permission_required(auth.READ_LINEAGE, raise_exception=True)
+
+SEARCH_LIMIT = 25
+MAX_DEPTH = 20
+DEFAULT_NODE_LIMIT = 2000
+KIND_CHOICES = [
+    ("all", "everything"),
+    ("datasets", "datasets"),
+    ("jobs", "jobs"),
+    ("columns", "columns"),
+    ("owners", "owners"),
+    ("tags", "tags"),
+]
+
+
+class PageError(Exception):
+    """Bad page input: shown to the user on the page with its status, never a 500."""
+
+    def __init__(self, message: str, param: str = "", status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.status = status
+
+
+def _error_page(request: HttpRequest, error: PageError) -> HttpResponse:
+    return render(
+        request,
+        "graph/error.html",
+        {"message": error.message, "param": error.param},
+        status=error.status,
+    )
+
+
+def _instant(params: Any, name: str) -> datetime | None:
+    try:
+        return optional_instant(params, name)
+    except ApiError as exc:
+        raise PageError(exc.message, name) from exc
+
+
+def _iso(value: datetime | None) -> str:
+    return value.isoformat().replace("+00:00", "Z") if value else ""
+
+
+def dataset_page_url(namespace: str, name: str) -> str:
+    return f"{reverse('dataset-detail')}?{urlencode({'namespace': namespace, 'name': name})}"
+
+
+def job_page_url(namespace: str, name: str) -> str:
+    return f"{reverse('job-detail')}?{urlencode({'namespace': namespace, 'name': name})}"
+
+
+@dataclass
+class ViewState:
+    """The explorer's and impact view's state, as it travels in the query string."""
+
+    node: data.NodeRef
+    level: str
+    direction: str
+    depth: int
+    as_of: datetime | None
+    compare: datetime | None
+    limit: int
+
+    def query(self, **override: Any) -> str:
+        values: dict[str, Any] = {
+            "node": self.node.id,
+            "level": self.level,
+            "direction": self.direction,
+            "depth": self.depth,
+            "asOf": _iso(self.as_of),
+            "compare": _iso(self.compare),
+        }
+        values.update(override)
+        return urlencode({k: v for k, v in values.items() if v not in ("", None)})
+
+
+def parse_state(params: Any, default_depth: int = 3, default_direction: str = "both") -> ViewState:
+    """Read node, level, direction, depth, asOf, compare and limit; PageError on bad input."""
+    raw = (params.get("node") or "").strip()
+    if not raw:
+        raise PageError("Choose a dataset, job or column to start from.", "node")
+    try:
+        node = data.resolve_node(raw)
+        level = choice_param(
+            params, "level", "column" if node.kind == "field" else "table", ("table", "column")
+        )
+        direction = choice_param(
+            params, "direction", default_direction, ("upstream", "downstream", "both")
+        )
+        depth = int_param(params, "depth", default_depth, 1, MAX_DEPTH)
+        limit = int_param(params, "limit", DEFAULT_NODE_LIMIT, 10, 10_000)
+    except ApiError as exc:
+        raise PageError(exc.message, exc.field or "", exc.status_code) from exc
+    except data.NodeNotFound as exc:
+        raise PageError(str(exc), "node", 404) from exc
+    if level == "table" and node.kind == "field":
+        node = node.dataset_ref()
+    return ViewState(
+        node=node,
+        level=level,
+        direction=direction,
+        depth=depth,
+        as_of=_instant(params, "asOf"),
+        compare=_instant(params, "compare"),
+        limit=limit,
+    )
+
+
+# --- search ----------------------------------------------------------------
+
+
+def _filtered_datasets(params: Any) -> QuerySet[Dataset]:
+    qs = Dataset.objects.filter(is_hidden=False)
+    if params.get("namespace"):
+        qs = qs.filter(namespace__name=params["namespace"])
+    if params.get("platform"):
+        qs = qs.filter(platform=params["platform"])
+    owner = params.get("owner") or ""
+    if owner == "-":
+        qs = qs.filter(ownerships__isnull=True)
+    elif owner:
+        qs = qs.filter(ownerships__owner__name=owner)
+    retention = params.get("retention") or ""
+    if retention == "-":
+        qs = qs.filter(retention_policy__isnull=True)
+    elif retention:
+        qs = qs.filter(retention_policy__name=retention)
+    if params.get("pii") == "1":
+        qs = qs.filter(
+            Exists(
+                DatasetField.objects.filter(
+                    Q(pii_category__gt="") | Q(subject_kind__isnull=False),
+                    dataset=OuterRef("pk"),
+                    removed_at__isnull=True,
+                )
+            )
+        )
+    return qs
+
+
+def _has_filters(params: Any) -> bool:
+    return any(params.get(k) for k in ("namespace", "platform", "owner", "retention", "pii"))
+
+
+def _has_dataset_filters(params: Any) -> bool:
+    """Filters that only datasets (and their columns) have: jobs, owners and tags drop out."""
+    return any(params.get(k) for k in ("platform", "owner", "retention", "pii"))
+
+
+@login_required
+@read_required
+@require_GET
+def search(request: HttpRequest) -> HttpResponse:
+    """Datasets, jobs, columns, owners and tags matching ``q``, best matches first."""
+    params = request.GET
+    q = (params.get("q") or "").strip()[:200]
+    kind = params.get("kind") or "all"
+    if kind not in dict(KIND_CHOICES):
+        kind = "all"
+    results = data.SearchResults()
+    if q or _has_filters(params):
+        datasets = _filtered_datasets(params)
+        results = data.search(
+            q,
+            datasets,
+            kinds=("datasets", "jobs", "columns", "owners", "tags") if kind == "all" else (kind,),
+            namespace=params.get("namespace") or None,
+            limit=SEARCH_LIMIT,
+            filtered=_has_dataset_filters(params),
+            pii_only=params.get("pii") == "1",
+        )
+    return render(
+        request,
+        "graph/search.html",
+        {
+            "q": q,
+            "kind": kind,
+            "kind_choices": KIND_CHOICES,
+            "has_filters": _has_filters(params),
+            "filters": params,
+            "results": results,
+            "namespaces": Namespace.objects.order_by("name").values_list("name", flat=True)[:500],
+            "platforms": Dataset.objects.exclude(platform="")
+            .order_by("platform")
+            .values_list("platform", flat=True)
+            .distinct()[:100],
+            "policies": RetentionPolicy.objects.order_by("name").values_list("name", flat=True),
+            "nav": "search",
+            "list_query": urlencode(
+                [(k, v) for k, v in params.items() if k in data.LIST_FILTERS and v]
+            ),
+        },
+    )
+
+
+@login_required
+@read_required
+@require_GET
+def suggest(request: HttpRequest) -> HttpResponse:
+    """A short list of the best matches for the search box, as an HTML fragment."""
+    q = (request.GET.get("q") or "").strip()[:200]
+    results = data.SearchResults()
+    if len(q) >= 2:
+        results = data.search(
+            q,
+            Dataset.objects.filter(is_hidden=False),
+            kinds=("datasets", "jobs", "columns"),
+            limit=6,
+        )
+    return render(request, "graph/_suggest.html", {"q": q, "results": results})
+
+
+# --- job and run pages -----------------------------------------------------
+
+
+@dataclass
+class IntervalRow:
+    edge: TableEdge
+    left: float
+    width: float
+
+
+def interval_rows(edges: list[TableEdge], now: datetime) -> list[IntervalRow]:
+    """Each edge with its validity drawn as a bar: left offset and width in % of the span."""
+    if not edges:
+        return []
+    start = min(e.valid_from for e in edges)
+    span = max((now - start).total_seconds(), 1.0)
+    rows = []
+    for e in edges:
+        end = e.valid_to or now
+        left = (e.valid_from - start).total_seconds() / span * 100
+        width = max((end - e.valid_from).total_seconds() / span * 100, 0.8)
+        rows.append(IntervalRow(e, round(left, 2), round(min(width, 100 - left), 2)))
+    return rows
+
+
+@login_required
+@read_required
+@require_GET
+def job_detail(request: HttpRequest) -> HttpResponse:
+    job = (
+        Job.objects.select_related("namespace", "latest_run", "parent__namespace")
+        .filter(namespace__name=request.GET.get("namespace", ""), name=request.GET.get("name", ""))
+        .first()
+    )
+    if job is None:
+        raise Http404("No such job")
+    runs = Paginator(job.runs.order_by("-created_at"), 50).get_page(request.GET.get("page"))
+    edges = list(
+        job.edges.select_related("dataset__namespace").order_by(
+            "direction", "dataset__name", "valid_from"
+        )
+    )
+    rows = interval_rows(edges, timezone.now())
+    state_counts = dict(job.runs.values_list("state").annotate(n=Count("id")).order_by())
+    return render(
+        request,
+        "graph/job_detail.html",
+        {
+            "job": job,
+            "runs": runs,
+            "io_sections": [
+                ("Inputs", [r for r in rows if r.edge.direction == "in"]),
+                ("Outputs", [r for r in rows if r.edge.direction == "out"]),
+            ],
+            "state_counts": state_counts,
+            "span_start": min((e.valid_from for e in edges), default=None),
+            "nav": "search",
+        },
+    )
+
+
+@login_required
+@read_required
+@require_GET
+def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    run = get_object_or_404(
+        Run.objects.select_related("job__namespace", "parent__job"), run_uuid=run_id
+    )
+    io_rows = list(
+        run.io.select_related("dataset__namespace", "dataset_version").order_by(
+            "direction", "dataset__name"
+        )
+    )
+    return render(
+        request,
+        "graph/run_detail.html",
+        {
+            "run": run,
+            "io_sections": [
+                ("Read", [r for r in io_rows if r.direction == "in"]),
+                ("Wrote", [r for r in io_rows if r.direction == "out"]),
+            ],
+            "facets_json": json.dumps(run.facets, indent=2, sort_keys=True)[:200_000],
+            "children": run.children.select_related("job").order_by("started_at")[:50],
+            "nav": "search",
+        },
+    )
+
+
+# --- explorer --------------------------------------------------------------
+
+
+@login_required
+@read_required
+@require_GET
+def explorer(request: HttpRequest) -> HttpResponse:
+    """The interactive graph page; the drawing itself is fetched from ``explorer_json``."""
+    context: dict[str, Any] = {
+        "nav": "graph",
+        "state": None,
+        "error": None,
+        "node_value": request.GET.get("node", ""),
+    }
+    if request.GET.get("node"):
+        try:
+            state = parse_state(request.GET)
+        except PageError as exc:
+            context["error"] = exc
+            return render(request, "graph/explorer.html", context, status=exc.status)
+        context.update(
+            state=state,
+            node_value=state.node.id,
+            node_label=state.node.label,
+            node_page=_node_page(state.node),
+            config={
+                "dataUrl": reverse("graph-data"),
+                "pageUrl": reverse("graph-explorer"),
+                "impactUrl": reverse("impact"),
+                "node": state.node.id,
+                "level": state.level,
+                "direction": state.direction,
+                "depth": state.depth,
+                "asOf": _iso(state.as_of),
+                "compare": _iso(state.compare),
+                "focus": request.GET.get("focus", ""),
+                "limit": state.limit,
+            },
+        )
+    return render(request, "graph/explorer.html", context)
+
+
+def _node_page(node: data.NodeRef) -> str:
+    if node.kind == "job":
+        return job_page_url(node.namespace, node.name)
+    return dataset_page_url(node.namespace, node.name)
+
+
+def _json_error(error: PageError) -> JsonResponse:
+    return JsonResponse({"error": error.message, "field": error.param}, status=error.status)
+
+
+@login_required
+@read_required
+@require_GET
+def explorer_json(request: HttpRequest) -> JsonResponse:
+    """The graph around a node as the page draws it: nodes, edges, hidden counts, instants."""
+    try:
+        state = parse_state(request.GET)
+    except PageError as exc:
+        return _json_error(exc)
+    graph = data.build_view(
+        state.node,
+        level=state.level,
+        direction=state.direction,
+        depth=state.depth,
+        as_of=state.as_of,
+        compare=state.compare,
+        limit=state.limit,
+    )
+    return JsonResponse(graph)
+
+
+# --- impact ----------------------------------------------------------------
+
+
+@login_required
+@read_required
+@require_GET
+def impact(request: HttpRequest) -> HttpResponse:
+    """Everything downstream of a node, grouped by distance, with owners, PII and retention."""
+    if not request.GET.get("node"):
+        return render(request, "graph/impact.html", {"report": None, "nav": "graph"})
+    try:
+        state = parse_state(request.GET, default_depth=MAX_DEPTH, default_direction="downstream")
+    except PageError as exc:
+        return _error_page(request, exc)
+    report = data.impact(state.node, depth=state.depth, as_of=state.as_of, level=state.level)
+    return render(
+        request,
+        "graph/impact.html",
+        {
+            "state": state,
+            "report": report,
+            "node_page": _node_page(state.node),
+            "export_query": state.query(direction="downstream"),
+            "graph_query": state.query(direction="downstream"),
+            "nav": "graph",
+        },
+    )
+
+
+@login_required
+@read_required
+@require_GET
+def impact_export(request: HttpRequest) -> HttpResponse:
+    """The impact report as CSV (``format=csv``) or a Mermaid flowchart (``format=mermaid``)."""
+    try:
+        state = parse_state(request.GET, default_depth=MAX_DEPTH, default_direction="downstream")
+        fmt = choice_param(request.GET, "format", "csv", ("csv", "mermaid"))
+    except ApiError as exc:
+        return _json_error(PageError(exc.message, exc.field or ""))
+    except PageError as exc:
+        return _json_error(exc)
+    report = data.impact(state.node, depth=state.depth, as_of=state.as_of, level=state.level)
+    stem = state.node.name.replace("/", "_").replace(":", "_")[:80] or "impact"
+    if fmt == "mermaid":
+        response = HttpResponse(
+            data.impact_mermaid(report), content_type="text/plain; charset=utf-8"
+        )
+        response["Content-Disposition"] = f'attachment; filename="impact-{stem}.mmd"'
+        return response
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(
+        [
+            "distance",
+            "namespace",
+            "name",
+            "owners",
+            "pii_fields",
+            "subject_fields",
+            "retention_policy",
+            "retention_days",
+            "via_jobs",
+        ]
+    )
+    for row in report.rows:
+        writer.writerow(
+            [
+                row.distance,
+                row.namespace,
+                row.name,
+                "; ".join(row.owners),
+                "; ".join(row.pii_fields),
+                "; ".join(row.subject_fields),
+                row.retention or "",
+                row.retention_days if row.retention_days is not None else "",
+                "; ".join(row.via_jobs),
+            ]
+        )
+    response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="impact-{stem}.csv"'
+    return response
+
+
+# --- fragments for catalog pages ------------------------------------------
+
+
+def _dataset_from_params(params: Any) -> Dataset:
+    dataset = (
+        Dataset.objects.select_related("namespace")
+        .filter(namespace__name=params.get("namespace", ""), name=params.get("name", ""))
+        .first()
+    )
+    if dataset is None:
+        raise Http404("No such dataset")
+    return dataset
+
+
+@login_required
+@read_required
+@require_GET
+def dataset_lineage_fragment(request: HttpRequest) -> HttpResponse:
+    """Producers, consumers and the datasets one job away, plus reach counts."""
+    dataset = _dataset_from_params(request.GET)
+    try:
+        as_of = _instant(request.GET, "asOf")
+    except PageError:
+        as_of = None
+    summary = data.lineage_summary(dataset, as_of=as_of)
+    return render(
+        request,
+        "graph/_dataset_lineage.html",
+        {"dataset": dataset, "summary": summary, "as_of": _iso(as_of)},
+    )
+
+
+@login_required
+@read_required
+@require_GET
+def dataset_runs_fragment(request: HttpRequest) -> HttpResponse:
+    """The latest runs that wrote and read the dataset."""
+    dataset = _dataset_from_params(request.GET)
+    recent: dict[str, list[RunDataset]] = defaultdict(list)
+    for direction in ("out", "in"):
+        recent[direction] = list(
+            RunDataset.objects.filter(dataset=dataset, direction=direction)
+            .select_related("run__job__namespace")
+            .order_by("-event_time")[:15]
+        )
+    return render(
+        request,
+        "graph/_dataset_runs.html",
+        {"sections": [("Written by", recent["out"]), ("Read by", recent["in"])]},
+    )
+
+
+@login_required
+@read_required
+@require_GET
+def orphans_fragment(request: HttpRequest) -> HttpResponse:
+    """Active datasets that no current job reads (written once, never consumed)."""
+    orphans, total = data.orphans(limit=50)
+    return render(request, "graph/_orphans.html", {"orphans": orphans, "total": total})

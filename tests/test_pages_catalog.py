@@ -1,0 +1,281 @@
+"""Catalog pages: overview, dataset list, dataset page, steward edits in place, stewardship."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import pytest
+from django.test import Client
+
+from catalog.models import ChangeRecord, DatasetField, FlagSource
+from catalog.views import schema_diff, version_rows
+from tests import page_builders as pb
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def shop():
+    return pb.build_shop()
+
+
+def client_for(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def q(**params: str) -> str:
+    return urlencode(params)
+
+
+def ds_params(ds, **extra: str) -> str:
+    return q(namespace=ds.namespace.name, name=ds.name, **extra)
+
+
+PAGES = [
+    "/",
+    "/datasets/",
+    "/datasets/?pii=1&retention=-",
+    "/stewardship/",
+]
+
+
+@pytest.mark.parametrize("url", PAGES)
+def test_it_renders_each_catalog_page_for_a_viewer(shop, viewer, url):
+    response = client_for(viewer).get(url)
+    assert response.status_code == 200
+    assert b"Lineage Explorer" in response.content
+
+
+@pytest.mark.parametrize("url", [*PAGES, "/datasets/show?namespace=x&name=y"])
+def test_it_sends_anonymous_visitors_to_sign_in(url):
+    response = Client().get(url)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/")
+
+
+def test_it_forbids_a_producer_to_read_pages(shop, producer):
+    assert client_for(producer).get("/datasets/").status_code == 403
+
+
+def test_it_shows_a_dataset_with_owners_retention_and_field_badges(shop, viewer):
+    response = client_for(viewer).get(f"/datasets/show?{ds_params(shop.customers)}")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Every customer who ever signed up" in html
+    assert "CRM team" in html
+    assert "two-years" in html
+    assert "identifies customer" in html
+    assert "PII · Email address" in html
+    # Schema history with the diff between the two versions.
+    assert "phone" in html and "diff-removed" in html
+    assert "int → bigint" in html
+    # The change history.
+    assert "email.pii_category" in html
+
+
+def test_it_marks_propagated_flags_apart_from_declared_ones(shop, viewer):
+    html = client_for(viewer).get(f"/datasets/show?{ds_params(shop.raw)}").content.decode()
+    assert "badge-propagated" in html
+    assert "propagated along lineage" in html
+
+
+def test_it_shows_no_edit_controls_to_a_viewer(shop, viewer):
+    html = client_for(viewer).get(f"/datasets/show?{ds_params(shop.customers)}").content.decode()
+    assert "data-edit" not in html.replace("data-editable", "")
+    assert "/datasets/edit" not in html
+
+
+def test_it_shows_edit_controls_to_a_steward(shop, steward):
+    html = client_for(steward).get(f"/datasets/show?{ds_params(shop.customers)}").content.decode()
+    assert "/datasets/edit?" in html
+    assert "/datasets/field?" in html
+
+
+def test_it_answers_404_for_an_unknown_dataset(viewer):
+    response = client_for(viewer).get("/datasets/show?namespace=nope&name=nothing")
+    assert response.status_code == 404
+
+
+def test_it_pins_the_dataset_page_query_count(shop, viewer, django_assert_max_num_queries):
+    client = client_for(viewer)
+    client.get("/")  # warm the session
+    with django_assert_max_num_queries(16):
+        response = client.get(f"/datasets/show?{ds_params(shop.customers)}")
+    assert response.status_code == 200
+
+
+def test_it_shows_the_dataset_as_of_a_past_instant(shop, steward, viewer):
+    client = client_for(steward)
+    client.post(
+        f"/datasets/edit?{ds_params(shop.customers)}",
+        {
+            "description": "Changed later",
+            "owners": "crm-team (DATA_OWNER)",
+            "tags": "gold",
+            "sensitivity": "confidential",
+            "retention_policy": shop.retention.pk,
+        },
+    )
+    html = (
+        client_for(viewer)
+        .get(f"/datasets/show?{ds_params(shop.customers, asOf='2025-01-15T00:00:00Z')}")
+        .content.decode()
+    )
+    about = html.split('id="history-h"')[0]
+    assert "Every customer who ever signed up" in about
+    assert "Changed later" not in about
+    assert "as it was on 2025-01-15" in html
+    # The schema of that instant: phone was still there, country not yet.
+    assert ">phone<" in html
+
+
+def test_it_lets_a_steward_edit_a_dataset_in_place(shop, steward):
+    client = client_for(steward)
+    form = client.get(f"/datasets/edit?{ds_params(shop.orders)}", HTTP_X_FRAGMENT="1")
+    assert form.status_code == 200
+    assert b"<form" in form.content and b"<html" not in form.content
+    response = client.post(
+        f"/datasets/edit?{ds_params(shop.orders)}",
+        {
+            "description": "All orders",
+            "owners": "sales (DATA_OWNER), data-eng",
+            "tags": "gold, core",
+            "sensitivity": "internal",
+            "retention_policy": shop.retention.pk,
+        },
+        HTTP_X_FRAGMENT="1",
+    )
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "All orders" in html and "sales" in html and "DATA_OWNER" in html
+    attributes = set(
+        ChangeRecord.objects.filter(dataset=shop.orders).values_list("attribute", flat=True)
+    )
+    assert attributes == {"description", "owners", "tags", "sensitivity", "retention_policy"}
+    history = client.get(f"/datasets/history?{ds_params(shop.orders)}").content.decode()
+    assert "stella-steward" in history and "All orders" in history
+
+
+def test_it_redirects_back_after_a_plain_form_post(shop, steward):
+    response = client_for(steward).post(
+        f"/datasets/edit?{ds_params(shop.orders)}", {"description": "x", "owners": "", "tags": ""}
+    )
+    assert response.status_code == 302
+    assert response["Location"].startswith("/datasets/show?")
+
+
+def test_it_rejects_a_malformed_owner_list_with_the_form_again(shop, steward):
+    response = client_for(steward).post(
+        f"/datasets/edit?{ds_params(shop.orders)}",
+        {"description": "", "owners": "crm (DATA_OWNER", "tags": ""},
+        HTTP_X_FRAGMENT="1",
+    )
+    assert response.status_code == 422
+    assert b"Unclosed bracket" in response.content
+    assert not ChangeRecord.objects.filter(dataset=shop.orders).exists()
+
+
+def test_it_lets_a_steward_flag_a_field_as_pii(shop, steward):
+    client = client_for(steward)
+    url = f"/datasets/field?{ds_params(shop.orders, field='customer_id')}"
+    assert client.get(url, HTTP_X_FRAGMENT="1").status_code == 200
+    response = client.post(
+        url,
+        {
+            "pii_category": "identifier",
+            "subject_kind": shop.customer_kind.pk,
+            "sensitivity": "",
+            "description": "Who ordered",
+        },
+        HTTP_X_FRAGMENT="1",
+    )
+    assert response.status_code == 200
+    assert b"identifies customer" in response.content
+    assert b"<tr" in response.content
+    field = DatasetField.objects.get(dataset=shop.orders, name="customer_id")
+    assert field.pii_category == "identifier"
+    assert field.flag_source == FlagSource.DECLARED
+    record = ChangeRecord.objects.get(dataset=shop.orders, attribute="pii_category")
+    assert (record.old, record.new, record.actor_name) == ("", "identifier", "stella-steward")
+
+
+def test_it_forbids_a_viewer_to_edit(shop, viewer):
+    client = client_for(viewer)
+    for url in (
+        f"/datasets/edit?{ds_params(shop.orders)}",
+        f"/datasets/field?{ds_params(shop.orders, field='customer_id')}",
+    ):
+        assert client.get(url).status_code == 403
+        assert (
+            client.post(url, {"description": "hacked", "pii_category": "email"}).status_code == 403
+        )
+    assert not ChangeRecord.objects.filter(dataset=shop.orders).exists()
+
+
+def test_it_answers_404_for_an_unknown_field(shop, steward):
+    response = client_for(steward).get(f"/datasets/field?{ds_params(shop.orders, field='nope')}")
+    assert response.status_code == 404
+
+
+def test_it_compares_two_schema_versions(shop, viewer):
+    versions = list(shop.customers.versions.order_by("created_at"))
+    response = client_for(viewer).get(
+        "/datasets/schema?"
+        + ds_params(
+            shop.customers, **{"from": str(versions[0].version), "to": str(versions[1].version)}
+        ),
+        HTTP_X_FRAGMENT="1",
+    )
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "country" in html and "phone" in html and "int → bigint" in html
+
+
+def test_it_answers_400_when_a_schema_version_is_missing(shop, viewer):
+    response = client_for(viewer).get(
+        "/datasets/schema?" + ds_params(shop.customers, **{"from": "x"})
+    )
+    assert response.status_code == 400
+
+
+def test_it_diffs_schemas_by_field_name():
+    diff = schema_diff(
+        [{"name": "a", "type": "int"}, {"name": "b", "type": "text"}],
+        [{"name": "a", "type": "bigint"}, {"name": "c", "type": "text"}],
+    )
+    assert [f["name"] for f in diff.added] == ["c"]
+    assert [f["name"] for f in diff.removed] == ["b"]
+    assert [(c.name, c.old_type, c.new_type) for c in diff.changed] == [("a", "int", "bigint")]
+    assert schema_diff([{"name": "a"}], [{"name": "a"}]).is_empty
+
+
+def test_it_pairs_each_version_with_its_predecessor(shop):
+    rows = version_rows(list(shop.customers.versions.order_by("-created_at")))
+    assert rows[0].diff is not None and rows[-1].diff is None
+
+
+def test_it_lists_the_stewardship_worklists(shop, viewer):
+    html = client_for(viewer).get("/stewardship/").content.decode()
+    # clean/customers holds no declared PII; raw/customers has propagated PII and no retention.
+    assert "lake/raw/customers" in html
+    assert "lake/marts/customer_360" in html  # unowned
+    assert "email.pii_category" in html  # recently changed classification
+
+
+def test_it_pins_the_stewardship_query_count(shop, viewer, django_assert_max_num_queries):
+    client = client_for(viewer)
+    client.get("/")
+    with django_assert_max_num_queries(16):
+        assert client.get("/stewardship/").status_code == 200
+
+
+def test_it_filters_the_dataset_list(shop, viewer):
+    client = client_for(viewer)
+    html = client.get("/datasets/?owner=-").content.decode()
+    assert "lake/marts/customer_360" in html and "shop.public.customers" not in html
+    html = client.get("/datasets/?platform=postgres").content.decode()
+    assert "shop.public.orders" in html and "lake/raw/customers" not in html
+    html = client.get("/datasets/?tag=gold").content.decode()
+    assert "shop.public.customers" in html and "shop.public.orders" not in html

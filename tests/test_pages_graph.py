@@ -1,0 +1,387 @@
+"""Graph pages: search, job and run pages, explorer data, impact and exports, fragments."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from django.test import Client
+
+from catalog.models import Dataset
+from graph import page_data
+from graph.models import Taint
+from tests import page_builders as pb
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def shop():
+    return pb.build_shop()
+
+
+def client_for(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def node(ds) -> str:
+    return f"dataset:{ds.namespace.name}:{ds.name}"
+
+
+def data(client: Client, **params) -> dict[str, Any]:
+    response = client.get(f"/graph/data?{urlencode(params)}")
+    assert response.status_code == 200, response.content
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def edge_pairs(body: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(e["source"], e["target"]) for e in body["edges"]}
+
+
+def page_urls(shop) -> list[str]:
+    ds = shop.customers
+    params = urlencode({"namespace": ds.namespace.name, "name": ds.name})
+    job = urlencode({"namespace": shop.report.namespace.name, "name": shop.report.name})
+    return [
+        "/search/?q=customers",
+        "/search/?q=cust&pii=1",
+        "/search/suggest?q=cust",
+        f"/jobs/show?{job}",
+        f"/runs/{shop.runs['ingest-2'].run_uuid}",
+        "/graph/",
+        f"/graph/?{urlencode({'node': node(ds)})}",
+        f"/impact/?{urlencode({'node': node(ds)})}",
+        f"/datasets/lineage?{params}",
+        f"/datasets/runs?{params}",
+        "/stewardship/orphans",
+    ]
+
+
+def test_it_renders_each_graph_page_for_a_viewer(shop, viewer):
+    client = client_for(viewer)
+    for url in page_urls(shop):
+        response = client.get(url)
+        assert response.status_code == 200, url
+
+
+def test_it_keeps_anonymous_visitors_out(shop):
+    for url in page_urls(shop):
+        response = Client().get(url)
+        assert response.status_code == 302, url
+    assert Client().get(f"/graph/data?node={node(shop.customers)}").status_code == 302
+
+
+def test_it_forbids_a_producer(shop, producer):
+    assert client_for(producer).get("/search/?q=x").status_code == 403
+    assert client_for(producer).get(f"/graph/data?node={node(shop.customers)}").status_code == 403
+
+
+# --- search -----------------------------------------------------------------
+
+
+def test_it_ranks_exact_and_last_segment_matches_first(shop, viewer):
+    pb.make_dataset(pb.LAKE, "lake/archive/customers_2019_backup")
+    results = page_data.search("customers", Dataset.objects.all(), kinds=("datasets",), limit=10)
+    names = [d.name for d in results.datasets]
+    assert names[0] in {"shop.public.customers", "lake/raw/customers", "lake/clean/customers"}
+    assert names.index("lake/archive/customers_2019_backup") > names.index("shop.public.customers")
+
+
+def test_it_finds_jobs_columns_owners_and_tags(shop, viewer):
+    html = client_for(viewer).get("/search/?q=customer").content.decode()
+    assert "ingest_customers" in html  # job
+    assert "customer_id" in html  # column
+    client = client_for(viewer)
+    assert "CRM team" in client.get("/search/?q=crm").content.decode()
+    assert "gold" in client.get("/search/?q=gold").content.decode()
+
+
+def test_it_filters_search_by_pii_owner_retention_namespace_and_platform(shop, viewer):
+    client = client_for(viewer)
+    html = client.get("/search/?q=customers&pii=1&retention=-").content.decode()
+    assert "lake/raw/customers" in html
+    assert "shop.public.customers</a>" not in html  # it has a retention policy
+    html = client.get(
+        f"/search/?{urlencode({'q': 'customers', 'namespace': pb.SHOP})}"
+    ).content.decode()
+    assert "lake/raw/customers" not in html and "shop.public.customers" in html
+    html = client.get("/search/?q=customer&owner=data-eng").content.decode()
+    assert "lake/clean/customers" in html and "shop.public.customers</a>" not in html
+    html = client.get("/search/?platform=postgres").content.decode()
+    assert "shop.public.orders" in html and "lake/raw" not in html
+
+
+def test_it_pins_the_search_query_count(shop, viewer, django_assert_max_num_queries):
+    client = client_for(viewer)
+    client.get("/")
+    with django_assert_max_num_queries(16):
+        assert client.get("/search/?q=customer").status_code == 200
+
+
+# --- job and run ------------------------------------------------------------
+
+
+def test_it_shows_a_job_with_runs_intervals_and_sql(shop, viewer):
+    job = shop.c360_job
+    html = (
+        client_for(viewer)
+        .get(f"/jobs/show?{urlencode({'namespace': job.namespace.name, 'name': job.name})}")
+        .content.decode()
+    )
+    assert "lake/raw/customers" in html and "lake/clean/customers" in html
+    assert "2025-03-01 00:00" in html  # the rewiring instant closes raw and opens clean
+    assert "timeline" in html
+    report = shop.report
+    html = (
+        client_for(viewer)
+        .get(f"/jobs/show?{urlencode({'namespace': report.namespace.name, 'name': report.name})}")
+        .content.decode()
+    )
+    assert "GROUP BY c.country" in html
+
+
+def test_it_shows_run_states_durations_and_errors(shop, viewer):
+    job = shop.ingest
+    html = (
+        client_for(viewer)
+        .get(f"/jobs/show?{urlencode({'namespace': job.namespace.name, 'name': job.name})}")
+        .content.decode()
+    )
+    assert "failed" in html and "completed" in html
+    assert "Connection refused" in html
+    assert "5 min 00 s" in html and "2 min 00 s" in html
+    run_html = client_for(viewer).get(f"/runs/{shop.runs['ingest-2'].run_uuid}").content.decode()
+    assert "Connection refused: shop-db:5432" in run_html
+    assert "shop.public.customers" in run_html
+
+
+def test_it_pins_the_job_page_query_count(shop, viewer, django_assert_max_num_queries):
+    job = shop.ingest
+    client = client_for(viewer)
+    client.get("/")
+    with django_assert_max_num_queries(14):
+        client.get(f"/jobs/show?{urlencode({'namespace': job.namespace.name, 'name': job.name})}")
+
+
+def test_it_answers_404_for_unknown_jobs_and_runs(viewer):
+    client = client_for(viewer)
+    assert client.get("/jobs/show?namespace=x&name=y").status_code == 404
+    assert client.get("/runs/8f8a5d0e-0000-4000-8000-000000000000").status_code == 404
+
+
+# --- explorer data ----------------------------------------------------------
+
+
+def test_it_draws_the_table_graph_around_a_dataset(shop, viewer):
+    body = data(client_for(viewer), node=node(shop.raw), depth=5)
+    ids = {n["id"] for n in body["nodes"]}
+    assert node(shop.customers) in ids  # upstream
+    assert node(shop.revenue) in ids and node(shop.c360) in ids  # downstream
+    assert "job:spark://etl:clean_customers" in ids
+    assert (node(shop.raw), "job:spark://etl:clean_customers") in edge_pairs(body)
+    by_id = {n["id"]: n for n in body["nodes"]}
+    assert by_id[node(shop.customers)]["distance"] == -1
+    assert by_id[node(shop.revenue)]["distance"] == 2
+    assert by_id[node(shop.customers)]["pii"] is True
+    assert by_id["job:spark://etl:ingest_customers"]["state"] == "FAILED"
+
+
+def test_it_counts_hidden_neighbours(shop, viewer):
+    body = data(client_for(viewer), node=node(shop.clean), depth=1, direction="downstream")
+    by_id = {n["id"]: n for n in body["nodes"]}
+    report = by_id["job:spark://etl:revenue_report"]
+    assert report["degIn"] == 2  # clean and orders; orders is not drawn
+    assert node(shop.orders) not in by_id
+
+
+def test_it_redraws_the_graph_as_of_a_past_instant(shop, viewer):
+    client = client_for(viewer)
+    c360_job = "job:spark://etl:build_customer_360"
+    now = edge_pairs(data(client, node=node(shop.c360), direction="upstream", depth=1))
+    then = edge_pairs(
+        data(
+            client, node=node(shop.c360), direction="upstream", depth=1, asOf="2025-02-01T00:00:00Z"
+        )
+    )
+    assert (node(shop.clean), c360_job) in now and (node(shop.raw), c360_job) not in now
+    assert (node(shop.raw), c360_job) in then and (node(shop.clean), c360_job) not in then
+
+
+def test_it_lists_the_instants_where_the_graph_changed(shop, viewer):
+    body = data(client_for(viewer), node=node(shop.c360), depth=3)
+    assert "2025-03-01T00:00:00Z" in body["instants"]
+    assert body["instants"] == sorted(body["instants"])
+
+
+def test_it_marks_edges_added_and_removed_between_two_instants(shop, viewer):
+    body = data(
+        client_for(viewer),
+        node=node(shop.c360),
+        direction="upstream",
+        depth=1,
+        compare="2025-02-01T00:00:00Z",
+    )
+    diff = {(e["source"], e["target"]): e["diff"] for e in body["edges"]}
+    job = "job:spark://etl:build_customer_360"
+    assert diff[(node(shop.clean), job)] == "added"
+    assert diff[(node(shop.raw), job)] == "removed"
+    assert diff[(node(shop.orders), job)] == "same"
+
+
+def test_it_draws_column_lineage_with_datasets_as_groups(shop, viewer):
+    field = f"datasetField:{pb.SHOP}:shop.public.customers:email"
+    body = data(client_for(viewer), node=field, level="column", direction="downstream", depth=5)
+    ids = {n["id"] for n in body["nodes"]}
+    assert f"datasetField:{pb.LAKE}:lake/clean/customers:email_hash" in ids
+    assert f"datasetField:{pb.LAKE}:lake/marts/customer_360:email_hash" in ids
+    masked = [e for e in body["edges"] if e["masking"]]
+    assert masked and masked[0]["transformation"] == "DIRECT/TRANSFORMATION"
+    parents = {n["parent"] for n in body["nodes"] if n["kind"] == "field"}
+    assert node(shop.raw) in parents and node(shop.raw) in ids
+
+
+def test_it_flags_tainted_and_at_risk_nodes(shop, viewer):
+    Taint.objects.create(dataset=shop.raw, reason="bad load")
+    body = data(client_for(viewer), node=node(shop.customers), direction="downstream", depth=5)
+    by_id = {n["id"]: n for n in body["nodes"]}
+    assert by_id[node(shop.raw)]["tainted"] is True
+    assert by_id[node(shop.clean)]["atRisk"] is True
+    assert by_id[node(shop.customers)]["atRisk"] is False
+
+
+def test_it_cuts_a_large_graph_at_the_limit_keeping_the_nearest(viewer):
+    datasets = pb.build_chain(length=3, fan_out=4)
+    body = data(
+        client_for(viewer), node=node(datasets[0]), direction="downstream", depth=5, limit=30
+    )
+    assert body["truncated"] is True
+    assert len(body["nodes"]) <= 30
+    assert max(n["distance"] for n in body["nodes"]) <= 3
+
+
+@pytest.mark.parametrize(
+    ("params", "status", "field"),
+    [
+        ({"node": "nonsense"}, 400, "node"),
+        ({"node": "dataset:nope:nothing"}, 404, "node"),
+        ({"node": "DS", "depth": "0"}, 400, "depth"),
+        ({"node": "DS", "depth": "x"}, 400, "depth"),
+        ({"node": "DS", "direction": "sideways"}, 400, "direction"),
+        ({"node": "DS", "asOf": "yesterday"}, 400, "asOf"),
+        ({"node": "DS", "level": "row"}, 400, "level"),
+    ],
+)
+def test_it_rejects_bad_explorer_input_naming_the_parameter(shop, viewer, params, status, field):
+    params = {k: (node(shop.raw) if v == "DS" else v) for k, v in params.items()}
+    response = client_for(viewer).get(f"/graph/data?{urlencode(params)}")
+    assert response.status_code == status
+    assert response.json()["field"] == field
+    page = client_for(viewer).get(f"/graph/?{urlencode(params)}")
+    assert page.status_code == status
+
+
+def test_it_resolves_node_ids_whose_namespaces_hold_colons(shop):
+    ref = page_data.resolve_node(f"datasetField:{pb.SHOP}:shop.public.customers:email")
+    assert (ref.kind, ref.namespace, ref.name, ref.field) == (
+        "field",
+        pb.SHOP,
+        "shop.public.customers",
+        "email",
+    )
+    assert page_data.resolve_node("job:spark://etl:revenue_report").name == "revenue_report"
+
+
+def test_it_pins_the_explorer_data_query_count(shop, viewer, django_assert_max_num_queries):
+    client = client_for(viewer)
+    client.get("/")
+    with django_assert_max_num_queries(30):
+        data(client, node=node(shop.raw), depth=5)
+
+
+def test_it_keeps_the_state_in_the_explorer_url(shop, viewer):
+    params = {
+        "node": node(shop.raw),
+        "level": "table",
+        "direction": "downstream",
+        "depth": "4",
+        "asOf": "2025-02-01T00:00:00Z",
+    }
+    html = client_for(viewer).get(f"/graph/?{urlencode(params)}").content.decode()
+    assert '"direction": "downstream"' in html and '"depth": 4' in html
+    assert '"asOf": "2025-02-01T00:00:00Z"' in html
+
+
+# --- impact -----------------------------------------------------------------
+
+
+def test_it_groups_impact_by_distance_with_owners_pii_and_retention(shop, viewer):
+    html = (
+        client_for(viewer)
+        .get(f"/impact/?{urlencode({'node': node(shop.customers)})}")
+        .content.decode()
+    )
+    assert "1 job away" in html and "2 jobs away" in html and "3 jobs away" in html
+    assert "Data engineering" in html  # owner to notify
+    assert "lake/marts/customer_360" in html
+
+
+def test_it_exports_impact_as_csv_and_mermaid(shop, viewer):
+    client = client_for(viewer)
+    response = client.get(
+        f"/impact/export?{urlencode({'node': node(shop.customers), 'format': 'csv'})}"
+    )
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/csv")
+    lines = response.content.decode().splitlines()
+    assert lines[0].startswith("distance,namespace,name,owners")
+    assert any("lake/raw/customers" in line and "Data engineering" in line for line in lines)
+    mermaid = client.get(
+        f"/impact/export?{urlencode({'node': node(shop.customers), 'format': 'mermaid'})}"
+    ).content.decode()
+    assert mermaid.startswith("flowchart LR")
+    assert "-->" in mermaid and "lake/raw/customers" in mermaid
+
+
+def test_it_exports_the_impact_as_it_was(shop, viewer):
+    client = client_for(viewer)
+    now = client.get(f"/impact/export?{urlencode({'node': node(shop.raw)})}").content.decode()
+    then = client.get(
+        f"/impact/export?{urlencode({'node': node(shop.raw), 'asOf': '2025-02-01T00:00:00Z'})}"
+    ).content.decode()
+    assert "build_customer_360" in then.split("lake/marts/customer_360")[1].splitlines()[0]
+    assert "lake/marts/customer_360" in now  # still downstream, now through clean/customers
+
+
+def test_it_rejects_a_bad_export_format(shop, viewer):
+    response = client_for(viewer).get(
+        f"/impact/export?{urlencode({'node': node(shop.raw), 'format': 'xml'})}"
+    )
+    assert response.status_code == 400
+    assert response.json()["field"] == "format"
+
+
+# --- fragments ---------------------------------------------------------------
+
+
+def test_it_summarises_upstream_and_downstream_for_the_dataset_page(shop, viewer):
+    params = urlencode({"namespace": shop.clean.namespace.name, "name": shop.clean.name})
+    html = client_for(viewer).get(f"/datasets/lineage?{params}").content.decode()
+    assert "clean_customers" in html  # producer
+    assert "revenue_report" in html  # consumer
+    assert "lake/raw/customers" in html and "lake/marts/revenue_by_country" in html
+
+
+def test_it_lists_runs_that_wrote_and_read_a_dataset(shop, viewer):
+    params = urlencode({"namespace": shop.raw.namespace.name, "name": shop.raw.name})
+    html = client_for(viewer).get(f"/datasets/runs?{params}").content.decode()
+    assert "ingest_customers" in html and "clean_customers" in html
+
+
+def test_it_lists_orphaned_datasets(shop, viewer):
+    html = client_for(viewer).get("/stewardship/orphans").content.decode()
+    assert "lake/tmp/scratch" in html
+    assert "lake/raw/customers" not in html
