@@ -260,3 +260,52 @@ class Taint(models.Model):
 
     def __str__(self) -> str:
         return f"taint on {self.dataset_id}"
+
+
+class GraphRevision(models.Model):
+    """One row (id=1) counting committed changes to lineage edges.
+
+    Database triggers (graph/revision.py) bump it in the committing
+    transaction, so every process can tell in one indexed read whether its
+    in-memory adjacency snapshot is current; ``token`` changes with every
+    bump, so a rolled-back bump is never mistaken for a committed one.
+    """
+
+    value = models.BigIntegerField(default=0)
+    token = models.CharField(max_length=40, blank=True)
+
+    class Meta:
+        db_table = "graph_revision"
+
+    def __str__(self) -> str:
+        return f"revision {self.value}"
+
+
+class GraphRevisionLog(models.Model):
+    """Which transaction (``xid``) produced each revision, for incremental refresh."""
+
+    revision = models.BigIntegerField(primary_key=True)
+    xid = models.BigIntegerField(db_index=True)
+    token = models.CharField(max_length=40, blank=True)
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        db_table = "graph_revision_log"
+
+    def __str__(self) -> str:
+        return f"revision {self.revision} by transaction {self.xid}"
+
+
+class GraphChange(models.Model):
+    """One changed edge (kind ``t`` table, ``c`` column) or a reset (``*``), per transaction."""
+
+    xid = models.BigIntegerField(db_index=True)
+    kind = models.CharField(max_length=1)
+    obj_id = models.BigIntegerField(null=True, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "graph_change"
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.obj_id} in transaction {self.xid}"

@@ -1,0 +1,208 @@
+"""Typed lineage node ids: ``dataset:{ns}:{name}``, ``job:{ns}:{name}``,
+``datasetField:{ns}:{name}:{field}``.
+
+OpenLineage namespaces are URIs holding colons (``postgres://db:5432``) and
+names may hold colons, slashes and dots, so an id cannot be split naively: it
+is resolved against the namespaces (and, for fields, the datasets) that exist,
+preferring the longest namespace that matches. Parse once at the edge, then
+pass the typed value around.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from django.db.models import Q
+
+from catalog.models import Dataset, DatasetField, Namespace
+from graph.models import Job
+
+DATASET_PREFIX = "dataset:"
+JOB_PREFIX = "job:"
+FIELD_PREFIX = "datasetField:"
+
+
+class MalformedNodeId(ValueError):
+    """The text is not shaped like a node id at all (a 400, naming ``nodeId``)."""
+
+
+class UnknownNodeId(LookupError):
+    """The id is well formed but names nothing that exists (a 404, naming the id)."""
+
+    def __init__(self, raw: str) -> None:
+        super().__init__(f"Node {raw} not found")
+        self.raw = raw
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetNodeId:
+    namespace: str
+    name: str
+    kind: Literal["dataset"] = "dataset"
+
+    def __str__(self) -> str:
+        return f"{DATASET_PREFIX}{self.namespace}:{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobNodeId:
+    namespace: str
+    name: str
+    kind: Literal["job"] = "job"
+
+    def __str__(self) -> str:
+        return f"{JOB_PREFIX}{self.namespace}:{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class FieldNodeId:
+    namespace: str
+    dataset: str
+    field: str
+    kind: Literal["datasetField"] = "datasetField"
+
+    def __str__(self) -> str:
+        return f"{FIELD_PREFIX}{self.namespace}:{self.dataset}:{self.field}"
+
+    @property
+    def dataset_id(self) -> DatasetNodeId:
+        return DatasetNodeId(self.namespace, self.dataset)
+
+
+NodeId = DatasetNodeId | JobNodeId | FieldNodeId
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedNode:
+    """A node id resolved to its database row: ``pk`` of the dataset, job or field.
+
+    ``dataset_pk`` is the field's dataset for field nodes, the dataset itself
+    for dataset nodes and None for jobs.
+    """
+
+    id: NodeId
+    pk: int
+    dataset_pk: int | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.id.kind
+
+    def __str__(self) -> str:
+        return str(self.id)
+
+
+def dataset_node_id(namespace: str, name: str) -> str:
+    return f"{DATASET_PREFIX}{namespace}:{name}"
+
+
+def job_node_id(namespace: str, name: str) -> str:
+    return f"{JOB_PREFIX}{namespace}:{name}"
+
+
+def field_node_id(namespace: str, dataset: str, field: str) -> str:
+    return f"{FIELD_PREFIX}{namespace}:{dataset}:{field}"
+
+
+def _split_kind(raw: str) -> tuple[str, str]:
+    for prefix in (FIELD_PREFIX, DATASET_PREFIX, JOB_PREFIX):
+        if raw.startswith(prefix):
+            rest = raw[len(prefix) :]
+            if ":" not in rest:
+                raise MalformedNodeId(
+                    f"nodeId {raw!r} must look like {prefix}{{namespace}}:{{name}}"
+                    + (":{field}" if prefix == FIELD_PREFIX else "")
+                )
+            return prefix[:-1], rest
+    raise MalformedNodeId(
+        f"nodeId {raw!r} must start with dataset:, job: or datasetField: "
+        "(e.g. dataset:postgres://db:5432:public.orders)"
+    )
+
+
+def namespace_candidates(rest: str) -> list[str]:
+    """Every prefix of ``rest`` that ends just before a colon, longest first."""
+    found = [rest[:i] for i, ch in enumerate(rest) if ch == ":" and i > 0]
+    return sorted(found, key=len, reverse=True)
+
+
+def parse_node_id(raw: str, namespaces: Iterable[str]) -> NodeId:
+    """Parse ``raw`` given the known namespaces (longest matching namespace wins).
+
+    For field ids the dataset/field boundary is the last colon; use
+    :func:`resolve_node_id` to resolve field ids against existing datasets.
+    """
+    if not isinstance(raw, str) or not raw:
+        raise MalformedNodeId("nodeId is required")
+    kind, rest = _split_kind(raw)
+    known = set(namespaces)
+    for namespace in namespace_candidates(rest):
+        if namespace not in known:
+            continue
+        tail = rest[len(namespace) + 1 :]
+        if not tail:
+            raise MalformedNodeId(f"nodeId {raw!r} has no name after the namespace")
+        if kind == "dataset":
+            return DatasetNodeId(namespace, tail)
+        if kind == "job":
+            return JobNodeId(namespace, tail)
+        dataset, sep, field = tail.rpartition(":")
+        if not sep or not dataset or not field:
+            raise MalformedNodeId(f"nodeId {raw!r} must end with :{{dataset}}:{{field}}")
+        return FieldNodeId(namespace, dataset, field)
+    raise UnknownNodeId(raw)
+
+
+def resolve_node_id(raw: str) -> ResolvedNode:
+    """Resolve ``raw`` against the database in at most three small queries.
+
+    Raises MalformedNodeId when the text is not a node id and UnknownNodeId
+    when no namespace, dataset, job or field matches.
+    """
+    if not isinstance(raw, str) or not raw.strip():
+        raise MalformedNodeId("nodeId is required")
+    if len(raw) > 4096:
+        raise MalformedNodeId("nodeId is too long")
+    kind, rest = _split_kind(raw)
+    candidates = namespace_candidates(rest)
+    found = dict(Namespace.objects.filter(name__in=candidates).values_list("name", "pk"))
+    for namespace in candidates:
+        if namespace not in found:
+            continue
+        tail = rest[len(namespace) + 1 :]
+        if not tail:
+            continue
+        ns_pk = found[namespace]
+        if kind == "dataset":
+            pk = Dataset.objects.filter(namespace_id=ns_pk, name=tail).values_list("pk", flat=True)
+            for dataset_pk in pk[:1]:
+                return ResolvedNode(DatasetNodeId(namespace, tail), dataset_pk, dataset_pk)
+        elif kind == "job":
+            job_pk = Job.objects.filter(namespace_id=ns_pk, name=tail).values_list("pk", flat=True)
+            for pk_value in job_pk[:1]:
+                return ResolvedNode(JobNodeId(namespace, tail), pk_value)
+        else:
+            resolved = _resolve_field(namespace, ns_pk, tail)
+            if resolved is not None:
+                return resolved
+    raise UnknownNodeId(raw)
+
+
+def _resolve_field(namespace: str, ns_pk: int, tail: str) -> ResolvedNode | None:
+    # Both dataset and field names may hold colons: try every split, longest dataset first.
+    splits = [(tail[:i], tail[i + 1 :]) for i, ch in enumerate(tail) if ch == ":"]
+    splits = [(d, f) for d, f in splits if d and f]
+    if not splits:
+        return None
+    query = Q()
+    for dataset, field in splits:
+        query |= Q(dataset__name=dataset, name=field)
+    rows = DatasetField.objects.filter(query, dataset__namespace_id=ns_pk).values_list(
+        "pk", "dataset_id", "dataset__name", "name"
+    )
+    best = max(rows, key=lambda row: len(row[2]), default=None)
+    if best is None:
+        return None
+    return ResolvedNode(FieldNodeId(namespace, best[2], best[3]), best[0], best[1])

@@ -1,0 +1,1577 @@
+"""Reads of the lineage graph: every function takes ``depth`` and ``as_of`` explicitly
+and returns small dataclasses shared by the API, the pages and the privacy search.
+
+``as_of=None`` means the current graph (every edge still open); an instant
+means the graph as it was then: an edge counts when valid_from <= as_of <
+valid_to. Depth is counted in jobs (see graph/traverse.py). Answers larger
+than ``max_nodes`` keep the nearest nodes and say how many were cut.
+
+The traversals run over the in-process snapshot (graph/snapshot.py); node
+details come from the database in a fixed number of queries per answer.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import IntEnum
+from typing import Literal
+
+import numpy as np
+from django.db.models import Exists, OuterRef, Q, QuerySet
+
+from catalog.models import Dataset, DatasetField
+from graph import snapshot, traverse
+from graph.details import (
+    DatasetInfo,
+    FieldInfo,
+    JobInfo,
+    OwnerInfo,
+    RetentionInfo,
+    RunInfo,
+    field_rows,
+    load_dataset_names,
+    load_datasets,
+    load_job_names,
+    load_jobs,
+)
+from graph.models import ColumnEdge, Direction, TableEdge, Taint
+from graph.nodeids import (
+    DatasetNodeId,
+    FieldNodeId,
+    JobNodeId,
+    ResolvedNode,
+    dataset_node_id,
+    field_node_id,
+    job_node_id,
+)
+from graph.snapshot import SUBTYPES, IntArray, TimeFilter
+
+__all__ = [
+    "DEFAULT_MAX_NODES",
+    "MAX_DEPTH",
+    "ColumnGraph",
+    "ColumnLink",
+    "ColumnNode",
+    "Cut",
+    "DatasetInfo",
+    "DatasetPage",
+    "DatasetSummary",
+    "FieldInfo",
+    "FieldReach",
+    "GraphDiff",
+    "GraphEdge",
+    "GraphNode",
+    "Impact",
+    "ImpactedDataset",
+    "ImpactedJob",
+    "JobInfo",
+    "LineageGraph",
+    "LineagePath",
+    "OwnerInfo",
+    "PathStep",
+    "ReachedDataset",
+    "ReachedField",
+    "RetentionInfo",
+    "RootCause",
+    "RunInfo",
+    "Strength",
+    "TaintImpact",
+    "TaintInfo",
+    "UpstreamJob",
+    "change_instants",
+    "column_lineage",
+    "diff",
+    "field_reach",
+    "find_path",
+    "impact",
+    "lineage",
+    "load_datasets",
+    "load_jobs",
+    "orphans",
+    "root_cause",
+    "sources",
+    "taint_impact",
+]
+
+DEFAULT_MAX_NODES = 2000
+MAX_NODES_LIMIT = 20_000
+MAX_DEPTH = 1000
+DirectionName = Literal["upstream", "downstream", "both"]
+Side = Literal["root", "upstream", "downstream"]
+KIND_DS, KIND_JOB = 0, 1
+SIDE_ROOT, SIDE_UP, SIDE_DOWN = 0, 1, 2
+SIDE_NAMES: dict[int, Side] = {SIDE_ROOT: "root", SIDE_UP: "upstream", SIDE_DOWN: "downstream"}
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """How many nodes a capped answer left out, by kind."""
+
+    datasets: int = 0
+    jobs: int = 0
+    fields: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.datasets + self.jobs + self.fields
+
+
+@dataclass(frozen=True, slots=True)
+class GraphNode:
+    """A dataset or job in a table-level answer.
+
+    ``distance`` is in jobs from the root; ``hidden_upstream`` /
+    ``hidden_downstream`` count valid neighbours not in the answer (for
+    "expand" affordances). ``dataset`` / ``job`` carry the details when loaded.
+    """
+
+    node_id: str
+    kind: Literal["DATASET", "JOB"]
+    pk: int
+    namespace: str
+    name: str
+    distance: int
+    side: Side
+    hidden_upstream: int = 0
+    hidden_downstream: int = 0
+    dataset: DatasetInfo | None = None
+    job: JobInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GraphEdge:
+    """A directed edge between two node ids: data flows from origin to destination."""
+
+    origin: str
+    destination: str
+
+
+@dataclass(frozen=True)
+class LineageGraph:
+    root: str
+    direction: DirectionName
+    depth: int
+    as_of: datetime | None
+    max_nodes: int
+    nodes: tuple[GraphNode, ...]
+    edges: tuple[GraphEdge, ...]
+    truncated: bool = False
+    cut: Cut = Cut()
+
+    def node(self, node_id: str) -> GraphNode | None:
+        return next((n for n in self.nodes if n.node_id == node_id), None)
+
+    @property
+    def node_ids(self) -> set[str]:
+        return {n.node_id for n in self.nodes}
+
+
+# --- table lineage -----------------------------------------------------------------------
+
+
+def _roots(node: ResolvedNode) -> tuple[IntArray, IntArray]:
+    if isinstance(node.id, JobNodeId):
+        return snapshot.EMPTY, np.asarray([node.pk], dtype=np.int64)
+    ds_pk = node.dataset_pk if node.dataset_pk is not None else node.pk
+    return np.asarray([ds_pk], dtype=np.int64), snapshot.EMPTY
+
+
+@dataclass(frozen=True)
+class _Selection:
+    kinds: IntArray
+    pks: IntArray
+    dists: IntArray
+    sides: IntArray
+    truncated: bool
+    cut: Cut
+
+
+def _select(
+    reaches: list[tuple[int, traverse.TableReach]],
+    roots_ds: IntArray,
+    roots_job: IntArray,
+    max_nodes: int,
+) -> _Selection:
+    """Merge traversals (a node reached both ways keeps its nearer side) and keep the nearest."""
+    kinds, pks, dists, sides = [], [], [], []
+    for side, reach in reaches:
+        for kind, values, d in (
+            (KIND_DS, reach.ds, reach.ds_dist),
+            (KIND_JOB, reach.job, reach.job_dist),
+        ):
+            kinds.append(np.full(values.size, kind, dtype=np.int64))
+            pks.append(values)
+            dists.append(d)
+            sides.append(np.full(values.size, side, dtype=np.int64))
+    k, p, d, s = (np.concatenate(a) for a in (kinds, pks, dists, sides))
+    is_root = ((k == KIND_DS) & np.isin(p, roots_ds)) | ((k == KIND_JOB) & np.isin(p, roots_job))
+    s = np.where(is_root, SIDE_ROOT, s)
+    order = np.lexsort((s, d, p, k))
+    k, p, d, s = k[order], p[order], d[order], s[order]
+    keep = np.ones(k.size, dtype=bool)
+    if k.size > 1:
+        keep[1:] = (k[1:] != k[:-1]) | (p[1:] != p[:-1])
+    k, p, d, s = k[keep], p[keep], d[keep], s[keep]
+    # Nearest first by hops: from a dataset root a job at distance k is one hop nearer than
+    # the datasets it writes (also at k); from a job root, one hop farther than its inputs.
+    hops = 2 * d + np.where(k == KIND_JOB, -1, 0) + (1 if roots_job.size else 0)
+    chosen, truncated = traverse.nearest(k, p, hops, max_nodes)
+    cut = Cut()
+    if truncated:
+        left = np.ones(k.size, dtype=bool)
+        left[chosen] = False
+        cut = Cut(
+            datasets=int(((k == KIND_DS) & left).sum()), jobs=int(((k == KIND_JOB) & left).sum())
+        )
+    chosen = np.sort(chosen)
+    return _Selection(k[chosen], p[chosen], d[chosen], s[chosen], truncated, cut)
+
+
+def lineage(
+    node: ResolvedNode,
+    *,
+    depth: int,
+    as_of: datetime | None = None,
+    direction: DirectionName = "both",
+    max_nodes: int = DEFAULT_MAX_NODES,
+    details: bool = True,
+) -> LineageGraph:
+    """Table-level lineage around ``node``: datasets and jobs within ``depth`` jobs.
+
+    ``both`` is the upstream closure plus the downstream closure (each
+    following edge direction), not an undirected neighbourhood. A field node
+    stands for its dataset.
+    """
+    snap = snapshot.table()
+    tf = TimeFilter.at(as_of)
+    roots_ds, roots_job = _roots(node)
+    reaches: list[tuple[int, traverse.TableReach]] = []
+    if direction in ("upstream", "both"):
+        reaches.append((SIDE_UP, traverse.table_reach(snap, "up", depth, tf, roots_ds, roots_job)))
+    if direction in ("downstream", "both"):
+        reaches.append(
+            (SIDE_DOWN, traverse.table_reach(snap, "down", depth, tf, roots_ds, roots_job))
+        )
+    sel = _select(reaches, roots_ds, roots_job, max_nodes)
+    ds_pks = sel.pks[sel.kinds == KIND_DS]
+    job_pks = sel.pks[sel.kinds == KIND_JOB]
+    edges = traverse.table_edges(snap, ds_pks, job_pks, tf)
+    return _graph(
+        root=str(node),
+        direction=direction,
+        depth=depth,
+        as_of=as_of,
+        max_nodes=max_nodes,
+        sel=sel,
+        edges=edges,
+        details=details,
+    )
+
+
+def _graph(
+    *,
+    root: str,
+    direction: DirectionName,
+    depth: int,
+    as_of: datetime | None,
+    max_nodes: int,
+    sel: _Selection,
+    edges: traverse.TableEdges,
+    details: bool,
+) -> LineageGraph:
+    ds_pks = sel.pks[sel.kinds == KIND_DS].tolist()
+    job_pks = sel.pks[sel.kinds == KIND_JOB].tolist()
+    datasets: dict[int, DatasetInfo] = {}
+    jobs: dict[int, JobInfo] = {}
+    if details:
+        datasets = load_datasets(ds_pks, as_of)
+        jobs = load_jobs(job_pks, as_of)
+        ds_names = {pk: (d.namespace, d.name) for pk, d in datasets.items()}
+        job_names = {pk: (j.namespace, j.name) for pk, j in jobs.items()}
+    else:
+        ds_names = load_dataset_names(ds_pks)
+        job_names = load_job_names(job_pks)
+    ds_ids = {pk: dataset_node_id(*name) for pk, name in ds_names.items()}
+    job_ids = {pk: job_node_id(*name) for pk, name in job_names.items()}
+    nodes = []
+    for kind, pk, dist, side in zip(
+        sel.kinds.tolist(), sel.pks.tolist(), sel.dists.tolist(), sel.sides.tolist(), strict=True
+    ):
+        if kind == KIND_DS:
+            if pk not in ds_names:
+                continue
+            nodes.append(
+                GraphNode(
+                    node_id=ds_ids[pk],
+                    kind="DATASET",
+                    pk=pk,
+                    namespace=ds_names[pk][0],
+                    name=ds_names[pk][1],
+                    distance=dist,
+                    side=SIDE_NAMES[side],
+                    hidden_upstream=edges.hidden_up_ds.get(pk, 0),
+                    hidden_downstream=edges.hidden_down_ds.get(pk, 0),
+                    dataset=datasets.get(pk),
+                )
+            )
+        else:
+            if pk not in job_names:
+                continue
+            nodes.append(
+                GraphNode(
+                    node_id=job_ids[pk],
+                    kind="JOB",
+                    pk=pk,
+                    namespace=job_names[pk][0],
+                    name=job_names[pk][1],
+                    distance=dist,
+                    side=SIDE_NAMES[side],
+                    hidden_upstream=edges.hidden_up_job.get(pk, 0),
+                    hidden_downstream=edges.hidden_down_job.get(pk, 0),
+                    job=jobs.get(pk),
+                )
+            )
+    links = []
+    for ds, job in zip(edges.read_ds.tolist(), edges.read_job.tolist(), strict=True):
+        if ds in ds_ids and job in job_ids:
+            links.append(GraphEdge(ds_ids[ds], job_ids[job]))
+    for job, ds in zip(edges.write_job.tolist(), edges.write_ds.tolist(), strict=True):
+        if ds in ds_ids and job in job_ids:
+            links.append(GraphEdge(job_ids[job], ds_ids[ds]))
+    return LineageGraph(
+        root=root,
+        direction=direction,
+        depth=depth,
+        as_of=as_of,
+        max_nodes=max_nodes,
+        nodes=tuple(nodes),
+        edges=tuple(links),
+        truncated=sel.truncated,
+        cut=sel.cut,
+    )
+
+
+# --- column lineage ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnNode:
+    node_id: str
+    pk: int
+    dataset_pk: int
+    namespace: str
+    dataset: str
+    field: str
+    field_type: str
+    distance: int
+    side: Side
+    subject_kind: str | None = None
+    hidden_upstream: int = 0
+    hidden_downstream: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnLink:
+    """origin field → destination field through ``job`` (a job node id, or None)."""
+
+    origin: str
+    destination: str
+    job: str | None
+    transformation_type: str
+    transformation_subtype: str
+    masking: bool
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ColumnGraph:
+    root: str
+    depth: int
+    as_of: datetime | None
+    with_downstream: bool
+    max_nodes: int
+    nodes: tuple[ColumnNode, ...]
+    edges: tuple[ColumnLink, ...]
+    truncated: bool = False
+    cut: Cut = Cut()
+
+    def inputs_of(self, node_id: str) -> tuple[ColumnLink, ...]:
+        return tuple(e for e in self.edges if e.destination == node_id)
+
+
+def _field_roots(node: ResolvedNode, as_of: datetime | None) -> IntArray:
+    if isinstance(node.id, FieldNodeId):
+        return np.asarray([node.pk], dtype=np.int64)
+    if isinstance(node.id, DatasetNodeId):
+        qs = DatasetField.objects.filter(dataset_id=node.pk)
+        if as_of is not None:
+            qs = qs.filter(first_seen__lte=as_of).filter(
+                Q(removed_at__isnull=True) | Q(removed_at__gt=as_of)
+            )
+        else:
+            qs = qs.filter(removed_at__isnull=True)
+        return np.asarray(list(qs.values_list("pk", flat=True)), dtype=np.int64)
+    raise ValueError("column lineage starts from a datasetField or a dataset")
+
+
+def column_lineage(
+    node: ResolvedNode,
+    *,
+    depth: int,
+    as_of: datetime | None = None,
+    with_downstream: bool = False,
+    max_nodes: int = DEFAULT_MAX_NODES,
+) -> ColumnGraph:
+    """Field-level lineage: upstream fields of ``node`` (a field, or every field of a
+    dataset) within ``depth`` edges, plus downstream ones when ``with_downstream``."""
+    snap = snapshot.columns()
+    tf = TimeFilter.at(as_of)
+    roots = _field_roots(node, as_of)
+    parts = [(SIDE_UP, traverse.field_reach(snap, "up", depth, tf, roots))]
+    if with_downstream:
+        parts.append((SIDE_DOWN, traverse.field_reach(snap, "down", depth, tf, roots)))
+    pks = np.concatenate([r.field for _, r in parts])
+    dists = np.concatenate([r.dist for _, r in parts])
+    sides = np.concatenate([np.full(r.field.size, s, dtype=np.int64) for s, r in parts])
+    sides = np.where(np.isin(pks, roots), SIDE_ROOT, sides)
+    order = np.lexsort((sides, dists, pks))
+    pks, dists, sides = pks[order], dists[order], sides[order]
+    keep = np.ones(pks.size, dtype=bool)
+    keep[1:] = pks[1:] != pks[:-1]
+    pks, dists, sides = pks[keep], dists[keep], sides[keep]
+    chosen, truncated = traverse.nearest(np.zeros(pks.size, dtype=np.int64), pks, dists, max_nodes)
+    cut = Cut(fields=int(pks.size - chosen.size)) if truncated else Cut()
+    chosen = np.sort(chosen)
+    pks, dists, sides = pks[chosen], dists[chosen], sides[chosen]
+    links = traverse.column_edges(snap, pks, tf)
+    info = field_rows(pks.tolist())
+    ids = {pk: field_node_id(row[1], row[2], row[3]) for pk, row in info.items()}
+    nodes = tuple(
+        ColumnNode(
+            node_id=ids[pk],
+            pk=pk,
+            dataset_pk=info[pk][0],
+            namespace=info[pk][1],
+            dataset=info[pk][2],
+            field=info[pk][3],
+            field_type=info[pk][4],
+            distance=dist,
+            side=SIDE_NAMES[side],
+            subject_kind=info[pk][5],
+            hidden_upstream=links.hidden_up.get(pk, 0),
+            hidden_downstream=links.hidden_down.get(pk, 0),
+        )
+        for pk, dist, side in zip(pks.tolist(), dists.tolist(), sides.tolist(), strict=True)
+        if pk in info
+    )
+    job_ids = {
+        pk: job_node_id(*name)
+        for pk, name in load_job_names(j for j in links.job.tolist() if j >= 0).items()
+    }
+    descriptions = dict(
+        ColumnEdge.objects.filter(pk__in=links.edge_id.tolist())
+        .exclude(description="")
+        .values_list("pk", "description")
+    )
+    edges = tuple(
+        ColumnLink(
+            origin=ids[src],
+            destination=ids[tgt],
+            job=job_ids.get(job),
+            transformation_type="INDIRECT" if ttype else "DIRECT",
+            transformation_subtype=SUBTYPES[sub],
+            masking=bool(mask),
+            description=descriptions.get(edge_id, ""),
+        )
+        for src, tgt, job, ttype, sub, mask, edge_id in zip(
+            links.src.tolist(),
+            links.tgt.tolist(),
+            links.job.tolist(),
+            links.ttype.tolist(),
+            links.sub.tolist(),
+            links.mask.tolist(),
+            links.edge_id.tolist(),
+            strict=True,
+        )
+        if src in ids and tgt in ids
+    )
+    return ColumnGraph(
+        root=str(node),
+        depth=depth,
+        as_of=as_of,
+        with_downstream=with_downstream,
+        max_nodes=max_nodes,
+        nodes=nodes,
+        edges=edges,
+        truncated=truncated,
+        cut=cut,
+    )
+
+
+# --- impact and root cause ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ImpactedDataset:
+    dataset: DatasetInfo
+    distance: int
+    # Jobs in the impact that write this dataset, as node ids (why it is impacted).
+    via_jobs: tuple[str, ...] = ()
+    # For column-level impact: the impacted fields of this dataset.
+    fields: tuple[str, ...] = ()
+
+    @property
+    def node_id(self) -> str:
+        return self.dataset.node_id
+
+
+@dataclass(frozen=True, slots=True)
+class ImpactedJob:
+    job: JobInfo
+    distance: int
+
+    @property
+    def node_id(self) -> str:
+        return self.job.node_id
+
+
+@dataclass(frozen=True)
+class Impact:
+    """Everything downstream of a dataset, job or field, with who to tell."""
+
+    root: str
+    level: Literal["table", "column"]
+    depth: int
+    as_of: datetime | None
+    datasets: tuple[ImpactedDataset, ...]
+    jobs: tuple[ImpactedJob, ...]
+    owners: tuple[OwnerInfo, ...]
+    truncated: bool = False
+    cut: Cut = Cut()
+
+    @property
+    def pii_datasets(self) -> tuple[ImpactedDataset, ...]:
+        return tuple(d for d in self.datasets if d.dataset.has_pii)
+
+    def by_distance(self) -> dict[int, list[ImpactedDataset]]:
+        groups: dict[int, list[ImpactedDataset]] = defaultdict(list)
+        for item in self.datasets:
+            groups[item.distance].append(item)
+        return dict(sorted(groups.items()))
+
+
+def _owners(datasets: Iterable[DatasetInfo]) -> tuple[OwnerInfo, ...]:
+    seen: dict[str, OwnerInfo] = {}
+    for ds in datasets:
+        for owner in ds.owners:
+            seen.setdefault(owner.name, owner)
+    return tuple(sorted(seen.values(), key=lambda o: o.name))
+
+
+def impact(
+    node: ResolvedNode,
+    *,
+    depth: int = MAX_DEPTH,
+    as_of: datetime | None = None,
+    max_nodes: int = DEFAULT_MAX_NODES,
+) -> Impact:
+    """Everything downstream of ``node`` with distance, owners, PII and retention.
+
+    A field node gives column-level impact (fields reached, grouped by dataset,
+    plus datasets that depend on the field as a whole); a dataset or job node
+    gives table-level impact.
+    """
+    if isinstance(node.id, FieldNodeId):
+        return _column_impact(node, depth=depth, as_of=as_of, max_nodes=max_nodes)
+    graph = lineage(node, depth=depth, as_of=as_of, direction="downstream", max_nodes=max_nodes + 1)
+    truncated, cut = graph.truncated, graph.cut
+    nodes = [n for n in graph.nodes if n.side != "root"]
+    if len(nodes) > max_nodes:
+        dropped = nodes[max_nodes:]
+        nodes = nodes[:max_nodes]
+        truncated = True
+        cut = Cut(
+            datasets=cut.datasets + sum(1 for n in dropped if n.kind == "DATASET"),
+            jobs=cut.jobs + sum(1 for n in dropped if n.kind == "JOB"),
+        )
+    writers: dict[str, list[str]] = defaultdict(list)
+    for edge in graph.edges:
+        if edge.origin.startswith("job:"):
+            writers[edge.destination].append(edge.origin)
+    datasets = tuple(
+        ImpactedDataset(n.dataset, n.distance, tuple(sorted(writers.get(n.node_id, ()))))
+        for n in sorted(nodes, key=lambda n: (n.distance, n.node_id))
+        if n.kind == "DATASET" and n.dataset is not None
+    )
+    jobs = tuple(
+        ImpactedJob(n.job, n.distance)
+        for n in sorted(nodes, key=lambda n: (n.distance, n.node_id))
+        if n.kind == "JOB" and n.job is not None
+    )
+    return Impact(
+        root=str(node),
+        level="table",
+        depth=depth,
+        as_of=as_of,
+        datasets=datasets,
+        jobs=jobs,
+        owners=_owners(d.dataset for d in datasets),
+        truncated=truncated,
+        cut=cut,
+    )
+
+
+def _column_impact(
+    node: ResolvedNode, *, depth: int, as_of: datetime | None, max_nodes: int
+) -> Impact:
+    snap = snapshot.columns()
+    tf = TimeFilter.at(as_of)
+    roots = np.asarray([node.pk], dtype=np.int64)
+    reach = traverse.field_reach(snap, "down", depth, tf, roots)
+    order = np.lexsort((reach.field, reach.dist))
+    fields, dists = reach.field[order], reach.dist[order]
+    truncated = fields.size > max_nodes + 1
+    cut = Cut(fields=int(fields.size - max_nodes - 1)) if truncated else Cut()
+    fields, dists = fields[: max_nodes + 1], dists[: max_nodes + 1]
+    # Datasets depending on a reached field as a whole (dataset-level lineage).
+    ds_batch = snap.expand("down_ds", fields, tf)
+    ds_dist: dict[int, int] = {}
+    field_dist = dict(zip(fields.tolist(), dists.tolist(), strict=True))
+    for src, tds in zip(ds_batch.src.tolist(), ds_batch.dst.tolist(), strict=True):
+        d = field_dist.get(src, 0) + 1
+        if d <= depth:
+            ds_dist[tds] = min(ds_dist.get(tds, d), d)
+    info = field_rows(fields.tolist())
+    by_dataset: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for pk, dist in field_dist.items():
+        if pk == node.pk or pk not in info:
+            continue
+        by_dataset[info[pk][0]].append((dist, info[pk][3]))
+    links = traverse.column_edges(snap, fields, tf)
+    job_dist: dict[int, int] = {}
+    for tgt, job in zip(links.tgt.tolist(), links.job.tolist(), strict=True):
+        if job >= 0:
+            job_dist[job] = min(job_dist.get(job, field_dist[tgt]), field_dist[tgt])
+    for src, job in zip(ds_batch.src.tolist(), snap.column("job", ds_batch).tolist(), strict=True):
+        if job >= 0:
+            d = field_dist.get(src, 0) + 1
+            job_dist[job] = min(job_dist.get(job, d), d)
+    ds_pks = set(by_dataset) | set(ds_dist)
+    details = load_datasets(ds_pks, as_of)
+    jobs = load_jobs(job_dist, as_of)
+    items = []
+    for ds_pk in ds_pks:
+        if ds_pk not in details:
+            continue
+        entries = sorted(by_dataset.get(ds_pk, []))
+        distance = min([d for d, _ in entries] + ([ds_dist[ds_pk]] if ds_pk in ds_dist else []))
+        items.append(
+            ImpactedDataset(details[ds_pk], distance, fields=tuple(sorted({n for _, n in entries})))
+        )
+    items.sort(key=lambda i: (i.distance, i.node_id))
+    return Impact(
+        root=str(node),
+        level="column",
+        depth=depth,
+        as_of=as_of,
+        datasets=tuple(items),
+        jobs=tuple(
+            sorted(
+                (ImpactedJob(jobs[pk], d) for pk, d in job_dist.items() if pk in jobs),
+                key=lambda j: (j.distance, j.node_id),
+            )
+        ),
+        owners=_owners(i.dataset for i in items),
+        truncated=truncated,
+        cut=cut,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamJob:
+    job: JobInfo
+    distance: int
+    # Node ids of the datasets this job writes within the answer.
+    outputs: tuple[str, ...] = ()
+
+    @property
+    def node_id(self) -> str:
+        return self.job.node_id
+
+    @property
+    def run(self) -> RunInfo | None:
+        return self.job.latest_run
+
+    @property
+    def failed(self) -> bool:
+        return self.job.latest_run is not None and self.job.latest_run.failed
+
+
+@dataclass(frozen=True)
+class RootCause:
+    """Everything upstream of a node, with the latest run of each job (as of ``as_of``)."""
+
+    root: str
+    depth: int
+    as_of: datetime | None
+    graph: LineageGraph
+    jobs: tuple[UpstreamJob, ...]
+    # Datasets written (directly or further down) by a failed job: the suspects.
+    suspects: tuple[str, ...] = ()
+
+    @property
+    def failures(self) -> tuple[UpstreamJob, ...]:
+        return tuple(j for j in self.jobs if j.failed)
+
+
+def root_cause(
+    node: ResolvedNode,
+    *,
+    depth: int,
+    as_of: datetime | None = None,
+    max_nodes: int = DEFAULT_MAX_NODES,
+) -> RootCause:
+    """Upstream lineage with each producing job's latest run state; failures first."""
+    graph = lineage(node, depth=depth, as_of=as_of, direction="upstream", max_nodes=max_nodes)
+    outputs: dict[str, list[str]] = defaultdict(list)
+    downstream: dict[str, list[str]] = defaultdict(list)
+    for edge in graph.edges:
+        downstream[edge.origin].append(edge.destination)
+        if edge.origin.startswith("job:"):
+            outputs[edge.origin].append(edge.destination)
+    jobs = [
+        UpstreamJob(n.job, n.distance, tuple(sorted(outputs.get(n.node_id, ()))))
+        for n in graph.nodes
+        if n.kind == "JOB" and n.job is not None
+    ]
+    jobs.sort(key=lambda j: (not j.failed, j.distance, j.node_id))
+    # Suspects: what a failed job's output flows into, within the upstream graph.
+    suspects: set[str] = set()
+    queue = deque(j.node_id for j in jobs if j.failed)
+    while queue:
+        current = queue.popleft()
+        for nxt in downstream.get(current, ()):
+            if nxt not in suspects:
+                suspects.add(nxt)
+                queue.append(nxt)
+    return RootCause(
+        root=str(node),
+        depth=depth,
+        as_of=as_of,
+        graph=graph,
+        jobs=tuple(jobs),
+        suspects=tuple(sorted(s for s in suspects if s.startswith("dataset:"))),
+    )
+
+
+# --- paths -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LineagePath:
+    """A shortest lineage path, listed from the upstream end to the downstream end.
+
+    At table level nodes alternate datasets and jobs; at column level fields
+    alternate with the jobs between them. ``direction`` says whether the
+    target is downstream or upstream of the source.
+    """
+
+    source: str
+    target: str
+    as_of: datetime | None
+    level: Literal["table", "column"]
+    direction: Literal["downstream", "upstream"]
+    nodes: tuple[str, ...]
+
+    @property
+    def jobs(self) -> int:
+        return sum(1 for n in self.nodes if n.startswith("job:"))
+
+
+def find_path(
+    source: ResolvedNode, target: ResolvedNode, *, as_of: datetime | None = None
+) -> LineagePath | None:
+    """A shortest path between two nodes either way along edge direction, or None.
+
+    Both nodes must be fields (column level) or both datasets/jobs (table level).
+    """
+    tf = TimeFilter.at(as_of)
+    s_field, t_field = isinstance(source.id, FieldNodeId), isinstance(target.id, FieldNodeId)
+    if s_field != t_field:
+        raise ValueError("a path joins two fields or two datasets/jobs, not one of each")
+    if s_field:
+        snap = snapshot.columns()
+        ways: tuple[tuple[Literal["downstream", "upstream"], ResolvedNode, ResolvedNode], ...] = (
+            ("downstream", source, target),
+            ("upstream", target, source),
+        )
+        for direction, a, b in ways:
+            steps = traverse.field_path(snap, tf, a.pk, b.pk)
+            if steps is None:
+                continue
+            info = field_rows(pk for pk, _ in steps)
+            jobs = load_job_names(j for _, j in steps if j >= 0)
+            ids: list[str] = []
+            for pk, job in steps:
+                if job >= 0 and job in jobs:
+                    ids.append(job_node_id(*jobs[job]))
+                row = info[pk]
+                ids.append(field_node_id(row[1], row[2], row[3]))
+            return LineagePath(str(source), str(target), as_of, "column", direction, tuple(ids))
+        return None
+    snap = snapshot.table()
+
+    def key(n: ResolvedNode) -> tuple[str, int]:
+        return ("job", n.pk) if isinstance(n.id, JobNodeId) else ("ds", n.pk)
+
+    table_ways: tuple[tuple[Literal["downstream", "upstream"], ResolvedNode, ResolvedNode], ...] = (
+        ("downstream", source, target),
+        ("upstream", target, source),
+    )
+    for direction, a, b in table_ways:
+        table_steps = traverse.table_path(snap, tf, key(a), key(b))
+        if table_steps is None:
+            continue
+        ds_names = load_dataset_names(pk for kind, pk in table_steps if kind == "ds")
+        job_names = load_job_names(pk for kind, pk in table_steps if kind == "job")
+        nodes = tuple(
+            dataset_node_id(*ds_names[pk]) if kind == "ds" else job_node_id(*job_names[pk])
+            for kind, pk in table_steps
+        )
+        return LineagePath(str(source), str(target), as_of, "table", direction, nodes)
+    return None
+
+
+# --- diff --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnDiffEdge:
+    origin: str
+    # A field node id, or a dataset node id for dataset-level dependencies.
+    destination: str
+    job: str | None
+
+
+@dataclass(frozen=True)
+class GraphDiff:
+    """What changed between ``t1`` and ``t2``: edges, datasets and fields added or removed.
+
+    Lists hold at most ``limit`` items each; ``counts`` are exact.
+    """
+
+    t1: datetime
+    t2: datetime
+    root: str | None
+    edges_added: tuple[GraphEdge, ...]
+    edges_removed: tuple[GraphEdge, ...]
+    column_edges_added: tuple[ColumnDiffEdge, ...]
+    column_edges_removed: tuple[ColumnDiffEdge, ...]
+    datasets_added: tuple[str, ...]
+    datasets_removed: tuple[str, ...]
+    fields_added: tuple[str, ...]
+    fields_removed: tuple[str, ...]
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def truncated(self) -> bool:
+        lists = {
+            "edgesAdded": self.edges_added,
+            "edgesRemoved": self.edges_removed,
+            "columnEdgesAdded": self.column_edges_added,
+            "columnEdgesRemoved": self.column_edges_removed,
+            "datasetsAdded": self.datasets_added,
+            "datasetsRemoved": self.datasets_removed,
+            "fieldsAdded": self.fields_added,
+            "fieldsRemoved": self.fields_removed,
+        }
+        return any(self.counts.get(k, 0) > len(v) for k, v in lists.items())
+
+
+def _valid_keys(snap: snapshot.Snapshot, tf: TimeFilter, columns: Sequence[str]) -> np.ndarray:
+    """Distinct tuples of ``columns`` over edges valid under ``tf`` (rows of a 2-D array)."""
+    parts = []
+    for layer, pos in snap.all_valid(tf):
+        store = snap.store(layer)
+        parts.append(np.stack([store.cols[c][pos].astype(np.int64) for c in columns], axis=1))
+    if not parts:
+        return np.zeros((0, len(columns)), dtype=np.int64)
+    return np.unique(np.concatenate(parts), axis=0)
+
+
+def _minus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Rows of ``a`` not in ``b`` (both 2-D int64)."""
+    if a.size == 0 or b.size == 0:
+        return a
+    view = np.dtype((np.void, a.dtype.itemsize * a.shape[1]))
+    av = np.ascontiguousarray(a).view(view).ravel()
+    bv = np.ascontiguousarray(b).view(view).ravel()
+    return a[~np.isin(av, bv)]
+
+
+def _exists_at(t: datetime, first: str, gone: str) -> Q:
+    return Q(**{f"{first}__lte": t}) & (Q(**{f"{gone}__isnull": True}) | Q(**{f"{gone}__gt": t}))
+
+
+def diff(
+    t1: datetime,
+    t2: datetime,
+    *,
+    node: ResolvedNode | None = None,
+    depth: int = 5,
+    direction: DirectionName = "both",
+    limit: int = 1000,
+) -> GraphDiff:
+    """Edges, datasets and fields added and removed between ``t1`` and ``t2``.
+
+    With ``node``, only what lies within its lineage (``depth``, ``direction``)
+    at either instant is compared; without, the whole graph.
+    """
+    table_snap = snapshot.table()
+    tf1, tf2 = TimeFilter.at(t1), TimeFilter.at(t2)
+    scope_ds: IntArray | None = None
+    scope_job: IntArray | None = None
+    if node is not None:
+        roots_ds, roots_job = _roots(node)
+        ds_parts, job_parts = [], []
+        for tf in (tf1, tf2):
+            for way in ("up", "down"):
+                if (way == "up" and direction == "downstream") or (
+                    way == "down" and direction == "upstream"
+                ):
+                    continue
+                reach = traverse.table_reach(table_snap, way, depth, tf, roots_ds, roots_job)
+                ds_parts.append(reach.ds)
+                job_parts.append(reach.job)
+        scope_ds = np.unique(np.concatenate(ds_parts))
+        scope_job = np.unique(np.concatenate(job_parts))
+
+    cols = ("job", "ds", "out")
+    k1, k2 = _valid_keys(table_snap, tf1, cols), _valid_keys(table_snap, tf2, cols)
+    if scope_ds is not None and scope_job is not None:
+        k1 = k1[np.isin(k1[:, 0], scope_job) & np.isin(k1[:, 1], scope_ds)]
+        k2 = k2[np.isin(k2[:, 0], scope_job) & np.isin(k2[:, 1], scope_ds)]
+    added, removed = _minus(k2, k1), _minus(k1, k2)
+
+    col_snap = snapshot.columns()
+    ccols = ("job", "src", "tgt", "tds")
+    c1, c2 = _valid_keys(col_snap, tf1, ccols), _valid_keys(col_snap, tf2, ccols)
+    if scope_ds is not None:
+        c1 = c1[np.isin(c1[:, 3], scope_ds)]
+        c2 = c2[np.isin(c2[:, 3], scope_ds)]
+    c_added, c_removed = _minus(c2, c1), _minus(c1, c2)
+
+    datasets = Dataset.objects.all()
+    fields = DatasetField.objects.all()
+    if scope_ds is not None:
+        datasets = datasets.filter(pk__in=scope_ds.tolist())
+        fields = fields.filter(dataset_id__in=scope_ds.tolist())
+    ds_at1, ds_at2 = (
+        _exists_at(t1, "first_seen", "dropped_at"),
+        _exists_at(t2, "first_seen", "dropped_at"),
+    )
+    f_at1, f_at2 = (
+        _exists_at(t1, "first_seen", "removed_at"),
+        _exists_at(t2, "first_seen", "removed_at"),
+    )
+    ds_added_qs = datasets.filter(ds_at2).exclude(ds_at1)
+    ds_removed_qs = datasets.filter(ds_at1).exclude(ds_at2)
+    f_added_qs = fields.filter(f_at2).exclude(f_at1)
+    f_removed_qs = fields.filter(f_at1).exclude(f_at2)
+
+    def ds_ids(qs: QuerySet[Dataset]) -> tuple[str, ...]:
+        rows = qs.order_by("namespace__name", "name").values_list("namespace__name", "name")[:limit]
+        return tuple(dataset_node_id(ns, name) for ns, name in rows)
+
+    def f_ids(qs: QuerySet[DatasetField]) -> tuple[str, ...]:
+        rows = qs.order_by("dataset__namespace__name", "dataset__name", "name").values_list(
+            "dataset__namespace__name", "dataset__name", "name"
+        )[:limit]
+        return tuple(field_node_id(*row) for row in rows)
+
+    table_rows = np.concatenate([added[:limit], removed[:limit]])
+    ds_names = load_dataset_names(table_rows[:, 1].tolist())
+    job_names = load_job_names(table_rows[:, 0].tolist())
+    col_rows = np.concatenate([c_added[:limit], c_removed[:limit]])
+    finfo = field_rows(np.concatenate([col_rows[:, 1], col_rows[:, 2]]).tolist())
+    ds_names.update(load_dataset_names(col_rows[:, 3].tolist()))
+    job_names.update(load_job_names(col_rows[:, 0].tolist()))
+
+    def table_edge(row: np.ndarray) -> GraphEdge | None:
+        job, ds, out = (int(v) for v in row)
+        if ds not in ds_names or job not in job_names:
+            return None
+        d, j = dataset_node_id(*ds_names[ds]), job_node_id(*job_names[job])
+        return GraphEdge(j, d) if out else GraphEdge(d, j)
+
+    def column_edge(row: np.ndarray) -> ColumnDiffEdge | None:
+        job, src, tgt, tds = (int(v) for v in row)
+        if src not in finfo:
+            return None
+        origin = field_node_id(*finfo[src][1:4])
+        if tgt >= 0:
+            if tgt not in finfo:
+                return None
+            destination = field_node_id(*finfo[tgt][1:4])
+        elif tds in ds_names:
+            destination = dataset_node_id(*ds_names[tds])
+        else:
+            return None
+        return ColumnDiffEdge(
+            origin, destination, job_node_id(*job_names[job]) if job in job_names else None
+        )
+
+    def collect(rows: np.ndarray, make) -> tuple:  # type: ignore[no-untyped-def, type-arg]
+        return tuple(x for x in (make(r) for r in rows[:limit]) if x is not None)
+
+    return GraphDiff(
+        t1=t1,
+        t2=t2,
+        root=None if node is None else str(node),
+        edges_added=collect(added, table_edge),
+        edges_removed=collect(removed, table_edge),
+        column_edges_added=collect(c_added, column_edge),
+        column_edges_removed=collect(c_removed, column_edge),
+        datasets_added=ds_ids(ds_added_qs),
+        datasets_removed=ds_ids(ds_removed_qs),
+        fields_added=f_ids(f_added_qs),
+        fields_removed=f_ids(f_removed_qs),
+        counts={
+            "edgesAdded": int(added.shape[0]),
+            "edgesRemoved": int(removed.shape[0]),
+            "columnEdgesAdded": int(c_added.shape[0]),
+            "columnEdgesRemoved": int(c_removed.shape[0]),
+            "datasetsAdded": ds_added_qs.count(),
+            "datasetsRemoved": ds_removed_qs.count(),
+            "fieldsAdded": f_added_qs.count(),
+            "fieldsRemoved": f_removed_qs.count(),
+        },
+    )
+
+
+def change_instants(
+    node: ResolvedNode | None = None,
+    *,
+    depth: int = 5,
+    direction: DirectionName = "both",
+    limit: int = 500,
+) -> tuple[datetime, ...]:
+    """The instants at which the (table) graph around ``node`` changed, newest last.
+
+    For a time slider: every valid_from / valid_to of an edge that was ever
+    within the node's lineage (or of any edge without a node). At most
+    ``limit`` instants, the most recent kept.
+    """
+    snap = snapshot.table()
+    ever = TimeFilter(current=False, lo=np.iinfo(np.int64).min)
+    positions = snap.all_valid(ever)
+    if node is not None:
+        roots_ds, roots_job = _roots(node)
+        ds_parts, job_parts = [roots_ds], [roots_job]
+        for way in ("up", "down"):
+            if (way == "up" and direction == "downstream") or (
+                way == "down" and direction == "upstream"
+            ):
+                continue
+            reach = traverse.table_reach(snap, way, depth, ever, roots_ds, roots_job)
+            ds_parts.append(reach.ds)
+            job_parts.append(reach.job)
+        ds_set, job_set = np.concatenate(ds_parts), np.concatenate(job_parts)
+        positions = [
+            (
+                layer,
+                pos[
+                    np.isin(snap.store(layer).cols["ds"][pos], ds_set)
+                    & np.isin(snap.store(layer).cols["job"][pos], job_set)
+                ],
+            )
+            for layer, pos in positions
+        ]
+    stamps = [snap.store(layer).cols[c][pos] for layer, pos in positions for c in ("vf", "vt")]
+    if not stamps:
+        return ()
+    values = np.unique(np.concatenate(stamps))
+    values = values[values != snapshot.OPEN][-limit:]
+    return tuple(t for t in (snapshot.from_us(int(v)) for v in values) if t is not None)
+
+
+# --- orphans and sources -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetSummary:
+    node_id: str
+    pk: int
+    namespace: str
+    name: str
+    last_seen: datetime
+    producers: int
+    consumers: int
+
+
+@dataclass(frozen=True)
+class DatasetPage:
+    total: int
+    items: tuple[DatasetSummary, ...]
+
+
+def _edge_valid(as_of: datetime | None) -> Q:
+    if as_of is None:
+        return Q(valid_to__isnull=True)
+    return Q(valid_from__lte=as_of) & (Q(valid_to__isnull=True) | Q(valid_to__gt=as_of))
+
+
+def _dataset_page(
+    qs: QuerySet[Dataset], as_of: datetime | None, limit: int, offset: int
+) -> DatasetPage:
+    total = qs.count()
+    rows = list(
+        qs.order_by("namespace__name", "name").values_list(
+            "pk", "namespace__name", "name", "last_seen"
+        )[offset : offset + limit]
+    )
+    snap = snapshot.table()
+    tf = TimeFilter.at(as_of)
+    pks = np.asarray([r[0] for r in rows], dtype=np.int64)
+    consumers = _degree(snap.expand("ds_down", pks, tf))
+    producers = _degree(snap.expand("ds_up", pks, tf))
+    return DatasetPage(
+        total=total,
+        items=tuple(
+            DatasetSummary(
+                dataset_node_id(ns, name),
+                pk,
+                ns,
+                name,
+                last_seen,
+                producers.get(pk, 0),
+                consumers.get(pk, 0),
+            )
+            for pk, ns, name, last_seen in rows
+        ),
+    )
+
+
+def _degree(batch: snapshot.EdgeBatch) -> dict[int, int]:
+    if batch.size == 0:
+        return {}
+    pairs = np.unique(np.stack([batch.src.astype(np.int64), batch.dst.astype(np.int64)]), axis=1)
+    nodes, counts = np.unique(pairs[0], return_counts=True)
+    return dict(zip(nodes.tolist(), counts.tolist(), strict=True))
+
+
+def _existing(as_of: datetime | None, namespace: str | None) -> QuerySet[Dataset]:
+    qs = Dataset.objects.filter(is_hidden=False)
+    if as_of is None:
+        qs = qs.filter(dropped_at__isnull=True)
+    else:
+        qs = qs.filter(_exists_at(as_of, "first_seen", "dropped_at"))
+    if namespace:
+        qs = qs.filter(namespace__name=namespace)
+    return qs
+
+
+def orphans(
+    *,
+    as_of: datetime | None = None,
+    limit: int = 100,
+    offset: int = 0,
+    namespace: str | None = None,
+) -> DatasetPage:
+    """Datasets no job reads (as of ``as_of``), by namespace and name."""
+    readers = TableEdge.objects.filter(dataset=OuterRef("pk"), direction=Direction.INPUT).filter(
+        _edge_valid(as_of)
+    )
+    qs = _existing(as_of, namespace).filter(~Exists(readers))
+    return _dataset_page(qs, as_of, limit, offset)
+
+
+def sources(
+    *,
+    as_of: datetime | None = None,
+    limit: int = 100,
+    offset: int = 0,
+    namespace: str | None = None,
+) -> DatasetPage:
+    """Datasets jobs read but no job writes: where data enters the graph."""
+    readers = TableEdge.objects.filter(dataset=OuterRef("pk"), direction=Direction.INPUT).filter(
+        _edge_valid(as_of)
+    )
+    writers = TableEdge.objects.filter(dataset=OuterRef("pk"), direction=Direction.OUTPUT).filter(
+        _edge_valid(as_of)
+    )
+    qs = _existing(as_of, namespace).filter(Exists(readers)).filter(~Exists(writers))
+    return _dataset_page(qs, as_of, limit, offset)
+
+
+# --- taint -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaintInfo:
+    pk: int
+    dataset: str
+    reason: str
+    window_start: datetime | None
+    window_end: datetime | None
+    created_at: datetime
+    created_by: str
+    cleared_at: datetime | None
+    cleared_by: str
+
+    @property
+    def active(self) -> bool:
+        return self.cleared_at is None
+
+
+@dataclass(frozen=True, slots=True)
+class AtRiskDataset:
+    dataset: DatasetInfo
+    distance: int
+    # Taints (pks) this dataset is at risk from; distance 0 means tainted itself.
+    taints: tuple[int, ...]
+
+    @property
+    def node_id(self) -> str:
+        return self.dataset.node_id
+
+
+@dataclass(frozen=True, slots=True)
+class RerunJob:
+    job: JobInfo
+    order: int
+    distance: int
+    # True when the job sits on a cycle, so its place in the order is by distance only.
+    in_cycle: bool = False
+
+    @property
+    def node_id(self) -> str:
+        return self.job.node_id
+
+
+@dataclass(frozen=True)
+class TaintImpact:
+    """Active taints, every dataset at risk from them, and the jobs to re-run in order."""
+
+    taints: tuple[TaintInfo, ...]
+    datasets: tuple[AtRiskDataset, ...]
+    jobs_to_rerun: tuple[RerunJob, ...]
+    owners: tuple[OwnerInfo, ...]
+    truncated: bool = False
+    cut: Cut = Cut()
+
+    @property
+    def at_risk_ids(self) -> frozenset[str]:
+        return frozenset(d.node_id for d in self.datasets)
+
+
+def taint_info(taint: Taint) -> TaintInfo:
+    return TaintInfo(
+        pk=taint.pk,
+        dataset=taint.dataset.node_id,
+        reason=taint.reason,
+        window_start=taint.window_start,
+        window_end=taint.window_end,
+        created_at=taint.created_at,
+        created_by=taint.created_by.get_username() if taint.created_by else "",
+        cleared_at=taint.cleared_at,
+        cleared_by=taint.cleared_by.get_username() if taint.cleared_by else "",
+    )
+
+
+def _taint_filter(taint: Taint) -> TimeFilter:
+    # Bad data written in the window stays downstream until recomputed: follow every
+    # edge valid at any time since the window opened (now, without a window).
+    if taint.window_start is None:
+        return TimeFilter()
+    return TimeFilter.window(taint.window_start)
+
+
+def taint_impact(
+    taints: Sequence[Taint] | None = None, *, max_nodes: int = DEFAULT_MAX_NODES
+) -> TaintImpact:
+    """What the given taints (default: every active one) put at risk downstream."""
+    if taints is None:
+        taints = list(
+            Taint.objects.filter(cleared_at__isnull=True).select_related(
+                "dataset__namespace", "created_by", "cleared_by"
+            )
+        )
+    active = [t for t in taints if t.cleared_at is None]
+    snap = snapshot.table()
+    ds_best: dict[int, int] = {}
+    ds_taints: dict[int, set[int]] = defaultdict(set)
+    job_best: dict[int, int] = {}
+    for taint in active:
+        reach = traverse.table_reach(
+            snap,
+            "down",
+            MAX_DEPTH,
+            _taint_filter(taint),
+            roots_ds=np.asarray([taint.dataset_id], dtype=np.int64),
+        )
+        for pk, dist in zip(reach.ds.tolist(), reach.ds_dist.tolist(), strict=True):
+            ds_best[pk] = min(ds_best.get(pk, dist), dist)
+            ds_taints[pk].add(taint.pk)
+        for pk, dist in zip(reach.job.tolist(), reach.job_dist.tolist(), strict=True):
+            job_best[pk] = min(job_best.get(pk, dist), dist)
+
+    ordered_ds = sorted(ds_best, key=lambda pk: (ds_best[pk], pk))
+    truncated = len(ordered_ds) > max_nodes or len(job_best) > max_nodes
+    cut = Cut(datasets=max(0, len(ordered_ds) - max_nodes), jobs=max(0, len(job_best) - max_nodes))
+    shown_ds = ordered_ds[:max_nodes]
+    order, cyclic = _topological_jobs(snap, active, ds_best, job_best)
+    shown_jobs = order[:max_nodes]
+    details = load_datasets(shown_ds)
+    jobs = load_jobs(shown_jobs)
+    datasets = tuple(
+        AtRiskDataset(details[pk], ds_best[pk], tuple(sorted(ds_taints[pk])))
+        for pk in shown_ds
+        if pk in details
+    )
+    return TaintImpact(
+        taints=tuple(taint_info(t) for t in taints),
+        datasets=datasets,
+        jobs_to_rerun=tuple(
+            RerunJob(jobs[pk], i + 1, job_best[pk], pk in cyclic)
+            for i, pk in enumerate(shown_jobs)
+            if pk in jobs
+        ),
+        owners=_owners(d.dataset for d in datasets),
+        truncated=truncated,
+        cut=cut if truncated else Cut(),
+    )
+
+
+def _topological_jobs(
+    snap: snapshot.Snapshot,
+    taints: Sequence[Taint],
+    ds_best: dict[int, int],
+    job_best: dict[int, int],
+) -> tuple[list[int], set[int]]:
+    """Jobs ordered so each runs after every job feeding it at-risk data (Kahn's
+    algorithm, ties by distance); jobs on cycles go last, by distance."""
+    if not job_best:
+        return [], set()
+    starts = [t.window_start for t in taints if t.window_start is not None]
+    # Open edges are valid "since" any instant, so one window covers windowless taints too.
+    tf = TimeFilter.window(min(starts)) if starts else TimeFilter()
+    jobs = np.asarray(sorted(job_best), dtype=np.int64)
+    writes = snap.expand("job_down", jobs, tf)  # job → dataset
+    writers: dict[int, set[int]] = defaultdict(set)
+    for job, ds in zip(writes.src.tolist(), writes.dst.tolist(), strict=True):
+        if ds in ds_best:
+            writers[ds].add(job)
+    reads = snap.expand("job_up", jobs, tf)  # job ← dataset
+    after: dict[int, set[int]] = defaultdict(set)
+    indegree = dict.fromkeys(job_best, 0)
+    for job, ds in zip(reads.src.tolist(), reads.dst.tolist(), strict=True):
+        for writer in writers.get(ds, ()):
+            if writer != job and job not in after[writer]:
+                after[writer].add(job)
+                indegree[job] += 1
+    import heapq
+
+    ready = [(job_best[j], j) for j, n in indegree.items() if n == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        _, job = heapq.heappop(ready)
+        order.append(job)
+        for nxt in after.get(job, ()):
+            indegree[nxt] -= 1
+            if indegree[nxt] == 0:
+                heapq.heappush(ready, (job_best[nxt], nxt))
+    placed = set(order)
+    cyclic = {j for j in job_best if j not in placed}
+    order += sorted(cyclic, key=lambda j: (job_best[j], j))
+    return order, cyclic
+
+
+# --- field reach (privacy subject search) ------------------------------------------------
+
+
+class Strength(IntEnum):
+    """How strongly a derived value is tied to its source row (weakest on a path wins)."""
+
+    INDIRECT = snapshot.STRENGTH_INDIRECT
+    AGGREGATION = snapshot.STRENGTH_AGGREGATION
+    TRANSFORMATION = snapshot.STRENGTH_TRANSFORMATION
+    IDENTITY = snapshot.STRENGTH_IDENTITY
+
+    @property
+    def holds_rows(self) -> bool:
+        """DIRECT identity or transformation (masked or not): the rows still belong to the
+        subject. Aggregation and indirect lineage only contributed."""
+        return self >= Strength.TRANSFORMATION
+
+
+@dataclass(frozen=True, slots=True)
+class PathStep:
+    """One step of an evidence path: the field (or, for a dataset-level dependency, the
+    dataset) reached, and the job and transformation that reached it (None for a seed)."""
+
+    field_id: int | None
+    dataset_id: int
+    job_id: int | None
+    transformation_type: str
+    transformation_subtype: str
+    masking: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReachedField:
+    field_id: int
+    dataset_id: int
+    strength: Strength
+    distance: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReachedDataset:
+    """A dataset reached only through a dataset-level dependency (no target field)."""
+
+    dataset_id: int
+    via_field_id: int
+    via_job_id: int | None
+
+
+class FieldReach:
+    """Fields reached downstream from seed fields, each by its strongest path.
+
+    Built by :func:`field_reach`; ``fields`` lists every reached field (seeds
+    included, at distance 0 with strength IDENTITY); ``path(field_id)`` gives
+    the evidence from a seed to that field.
+    """
+
+    def __init__(self, snap: snapshot.Snapshot, arrays: traverse.RankedReach) -> None:
+        self._snap = snap
+        self._a = arrays
+        self._index = {pk: i for i, pk in enumerate(arrays.field.tolist())}
+
+    def __len__(self) -> int:
+        return int(self._a.field.size)
+
+    def __contains__(self, field_id: object) -> bool:
+        return field_id in self._index
+
+    @property
+    def fields(self) -> list[ReachedField]:
+        a = self._a
+        return [
+            ReachedField(f, d, Strength(s), dist)
+            for f, d, s, dist in zip(
+                a.field.tolist(),
+                a.dataset.tolist(),
+                a.strength.tolist(),
+                a.dist.tolist(),
+                strict=True,
+            )
+        ]
+
+    def get(self, field_id: int) -> ReachedField | None:
+        i = self._index.get(field_id)
+        if i is None:
+            return None
+        a = self._a
+        return ReachedField(
+            int(a.field[i]), int(a.dataset[i]), Strength(int(a.strength[i])), int(a.dist[i])
+        )
+
+    @property
+    def dataset_only(self) -> list[ReachedDataset]:
+        a = self._a
+        return [
+            ReachedDataset(ds, f, j if j >= 0 else None)
+            for ds, f, j in zip(
+                a.ds_only.tolist(),
+                a.ds_only_parent_field.tolist(),
+                a.ds_only_parent_job.tolist(),
+                strict=True,
+            )
+        ]
+
+    def strongest_by_dataset(self) -> dict[int, Strength]:
+        """For each dataset, the strongest reach among its fields (dataset-level: INDIRECT)."""
+        out: dict[int, Strength] = {}
+        for ds, s in zip(self._a.dataset.tolist(), self._a.strength.tolist(), strict=True):
+            if ds not in out or s > out[ds]:
+                out[ds] = Strength(s)
+        for ds in self._a.ds_only.tolist():
+            out.setdefault(ds, Strength.INDIRECT)
+        return out
+
+    def _step(self, layer: int, pos: int, field_id: int | None, dataset_id: int) -> PathStep:
+        store = self._snap.store(layer)
+        job = int(store.cols["job"][pos])
+        return PathStep(
+            field_id=field_id,
+            dataset_id=dataset_id,
+            job_id=job if job >= 0 else None,
+            transformation_type="INDIRECT" if int(store.cols["ttype"][pos]) else "DIRECT",
+            transformation_subtype=SUBTYPES[int(store.cols["sub"][pos])],
+            masking=bool(store.cols["mask"][pos]),
+        )
+
+    def path(self, field_id: int) -> tuple[PathStep, ...]:
+        """Seed first, ``field_id`` last; empty when the field was not reached."""
+        a = self._a
+        steps: list[PathStep] = []
+        current: int | None = field_id
+        guard = 0
+        while current is not None and current in self._index and guard <= len(self):
+            guard += 1
+            i = self._index[current]
+            parent = int(a.parent_field[i])
+            if parent < 0:
+                steps.append(PathStep(current, int(a.dataset[i]), None, "", "", False))
+                break
+            steps.append(
+                self._step(int(a.parent_layer[i]), int(a.parent_pos[i]), current, int(a.dataset[i]))
+            )
+            current = parent
+        return tuple(reversed(steps))
+
+    def dataset_path(self, dataset_id: int) -> tuple[PathStep, ...]:
+        """Evidence for a dataset reached only through a dataset-level dependency."""
+        a = self._a
+        where = np.flatnonzero(a.ds_only == dataset_id)
+        if where.size == 0:
+            return ()
+        i = int(where[0])
+        head = self.path(int(a.ds_only_parent_field[i]))
+        last = self._step(
+            int(a.ds_only_parent_layer[i]), int(a.ds_only_parent_pos[i]), None, dataset_id
+        )
+        return (*head, last)
+
+
+def field_reach(
+    seed_fields: Iterable[int],
+    *,
+    as_of: datetime | None = None,
+    max_depth: int | None = None,
+) -> FieldReach:
+    """Follow column lineage downstream from many seed fields at once.
+
+    For each reached field: the path (fields and jobs) whose weakest
+    transformation is strongest, and that weakest transformation — IDENTITY or
+    TRANSFORMATION (the rows still hold the source's values, masked or not)
+    versus AGGREGATION or INDIRECT (the source only contributed). One
+    vectorised pass per strength level over the in-memory column snapshot.
+    """
+    seeds = sorted({int(pk) for pk in seed_fields})
+    snap = snapshot.columns()
+    seed_ds = dict(DatasetField.objects.filter(pk__in=seeds).values_list("pk", "dataset_id"))
+    seeds = [pk for pk in seeds if pk in seed_ds]
+    arrays = traverse.ranked_field_reach(
+        snap,
+        np.asarray(seeds, dtype=np.int64),
+        np.asarray([seed_ds[pk] for pk in seeds], dtype=np.int64),
+        TimeFilter.at(as_of),
+        max_depth,
+    )
+    return FieldReach(snap, arrays)

@@ -1,0 +1,313 @@
+"""The lineage revision: a cheap, cross-process marker of committed edge changes.
+
+Database triggers on ``graph_tableedge`` and ``graph_columnedge`` record each
+changed edge id in ``graph_change`` and bump ``graph_revision`` once per
+transaction. They live in the database rather than in Python so that every
+writer is covered — ORM saves, ``bulk_create``, ``update()``, raw SQL, COPY —
+without the writers knowing about the snapshot.
+
+On PostgreSQL the bump is a deferred constraint trigger, so it runs at commit
+time: the revision row is locked only for the instant before commit (writers
+do not serialise on it), and revision numbers follow commit order, so a
+reader that has applied revision N can fetch exactly what committed after N.
+On SQLite (one writer at a time) plain row triggers do the same per row.
+
+Readers call :func:`current` (one indexed read) and, when it moved,
+:func:`changes_between` to learn which edges to reload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+VERSION = "v1"
+KIND_TABLE = "t"
+KIND_COLUMN = "c"
+KIND_RESET = "*"
+WATCHED = (("graph_tableedge", KIND_TABLE), ("graph_columnedge", KIND_COLUMN))
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    value: int
+    token: str
+
+
+_PG_FUNCTIONS = f"""
+CREATE OR REPLACE FUNCTION graph_log_change() RETURNS trigger LANGUAGE plpgsql AS $f$
+DECLARE
+  tx bigint;
+BEGIN
+  IF current_setting('lineage.bulk_load', true) = 'on' THEN
+    RETURN NULL;
+  END IF;
+  tx := pg_current_xact_id()::text::bigint;
+  IF TG_OP = 'TRUNCATE' THEN
+    INSERT INTO graph_change (xid, kind, obj_id, at) VALUES (tx, '{KIND_RESET}', NULL, now());
+  ELSIF TG_OP = 'DELETE' THEN
+    INSERT INTO graph_change (xid, kind, obj_id, at)
+      SELECT tx, TG_ARGV[0], o.id, now() FROM old_rows o;
+  ELSE
+    INSERT INTO graph_change (xid, kind, obj_id, at)
+      SELECT tx, TG_ARGV[0], n.id, now() FROM new_rows n;
+  END IF;
+  RETURN NULL;
+END
+$f$;
+
+CREATE OR REPLACE FUNCTION graph_bump_revision() RETURNS trigger LANGUAGE plpgsql AS $f$
+DECLARE
+  tx bigint := pg_current_xact_id()::text::bigint;
+  rev bigint;
+  tok text;
+BEGIN
+  -- Once per transaction: the first deferred event bumps, the rest return at once.
+  IF current_setting('lineage.bumped_xid', true) = tx::text THEN
+    RETURN NULL;
+  END IF;
+  tok := md5(random()::text || clock_timestamp()::text || tx::text);
+  INSERT INTO graph_revision (id, value, token) VALUES (1, 1, tok)
+    ON CONFLICT (id) DO UPDATE SET value = graph_revision.value + 1, token = EXCLUDED.token
+    RETURNING value INTO rev;
+  INSERT INTO graph_revision_log (revision, xid, token, at) VALUES (rev, tx, tok, now());
+  PERFORM set_config('lineage.bumped_xid', tx::text, true);
+  RETURN NULL;
+END
+$f$;
+
+COMMENT ON FUNCTION graph_bump_revision() IS 'lineage revision triggers {VERSION}';
+"""
+
+
+def _pg_table_triggers(table: str, kind: str) -> str:
+    return f"""
+DROP TRIGGER IF EXISTS {table}_log_ins ON {table};
+DROP TRIGGER IF EXISTS {table}_log_upd ON {table};
+DROP TRIGGER IF EXISTS {table}_log_del ON {table};
+DROP TRIGGER IF EXISTS {table}_log_trunc ON {table};
+CREATE TRIGGER {table}_log_ins AFTER INSERT ON {table}
+  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION graph_log_change('{kind}');
+CREATE TRIGGER {table}_log_upd AFTER UPDATE ON {table}
+  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION graph_log_change('{kind}');
+CREATE TRIGGER {table}_log_del AFTER DELETE ON {table}
+  REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION graph_log_change('{kind}');
+CREATE TRIGGER {table}_log_trunc AFTER TRUNCATE ON {table}
+  FOR EACH STATEMENT EXECUTE FUNCTION graph_log_change('{kind}');
+"""
+
+
+_PG_BUMP_TRIGGER = """
+DROP TRIGGER IF EXISTS graph_change_bump ON graph_change;
+CREATE CONSTRAINT TRIGGER graph_change_bump AFTER INSERT ON graph_change
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION graph_bump_revision();
+"""
+
+_SQLITE_BUMP = """
+  INSERT OR IGNORE INTO graph_revision (id, value, token) VALUES (1, 0, '');
+  UPDATE graph_revision SET value = value + 1, token = lower(hex(randomblob(8))) WHERE id = 1;
+  INSERT INTO graph_revision_log (revision, xid, token, at)
+    SELECT value, value, token, strftime('%Y-%m-%d %H:%M:%f', 'now') FROM graph_revision
+    WHERE id = 1;
+"""
+
+
+def _sqlite_triggers(table: str, kind: str) -> list[str]:
+    statements = []
+    for event, row in (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD")):
+        name = f"graph_{VERSION}_{table}_{event.lower()}"
+        statements.append(
+            f"""CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {table}
+BEGIN
+{_SQLITE_BUMP}
+  INSERT INTO graph_change (xid, kind, obj_id, at)
+    SELECT value, '{kind}', {row}.id, strftime('%Y-%m-%d %H:%M:%f', 'now') FROM graph_revision
+    WHERE id = 1;
+END"""
+        )
+    return statements
+
+
+def install_triggers(connection: BaseDatabaseWrapper) -> None:
+    """Create (or refresh) the revision triggers; idempotent and cheap when current."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT obj_description(p.oid, 'pg_proc') FROM pg_proc p "
+                "WHERE p.proname = 'graph_bump_revision'"
+            )
+            row = cursor.fetchone()
+            installed = row is not None and row[0] == f"lineage revision triggers {VERSION}"
+            cursor.execute(
+                "SELECT count(*) FROM pg_trigger WHERE tgname IN "
+                "('graph_tableedge_log_ins', 'graph_columnedge_log_ins', 'graph_change_bump')"
+            )
+            count_row = cursor.fetchone()
+            if installed and count_row is not None and count_row[0] == 3:
+                return
+            cursor.execute(_PG_FUNCTIONS)
+            for table, kind in WATCHED:
+                cursor.execute(_pg_table_triggers(table, kind))
+            cursor.execute(_PG_BUMP_TRIGGER)
+        elif connection.vendor == "sqlite":
+            # Tables rebuilt by schema changes lose their triggers: recreate what is missing.
+            cursor.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'graph_v%'"
+            )
+            existing = {name for (name,) in cursor.fetchall()}
+            for name in existing:
+                if not name.startswith(f"graph_{VERSION}_"):
+                    cursor.execute(f'DROP TRIGGER IF EXISTS "{name}"')
+            for table, kind in WATCHED:
+                for statement in _sqlite_triggers(table, kind):
+                    cursor.execute(statement)
+        cursor.execute(
+            "INSERT INTO graph_revision (id, value, token) SELECT 1, 0, 'init' "
+            "WHERE NOT EXISTS (SELECT 1 FROM graph_revision WHERE id = 1)"
+        )
+
+
+def install_triggers_after_migrate(using: str = "default", **kwargs: Any) -> None:
+    """post_migrate handler: the triggers exist on every database the app migrates."""
+    from django.db.migrations.recorder import MigrationRecorder
+
+    connection = connections[using]
+    recorder = MigrationRecorder(connection)
+    if not recorder.has_table():
+        return
+    applied = {name for app, name in recorder.applied_migrations() if app == "graph"}
+    if "0003_graph_revision" not in applied:
+        return
+    install_triggers(connection)
+
+
+def _fire_pending(connection: BaseDatabaseWrapper) -> None:
+    """Inside a transaction, make this transaction's own edge writes bump the revision now.
+
+    Deferred triggers otherwise run at commit; a reader in the writing
+    transaction (a test, a task that writes then reads) must see its writes.
+    """
+    if connection.vendor != "postgresql" or not connection.in_atomic_block:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('lineage.bumped_xid', '', true); "
+            "SET CONSTRAINTS graph_change_bump IMMEDIATE; "
+            "SET CONSTRAINTS graph_change_bump DEFERRED"
+        )
+
+
+def current(using: str = "default") -> Revision:
+    """The committed revision, in one indexed read (plus a flush of pending triggers in a
+    transaction)."""
+    connection = connections[using]
+    _fire_pending(connection)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT value, token FROM graph_revision WHERE id = 1")
+        row = cursor.fetchone()
+    if row is None:
+        return Revision(0, "")
+    return Revision(int(row[0]), str(row[1]))
+
+
+def on_timeline(revision: Revision, using: str = "default") -> bool:
+    """Whether ``revision`` is an ancestor of the current one (not rolled back, not pruned)."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT token FROM graph_revision_log WHERE revision = %s", [revision.value])
+        rows = cursor.fetchall()
+    return any(token == revision.token for (token,) in rows)
+
+
+def changes_between(
+    after: int, upto: int, kinds: tuple[str, ...], limit: int, using: str = "default"
+) -> list[tuple[str, int | None]] | None:
+    """Changed (kind, id) pairs committed in revisions (after, upto]; None when over ``limit``."""
+    marks = ", ".join(["%s"] * (len(kinds) + 1))
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT c.kind, c.obj_id FROM graph_revision_log r "
+            "JOIN graph_change c ON c.xid = r.xid "
+            f"WHERE r.revision > %s AND r.revision <= %s AND c.kind IN ({marks}) "
+            "LIMIT %s",
+            [after, upto, *kinds, KIND_RESET, limit + 1],
+        )
+        rows = cursor.fetchall()
+    if len(rows) > limit:
+        return None
+    return [(str(kind), None if obj is None else int(obj)) for kind, obj in rows]
+
+
+def mark_reset(using: str = "default") -> None:
+    """Record that everything changed (after a bulk load that skipped the triggers)."""
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "INSERT INTO graph_change (xid, kind, obj_id, at) "
+                "VALUES (pg_current_xact_id()::text::bigint, %s, NULL, now())",
+                [KIND_RESET],
+            )
+        else:
+            cursor.execute(
+                "INSERT OR IGNORE INTO graph_revision (id, value, token) VALUES (1, 0, '')"
+            )
+            cursor.execute(
+                "UPDATE graph_revision SET value = value + 1, "
+                "token = lower(hex(randomblob(8))) WHERE id = 1"
+            )
+            cursor.execute(
+                "INSERT INTO graph_revision_log (revision, xid, token, at) "
+                "SELECT value, value, token, strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') "
+                "FROM graph_revision WHERE id = 1"
+            )
+            cursor.execute(
+                "INSERT INTO graph_change (xid, kind, obj_id, at) "
+                "SELECT value, %s, NULL, strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') "
+                "FROM graph_revision WHERE id = 1",
+                [KIND_RESET],
+            )
+
+
+@contextmanager
+def bulk_load(using: str = "default") -> Iterator[None]:
+    """Skip per-row change logging while loading many edges; one reset is recorded after.
+
+    PostgreSQL only skips (a session setting read by the triggers); on SQLite
+    the triggers keep logging, which is fine at the sizes SQLite is used for.
+    """
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('lineage.bulk_load', 'on', false)")
+    try:
+        yield
+    finally:
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT set_config('lineage.bulk_load', 'off', false)")
+        mark_reset(using)
+
+
+def prune(keep_revisions: int, using: str = "default") -> int:
+    """Forget change records older than the newest ``keep_revisions``; returns rows deleted.
+
+    A process whose snapshot predates the pruned range rebuilds it in full.
+    """
+    rev = current(using)
+    floor = rev.value - keep_revisions
+    if floor <= 0:
+        return 0
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM graph_change WHERE xid IN "
+            "(SELECT xid FROM graph_revision_log WHERE revision <= %s)",
+            [floor],
+        )
+        deleted = int(cursor.rowcount)
+        cursor.execute("DELETE FROM graph_revision_log WHERE revision <= %s", [floor])
+    return max(deleted, 0)

@@ -1,0 +1,649 @@
+"""In-process adjacency snapshots of the lineage edges, with their validity intervals.
+
+Every lineage read walks one of two snapshots held in memory by each process:
+
+- the table snapshot: dataset → job (``in`` edges) and job → dataset (``out``);
+- the column snapshot: field → field through a job, with the transformation.
+
+Each is a set of parallel numpy columns (one row per edge row, so closed and
+reopened intervals are all kept) grouped into CSR adjacencies, and every
+traversal filters edges by validity at the instant asked for. Breadth-first
+search runs one level at a time over whole frontiers (vectorised), so a hub
+read by thousands of jobs costs one gather, not thousands of Python steps.
+
+Freshness: each request reads the lineage revision (one indexed row, see
+graph/revision.py). When it moved, the edges changed since are re-read by id
+and laid over the base as a small overlay (the base rows they replace are
+masked out); when the overlay grows past a threshold, or the change log no
+longer covers the gap, the snapshot is rebuilt from scratch. So every
+process — web workers, Celery workers — answers from the committed graph.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from django.db import connections
+from django.utils.dateparse import parse_datetime
+
+from graph import revision as rev
+from graph.models import TransformationSubtype, TransformationType
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+OPEN = np.iinfo(np.int64).max
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+PG_EPOCH_OFFSET_US = 946_684_800_000_000  # 2000-01-01 - 1970-01-01 in microseconds
+EMPTY = np.zeros(0, dtype=np.int64)
+
+# Transformation subtypes as small codes, and how strongly each ties a target
+# value to its source: a DIRECT IDENTITY/TRANSFORMATION copy keeps the row
+# (personal data stays personal), AGGREGATION and INDIRECT do not.
+SUBTYPES: tuple[str, ...] = ("", *TransformationSubtype.values)
+SUBTYPE_CODE = {name: code for code, name in enumerate(SUBTYPES)}
+STRENGTH_INDIRECT, STRENGTH_AGGREGATION, STRENGTH_TRANSFORMATION, STRENGTH_IDENTITY = 0, 1, 2, 3
+
+
+def to_us(moment: datetime) -> int:
+    """Microseconds since the Unix epoch (exact, no float rounding)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - EPOCH) // timedelta(microseconds=1)
+
+
+def from_us(value: int) -> datetime | None:
+    if value >= OPEN:
+        return None
+    return EPOCH + timedelta(microseconds=int(value))
+
+
+@dataclass(frozen=True, slots=True)
+class TimeFilter:
+    """Which edge intervals count.
+
+    ``current``: only edges still open. Otherwise an edge counts when its
+    interval [valid_from, valid_to) meets [lo, hi]: ``lo == hi`` is one instant
+    (as-of), ``hi=None`` means "at any time since lo".
+    """
+
+    current: bool = True
+    lo: int = 0
+    hi: int | None = None
+
+    @classmethod
+    def at(cls, as_of: datetime | None) -> TimeFilter:
+        if as_of is None:
+            return cls()
+        t = to_us(as_of)
+        return cls(current=False, lo=t, hi=t)
+
+    @classmethod
+    def window(cls, start: datetime, end: datetime | None = None) -> TimeFilter:
+        return cls(current=False, lo=to_us(start), hi=None if end is None else to_us(end))
+
+    def mask(self, vf: IntArray, vt: IntArray) -> BoolArray:
+        if self.current:
+            is_open: BoolArray = vt == OPEN
+            return is_open
+        keep: BoolArray = vt > self.lo
+        if self.hi is not None:
+            keep &= vf <= self.hi
+        return keep
+
+
+class Adjacency:
+    """Edge positions of one edge store grouped by one endpoint (CSR).
+
+    With ``size`` the groups are addressed by an index pointer (O(1) per node,
+    for the large base); without, by binary search (for the small overlay).
+    """
+
+    __slots__ = ("indptr", "order", "size", "sorted_keys")
+
+    def __init__(self, keys: IntArray, size: int | None) -> None:
+        selected = np.flatnonzero(keys >= 0)
+        order = selected[np.argsort(keys[selected], kind="stable")]
+        self.order: IntArray = order.astype(np.int64, copy=False)
+        self.size = size
+        if size is not None:
+            counts = np.bincount(keys[selected], minlength=size)[:size]
+            self.indptr: IntArray = np.zeros(size + 1, dtype=np.int64)
+            np.cumsum(counts, out=self.indptr[1:])
+            self.sorted_keys: IntArray = EMPTY
+        else:
+            self.indptr = EMPTY
+            self.sorted_keys = keys[order]
+
+    def positions(self, nodes: IntArray) -> IntArray:
+        """Edge positions of every node in ``nodes``, concatenated."""
+        if nodes.size == 0 or self.order.size == 0:
+            return EMPTY
+        if self.size is not None:
+            nodes = nodes[(nodes >= 0) & (nodes < self.size)]
+            starts = self.indptr[nodes]
+            ends = self.indptr[nodes + 1]
+        else:
+            starts = np.searchsorted(self.sorted_keys, nodes, side="left")
+            ends = np.searchsorted(self.sorted_keys, nodes, side="right")
+        lengths = ends - starts
+        total = int(lengths.sum())
+        if total == 0:
+            return EMPTY
+        if nodes.size == 1:
+            return self.order[int(starts[0]) : int(ends[0])]
+        offsets = np.repeat(starts - np.cumsum(lengths) + lengths, lengths)
+        offsets += np.arange(total, dtype=np.int64)
+        found: IntArray = self.order[offsets]
+        return found
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.indptr.nbytes + self.order.nbytes + self.sorted_keys.nbytes)
+
+
+@dataclass(frozen=True)
+class EdgeStore:
+    """Parallel edge columns (``ids`` first) and adjacencies built over them."""
+
+    cols: dict[str, npt.NDArray[Any]]
+    adj: dict[str, Adjacency]
+
+    @property
+    def size(self) -> int:
+        return int(self.cols["id"].size)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(c.nbytes) for c in self.cols.values()) + sum(
+            a.nbytes for a in self.adj.values()
+        )
+
+
+@dataclass(frozen=True)
+class AdjacencySpec:
+    """How one adjacency is grouped: by column ``group``, reaching column ``other``,
+    over rows where ``where`` holds."""
+
+    group: str
+    other: str
+    where: Callable[[dict[str, npt.NDArray[Any]]], BoolArray] | None = None
+
+
+@dataclass(frozen=True)
+class EdgeBatch:
+    """Edges reached in one expansion step: where they start, where they lead, and which
+    store row (``layer`` 0 = base, 1 = overlay; ``pos``) they are."""
+
+    src: IntArray
+    dst: IntArray
+    layer: npt.NDArray[np.int8]
+    pos: IntArray
+
+    @property
+    def size(self) -> int:
+        return int(self.src.size)
+
+
+EMPTY_BATCH = EdgeBatch(EMPTY, EMPTY, np.zeros(0, dtype=np.int8), EMPTY)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One consistent view of one edge table: base store, alive mask, overlay store."""
+
+    kind: str
+    revision: rev.Revision
+    base: EdgeStore
+    alive: BoolArray
+    overlay: EdgeStore
+    overlay_rows: dict[int, tuple[Any, ...]]
+    sizes: dict[str, int]
+    built_at: float
+    specs: dict[str, AdjacencySpec] = field(repr=False)
+
+    def expand(self, name: str, nodes: IntArray, tf: TimeFilter) -> EdgeBatch:
+        """Edges of adjacency ``name`` leaving ``nodes`` that are valid under ``tf``."""
+        spec = self.specs[name]
+        parts: list[EdgeBatch] = []
+        for layer, store in ((0, self.base), (1, self.overlay)):
+            if store.size == 0:
+                continue
+            pos = store.adj[name].positions(nodes)
+            if pos.size == 0:
+                continue
+            keep = tf.mask(store.cols["vf"][pos], store.cols["vt"][pos])
+            if layer == 0:
+                keep &= self.alive[pos]
+            pos = pos[keep]
+            if pos.size == 0:
+                continue
+            parts.append(
+                EdgeBatch(
+                    store.cols[spec.group][pos],
+                    store.cols[spec.other][pos],
+                    np.full(pos.size, layer, dtype=np.int8),
+                    pos,
+                )
+            )
+        if not parts:
+            return EMPTY_BATCH
+        if len(parts) == 1:
+            return parts[0]
+        return EdgeBatch(
+            np.concatenate([p.src for p in parts]),
+            np.concatenate([p.dst for p in parts]),
+            np.concatenate([p.layer for p in parts]),
+            np.concatenate([p.pos for p in parts]),
+        )
+
+    def column(self, name: str, batch: EdgeBatch) -> npt.NDArray[Any]:
+        """The values of edge column ``name`` for every edge of ``batch``."""
+        base = self.base.cols[name]
+        if batch.size == 0:
+            return base[:0]
+        if not (batch.layer == 1).any():
+            return base[batch.pos]
+        out = np.empty(batch.size, dtype=np.result_type(base, self.overlay.cols[name]))
+        on_base = batch.layer == 0
+        out[on_base] = base[batch.pos[on_base]]
+        out[~on_base] = self.overlay.cols[name][batch.pos[~on_base]]
+        return out
+
+    def size_of(self, space: str, *extra: IntArray | int) -> int:
+        """How large a per-node array over node space ``space`` must be."""
+        size = self.sizes.get(space, 0)
+        for item in extra:
+            if isinstance(item, int):
+                size = max(size, item + 1)
+            elif item.size:
+                size = max(size, int(item.max()) + 1)
+        return size
+
+    def all_valid(self, tf: TimeFilter) -> list[tuple[int, IntArray]]:
+        """(layer, positions) of every edge valid under ``tf``."""
+        out = []
+        for layer, store in ((0, self.base), (1, self.overlay)):
+            if store.size == 0:
+                continue
+            keep = tf.mask(store.cols["vf"], store.cols["vt"])
+            if layer == 0:
+                keep &= self.alive
+            out.append((layer, np.flatnonzero(keep)))
+        return out
+
+    def store(self, layer: int) -> EdgeStore:
+        return self.base if layer == 0 else self.overlay
+
+    @property
+    def edge_count(self) -> int:
+        return int(self.alive.sum()) + self.overlay.size
+
+    @property
+    def nbytes(self) -> int:
+        return self.base.nbytes + self.overlay.nbytes + int(self.alive.nbytes)
+
+
+# --- the two kinds of snapshot ------------------------------------------------------------
+
+TABLE_SPECS = {
+    # downstream: dataset --in--> job, job --out--> dataset
+    "ds_down": AdjacencySpec("ds", "job", lambda c: c["out"] == 0),
+    "job_down": AdjacencySpec("job", "ds", lambda c: c["out"] == 1),
+    # upstream: dataset <--out-- job, job <--in-- dataset
+    "ds_up": AdjacencySpec("ds", "job", lambda c: c["out"] == 1),
+    "job_up": AdjacencySpec("job", "ds", lambda c: c["out"] == 0),
+}
+COLUMN_SPECS = {
+    "down": AdjacencySpec("src", "tgt", lambda c: c["tgt"] >= 0),
+    "up": AdjacencySpec("tgt", "src", lambda c: c["tgt"] >= 0),
+    # Dataset-level dependencies (no target field): the source affects the whole target.
+    "down_ds": AdjacencySpec("src", "tds", lambda c: c["tgt"] < 0),
+}
+_SUBTYPE_CASE = (
+    "CASE transformation_subtype "
+    + " ".join(f"WHEN '{name}' THEN {code}" for name, code in SUBTYPE_CODE.items() if name)
+    + " ELSE 0 END"
+)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One edge table: its columns as SQL expressions (the last two are valid_from and
+    valid_to), its adjacencies and the node space each column indexes."""
+
+    name: str
+    table: str
+    exprs: tuple[tuple[str, str], ...]
+    specs: dict[str, AdjacencySpec]
+    spaces: dict[str, str]
+    change_kind: str
+    # Flag columns kept as int8; node ids are narrowed to int32 while they fit.
+    small: tuple[str, ...]
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return (*(name for name, _ in self.exprs), "vf", "vt")
+
+
+TABLE = Kind(
+    name="table",
+    table="graph_tableedge",
+    exprs=(
+        ("id", "id"),
+        ("job", "job_id"),
+        ("ds", "dataset_id"),
+        ("out", "CASE WHEN direction = 'out' THEN 1 ELSE 0 END"),
+    ),
+    specs=TABLE_SPECS,
+    spaces={"ds": "ds", "job": "job"},
+    change_kind=rev.KIND_TABLE,
+    small=("out",),
+)
+COLUMN = Kind(
+    name="column",
+    table="graph_columnedge",
+    exprs=(
+        ("id", "id"),
+        ("job", "COALESCE(job_id, -1)"),
+        ("src", "source_field_id"),
+        ("tds", "target_dataset_id"),
+        ("tgt", "COALESCE(target_field_id, -1)"),
+        (
+            "ttype",
+            f"CASE WHEN transformation_type = '{TransformationType.INDIRECT}' THEN 1 ELSE 0 END",
+        ),
+        ("sub", _SUBTYPE_CASE),
+        ("mask", "CASE WHEN masking THEN 1 ELSE 0 END"),
+    ),
+    specs=COLUMN_SPECS,
+    spaces={"src": "field", "tgt": "field", "tds": "ds", "job": "job"},
+    change_kind=rev.KIND_COLUMN,
+    small=("ttype", "sub", "mask"),
+)
+
+
+def _strength(ttype: npt.NDArray[Any], sub: npt.NDArray[Any]) -> npt.NDArray[np.int8]:
+    out = np.full(ttype.size, STRENGTH_TRANSFORMATION, dtype=np.int8)
+    out[sub == SUBTYPE_CODE[TransformationSubtype.IDENTITY]] = STRENGTH_IDENTITY
+    out[sub == SUBTYPE_CODE[TransformationSubtype.AGGREGATION]] = STRENGTH_AGGREGATION
+    out[ttype == 1] = STRENGTH_INDIRECT
+    return out
+
+
+def _columns(kind: Kind, table: npt.NDArray[np.int64], narrow: bool) -> dict[str, Any]:
+    cols: dict[str, npt.NDArray[Any]] = {}
+    for i, name in enumerate(kind.columns):
+        values = table[:, i]
+        if name in kind.small:
+            cols[name] = values.astype(np.int8)
+        elif name in ("id", "vf", "vt") or not narrow:
+            cols[name] = np.ascontiguousarray(values)
+        else:
+            fits = values.size == 0 or int(values.max()) < 2**31 - 1
+            cols[name] = values.astype(np.int32 if fits else np.int64)
+    if kind is COLUMN:
+        cols["strength"] = _strength(cols["ttype"], cols["sub"])
+    return cols
+
+
+def _build_store(
+    kind: Kind, cols: dict[str, npt.NDArray[Any]], sizes: dict[str, int] | None
+) -> EdgeStore:
+    adj = {}
+    for name, spec in kind.specs.items():
+        keys = cols[spec.group].astype(np.int64)
+        if spec.where is not None:
+            keys = np.where(spec.where(cols), keys, -1)
+        size = None if sizes is None else sizes[kind.spaces[spec.group]]
+        adj[name] = Adjacency(keys, size)
+    return EdgeStore(cols, adj)
+
+
+def _space_sizes(kind: Kind, cols: dict[str, npt.NDArray[Any]]) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for column, space in kind.spaces.items():
+        values = cols[column]
+        top = int(values.max()) + 1 if values.size else 0
+        sizes[space] = max(sizes.get(space, 0), top)
+    return sizes
+
+
+# --- loading rows -------------------------------------------------------------------------
+
+
+def _parse_pg_binary(data: bytes, ncols: int) -> npt.NDArray[np.int64]:
+    """Rows of a binary COPY whose columns are all non-null int8 or timestamptz."""
+    if len(data) < 21:
+        return np.zeros((0, ncols), dtype=np.int64)
+    header = 11 + 4  # signature, flags
+    (ext,) = struct.unpack(">i", data[header : header + 4])
+    start = header + 4 + ext
+    fields: list[tuple[str, str]] = [("n", ">i2")]
+    for i in range(ncols):
+        fields += [(f"l{i}", ">i4"), (f"v{i}", ">i8")]
+    rows = np.frombuffer(data[start : len(data) - 2], dtype=np.dtype(fields))
+    out = np.empty((rows.size, ncols), dtype=np.int64)
+    for i in range(ncols):
+        out[:, i] = rows[f"v{i}"]
+    return out
+
+
+def _load_postgres(kind: Kind, where: str, params: Sequence[Any]) -> npt.NDArray[np.int64]:
+    # Every column crosses as a fixed-width int8 (timestamps are int8 microseconds since
+    # 2000-01-01; an open valid_to is +infinity, int8 max), so rows parse with one frombuffer.
+    exprs = [f"({expr})::int8" for _, expr in kind.exprs]
+    exprs += ["valid_from", "COALESCE(valid_to, 'infinity'::timestamptz)"]
+    sql = f"SELECT {', '.join(exprs)} FROM {kind.table} {where}"
+    connection = connections["default"]
+    connection.ensure_connection()
+    raw = connection.connection
+    assert raw is not None
+    chunks: list[bytes] = []
+    with (
+        raw.cursor() as cursor,
+        cursor.copy(f"COPY ({sql}) TO STDOUT (FORMAT BINARY)", params or None) as copy,
+    ):
+        for chunk in copy:
+            chunks.append(bytes(chunk))
+    table = _parse_pg_binary(b"".join(chunks), len(kind.columns))
+    for column in (len(kind.columns) - 2, len(kind.columns) - 1):
+        values = table[:, column]
+        values[values != OPEN] += PG_EPOCH_OFFSET_US
+    return table
+
+
+def _load_generic(kind: Kind, where: str, params: Sequence[Any]) -> npt.NDArray[np.int64]:
+    exprs = [expr for _, expr in kind.exprs] + ["valid_from", "valid_to"]
+    with connections["default"].cursor() as cursor:
+        cursor.execute(f"SELECT {', '.join(exprs)} FROM {kind.table} {where}", list(params))
+        rows = cursor.fetchall()
+    ncols = len(exprs)
+    table = np.empty((len(rows), ncols), dtype=np.int64)
+    for r, row in enumerate(rows):
+        table[r, : ncols - 2] = row[: ncols - 2]
+        table[r, ncols - 2] = _time_us(row[ncols - 2])
+        table[r, ncols - 1] = _time_us(row[ncols - 1])
+    return table
+
+
+def _time_us(value: Any) -> int:
+    if value is None:
+        return int(OPEN)
+    if isinstance(value, str):
+        parsed = parse_datetime(value)
+        if parsed is None:
+            raise ValueError(f"not a datetime: {value!r}")
+        value = parsed
+    return to_us(value)
+
+
+def load_table(kind: Kind, where: str = "", params: Sequence[Any] = ()) -> npt.NDArray[np.int64]:
+    """Edge rows of ``kind`` as one int64 matrix ordered by id."""
+    if connections["default"].vendor == "postgresql":
+        table = _load_postgres(kind, where, params)
+    else:
+        table = _load_generic(kind, where, params)
+    if table.shape[0] > 1:
+        table = table[np.argsort(table[:, 0], kind="stable")]
+    return table
+
+
+def _rows_by_ids(kind: Kind, ids: Sequence[int]) -> npt.NDArray[np.int64]:
+    if not ids:
+        return np.zeros((0, len(kind.columns)), dtype=np.int64)
+    if connections["default"].vendor == "postgresql":
+        return load_table(kind, "WHERE id = ANY(%s)", [list(ids)])
+    parts = []
+    for start in range(0, len(ids), 500):
+        chunk = list(ids[start : start + 500])
+        parts.append(load_table(kind, f"WHERE id IN ({', '.join(['%s'] * len(chunk))})", chunk))
+    return np.concatenate(parts)
+
+
+# --- building and refreshing --------------------------------------------------------------
+
+OVERLAY_LIMIT_MIN = 20_000
+OVERLAY_LIMIT_FRACTION = 0.05
+
+
+def build(kind: Kind, revision: rev.Revision) -> Snapshot:
+    """A snapshot of every edge row of ``kind``, read in one pass."""
+    cols = _columns(kind, load_table(kind), narrow=True)
+    sizes = _space_sizes(kind, cols)
+    empty = np.zeros((0, len(kind.columns)), dtype=np.int64)
+    return Snapshot(
+        kind=kind.name,
+        revision=revision,
+        base=_build_store(kind, cols, sizes),
+        alive=np.ones(cols["id"].size, dtype=bool),
+        overlay=_build_store(kind, _columns(kind, empty, narrow=False), None),
+        overlay_rows={},
+        sizes=sizes,
+        built_at=time.time(),
+        specs=kind.specs,
+    )
+
+
+def apply_changes(
+    snapshot: Snapshot, kind: Kind, changed: Iterable[int], revision: rev.Revision
+) -> Snapshot:
+    """A new snapshot with the edges ``changed`` re-read: their base rows masked out and
+    their current rows (if they still exist) laid over in the overlay."""
+    ids = sorted(set(changed))
+    fresh = _rows_by_ids(kind, ids)
+    alive = snapshot.alive
+    base_ids = snapshot.base.cols["id"]
+    if ids and base_ids.size:
+        wanted = np.asarray(ids, dtype=np.int64)
+        where = np.minimum(np.searchsorted(base_ids, wanted), base_ids.size - 1)
+        hit = base_ids[where] == wanted
+        if hit.any():
+            alive = alive.copy()
+            alive[where[hit]] = False
+    rows = dict(snapshot.overlay_rows)
+    for edge_id in ids:
+        rows.pop(edge_id, None)
+    for row in fresh:
+        rows[int(row[0])] = tuple(int(v) for v in row)
+    matrix = np.asarray([rows[k] for k in sorted(rows)], dtype=np.int64).reshape(
+        len(rows), len(kind.columns)
+    )
+    cols = _columns(kind, matrix, narrow=False)
+    sizes = dict(snapshot.sizes)
+    for column, space in kind.spaces.items():
+        if cols[column].size:
+            sizes[space] = max(sizes.get(space, 0), int(cols[column].max()) + 1)
+    return replace(
+        snapshot,
+        revision=revision,
+        alive=alive,
+        overlay=_build_store(kind, cols, None),
+        overlay_rows=rows,
+        sizes=sizes,
+    )
+
+
+class _Cache:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.snapshots: dict[str, Snapshot] = {}
+        self.stats = {"builds": 0, "deltas": 0}
+
+
+_cache = _Cache()
+
+
+def get(kind: Kind) -> Snapshot:
+    """The snapshot of ``kind`` as of the committed revision (one query when current)."""
+    current = rev.current()
+    snapshot = _cache.snapshots.get(kind.name)
+    if snapshot is not None and snapshot.revision == current:
+        return snapshot
+    with _cache.lock:
+        snapshot = _cache.snapshots.get(kind.name)
+        if snapshot is not None and snapshot.revision == current:
+            return snapshot
+        snapshot = _refresh(kind, snapshot, current)
+        _cache.snapshots[kind.name] = snapshot
+        return snapshot
+
+
+def _refresh(kind: Kind, snapshot: Snapshot | None, current: rev.Revision) -> Snapshot:
+    if (
+        snapshot is not None
+        and current.value > snapshot.revision.value
+        and rev.on_timeline(snapshot.revision)
+    ):
+        limit = max(OVERLAY_LIMIT_MIN, int(snapshot.base.size * OVERLAY_LIMIT_FRACTION))
+        room = limit - len(snapshot.overlay_rows)
+        changes = (
+            rev.changes_between(snapshot.revision.value, current.value, (kind.change_kind,), room)
+            if room > 0
+            else None
+        )
+        if changes is not None and all(k != rev.KIND_RESET for k, _ in changes):
+            _cache.stats["deltas"] += 1
+            return apply_changes(
+                snapshot, kind, [obj for _, obj in changes if obj is not None], current
+            )
+    _cache.stats["builds"] += 1
+    return build(kind, current)
+
+
+def table() -> Snapshot:
+    return get(TABLE)
+
+
+def columns() -> Snapshot:
+    return get(COLUMN)
+
+
+def reset() -> None:
+    """Forget every snapshot of this process (tests; after a bulk load)."""
+    with _cache.lock:
+        _cache.snapshots.clear()
+
+
+def stats() -> dict[str, Any]:
+    return {
+        "builds": _cache.stats["builds"],
+        "deltas": _cache.stats["deltas"],
+        "snapshots": {
+            name: {
+                "revision": snap.revision.value,
+                "edges": snap.edge_count,
+                "overlay": snap.overlay.size,
+                "bytes": snap.nbytes,
+            }
+            for name, snap in _cache.snapshots.items()
+        },
+    }

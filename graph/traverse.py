@@ -1,0 +1,439 @@
+"""Breadth-first traversals over a lineage snapshot, one whole frontier per step.
+
+Distances are counted in jobs, as Marquez counts depth: from a dataset, the
+jobs reading it and the datasets those jobs write are at distance 1; from a
+job, the job and the datasets it reads or writes are at distance 0. At column
+level every field-to-field edge goes through one job, so distance counts edges.
+
+Everything here works on node primary keys (numpy arrays) and knows nothing
+about names; graph/queries.py turns results into dataclasses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from graph.snapshot import EMPTY, EdgeBatch, IntArray, Snapshot, TimeFilter
+
+Way = Literal["down", "up"]
+UNSEEN = -1
+
+
+@dataclass(frozen=True)
+class TableReach:
+    """Datasets and jobs reached one way, with their distance in jobs (roots at 0)."""
+
+    ds: IntArray
+    ds_dist: IntArray
+    job: IntArray
+    job_dist: IntArray
+
+    @property
+    def size(self) -> int:
+        return int(self.ds.size + self.job.size)
+
+
+def _new(values: IntArray, dist: npt.NDArray[np.int32]) -> IntArray:
+    unique: IntArray = np.unique(values)
+    fresh: IntArray = unique[dist[unique] == UNSEEN]
+    return fresh
+
+
+def table_reach(
+    snap: Snapshot,
+    way: Way,
+    depth: int,
+    tf: TimeFilter,
+    roots_ds: IntArray = EMPTY,
+    roots_job: IntArray = EMPTY,
+) -> TableReach:
+    """Everything reachable from the roots following edges ``way``, up to ``depth`` jobs."""
+    ds_adj, job_adj = ("ds_down", "job_down") if way == "down" else ("ds_up", "job_up")
+    ds_dist = np.full(snap.size_of("ds", roots_ds), UNSEEN, dtype=np.int32)
+    job_dist = np.full(snap.size_of("job", roots_job), UNSEEN, dtype=np.int32)
+    seen_ds: list[IntArray] = []
+    seen_job: list[IntArray] = []
+
+    frontier = np.unique(roots_ds.astype(np.int64))
+    ds_dist[frontier] = 0
+    seen_ds.append(frontier)
+    if roots_job.size:
+        jobs = np.unique(roots_job.astype(np.int64))
+        job_dist[jobs] = 0
+        seen_job.append(jobs)
+        # A job's own inputs (upstream) or outputs (downstream) sit at its distance.
+        more = _new(snap.expand(job_adj, jobs, tf).dst.astype(np.int64), ds_dist)
+        ds_dist[more] = 0
+        seen_ds.append(more)
+        frontier = np.concatenate([frontier, more])
+
+    level = 0
+    while frontier.size and level < depth:
+        level += 1
+        jobs = _new(snap.expand(ds_adj, frontier, tf).dst.astype(np.int64), job_dist)
+        if jobs.size == 0:
+            break
+        job_dist[jobs] = level
+        seen_job.append(jobs)
+        frontier = _new(snap.expand(job_adj, jobs, tf).dst.astype(np.int64), ds_dist)
+        ds_dist[frontier] = level
+        seen_ds.append(frontier)
+
+    ds = np.concatenate(seen_ds) if seen_ds else EMPTY
+    job = np.concatenate(seen_job) if seen_job else EMPTY
+    return TableReach(ds, ds_dist[ds].astype(np.int64), job, job_dist[job].astype(np.int64))
+
+
+@dataclass(frozen=True)
+class FieldReachArrays:
+    """Fields reached one way with their distance (edges from the nearest root)."""
+
+    field: IntArray
+    dist: IntArray
+
+
+def field_reach(
+    snap: Snapshot, way: Way, depth: int, tf: TimeFilter, roots: IntArray
+) -> FieldReachArrays:
+    adj = "down" if way == "down" else "up"
+    dist = np.full(snap.size_of("field", roots), UNSEEN, dtype=np.int32)
+    frontier = np.unique(roots.astype(np.int64))
+    dist[frontier] = 0
+    seen = [frontier]
+    level = 0
+    while frontier.size and level < depth:
+        level += 1
+        frontier = _new(snap.expand(adj, frontier, tf).dst.astype(np.int64), dist)
+        dist[frontier] = level
+        seen.append(frontier)
+    fields = np.concatenate(seen)
+    return FieldReachArrays(fields, dist[fields].astype(np.int64))
+
+
+def nearest(kinds: IntArray, pks: IntArray, dists: IntArray, limit: int) -> tuple[IntArray, bool]:
+    """Indexes of the ``limit`` nearest candidates (by distance, then kind, then pk)."""
+    order = np.lexsort((pks, kinds, dists))
+    if order.size <= limit:
+        return order, False
+    return order[:limit], True
+
+
+def mask_of(size: int, members: IntArray) -> npt.NDArray[np.bool_]:
+    mask = np.zeros(max(size, int(members.max()) + 1 if members.size else 0), dtype=bool)
+    mask[members] = True
+    return mask
+
+
+def _inside(values: IntArray, mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    inside = values < mask.size
+    inside[inside] = mask[values[inside]]
+    return inside
+
+
+def _hidden_counts(batch: EdgeBatch, included: npt.NDArray[np.bool_]) -> dict[int, int]:
+    """For each source node, how many distinct neighbours in ``batch`` are not included."""
+    src = batch.src.astype(np.int64)
+    dst = batch.dst.astype(np.int64)
+    outside = ~_inside(dst, included)
+    if not outside.any():
+        return {}
+    pairs = np.unique(np.stack([src[outside], dst[outside]]), axis=1)
+    nodes, counts = np.unique(pairs[0], return_counts=True)
+    return dict(zip(nodes.tolist(), counts.tolist(), strict=True))
+
+
+@dataclass(frozen=True)
+class TableEdges:
+    """Edges between included nodes: dataset→job (``in``) and job→dataset (``out``),
+    plus, per node, how many valid neighbours each way were left out."""
+
+    read_ds: IntArray  # dataset --in--> job
+    read_job: IntArray
+    write_job: IntArray  # job --out--> dataset
+    write_ds: IntArray
+    hidden_up_ds: dict[int, int]
+    hidden_down_ds: dict[int, int]
+    hidden_up_job: dict[int, int]
+    hidden_down_job: dict[int, int]
+
+
+def table_edges(snap: Snapshot, ds: IntArray, jobs: IntArray, tf: TimeFilter) -> TableEdges:
+    ds_mask = mask_of(snap.size_of("ds", ds), ds)
+    job_mask = mask_of(snap.size_of("job", jobs), jobs)
+    reads = snap.expand("ds_down", ds, tf)  # src dataset, dst job
+    writes = snap.expand("ds_up", ds, tf)  # src dataset, dst job (job wrote it)
+    keep_r = _inside(reads.dst.astype(np.int64), job_mask)
+    keep_w = _inside(writes.dst.astype(np.int64), job_mask)
+    read_pairs = _unique_pairs(reads.src[keep_r], reads.dst[keep_r])
+    write_pairs = _unique_pairs(writes.dst[keep_w], writes.src[keep_w])
+    return TableEdges(
+        read_ds=read_pairs[0],
+        read_job=read_pairs[1],
+        write_job=write_pairs[0],
+        write_ds=write_pairs[1],
+        hidden_up_ds=_hidden_counts(writes, job_mask),
+        hidden_down_ds=_hidden_counts(reads, job_mask),
+        hidden_up_job=_hidden_counts(snap.expand("job_up", jobs, tf), ds_mask),
+        hidden_down_job=_hidden_counts(snap.expand("job_down", jobs, tf), ds_mask),
+    )
+
+
+def _unique_pairs(a: npt.NDArray[np.integer], b: npt.NDArray[np.integer]) -> IntArray:
+    if a.size == 0:
+        return np.zeros((2, 0), dtype=np.int64)
+    return np.unique(np.stack([a.astype(np.int64), b.astype(np.int64)]), axis=1)
+
+
+@dataclass(frozen=True)
+class ColumnEdges:
+    """Field→field edges between included fields (one per edge row), with their job,
+    transformation codes and edge ids; plus hidden neighbour counts per field."""
+
+    src: IntArray
+    tgt: IntArray
+    job: IntArray
+    ttype: IntArray
+    sub: IntArray
+    mask: IntArray
+    edge_id: IntArray
+    hidden_up: dict[int, int]
+    hidden_down: dict[int, int]
+
+
+def column_edges(snap: Snapshot, fields: IntArray, tf: TimeFilter) -> ColumnEdges:
+    field_mask = mask_of(snap.size_of("field", fields), fields)
+    down = snap.expand("down", fields, tf)
+    keep = _inside(down.dst.astype(np.int64), field_mask)
+    batch = EdgeBatch(down.src[keep], down.dst[keep], down.layer[keep], down.pos[keep])
+    return ColumnEdges(
+        src=batch.src.astype(np.int64),
+        tgt=batch.dst.astype(np.int64),
+        job=snap.column("job", batch).astype(np.int64),
+        ttype=snap.column("ttype", batch).astype(np.int64),
+        sub=snap.column("sub", batch).astype(np.int64),
+        mask=snap.column("mask", batch).astype(np.int64),
+        edge_id=snap.column("id", batch).astype(np.int64),
+        hidden_up=_hidden_counts(snap.expand("up", fields, tf), field_mask),
+        hidden_down=_hidden_counts(down, field_mask),
+    )
+
+
+# --- ranked field reach (privacy subject search) -----------------------------------------
+
+
+@dataclass(frozen=True)
+class RankedReach:
+    """Fields reached downstream from seed fields, each with the strongest path to it.
+
+    ``strength[i]`` is the weakest transformation on the best path to
+    ``field[i]`` (3 identity … 0 indirect, see graph/snapshot.py); the path is
+    rebuilt from ``parent_*`` (the edge that reached the field: its source
+    field, job and store row), -1 for seeds.
+    """
+
+    field: IntArray
+    dataset: IntArray
+    strength: IntArray
+    dist: IntArray
+    parent_field: IntArray
+    parent_job: IntArray
+    parent_layer: IntArray
+    parent_pos: IntArray
+    # Datasets reached only through dataset-level (no target field) dependencies.
+    ds_only: IntArray
+    ds_only_parent_field: IntArray
+    ds_only_parent_job: IntArray
+    ds_only_parent_layer: IntArray
+    ds_only_parent_pos: IntArray
+
+
+def ranked_field_reach(
+    snap: Snapshot,
+    seeds: IntArray,
+    seed_datasets: IntArray,
+    tf: TimeFilter,
+    max_depth: int | None = None,
+) -> RankedReach:
+    """Fields reached from ``seeds`` with, for each, the path whose weakest edge is strongest.
+
+    One breadth-first pass per strength level (identity, transformation,
+    aggregation, indirect): pass s follows only edges of strength ≥ s, starting
+    from everything already reached, so a field first reached in pass s has a
+    best path whose weakest edge is exactly s.
+    """
+    size = snap.size_of("field", seeds)
+    best = np.full(size, UNSEEN, dtype=np.int8)
+    dist = np.full(size, UNSEEN, dtype=np.int32)
+    seeds = seeds.astype(np.int64)
+    seed_order = np.argsort(seeds, kind="stable")
+    seeds, seed_datasets = seeds[seed_order], seed_datasets.astype(np.int64)[seed_order]
+    seeds, first = np.unique(seeds, return_index=True)
+    seed_datasets = seed_datasets[first]
+    best[seeds] = 3
+    dist[seeds] = 0
+
+    found: list[tuple[IntArray, ...]] = [
+        (
+            seeds,
+            seed_datasets,
+            np.full(seeds.size, 3, dtype=np.int64),
+            np.zeros(seeds.size, dtype=np.int64),
+            np.full(seeds.size, -1, dtype=np.int64),
+            np.full(seeds.size, -1, dtype=np.int64),
+            np.full(seeds.size, -1, dtype=np.int64),
+            np.full(seeds.size, -1, dtype=np.int64),
+        )
+    ]
+    limit = max_depth if max_depth is not None else 1 << 30
+    reached = seeds
+    for strength in (3, 2, 1, 0):
+        frontier = reached
+        level_of = dist
+        while frontier.size:
+            batch = snap.expand("down", frontier, tf)
+            if batch.size == 0:
+                break
+            strong = snap.column("strength", batch) >= strength
+            src = batch.src.astype(np.int64)[strong]
+            dst = batch.dst.astype(np.int64)[strong]
+            if dst.size == 0:
+                break
+            depth_ok = level_of[src] < limit
+            fresh = depth_ok & (best[dst] == UNSEEN)
+            if not fresh.any():
+                break
+            candidates = np.flatnonzero(strong)[fresh]
+            unique_dst, first = np.unique(dst[fresh], return_index=True)
+            idx = candidates[first]
+            src = src[fresh][first]
+            dst = unique_dst.astype(np.int64)
+            picked = EdgeBatch(batch.src[idx], batch.dst[idx], batch.layer[idx], batch.pos[idx])
+            best[dst] = strength
+            dist[dst] = dist[src] + 1
+            found.append(
+                (
+                    dst,
+                    snap.column("tds", picked).astype(np.int64),
+                    np.full(dst.size, strength, dtype=np.int64),
+                    dist[dst].astype(np.int64),
+                    src,
+                    snap.column("job", picked).astype(np.int64),
+                    picked.layer.astype(np.int64),
+                    picked.pos.astype(np.int64),
+                )
+            )
+            frontier = dst
+        reached = np.flatnonzero(best >= 0)
+
+    cols = [np.concatenate([f[i] for f in found]) for i in range(8)]
+
+    # Dataset-level dependencies from any reached field: the weakest kind of reach.
+    ds_batch = snap.expand("down_ds", cols[0], tf)
+    if ds_batch.size and max_depth is not None:
+        ok = dist[ds_batch.src.astype(np.int64)] < max_depth
+        ds_batch = EdgeBatch(
+            ds_batch.src[ok], ds_batch.dst[ok], ds_batch.layer[ok], ds_batch.pos[ok]
+        )
+    field_datasets = np.unique(cols[1])
+    ds_targets = ds_batch.dst.astype(np.int64)
+    keep = ~np.isin(ds_targets, field_datasets)
+    ds_targets, first = np.unique(ds_targets[keep], return_index=True)
+    idx = np.flatnonzero(keep)[first]
+    picked = EdgeBatch(ds_batch.src[idx], ds_batch.dst[idx], ds_batch.layer[idx], ds_batch.pos[idx])
+    return RankedReach(
+        field=cols[0],
+        dataset=cols[1],
+        strength=cols[2],
+        dist=cols[3],
+        parent_field=cols[4],
+        parent_job=cols[5],
+        parent_layer=cols[6],
+        parent_pos=cols[7],
+        ds_only=ds_targets,
+        ds_only_parent_field=picked.src.astype(np.int64),
+        ds_only_parent_job=snap.column("job", picked).astype(np.int64),
+        ds_only_parent_layer=picked.layer.astype(np.int64),
+        ds_only_parent_pos=picked.pos.astype(np.int64),
+    )
+
+
+def _first_parents(batch: EdgeBatch, dist: npt.NDArray[np.int32]) -> tuple[IntArray, IntArray]:
+    """Unseen targets of ``batch`` (each once) and the edge index that first reached each."""
+    dst = batch.dst.astype(np.int64)
+    fresh = np.flatnonzero(dist[dst] == UNSEEN)
+    targets, first = np.unique(dst[fresh], return_index=True)
+    return targets, fresh[first]
+
+
+def table_path(
+    snap: Snapshot,
+    tf: TimeFilter,
+    source: tuple[str, int],
+    target: tuple[str, int],
+    max_depth: int = 10_000,
+) -> list[tuple[str, int]] | None:
+    """A shortest downstream path from ``source`` to ``target`` as [(kind, pk), …] where kind
+    is "ds" or "job"; None when ``target`` is not downstream of ``source``."""
+    sizes = {
+        "ds": snap.size_of("ds", *(pk for kind, pk in (source, target) if kind == "ds")),
+        "job": snap.size_of("job", *(pk for kind, pk in (source, target) if kind == "job")),
+    }
+    dist = {k: np.full(n, UNSEEN, dtype=np.int32) for k, n in sizes.items()}
+    parent = {k: np.full(n, -1, dtype=np.int64) for k, n in sizes.items()}
+    kind, pk = source
+    dist[kind][pk] = 0
+    frontier = np.asarray([pk], dtype=np.int64)
+    step = 0
+    while frontier.size and step < 2 * max_depth + 1:
+        if dist[target[0]][target[1]] != UNSEEN:
+            break
+        step += 1
+        adj, nxt = ("ds_down", "job") if kind == "ds" else ("job_down", "ds")
+        batch = snap.expand(adj, frontier, tf)
+        targets, idx = _first_parents(batch, dist[nxt])
+        dist[nxt][targets] = step
+        parent[nxt][targets] = batch.src.astype(np.int64)[idx]
+        kind, frontier = nxt, targets
+    if dist[target[0]][target[1]] == UNSEEN:
+        return None
+    path = [target]
+    kind, pk = target
+    while (kind, pk) != source:
+        pk = int(parent[kind][pk])
+        kind = "job" if kind == "ds" else "ds"
+        path.append((kind, pk))
+    return path[::-1]
+
+
+def field_path(
+    snap: Snapshot, tf: TimeFilter, source: int, target: int, max_depth: int = 10_000
+) -> list[tuple[int, int]] | None:
+    """A shortest downstream field path as [(field pk, job pk that produced it or -1), …]."""
+    size = snap.size_of("field", source, target)
+    dist = np.full(size, UNSEEN, dtype=np.int32)
+    parent = np.full(size, -1, dtype=np.int64)
+    via = np.full(size, -1, dtype=np.int64)
+    dist[source] = 0
+    frontier = np.asarray([source], dtype=np.int64)
+    step = 0
+    while frontier.size and dist[target] == UNSEEN and step < max_depth:
+        step += 1
+        batch = snap.expand("down", frontier, tf)
+        targets, idx = _first_parents(batch, dist)
+        dist[targets] = step
+        parent[targets] = batch.src.astype(np.int64)[idx]
+        picked = EdgeBatch(batch.src[idx], batch.dst[idx], batch.layer[idx], batch.pos[idx])
+        via[targets] = snap.column("job", picked).astype(np.int64)
+        frontier = targets
+    if dist[target] == UNSEEN:
+        return None
+    path = [(target, int(via[target]))]
+    node = target
+    while node != source:
+        node = int(parent[node])
+        path.append((node, int(via[node]) if node != source else -1))
+    return path[::-1]

@@ -1,0 +1,94 @@
+"""Node ids: parsed once into typed values, resolved against the namespaces that exist."""
+
+from __future__ import annotations
+
+import pytest
+
+from graph.nodeids import (
+    DatasetNodeId,
+    FieldNodeId,
+    JobNodeId,
+    MalformedNodeId,
+    UnknownNodeId,
+    namespace_candidates,
+    parse_node_id,
+    resolve_node_id,
+)
+from tests.graph_builders import LineageBuilder
+
+NAMESPACES = {"postgres://shop-db:5432", "postgres://shop-db", "s3://acme-lake", "file"}
+
+
+def test_it_parses_a_namespace_holding_colons():
+    assert parse_node_id("dataset:postgres://shop-db:5432:public.orders", NAMESPACES) == (
+        DatasetNodeId("postgres://shop-db:5432", "public.orders")
+    )
+
+
+def test_it_prefers_the_longest_matching_namespace():
+    # "postgres://shop-db" also matches; the longer namespace wins.
+    node = parse_node_id("dataset:postgres://shop-db:5432:orders", NAMESPACES)
+    assert node.namespace == "postgres://shop-db:5432"
+
+
+def test_it_keeps_slashes_and_colons_in_names():
+    node = parse_node_id("dataset:s3://acme-lake:/raw/orders:2025/part", NAMESPACES)
+    assert node == DatasetNodeId("s3://acme-lake", "/raw/orders:2025/part")
+    assert str(node) == "dataset:s3://acme-lake:/raw/orders:2025/part"
+
+
+def test_it_parses_jobs_and_fields():
+    assert parse_node_id("job:file:etl.daily", NAMESPACES) == JobNodeId("file", "etl.daily")
+    assert parse_node_id("datasetField:file:/lake/t:email", NAMESPACES) == FieldNodeId(
+        "file", "/lake/t", "email"
+    )
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["", "orders", "table:file:x", "dataset:nocolon", "datasetField:file:onlydataset"],
+)
+def test_it_rejects_malformed_ids(raw):
+    with pytest.raises(MalformedNodeId):
+        parse_node_id(raw, NAMESPACES)
+
+
+def test_it_reports_unknown_namespaces():
+    with pytest.raises(UnknownNodeId) as info:
+        parse_node_id("dataset:mysql://other:3306:t", NAMESPACES)
+    assert info.value.raw == "dataset:mysql://other:3306:t"
+
+
+def test_it_lists_namespace_candidates_longest_first():
+    assert namespace_candidates("a:b:c") == ["a:b", "a"]
+
+
+@pytest.mark.django_db
+def test_it_resolves_ids_against_the_database():
+    g = LineageBuilder(namespace="postgres://shop-db:5432")
+    ds = g.dataset("public.orders", fields=("id", "email"))
+    g.job("load", writes=["public.orders"])
+    resolved = resolve_node_id("dataset:postgres://shop-db:5432:public.orders")
+    assert resolved.pk == ds.pk and resolved.dataset_pk == ds.pk
+    job = resolve_node_id(f"job:{g.jobs_ns.name}:load")
+    assert job.pk == g.jobs["load"].pk and job.kind == "job"
+    field = resolve_node_id("datasetField:postgres://shop-db:5432:public.orders:email")
+    assert field.pk == g.field("public.orders.email").pk
+    assert field.dataset_pk == ds.pk
+
+
+@pytest.mark.django_db
+def test_it_resolves_fields_of_datasets_whose_names_hold_colons():
+    g = LineageBuilder(namespace="s3://acme-lake")
+    g.dataset("/raw/orders:v2", fields=("id",))
+    resolved = resolve_node_id("datasetField:s3://acme-lake:/raw/orders:v2:id")
+    assert resolved.id == FieldNodeId("s3://acme-lake", "/raw/orders:v2", "id")
+
+
+@pytest.mark.django_db
+def test_it_raises_unknown_for_missing_datasets_and_fields():
+    g = LineageBuilder(namespace="file")
+    g.dataset("t", fields=("a",))
+    for raw in ("dataset:file:nope", "datasetField:file:t:nope", "job:file:nope"):
+        with pytest.raises(UnknownNodeId):
+            resolve_node_id(raw)
