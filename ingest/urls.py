@@ -1,7 +1,36 @@
-"""Ingest pages and API routes."""
+"""Ingest pages and API routes.
 
-from django.urls import URLPattern, URLResolver
+Namespaces and names are URL-encoded by clients, so after decoding they may
+hold slashes: the regexes take the namespace up to the first ``/jobs/`` or
+``/datasets/``. These routes are matched before the catalog's.
+"""
 
-api_urlpatterns: list[URLPattern | URLResolver] = []
+from django.urls import URLPattern, URLResolver, path, re_path
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from ingest import api, views
+
+NS = r"(?P<namespace>.+?)"
+JOB = r"(?P<job>.+)"
+NAME = r"(?P<name>.+)"
+
+api_urlpatterns: list[URLPattern | URLResolver] = [
+    path("lineage", api.lineage_endpoint, name="api-lineage"),
+    path("lineage/batch", api.LineageBatchView.as_view(), name="api-lineage-batch"),
+    path("events/lineage", api.EventListView.as_view(), name="api-lineage-events"),
+    path("ingestion/status", api.IngestionStatusView.as_view(), name="api-ingestion-status"),
+    path("ingestion/replay", api.ReplayView.as_view(), name="api-ingestion-replay"),
+    path("jobs/runs/<str:run_id>", api.RunDetailView.as_view(), name="api-run"),
+    re_path(rf"^namespaces/{NS}/jobs$", api.JobListView.as_view(), name="api-jobs"),
+    re_path(rf"^namespaces/{NS}/jobs/{JOB}/runs$", api.JobRunsView.as_view(), name="api-job-runs"),
+    re_path(rf"^namespaces/{NS}/jobs/{JOB}$", api.JobDetailView.as_view(), name="api-job"),
+    re_path(
+        rf"^namespaces/{NS}/datasets/{NAME}/versions$",
+        api.DatasetVersionsView.as_view(),
+        name="api-dataset-versions",
+    ),
+]
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("ingestion/", views.status, name="ingestion-status"),
+    path("ingestion/replay", views.replay, name="ingestion-replay"),
+]

@@ -192,6 +192,20 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
 
+# OpenLineage ingestion: the outbox sweep re-queues events whose task was lost (broker down)
+# and frees events whose worker died (claimed longer ago than the stuck timeout).
+LINEAGE_MAX_BATCH_EVENTS = env_int("LINEAGE_MAX_BATCH_EVENTS", 10000)
+INGEST_SWEEP_INTERVAL_SECONDS = env_int("INGEST_SWEEP_INTERVAL_SECONDS", 30)
+INGEST_REQUEUE_AFTER_SECONDS = env_int("INGEST_REQUEUE_AFTER_SECONDS", 120)
+INGEST_STUCK_AFTER_SECONDS = env_int("INGEST_STUCK_AFTER_SECONDS", 600)
+INGEST_MAX_ATTEMPTS = env_int("INGEST_MAX_ATTEMPTS", 5)
+INGEST_DRAIN_BATCH = env_int("INGEST_DRAIN_BATCH", 200)
+INGEST_TASK_BATCH = env_int("INGEST_TASK_BATCH", 100)
+CELERY_BEAT_SCHEDULE["ingest-sweep"] = {
+    "task": "ingest.tasks.sweep_events",
+    "schedule": float(INGEST_SWEEP_INTERVAL_SECONDS),
+}
+
 SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
 
 # Privacy: subject identifiers are stored only as keyed hashes.

@@ -1,0 +1,770 @@
+"""Writes to jobs, runs, run io and lineage edges with their validity intervals.
+
+Edge validity is a pure function of facts that arrive in any order, so any
+permutation of the same events gives the same edges:
+
+* a job's *timeline* is its completed runs that reported any inputs or
+  outputs, ordered by the event time of their completion, plus the closing
+  (DROP / RENAME) of the datasets they touch;
+* each completed run replaces the job's set of table edges (dataset → job,
+  job → dataset) with the set it reported — edges that vanished close at the
+  run's completion time, new ones open there; the column edges into an output
+  are replaced the same way when the run carried a columnLineage facet for it
+  (an output without one keeps its column edges), and all column edges into
+  an output the run no longer writes close;
+* closing a dataset closes every edge touching it at that instant; a later
+  run that touches it again opens new edges.
+
+Failed and aborted runs do not move edges: what the job last completed stands
+(their inputs and outputs stay on the run, for root-cause views). A run only
+becomes part of the timeline once it completes.
+
+``recompute_jobs`` replays a job's timeline from an instant onwards over the
+stored intervals, so a late event of an old run costs a replay of what
+happened after it, and an in-order event costs only its own step. Callers
+hold the job rows locked (``lock_jobs``) while recomputing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+
+from catalog.models import DatasetField, DatasetVersion
+from graph.models import (
+    TERMINAL_RUN_STATES,
+    ColumnEdge,
+    Direction,
+    Job,
+    Run,
+    RunDataset,
+    RunState,
+    TableEdge,
+)
+
+# Dataset lifecycle changes (DatasetVersion.lifecycle_state) that end a dataset's edges.
+CLOSING_LIFECYCLES = ("DROP", "RENAMED")
+
+EVENT_STATES = {
+    "START": RunState.RUNNING,
+    "RUNNING": RunState.RUNNING,
+    "COMPLETE": RunState.COMPLETED,
+    "FAIL": RunState.FAILED,
+    "ABORT": RunState.ABORTED,
+}
+STATE_RANK = {
+    RunState.NEW: 0,
+    RunState.RUNNING: 1,
+    RunState.COMPLETED: 2,
+    RunState.ABORTED: 3,
+    RunState.FAILED: 4,
+}
+
+# (source_field_id, target_dataset_id, target_field_id | None, type, subtype)
+ColumnKey = tuple[int, int, int | None, str, str]
+# (masking, description)
+ColumnAttrs = tuple[bool, str]
+TableKey = tuple[int, str]  # (dataset_id, direction)
+
+
+NEVER = datetime.min.replace(tzinfo=UTC)
+
+
+def state_key(state: str, at: datetime | None) -> tuple[bool, datetime, int]:
+    """Order of run states: a terminal state beats any other, then event time, then rank.
+
+    The final state is the maximum over a run's events, so the order they
+    arrive in does not matter.
+    """
+    return (state in TERMINAL_RUN_STATES, at or NEVER, STATE_RANK.get(RunState(state), 0))
+
+
+def time_key(at: datetime, tiebreak: str = "") -> str:
+    """A string that sorts like (event time, tiebreak): fixed-width ISO-8601 in UTC."""
+    return f"{at.astimezone(UTC).isoformat(timespec='microseconds')}|{tiebreak}"
+
+
+def merge_facets(
+    facets: dict[str, Any],
+    times: dict[str, str],
+    new: Mapping[str, Any],
+    at: datetime,
+    tiebreak: str,
+) -> bool:
+    """Merge ``new`` facets in place, each facet kept from its newest event; True if changed."""
+    key = time_key(at, tiebreak)
+    changed = False
+    for name, value in new.items():
+        if key >= times.get(name, ""):
+            if times.get(name) != key:
+                times[name] = key
+                changed = True
+            if facets.get(name) != value:
+                facets[name] = value
+                changed = True
+    return changed
+
+
+# -- jobs ---------------------------------------------------------------------------------
+
+
+def ensure_jobs(
+    wanted: Mapping[tuple[int, str], datetime],
+) -> dict[tuple[int, str], int]:
+    """Ids of jobs by (namespace id, name), creating missing ones (created at the given time)."""
+    if not wanted:
+        return {}
+    found = _job_ids(wanted)
+    missing = sorted(set(wanted) - set(found))
+    if missing:
+        now = timezone.now()
+        Job.objects.bulk_create(
+            [
+                Job(namespace_id=ns_id, name=name, created_at=wanted[(ns_id, name)], updated_at=now)
+                for ns_id, name in missing
+            ],
+            ignore_conflicts=True,
+        )
+        found.update(_job_ids({key: wanted[key] for key in missing}))
+    return found
+
+
+def _job_ids(keys: Iterable[tuple[int, str]]) -> dict[tuple[int, str], int]:
+    by_ns: dict[int, list[str]] = defaultdict(list)
+    for ns_id, name in keys:
+        by_ns[ns_id].append(name)
+    query = Q()
+    for ns_id, names in by_ns.items():
+        query |= Q(namespace_id=ns_id, name__in=names)
+    rows = Job.objects.filter(query).values_list("namespace_id", "name", "id")
+    return {(ns_id, name): pk for ns_id, name, pk in rows}
+
+
+def lock_jobs(ids: Iterable[int]) -> dict[int, Job]:
+    """Lock job rows in id order (a fixed order: concurrent workers cannot deadlock on them)."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    jobs = Job.objects.select_for_update().filter(pk__in=wanted).order_by("pk")
+    return {job.pk: job for job in jobs}
+
+
+def jobs_with_edges_open_at(closures: Iterable[tuple[int, datetime]]) -> set[int]:
+    """Jobs having a table or column edge on one of the datasets open at its closing instant."""
+    jobs: set[int] = set()
+    for dataset_id, at in closures:
+        open_at = Q(valid_from__lte=at) & (Q(valid_to__isnull=True) | Q(valid_to__gt=at))
+        jobs.update(
+            TableEdge.objects.filter(open_at, dataset_id=dataset_id).values_list(
+                "job_id", flat=True
+            )
+        )
+        jobs.update(
+            j
+            for j in ColumnEdge.objects.filter(
+                open_at,
+                Q(target_dataset_id=dataset_id) | Q(source_field__dataset_id=dataset_id),
+            ).values_list("job_id", flat=True)
+            if j is not None
+        )
+    return jobs
+
+
+# -- runs ---------------------------------------------------------------------------------
+
+
+@dataclass
+class RunObservation:
+    """What one event says about one run, with datasets and fields already resolved to ids."""
+
+    run_uuid: uuid.UUID
+    job_id: int
+    event_type: str
+    event_time: datetime
+    fingerprint: str
+    facets: dict[str, Any] = field(default_factory=dict)
+    inputs: list[tuple[int, int | None]] = field(default_factory=list)  # (dataset, version)
+    outputs: list[tuple[int, int | None]] = field(default_factory=list)
+    covered: set[int] = field(default_factory=set)
+    columns: dict[ColumnKey, ColumnAttrs] = field(default_factory=dict)
+
+
+@dataclass
+class _Step:
+    """A run's place in its job's timeline: None when it is not part of it."""
+
+    ended_at: datetime | None
+    io: frozenset[TableKey]
+    columns: tuple[Any, ...]
+
+
+def _step_of(run: Run, io: set[TableKey]) -> _Step | None:
+    if run.state != RunState.COMPLETED or not io or run.ended_at is None:
+        return None
+    lineage = run.column_lineage or {}
+    return _Step(
+        run.ended_at,
+        frozenset(io),
+        (tuple(lineage.get("covered", [])), tuple(map(tuple, lineage.get("edges", [])))),
+    )
+
+
+def record_runs(observations: list[RunObservation]) -> dict[int, datetime]:
+    """Apply run observations; gives the jobs whose timeline changed and the instant from which.
+
+    Idempotent and order-free: states merge by ``state_key``, start is the
+    earliest START/RUNNING, facets keep their newest value, inputs/outputs and
+    column mappings are unions over the run's events.
+    """
+    if not observations:
+        return {}
+    uuids = {o.run_uuid for o in observations}
+    runs = {r.run_uuid: r for r in Run.objects.filter(run_uuid__in=uuids)}
+    io_rows: dict[tuple[int, int, str], RunDataset] = {}
+    if runs:
+        for row in RunDataset.objects.filter(run_id__in=[r.pk for r in runs.values()]):
+            io_rows[(row.run_id, row.dataset_id, row.direction)] = row
+    io_by_run: dict[int, set[TableKey]] = defaultdict(set)
+    for run_id, dataset_id, direction in io_rows:
+        io_by_run[run_id].add((dataset_id, direction))
+    before: dict[uuid.UUID, _Step | None] = {
+        run.run_uuid: _step_of(run, io_by_run[run.pk]) for run in runs.values()
+    }
+    now = timezone.now()
+    new_runs: dict[uuid.UUID, Run] = {}
+    dirty: set[uuid.UUID] = set()
+    io_wanted: dict[uuid.UUID, dict[TableKey, tuple[datetime, int | None]]] = defaultdict(dict)
+
+    for obs in sorted(observations, key=lambda o: (o.event_time, o.fingerprint)):
+        run = runs.get(obs.run_uuid)
+        if run is None:
+            run = Run(
+                run_uuid=obs.run_uuid,
+                job_id=obs.job_id,
+                state=RunState.NEW,
+                created_at=obs.event_time,
+                updated_at=now,
+                facets={},
+                facet_times={},
+                column_lineage={},
+            )
+            runs[obs.run_uuid] = run
+            new_runs[obs.run_uuid] = run
+            before[obs.run_uuid] = None
+        elif run.job_id != obs.job_id:
+            raise ValueError(
+                f"run {obs.run_uuid} belongs to another job (id {run.job_id}), not id {obs.job_id}"
+            )
+        if _merge_run(run, obs):
+            dirty.add(obs.run_uuid)
+        wanted = io_wanted[obs.run_uuid]
+        for direction, items in ((Direction.INPUT, obs.inputs), (Direction.OUTPUT, obs.outputs)):
+            for dataset_id, version_id in items:
+                key = (dataset_id, str(direction))
+                seen = wanted.get(key)
+                if seen is None or obs.event_time < seen[0]:
+                    wanted[key] = (obs.event_time, version_id)
+
+    if new_runs:
+        Run.objects.bulk_create(list(new_runs.values()))
+        _link_parents_and_children(list(new_runs.values()))
+    _link_parents([runs[u] for u in dirty if u not in new_runs])
+    changed_runs = [runs[u] for u in dirty if u not in new_runs]
+    for run in changed_runs:
+        run.updated_at = now
+
+    # Run io: one row per (run, dataset, direction), at the earliest event that named it.
+    io_create: list[RunDataset] = []
+    io_update: list[RunDataset] = []
+    io_after: dict[uuid.UUID, set[TableKey]] = defaultdict(set)
+    for run in runs.values():
+        if run.pk in io_by_run:
+            io_after[run.run_uuid] |= io_by_run[run.pk]
+    for run_uuid, wanted in io_wanted.items():
+        run = runs[run_uuid]
+        for (dataset_id, direction), (at, version_id) in wanted.items():
+            existing = io_rows.get((run.pk, dataset_id, direction))
+            io_after[run_uuid].add((dataset_id, direction))
+            if existing is None:
+                io_create.append(
+                    RunDataset(
+                        run_id=run.pk,
+                        dataset_id=dataset_id,
+                        direction=direction,
+                        event_time=at,
+                        dataset_version_id=version_id,
+                    )
+                )
+            elif at < existing.event_time:
+                existing.event_time = at
+                existing.dataset_version_id = version_id or existing.dataset_version_id
+                io_update.append(existing)
+    if io_create:
+        RunDataset.objects.bulk_create(io_create, ignore_conflicts=True)
+    if io_update:
+        RunDataset.objects.bulk_update(io_update, ["event_time", "dataset_version"])
+
+    since: dict[int, datetime] = {}
+    for run_uuid in io_wanted.keys() | dirty:
+        run = runs[run_uuid]
+        after = _step_of(run, io_after[run_uuid])
+        applied = after is not None
+        if run.edges_applied != applied:
+            run.edges_applied = applied
+            if run_uuid not in new_runs:
+                dirty.add(run_uuid)
+                if run not in changed_runs:
+                    changed_runs.append(run)
+        old = before.get(run_uuid)
+        if old == after:
+            continue
+        times = [s.ended_at for s in (old, after) if s is not None and s.ended_at is not None]
+        if times:
+            at = min(times)
+            since[run.job_id] = min(at, since.get(run.job_id, at))
+    if new_runs:
+        fresh = [r for r in new_runs.values() if r.edges_applied]
+        if fresh:
+            Run.objects.filter(pk__in=[r.pk for r in fresh]).update(edges_applied=True)
+    if changed_runs:
+        Run.objects.bulk_update(
+            changed_runs,
+            [
+                "state",
+                "state_event_time",
+                "started_at",
+                "ended_at",
+                "nominal_start_time",
+                "nominal_end_time",
+                "parent_run_uuid",
+                "parent",
+                "error_message",
+                "error_stack",
+                "facets",
+                "facet_times",
+                "column_lineage",
+                "edges_applied",
+                "created_at",
+                "updated_at",
+            ],
+        )
+    _update_latest_runs(list(runs[u] for u in io_wanted.keys() | dirty))
+    return since
+
+
+def _merge_run(run: Run, obs: RunObservation) -> bool:
+    """Fold one observation into a run in memory; True if anything changed."""
+    changed = False
+    at = obs.event_time
+    if at < run.created_at:
+        run.created_at = at
+        changed = True
+    new_state = EVENT_STATES.get(obs.event_type)
+    if new_state is not None and state_key(new_state, at) > state_key(
+        run.state, run.state_event_time
+    ):
+        run.state = new_state
+        run.state_event_time = at
+        run.ended_at = at if new_state in TERMINAL_RUN_STATES else None
+        changed = True
+    if obs.event_type in ("START", "RUNNING") and (run.started_at is None or at < run.started_at):
+        run.started_at = at
+        changed = True
+    if merge_facets(run.facets, run.facet_times, obs.facets, at, obs.fingerprint):
+        changed = True
+        facets = run.facets
+        nominal = facets.get("nominalTime") or {}
+        run.nominal_start_time = _time_or_none(nominal.get("nominalStartTime"))
+        run.nominal_end_time = _time_or_none(nominal.get("nominalEndTime"))
+        error = facets.get("errorMessage") or {}
+        run.error_message = str(error.get("message") or "")
+        run.error_stack = str(error.get("stackTrace") or "")
+        parent = (facets.get("parent") or {}).get("run") or {}
+        parent_uuid = _uuid_or_none(parent.get("runId"))
+        if parent_uuid != run.parent_run_uuid:
+            run.parent_run_uuid = parent_uuid
+            run.parent = None
+    if obs.columns or obs.covered:
+        lineage = run.column_lineage or {}
+        covered = set(lineage.get("covered", [])) | obs.covered
+        edges: dict[ColumnKey, ColumnAttrs] = {
+            (e[0], e[1], e[2], e[3], e[4]): (bool(e[5]), str(e[6]))
+            for e in lineage.get("edges", [])
+        }
+        for key, attrs in obs.columns.items():
+            # Same mapping twice with other attributes: keep the larger, whatever the order.
+            edges[key] = max(attrs, edges.get(key, attrs))
+        merged = {
+            "covered": sorted(covered),
+            "edges": sorted(
+                ([*key, *attrs] for key, attrs in edges.items()),
+                key=lambda e: (e[0], e[1], e[2] or 0, e[3], e[4]),
+            ),
+        }
+        if merged != lineage:
+            run.column_lineage = merged
+            changed = True
+    return changed
+
+
+def _time_or_none(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("z", "Z"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed
+
+
+def _uuid_or_none(value: Any) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value)) if value else None
+    except ValueError:
+        return None
+
+
+def _link_parents(runs: list[Run]) -> None:
+    wanted = {r.parent_run_uuid for r in runs if r.parent_run_uuid and r.parent_id is None}
+    if not wanted:
+        return
+    found = dict(Run.objects.filter(run_uuid__in=wanted).values_list("run_uuid", "pk"))
+    for run in runs:
+        if run.parent_run_uuid in found and run.parent_id is None:
+            run.parent_id = found[run.parent_run_uuid]
+
+
+def _link_parents_and_children(new_runs: list[Run]) -> None:
+    """Point new runs at parents already stored, and runs already stored at new parents."""
+    _link_parents(new_runs)
+    linked = [r for r in new_runs if r.parent_id is not None]
+    if linked:
+        Run.objects.bulk_update(linked, ["parent"])
+    for run in new_runs:
+        Run.objects.filter(parent_run_uuid=run.run_uuid, parent__isnull=True).update(
+            parent_id=run.pk
+        )
+
+
+def _run_time_key(run: Run) -> tuple[datetime, str]:
+    return (run.state_event_time or run.created_at, str(run.run_uuid))
+
+
+def _update_latest_runs(runs: list[Run]) -> None:
+    """Each job's latest run is its run with the newest state event (event time, not arrival)."""
+    by_job: dict[int, Run] = {}
+    for run in runs:
+        best = by_job.get(run.job_id)
+        if best is None or _run_time_key(run) > _run_time_key(best):
+            by_job[run.job_id] = run
+    if not by_job:
+        return
+    jobs = dict(Job.objects.filter(pk__in=by_job).values_list("pk", "latest_run_id"))
+    current = {
+        r.pk: r
+        for r in Run.objects.filter(pk__in=[v for v in jobs.values() if v]).only(
+            "pk", "run_uuid", "state_event_time", "created_at"
+        )
+    }
+    for job_id, run in by_job.items():
+        latest = current.get(jobs.get(job_id) or 0)
+        if latest is None or (latest.pk != run.pk and _run_time_key(run) > _run_time_key(latest)):
+            Job.objects.filter(pk=job_id).update(latest_run_id=run.pk)
+
+
+# -- edge validity ------------------------------------------------------------------------
+
+
+@dataclass
+class EdgeChanges:
+    """What a recompute wrote: counts of edge rows opened, closed/moved and removed."""
+
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.inserted or self.updated or self.deleted)
+
+    def add(self, other: EdgeChanges) -> None:
+        self.inserted += other.inserted
+        self.updated += other.updated
+        self.deleted += other.deleted
+
+
+@dataclass
+class _RunStep:
+    at: datetime
+    run_uuid: str
+    io: set[TableKey]
+    outputs: set[int]
+    covered: set[int]
+    columns: dict[ColumnKey, ColumnAttrs]
+
+
+def recompute_jobs(since_by_job: Mapping[int, datetime]) -> EdgeChanges:
+    """Replay each job's timeline from its instant and store the resulting edge intervals."""
+    changes = EdgeChanges()
+    if not since_by_job:
+        return changes
+    job_ids = sorted(since_by_job)
+    earliest = min(since_by_job.values())
+    runs = list(
+        Run.objects.filter(
+            job_id__in=job_ids,
+            state=RunState.COMPLETED,
+            edges_applied=True,
+            ended_at__gte=earliest,
+        ).values_list("pk", "job_id", "run_uuid", "ended_at", "column_lineage")
+    )
+    runs = [r for r in runs if r[3] is not None and r[3] >= since_by_job[r[1]]]
+    io: dict[int, set[TableKey]] = defaultdict(set)
+    if runs:
+        for run_id, dataset_id, direction in RunDataset.objects.filter(
+            run_id__in=[r[0] for r in runs]
+        ).values_list("run_id", "dataset_id", "direction"):
+            io[run_id].add((dataset_id, direction))
+    steps: dict[int, list[_RunStep]] = defaultdict(list)
+    for run_id, job_id, run_uuid, ended_at, lineage in runs:
+        assert ended_at is not None
+        lineage = lineage or {}
+        run_io = io[run_id]
+        steps[job_id].append(
+            _RunStep(
+                at=ended_at,
+                run_uuid=str(run_uuid),
+                io=run_io,
+                outputs={d for d, direction in run_io if direction == Direction.OUTPUT},
+                covered=set(lineage.get("covered", [])),
+                columns={
+                    (e[0], e[1], e[2], e[3], e[4]): (bool(e[5]), str(e[6]))
+                    for e in lineage.get("edges", [])
+                },
+            )
+        )
+    reaching = Q(valid_to__isnull=True) | Q(valid_to__gte=earliest)
+    table_rows: dict[int, list[TableEdge]] = defaultdict(list)
+    for edge in TableEdge.objects.filter(reaching, job_id__in=job_ids):
+        if edge.valid_to is None or edge.valid_to >= since_by_job[edge.job_id]:
+            table_rows[edge.job_id].append(edge)
+    column_rows: dict[int, list[ColumnEdge]] = defaultdict(list)
+    for cedge in ColumnEdge.objects.filter(reaching, job_id__in=job_ids):
+        assert cedge.job_id is not None
+        if cedge.valid_to is None or cedge.valid_to >= since_by_job[cedge.job_id]:
+            column_rows[cedge.job_id].append(cedge)
+
+    source_fields: set[int] = {c.source_field_id for rows in column_rows.values() for c in rows}
+    for job_steps in steps.values():
+        for step in job_steps:
+            source_fields.update(key[0] for key in step.columns)
+    field_dataset = dict(
+        DatasetField.objects.filter(pk__in=source_fields).values_list("pk", "dataset_id")
+    )
+    datasets: set[int] = set(field_dataset.values())
+    for table_edges in table_rows.values():
+        datasets.update(e.dataset_id for e in table_edges)
+    for column_edges in column_rows.values():
+        datasets.update(c.target_dataset_id for c in column_edges)
+    for job_steps in steps.values():
+        for step in job_steps:
+            datasets.update(d for d, _ in step.io)
+            datasets.update(key[1] for key in step.columns)
+    closings: dict[int, list[datetime]] = defaultdict(list)
+    if datasets:
+        for dataset_id, at in DatasetVersion.objects.filter(
+            dataset_id__in=datasets,
+            lifecycle_state__in=CLOSING_LIFECYCLES,
+            created_at__gte=earliest,
+        ).values_list("dataset_id", "created_at"):
+            closings[dataset_id].append(at)
+
+    plan = _WritePlan()
+    for job_id in job_ids:
+        since = since_by_job[job_id]
+        job_closings = sorted(
+            {
+                (at, dataset_id)
+                for dataset_id, times in closings.items()
+                for at in times
+                if at >= since
+            }
+        )
+        timeline: list[tuple[datetime, int, str, _RunStep | int]] = [
+            (s.at, 0, s.run_uuid, s)
+            for s in sorted(steps[job_id], key=lambda s: (s.at, s.run_uuid))
+        ]
+        timeline.extend((at, 1, str(d), d) for at, d in job_closings)
+        timeline.sort(key=lambda item: (item[0], item[1], item[2]))
+        _replay_tables(job_id, since, timeline, table_rows[job_id], plan)
+        _replay_columns(job_id, since, timeline, column_rows[job_id], field_dataset, plan)
+    return plan.apply()
+
+
+@dataclass
+class _WritePlan:
+    table_delete: list[int] = field(default_factory=list)
+    table_update: list[TableEdge] = field(default_factory=list)
+    table_insert: list[TableEdge] = field(default_factory=list)
+    column_delete: list[int] = field(default_factory=list)
+    column_update: list[ColumnEdge] = field(default_factory=list)
+    column_insert: list[ColumnEdge] = field(default_factory=list)
+
+    def apply(self) -> EdgeChanges:
+        # Deletes, then closings, then re-openings, then inserts: the at-most-one-open-edge
+        # constraints hold after every statement.
+        if self.table_delete:
+            TableEdge.objects.filter(pk__in=self.table_delete).delete()
+        if self.column_delete:
+            ColumnEdge.objects.filter(pk__in=self.column_delete).delete()
+        for closing in (True, False):
+            rows = [e for e in self.table_update if (e.valid_to is not None) == closing]
+            if rows:
+                TableEdge.objects.bulk_update(rows, ["valid_to"])
+            crows = [e for e in self.column_update if (e.valid_to is not None) == closing]
+            if crows:
+                ColumnEdge.objects.bulk_update(crows, ["valid_to", "masking", "description"])
+        if self.table_insert:
+            TableEdge.objects.bulk_create(self.table_insert)
+        if self.column_insert:
+            ColumnEdge.objects.bulk_create(self.column_insert)
+        return EdgeChanges(
+            inserted=len(self.table_insert) + len(self.column_insert),
+            updated=len(self.table_update) + len(self.column_update),
+            deleted=len(self.table_delete) + len(self.column_delete),
+        )
+
+
+def _replay_tables(
+    job_id: int,
+    since: datetime,
+    timeline: list[tuple[datetime, int, str, _RunStep | int]],
+    rows: list[TableEdge],
+    plan: _WritePlan,
+) -> None:
+    open_: dict[TableKey, datetime] = {}
+    for edge in rows:
+        if edge.valid_from < since:
+            key = (edge.dataset_id, edge.direction)
+            open_[key] = min(edge.valid_from, open_.get(key, edge.valid_from))
+    intervals: dict[tuple[TableKey, datetime], datetime | None] = {}
+
+    def close(key: TableKey, at: datetime) -> None:
+        start = open_.pop(key)
+        if start < at:
+            intervals[(key, start)] = at
+
+    for at, _, _, item in timeline:
+        if isinstance(item, _RunStep):
+            for key in [k for k in open_ if k not in item.io]:
+                close(key, at)
+            for key in item.io:
+                open_.setdefault(key, at)
+        else:
+            for key in [k for k in open_ if k[0] == item]:
+                close(key, at)
+    for key, start in open_.items():
+        intervals[(key, start)] = None
+
+    for edge in rows:
+        ident = ((edge.dataset_id, edge.direction), edge.valid_from)
+        if ident in intervals:
+            wanted = intervals.pop(ident)
+            if edge.valid_to != wanted:
+                edge.valid_to = wanted
+                plan.table_update.append(edge)
+        else:
+            plan.table_delete.append(edge.pk)
+    for ((dataset_id, direction), start), end in intervals.items():
+        plan.table_insert.append(
+            TableEdge(
+                job_id=job_id,
+                dataset_id=dataset_id,
+                direction=direction,
+                valid_from=start,
+                valid_to=end,
+            )
+        )
+
+
+def _replay_columns(
+    job_id: int,
+    since: datetime,
+    timeline: list[tuple[datetime, int, str, _RunStep | int]],
+    rows: list[ColumnEdge],
+    field_dataset: dict[int, int],
+    plan: _WritePlan,
+) -> None:
+    open_: dict[ColumnKey, tuple[datetime, ColumnAttrs]] = {}
+    for edge in rows:
+        if edge.valid_from < since:
+            key = _column_key(edge)
+            if key not in open_ or edge.valid_from < open_[key][0]:
+                open_[key] = (edge.valid_from, (edge.masking, edge.description))
+    intervals: dict[tuple[ColumnKey, datetime], tuple[datetime | None, ColumnAttrs]] = {}
+
+    def close(key: ColumnKey, at: datetime) -> None:
+        start, attrs = open_.pop(key)
+        if start < at:
+            intervals[(key, start)] = (at, attrs)
+
+    for at, _, _, item in timeline:
+        if isinstance(item, _RunStep):
+            for key in list(open_):
+                target = key[1]
+                if target not in item.outputs or (
+                    target in item.covered and key not in item.columns
+                ):
+                    close(key, at)
+            for key, attrs in item.columns.items():
+                if key not in open_:
+                    open_[key] = (at, attrs)
+        else:
+            for key in [k for k in open_ if k[1] == item or field_dataset.get(k[0]) == item]:
+                close(key, at)
+    for key, (start, attrs) in open_.items():
+        intervals[(key, start)] = (None, attrs)
+
+    for edge in rows:
+        ident = (_column_key(edge), edge.valid_from)
+        if ident in intervals:
+            end, (masking, description) = intervals.pop(ident)
+            if (edge.valid_to, edge.masking, edge.description) != (end, masking, description):
+                edge.valid_to, edge.masking, edge.description = end, masking, description
+                plan.column_update.append(edge)
+        else:
+            plan.column_delete.append(edge.pk)
+    for (key, start), (end, (masking, description)) in intervals.items():
+        source, target_dataset, target_field, kind, subtype = key
+        plan.column_insert.append(
+            ColumnEdge(
+                job_id=job_id,
+                source_field_id=source,
+                target_dataset_id=target_dataset,
+                target_field_id=target_field,
+                transformation_type=kind,
+                transformation_subtype=subtype,
+                masking=masking,
+                description=description,
+                valid_from=start,
+                valid_to=end,
+            )
+        )
+
+
+def _column_key(edge: ColumnEdge) -> ColumnKey:
+    return (
+        edge.source_field_id,
+        edge.target_dataset_id,
+        edge.target_field_id,
+        edge.transformation_type,
+        edge.transformation_subtype,
+    )

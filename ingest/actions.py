@@ -1,0 +1,460 @@
+"""Writes of the ingest app: the outbox, claiming and normalising events, replay, sweep, bulk load.
+
+The life of an event: ``store_events`` inserts it (once per fingerprint) in
+the caller's transaction and queues a task when that commits; the task
+``process_events`` claims it with a conditional update (pending → processing),
+normalises it and marks it done *in the same transaction*, so a worker that
+dies mid-way leaves it processing and nothing applied; ``sweep`` puts such
+events (and pending ones whose task was lost) back on the queue. An event
+that keeps failing is marked failed with its error — the dead-letter list —
+until someone replays it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, OperationalError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from ingest.events import EventError, ParsedEvent, parse_event
+from ingest.models import EventState, RawEvent
+from ingest.normalizer import NormalizeResult, RetryBatch, normalize
+
+logger = logging.getLogger(__name__)
+
+TRANSIENT_ERRORS = (OperationalError, IntegrityError, RetryBatch)
+IN_PROCESS_RETRIES = 3
+
+
+def setting(name: str, default: int) -> int:
+    return int(getattr(settings, name, default))
+
+
+# -- the outbox ---------------------------------------------------------------------------
+
+
+@dataclass
+class StoreResult:
+    """Outcome of storing events: ids of new rows, and fingerprints already stored."""
+
+    stored: dict[str, int] = field(default_factory=dict)  # fingerprint -> id
+    duplicates: dict[str, int] = field(default_factory=dict)
+
+    def status(self, fingerprint: str) -> str:
+        return "duplicate" if fingerprint in self.duplicates else "stored"
+
+
+def raw_event_for(event: ParsedEvent, source: str, now: datetime) -> RawEvent:
+    return RawEvent(
+        fingerprint=event.fingerprint,
+        kind=event.kind,
+        body=json.dumps(event.body, ensure_ascii=False, separators=(",", ":")),
+        event_type=event.event_type,
+        event_time=event.event_time,
+        run_uuid=event.run_uuid,
+        job_namespace=event.job_namespace or (event.dataset.namespace if event.dataset else ""),
+        job_name=event.job_name or (event.dataset.name if event.dataset else ""),
+        source=source[:16],
+        received_at=now,
+        queued_at=now,
+    )
+
+
+def store_events(events: list[ParsedEvent], source: str, enqueue: bool = True) -> StoreResult:
+    """Store events verbatim (each fingerprint once) and queue their processing on commit."""
+    result = StoreResult()
+    if not events:
+        return result
+    unique = list({e.fingerprint: e for e in events}.values())
+    now = timezone.now()
+    with transaction.atomic():
+        result.duplicates = dict(
+            RawEvent.objects.filter(fingerprint__in=[e.fingerprint for e in unique]).values_list(
+                "fingerprint", "pk"
+            )
+        )
+        fresh = [e for e in unique if e.fingerprint not in result.duplicates]
+        if fresh:
+            try:
+                with transaction.atomic():
+                    rows = RawEvent.objects.bulk_create(
+                        [raw_event_for(e, source, now) for e in fresh]
+                    )
+                result.stored = {row.fingerprint: row.pk for row in rows}
+            except IntegrityError:
+                # Another request stored some of them meanwhile: the first one wins.
+                RawEvent.objects.bulk_create(
+                    [raw_event_for(e, source, now) for e in fresh], ignore_conflicts=True
+                )
+                result.stored = dict(
+                    RawEvent.objects.filter(
+                        fingerprint__in=[e.fingerprint for e in fresh], received_at=now
+                    ).values_list("fingerprint", "pk")
+                )
+                for e in fresh:
+                    if e.fingerprint not in result.stored:
+                        found = RawEvent.objects.filter(fingerprint=e.fingerprint).first()
+                        if found is not None:
+                            result.duplicates[e.fingerprint] = found.pk
+        if enqueue and result.stored:
+            ids = sorted(result.stored.values())
+            transaction.on_commit(lambda: enqueue_processing(ids))
+    return result
+
+
+_broker_down_until = 0.0
+
+
+def enqueue_processing(ids: list[int]) -> bool:
+    """Queue tasks for these events; False if the broker is unreachable (the sweep catches up).
+
+    After a failure the broker is not tried again for a few seconds, so an
+    outage does not slow every request down.
+    """
+    global _broker_down_until
+    if not ids:
+        return True
+    if time.monotonic() < _broker_down_until:
+        return False
+    from ingest import tasks
+
+    chunk = setting("INGEST_TASK_BATCH", 100)
+    try:
+        for start in range(0, len(ids), chunk):
+            # Round-trip through JSON even when tasks run in-process, as a broker would.
+            args = json.loads(json.dumps([ids[start : start + chunk]]))
+            tasks.process_batch.apply_async(
+                args=args,
+                retry=True,
+                retry_policy={
+                    "max_retries": 1,
+                    "interval_start": 0,
+                    "interval_step": 0.2,
+                    "interval_max": 0.2,
+                },
+            )
+    except Exception:  # the broker's errors vary by transport; the events are safe in the DB
+        _broker_down_until = time.monotonic() + setting("INGEST_BROKER_BACKOFF_SECONDS", 5)
+        logger.warning("could not queue %d events; the sweep will retry", len(ids), exc_info=True)
+        return False
+    return True
+
+
+# -- claiming and processing --------------------------------------------------------------
+
+
+@dataclass
+class ProcessResult:
+    done: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    retry: list[int] = field(default_factory=list)
+    normalized: NormalizeResult | None = None
+
+
+def claim(ids: Iterable[int], extra: int = 0) -> list[RawEvent]:
+    """Claim pending events (these ids, plus up to ``extra`` other pending ones, oldest first).
+
+    The claim is a conditional update, so an event already claimed, done or
+    failed is left alone and a duplicate task does nothing.
+    """
+    wanted = sorted(set(ids))
+    now = timezone.now()
+    with transaction.atomic():
+        pending = RawEvent.objects.select_for_update(skip_locked=True).filter(
+            state=EventState.PENDING
+        )
+        chosen = list(pending.filter(pk__in=wanted).values_list("pk", flat=True)) if wanted else []
+        if extra > 0:
+            chosen += list(
+                pending.exclude(pk__in=chosen)
+                .order_by("received_at", "pk")
+                .values_list("pk", flat=True)[:extra]
+            )
+        if not chosen:
+            return []
+        RawEvent.objects.filter(pk__in=chosen, state=EventState.PENDING).update(
+            state=EventState.PROCESSING, claimed_at=now, attempts=F("attempts") + 1
+        )
+    return list(RawEvent.objects.filter(pk__in=chosen, state=EventState.PROCESSING, claimed_at=now))
+
+
+def process_events(
+    ids: Iterable[int], extra: int = 0, known: dict[str, ParsedEvent] | None = None
+) -> ProcessResult:
+    """Claim and normalise events; each ends done, failed, or pending again to be retried.
+
+    ``known`` holds events already parsed (by fingerprint), to skip reading them back.
+    """
+    return normalize_claimed(claim(ids, extra), known)
+
+
+def normalize_claimed(
+    events: list[RawEvent], known: dict[str, ParsedEvent] | None = None
+) -> ProcessResult:
+    """Normalise claimed events together; if the batch fails, each on its own."""
+    result = ProcessResult()
+    parsed: list[tuple[RawEvent, ParsedEvent]] = []
+    for raw in events:
+        try:
+            event = (known or {}).get(raw.fingerprint)
+            if event is None:
+                event = parse_event(json.loads(raw.body), raw.fingerprint)
+            parsed.append((raw, event))
+        except (EventError, ValueError) as exc:
+            _record_failure([raw], exc, permanent=True)
+            result.failed.append(raw.pk)
+    if not parsed:
+        return result
+    try:
+        result.normalized = _normalize_with_retries(parsed)
+        result.done.extend(raw.pk for raw, _ in parsed)
+        return result
+    except Exception as exc:
+        if len(parsed) == 1:
+            outcome = _record_failure([parsed[0][0]], exc)
+            (result.retry if outcome == EventState.PENDING else result.failed).append(
+                parsed[0][0].pk
+            )
+            return result
+        logger.info("batch of %d events failed (%s); processing one by one", len(parsed), exc)
+    for raw, event in parsed:
+        try:
+            _normalize_with_retries([(raw, event)])
+            result.done.append(raw.pk)
+        except Exception as exc:
+            outcome = _record_failure([raw], exc)
+            (result.retry if outcome == EventState.PENDING else result.failed).append(raw.pk)
+    return result
+
+
+def _normalize_with_retries(parsed: list[tuple[RawEvent, ParsedEvent]]) -> NormalizeResult:
+    for attempt in range(IN_PROCESS_RETRIES):
+        try:
+            with transaction.atomic():
+                outcome = normalize([event for _, event in parsed])
+                RawEvent.objects.filter(
+                    pk__in=[raw.pk for raw, _ in parsed],
+                    state__in=[EventState.PROCESSING, EventState.PENDING],
+                ).update(state=EventState.DONE, processed_at=timezone.now(), error="")
+            return outcome
+        except TRANSIENT_ERRORS:
+            # Deadlock victims, unique-key races and closings that raced: try again.
+            if attempt == IN_PROCESS_RETRIES - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _record_failure(events: list[RawEvent], exc: BaseException, permanent: bool = False) -> str:
+    """Keep the error; transient errors go back to pending until attempts run out."""
+    message = f"{type(exc).__name__}: {exc}"
+    detail = "".join(traceback.format_exception(exc)[-6:])
+    max_attempts = setting("INGEST_MAX_ATTEMPTS", 5)
+    transient = isinstance(exc, TRANSIENT_ERRORS) and not permanent
+    state = EventState.FAILED
+    for raw in events:
+        if transient and raw.attempts < max_attempts:
+            state = EventState.PENDING
+        logger.warning("event %s failed (attempt %d): %s", raw.pk, raw.attempts, message)
+        RawEvent.objects.filter(pk=raw.pk).exclude(state=EventState.DONE).update(
+            state=state,
+            error=f"{message}\n\n{detail}"[:8000],
+            processed_at=timezone.now() if state == EventState.FAILED else None,
+        )
+    return state
+
+
+# -- replay and sweep ---------------------------------------------------------------------
+
+
+def replay(ids: Iterable[int] | None = None, state: str | None = EventState.FAILED) -> int:
+    """Put events back in the queue (these ids, or every event in ``state``); returns how many."""
+    query = RawEvent.objects.all()
+    if ids is not None:
+        query = query.filter(pk__in=list(ids))
+    if state is not None:
+        query = query.filter(state=state)
+    else:
+        query = query.exclude(state=EventState.PROCESSING)
+    now = timezone.now()
+    with transaction.atomic():
+        chosen = sorted(query.values_list("pk", flat=True))
+        if chosen:
+            RawEvent.objects.filter(pk__in=chosen).update(
+                state=EventState.PENDING, attempts=0, queued_at=now, claimed_at=None
+            )
+            transaction.on_commit(lambda: enqueue_processing(chosen))
+    return len(chosen)
+
+
+@dataclass
+class SweepResult:
+    requeued: int = 0
+    unstuck: int = 0
+    gave_up: int = 0
+
+
+def sweep(now: datetime | None = None) -> SweepResult:
+    """Re-queue pending events whose task was lost, and free events stuck in processing.
+
+    An event stays ``processing`` only while its worker holds it; past the
+    stuck timeout its worker is presumed dead (its transaction rolled back).
+    """
+    now = now or timezone.now()
+    result = SweepResult()
+    requeue_before = now - timedelta(seconds=setting("INGEST_REQUEUE_AFTER_SECONDS", 120))
+    stuck_before = now - timedelta(seconds=setting("INGEST_STUCK_AFTER_SECONDS", 600))
+    limit = setting("INGEST_SWEEP_LIMIT", 10000)
+    max_attempts = setting("INGEST_MAX_ATTEMPTS", 5)
+    with transaction.atomic():
+        stuck = RawEvent.objects.filter(state=EventState.PROCESSING, claimed_at__lt=stuck_before)
+        result.gave_up = stuck.filter(attempts__gte=max_attempts).update(
+            state=EventState.FAILED,
+            processed_at=now,
+            error=f"Gave up after {max_attempts} attempts: its worker stopped each time",
+        )
+        result.unstuck = stuck.update(state=EventState.PENDING, claimed_at=None)
+        lost = list(
+            RawEvent.objects.filter(state=EventState.PENDING)
+            .filter(Q(queued_at__isnull=True) | Q(queued_at__lt=requeue_before))
+            .order_by("received_at", "pk")
+            .values_list("pk", flat=True)[:limit]
+        )
+        if lost:
+            RawEvent.objects.filter(pk__in=lost).update(queued_at=now)
+            transaction.on_commit(lambda: enqueue_processing(lost))
+        result.requeued = len(lost)
+    if result.requeued or result.unstuck or result.gave_up:
+        logger.info(
+            "sweep: requeued %d, freed %d stuck, gave up on %d",
+            result.requeued,
+            result.unstuck,
+            result.gave_up,
+        )
+    return result
+
+
+# -- ingesting event dicts in-process -----------------------------------------------------
+
+
+@dataclass
+class Rejected:
+    index: int
+    error: str
+    field: str | None
+
+
+@dataclass
+class IngestReport:
+    """What happened to a stream of event dicts."""
+
+    stored: int = 0
+    duplicates: int = 0
+    processed: int = 0
+    failed: int = 0
+    rejected: list[Rejected] = field(default_factory=list)
+    event_ids: list[int] = field(default_factory=list)
+
+    def add(self, other: IngestReport) -> None:
+        self.stored += other.stored
+        self.duplicates += other.duplicates
+        self.processed += other.processed
+        self.failed += other.failed
+        self.rejected.extend(other.rejected)
+        self.event_ids.extend(other.event_ids)
+
+
+def parse_all(events: Iterable[Any], report: IngestReport, start: int = 0) -> Iterator[ParsedEvent]:
+    """Parsed events; the ones that are not valid go to ``report.rejected`` with their index."""
+    for index, body in enumerate(events, start):
+        try:
+            yield parse_event(body)
+        except EventError as exc:
+            report.rejected.append(Rejected(index, exc.message, exc.field))
+
+
+def chunked(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def ingest_event_dicts(
+    events: Iterable[dict[str, Any]],
+    source: str = "api",
+    inline: bool | None = None,
+    batch_size: int = 500,
+) -> IngestReport:
+    """Store OpenLineage event dicts and normalise them: in-process when ``inline`` (default:
+    when tasks run eagerly), else queued for workers. Invalid events are rejected, not stored."""
+    if inline is None:
+        inline = bool(getattr(settings, "CELERY_TASK_ALWAYS_EAGER", True))
+    report = IngestReport()
+    for chunk in chunked(parse_all(events, report), batch_size):
+        if inline:
+            report.add(_store_and_process(chunk, source))
+        else:
+            stored = store_events(chunk, source)
+            report.stored += len(stored.stored)
+            report.duplicates += len(stored.duplicates)
+            report.event_ids.extend(stored.stored.values())
+    return report
+
+
+def bulk_load(
+    events: Iterable[dict[str, Any] | ParsedEvent],
+    source: str = "backfill",
+    batch_size: int = 1000,
+    progress: Callable[[int], None] | None = None,
+) -> IngestReport:
+    """Store and normalise many events in-process, ``batch_size`` per transaction.
+
+    Takes event dicts (validated here; invalid ones are rejected) or already
+    parsed events. Resumable: events stored by an earlier, interrupted load are
+    recognised by fingerprint, and those not yet normalised are normalised now.
+    """
+    report = IngestReport()
+
+    def parsed_stream() -> Iterator[ParsedEvent]:
+        for index, item in enumerate(events):
+            if isinstance(item, ParsedEvent):
+                yield item
+                continue
+            try:
+                yield parse_event(item)
+            except EventError as exc:
+                report.rejected.append(Rejected(index, exc.message, exc.field))
+
+    for chunk in chunked(parsed_stream(), batch_size):
+        report.add(_store_and_process(chunk, source))
+        if progress is not None:
+            progress(len(chunk))
+    return report
+
+
+def _store_and_process(chunk: list[ParsedEvent], source: str) -> IngestReport:
+    report = IngestReport()
+    stored = store_events(chunk, source, enqueue=False)
+    report.stored = len(stored.stored)
+    report.duplicates = len(stored.duplicates)
+    ids = [*stored.stored.values(), *stored.duplicates.values()]
+    report.event_ids = list(stored.stored.values())
+    outcome = process_events(ids, known={e.fingerprint: e for e in chunk})
+    report.processed = len(outcome.done)
+    report.failed = len(outcome.failed) + len(outcome.retry)
+    return report

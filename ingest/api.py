@@ -1,0 +1,468 @@
+"""OpenLineage endpoint (Marquez's, so any producer points here unchanged) and read API.
+
+``POST /api/v1/lineage`` answers 201 once the event is durably stored;
+normalisation happens after, in a task. Errors use the project's shape,
+``{"error", "field"}``: 400 not JSON, 413 too large, 415 unknown encoding,
+422 not a valid OpenLineage event; never a 500 on bad input.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, cast
+from uuid import UUID
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.urls import Resolver404
+from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from catalog.api import iso
+from catalog.auth import CanOperateIngestion, CanPostLineage, CanReadLineage
+from catalog.errors import ApiError
+from catalog.models import DatasetVersion
+from catalog.params import choice_param, int_param, optional_instant
+from catalog.queries import get_dataset
+from graph.models import Direction, Job, Run
+from ingest import actions, queries
+from ingest.events import EventError, ParsedEvent, decode_body, parse_event
+from ingest.models import EventState, RawEvent
+
+
+def read_json_body(request: Request) -> Any:
+    """The request's JSON, gunzipped if sent so, within LINEAGE_MAX_BODY_BYTES."""
+    limit = int(settings.LINEAGE_MAX_BODY_BYTES)
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError as exc:
+        raise ApiError("Content-Length is not a number", "Content-Length") from exc
+    if length > limit:
+        raise ApiError(
+            f"Body is {length} bytes; the limit is {limit}", "body", 413, {"limit": limit}
+        )
+    try:
+        raw = request.body
+    except RequestDataTooBig as exc:
+        raise ApiError(f"Body is larger than the {limit}-byte limit", "body", 413) from exc
+    if len(raw) > limit:
+        raise ApiError(f"Body is larger than the {limit}-byte limit", "body", 413)
+    try:
+        return decode_body(raw, request.META.get("HTTP_CONTENT_ENCODING", ""), limit)
+    except EventError as exc:
+        raise _api_error(exc) from exc
+
+
+def _api_error(exc: EventError, prefix: str = "") -> ApiError:
+    field = f"{prefix}{exc.field}" if prefix and exc.field else exc.field
+    message = f"{prefix}{exc.message}" if prefix else exc.message
+    return ApiError(message, field, exc.status)
+
+
+class LineageView(APIView):
+    """POST one OpenLineage RunEvent, DatasetEvent or JobEvent."""
+
+    permission_classes = [CanPostLineage]
+    parser_classes: list[Any] = []
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={201: OpenApiTypes.OBJECT},
+        summary="Send an OpenLineage event (RunEvent, DatasetEvent or JobEvent)",
+        operation_id="postLineageEvent",
+    )
+    def post(self, request: Request) -> Response:
+        body = read_json_body(request)
+        try:
+            event = parse_event(body)
+        except EventError as exc:
+            raise _api_error(exc) from exc
+        result = actions.store_events([event], source="api")
+        return Response(
+            {"status": result.status(event.fingerprint), "fingerprint": event.fingerprint},
+            status=201,
+        )
+
+
+class LineageBatchView(APIView):
+    """POST a JSON array of events (OpenLineage's /lineage/batch); each gets its own status."""
+
+    permission_classes = [CanPostLineage]
+    parser_classes: list[Any] = []
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={201: OpenApiTypes.OBJECT, 207: OpenApiTypes.OBJECT},
+        summary="Send a batch of OpenLineage events",
+        operation_id="postLineageBatch",
+    )
+    def post(self, request: Request) -> Response:
+        body = read_json_body(request)
+        if isinstance(body, dict) and isinstance(body.get("events"), list):
+            body = body["events"]
+        if not isinstance(body, list):
+            raise ApiError("Body must be a JSON array of events", "body", 422)
+        max_events = int(getattr(settings, "LINEAGE_MAX_BATCH_EVENTS", 10000))
+        if len(body) > max_events:
+            raise ApiError(f"A batch holds at most {max_events} events", "body", 413)
+        statuses: list[dict[str, Any]] = []
+        accepted: list[tuple[int, ParsedEvent]] = []
+        for index, item in enumerate(body):
+            try:
+                accepted.append((index, parse_event(item)))
+                statuses.append({"index": index})
+            except EventError as exc:
+                field = f"[{index}].{exc.field}" if exc.field else f"[{index}]"
+                statuses.append(
+                    {"index": index, "status": "rejected", "error": exc.message, "field": field}
+                )
+        result = actions.store_events([e for _, e in accepted], source="api")
+        for index, event in accepted:
+            statuses[index].update(
+                {"status": result.status(event.fingerprint), "fingerprint": event.fingerprint}
+            )
+        rejected = [s for s in statuses if s["status"] == "rejected"]
+        summary = {
+            "stored": sum(1 for s in statuses if s["status"] == "stored"),
+            "duplicates": sum(1 for s in statuses if s["status"] == "duplicate"),
+            "rejected": len(rejected),
+            "events": statuses,
+        }
+        if rejected and not accepted:
+            first = rejected[0]
+            raise ApiError(first["error"], first["field"], 422, {"events": statuses})
+        return Response(summary, status=207 if rejected else 201)
+
+
+def _graph_lineage_view() -> Any:
+    """The graph app's GET /api/v1/lineage view, which shares this path."""
+    from graph import urls as graph_urls
+
+    for pattern in graph_urls.api_urlpatterns:
+        try:
+            match = pattern.resolve("lineage")
+        except Resolver404:
+            continue
+        if match:
+            return match.func
+    return None
+
+
+_post_view = LineageView.as_view()
+
+
+@csrf_exempt
+def lineage_endpoint(request: HttpRequest) -> HttpResponse:
+    """``/api/v1/lineage``: POST stores an event here; GET is the graph app's lineage query."""
+    if request.method != "POST":
+        graph_view = _graph_lineage_view()
+        if graph_view is not None:
+            return cast(HttpResponse, graph_view(request))
+    return cast(HttpResponse, _post_view(request))
+
+
+# -- read API in Marquez's shapes -----------------------------------------------------------
+
+
+def dataset_id_json(namespace: str, name: str) -> dict[str, str]:
+    return {"namespace": namespace, "name": name}
+
+
+def run_json(run: Run) -> dict[str, Any]:
+    """Marquez's run shape, plus parent run, error and node id of the job."""
+    io = list(run.io.all())
+
+    def versions(direction: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "datasetVersionId": {
+                    "namespace": row.dataset.namespace.name,
+                    "name": row.dataset.name,
+                    "version": str(row.dataset_version.version) if row.dataset_version else None,
+                },
+                "facets": {},
+            }
+            for row in io
+            if row.direction == direction
+        ]
+
+    job = run.job
+    return {
+        "id": str(run.run_uuid),
+        "createdAt": iso(run.created_at),
+        "updatedAt": iso(run.updated_at),
+        "nominalStartTime": iso(run.nominal_start_time),
+        "nominalEndTime": iso(run.nominal_end_time),
+        "state": run.state,
+        "startedAt": iso(run.started_at),
+        "endedAt": iso(run.ended_at),
+        "durationMs": run.duration_ms,
+        "args": {},
+        "jobVersion": {"namespace": job.namespace.name, "name": job.name, "version": None},
+        "inputDatasetVersions": versions(Direction.INPUT),
+        "outputDatasetVersions": versions(Direction.OUTPUT),
+        "context": {},
+        "facets": run.facets,
+        "parentRunId": str(run.parent_run_uuid) if run.parent_run_uuid else None,
+        "errorMessage": run.error_message or None,
+        "jobNodeId": job.node_id,
+    }
+
+
+def job_json(job: Job) -> dict[str, Any]:
+    """Marquez's job shape; inputs and outputs are the job's current (open) edges."""
+    edges = getattr(job, "open_edges", None)
+    if edges is None:
+        edges = list(job.edges.filter(valid_to__isnull=True).select_related("dataset__namespace"))
+    latest = job.latest_run
+    return {
+        "id": {"namespace": job.namespace.name, "name": job.name},
+        "type": job.processing_type or "BATCH",
+        "name": job.name,
+        "simpleName": job.name.rsplit(".", 1)[-1],
+        "parentJobName": job.parent.name if job.parent else None,
+        "createdAt": iso(job.created_at),
+        "updatedAt": iso(job.updated_at),
+        "namespace": job.namespace.name,
+        "inputs": [
+            dataset_id_json(e.dataset.namespace.name, e.dataset.name)
+            for e in edges
+            if e.direction == Direction.INPUT
+        ],
+        "outputs": [
+            dataset_id_json(e.dataset.namespace.name, e.dataset.name)
+            for e in edges
+            if e.direction == Direction.OUTPUT
+        ],
+        "location": job.location or None,
+        "description": job.description or None,
+        "latestRun": run_json(latest) if latest is not None else None,
+        "facets": job.facets,
+        "currentVersion": None,
+        "labels": [],
+        "tags": [],
+        "nodeId": job.node_id,
+        "jobType": job.job_type or None,
+        "integration": job.integration or None,
+        "sql": job.sql or None,
+    }
+
+
+def version_json(version: DatasetVersion, runs: dict[UUID, Run]) -> dict[str, Any]:
+    ds = version.dataset
+    run = runs.get(version.run_uuid) if version.run_uuid else None
+    return {
+        "id": {"namespace": ds.namespace.name, "name": ds.name, "version": str(version.version)},
+        "type": "DB_TABLE",
+        "name": ds.name,
+        "physicalName": ds.name,
+        "createdAt": iso(version.created_at),
+        "version": str(version.version),
+        "namespace": ds.namespace.name,
+        "sourceName": ds.source_name or ds.namespace.name,
+        "fields": [
+            {
+                "name": f.get("name"),
+                "type": f.get("type") or None,
+                "tags": [],
+                "description": f.get("description") or None,
+            }
+            for f in version.fields or []
+        ],
+        "tags": [],
+        "lifecycleState": version.lifecycle_state or None,
+        "description": ds.description or None,
+        "createdByRun": run_json(run) if run is not None else None,
+        "createdByRunId": str(version.run_uuid) if version.run_uuid else None,
+        "schemaHash": version.schema_hash,
+        "facets": {},
+    }
+
+
+def paged(request: Request, qs: QuerySet[Any]) -> tuple[list[Any], int]:
+    limit = int_param(request.query_params, "limit", 100, 1, 1000)
+    offset = int_param(request.query_params, "offset", 0, 0, 10**9)
+    return list(qs[offset : offset + limit]), qs.count()
+
+
+PAGING = [
+    OpenApiParameter("limit", int, description="1 to 1000, default 100"),
+    OpenApiParameter("offset", int),
+]
+
+
+def fetch_job(namespace: str, name: str) -> Job:
+    job = queries.get_job(namespace, name)
+    if job is None:
+        raise ApiError(f"Job {namespace}:{name} not found", "job", status_code=404)
+    return job
+
+
+class JobListView(APIView):
+    permission_classes = [CanReadLineage]
+
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="Jobs of a namespace",
+        operation_id="listJobs",
+        parameters=PAGING,
+    )
+    def get(self, request: Request, namespace: str) -> Response:
+        rows, total = paged(request, queries.jobs_of_namespace(namespace))
+        return Response({"totalCount": total, "jobs": [job_json(j) for j in rows]})
+
+
+class JobDetailView(APIView):
+    permission_classes = [CanReadLineage]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One job", operation_id="getJob")
+    def get(self, request: Request, namespace: str, job: str) -> Response:
+        return Response(job_json(fetch_job(namespace, job)))
+
+
+class JobRunsView(APIView):
+    permission_classes = [CanReadLineage]
+
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="Runs of a job, newest first",
+        operation_id="listJobRuns",
+        parameters=PAGING,
+    )
+    def get(self, request: Request, namespace: str, job: str) -> Response:
+        found = fetch_job(namespace, job)
+        rows, total = paged(request, queries.runs_of_job(found))
+        return Response({"totalCount": total, "runs": [run_json(r) for r in rows]})
+
+
+class RunDetailView(APIView):
+    permission_classes = [CanReadLineage]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One run", operation_id="getRun")
+    def get(self, request: Request, run_id: str) -> Response:
+        try:
+            run_uuid = UUID(run_id)
+        except ValueError as exc:
+            raise ApiError(f"run id is not a UUID: {run_id!r}", "id") from exc
+        run = queries.get_run(run_uuid)
+        if run is None:
+            raise ApiError(f"Run {run_uuid} not found", "id", status_code=404)
+        return Response(run_json(run))
+
+
+class DatasetVersionsView(APIView):
+    permission_classes = [CanReadLineage]
+
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="Schema versions of a dataset, newest first",
+        operation_id="listDatasetVersions",
+        parameters=PAGING,
+    )
+    def get(self, request: Request, namespace: str, name: str) -> Response:
+        dataset = get_dataset(namespace, name)
+        if dataset is None:
+            raise ApiError(f"Dataset {namespace}:{name} not found", "name", status_code=404)
+        qs = queries.dataset_versions(dataset).select_related("dataset__namespace")
+        rows, total = paged(request, qs)
+        runs = queries.runs_by_uuid({v.run_uuid for v in rows if v.run_uuid})
+        return Response({"totalCount": total, "versions": [version_json(v, runs) for v in rows]})
+
+
+def event_body(raw: RawEvent) -> Any:
+    import json
+
+    return json.loads(raw.body)
+
+
+class EventListView(APIView):
+    permission_classes = [CanReadLineage]
+
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="Raw OpenLineage events as received, by event time",
+        operation_id="listLineageEvents",
+        parameters=[
+            OpenApiParameter("before", OpenApiTypes.DATETIME),
+            OpenApiParameter("after", OpenApiTypes.DATETIME),
+            OpenApiParameter("sortDirection", str, enum=["desc", "asc"]),
+            *PAGING,
+        ],
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        before: datetime | None = optional_instant(params, "before")
+        after: datetime | None = optional_instant(params, "after")
+        direction = choice_param(params, "sortDirection", "desc", ("desc", "asc"))
+        qs = queries.raw_events(before, after, ascending=direction == "asc")
+        rows, total = paged(request, qs)
+        return Response({"totalCount": total, "events": [event_body(r) for r in rows]})
+
+
+def status_json() -> dict[str, Any]:
+    status = queries.ingestion_status(failures=20)
+    return {
+        "counts": status.counts,
+        "oldestPendingAt": iso(status.oldest_pending_at),
+        "lagSeconds": status.lag_seconds,
+        "processedLastMinute": status.processed_last_minute,
+        "processedLastHour": status.processed_last_hour,
+        "failures": [
+            {
+                "id": e.pk,
+                "fingerprint": e.fingerprint,
+                "kind": e.kind,
+                "eventType": e.event_type or None,
+                "eventTime": iso(e.event_time),
+                "job": e.job_label or None,
+                "attempts": e.attempts,
+                "error": e.error.split("\n", 1)[0],
+                "receivedAt": iso(e.received_at),
+            }
+            for e in status.failures
+        ],
+    }
+
+
+class IngestionStatusView(APIView):
+    permission_classes = [CanReadLineage]
+
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="Outbox counts by state, lag, throughput and failures",
+        operation_id="getIngestionStatus",
+    )
+    def get(self, request: Request) -> Response:
+        return Response(status_json())
+
+
+class ReplayView(APIView):
+    permission_classes: list[type[BasePermission]] = [CanOperateIngestion]
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses=OpenApiTypes.OBJECT,
+        summary="Replay events: {'ids': [...]} or {'state': 'failed'}",
+        operation_id="replayLineageEvents",
+    )
+    def post(self, request: Request) -> Response:
+        data = request.data
+        if not isinstance(data, dict):
+            raise ApiError("Request body must be a JSON object", "body")
+        ids = data.get("ids")
+        state = data.get("state", EventState.FAILED if ids is None else None)
+        if ids is not None and (
+            not isinstance(ids, list) or not all(isinstance(i, int) for i in ids)
+        ):
+            raise ApiError("ids must be a list of event ids", "ids")
+        if state is not None and state not in (EventState.FAILED, EventState.PENDING):
+            raise ApiError("state must be failed or pending", "state")
+        count = actions.replay(ids, state=state)
+        return Response({"replayed": count})

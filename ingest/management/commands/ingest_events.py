@@ -1,0 +1,126 @@
+"""`manage.py ingest_events PATH… [--engine inline|celery]`: load OpenLineage event files.
+
+Reads JSON (one event or a list), NDJSON and gzip of either, with a progress
+bar. Resumable: every event is stored once by fingerprint, so a re-run skips
+what is already there and finishes what was left half-way.
+
+Engines: ``inline`` normalises in this process in batches (the default
+without a broker); ``celery`` stores the events and leaves normalising to the
+workers. Each engine is one function in ENGINES taking the files and options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from tqdm import tqdm
+
+from ingest import actions
+from ingest.events import EventError, ParsedEvent, parse_event
+from ingest.files import read_events
+
+
+class Problems:
+    """Lines that could not be read or are not valid events, with where they are."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, where: str, message: str) -> None:
+        self.items.append(f"{where}: {message}")
+
+
+def parsed_events(paths: list[Path], problems: Problems) -> Iterator[ParsedEvent]:
+    """Valid events of all files in order; the others are noted in ``problems``."""
+    for path in paths:
+        for item in read_events(path):
+            where = f"{item.path}:{item.line}"
+            if item.error:
+                problems.add(where, item.error)
+                continue
+            try:
+                yield parse_event(item.value)
+            except EventError as exc:
+                problems.add(where, f"{exc.field}: {exc.message}" if exc.field else exc.message)
+
+
+def run_inline(command: BaseCommand, paths: list[Path], options: dict[str, Any]) -> dict[str, int]:
+    """Store and normalise in this process, one transaction per batch."""
+    problems = Problems()
+    with tqdm(unit=" events", disable=options["no_progress"], file=command.stderr) as bar:
+        report = actions.bulk_load(
+            parsed_events(paths, problems),
+            source=options["source"],
+            batch_size=options["batch_size"],
+            progress=bar.update,
+        )
+    return _summary(command, report, problems)
+
+
+def run_celery(command: BaseCommand, paths: list[Path], options: dict[str, Any]) -> dict[str, int]:
+    """Store the events and queue them for the workers."""
+    problems = Problems()
+    report = actions.IngestReport()
+    with tqdm(unit=" events", disable=options["no_progress"], file=command.stderr) as bar:
+        for chunk in actions.chunked(parsed_events(paths, problems), options["batch_size"]):
+            stored = actions.store_events(chunk, options["source"])
+            report.stored += len(stored.stored)
+            report.duplicates += len(stored.duplicates)
+            bar.update(len(chunk))
+    return _summary(command, report, problems)
+
+
+def _summary(
+    command: BaseCommand, report: actions.IngestReport, problems: Problems
+) -> dict[str, int]:
+    for line in problems.items[:50]:
+        command.stderr.write(f"  skipped {line}")
+    if len(problems.items) > 50:
+        command.stderr.write(f"  … and {len(problems.items) - 50} more")
+    return {
+        "stored": report.stored,
+        "duplicates": report.duplicates,
+        "processed": report.processed,
+        "failed": report.failed,
+        "skipped": len(problems.items) + len(report.rejected),
+    }
+
+
+Engine = Callable[[BaseCommand, list[Path], dict[str, Any]], dict[str, int]]
+ENGINES: dict[str, Engine] = {"inline": run_inline, "celery": run_celery}
+
+
+class Command(BaseCommand):
+    help = "Load OpenLineage events from JSON, NDJSON or gzip files (resumable)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("paths", nargs="+", type=Path, help="event files")
+        parser.add_argument(
+            "--engine",
+            choices=sorted(ENGINES),
+            default=None,
+            help="inline (normalise here; default without a broker) or celery (queue for workers)",
+        )
+        parser.add_argument("--batch-size", type=int, default=500, help="events per transaction")
+        parser.add_argument("--source", default="file", help="recorded as the events' source")
+        parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        paths: list[Path] = options["paths"]
+        missing = [str(p) for p in paths if not p.is_file()]
+        if missing:
+            raise CommandError(f"No such file: {', '.join(missing)}")
+        if options["batch_size"] < 1:
+            raise CommandError("--batch-size must be at least 1")
+        engine = options["engine"] or ("inline" if settings.CELERY_TASK_ALWAYS_EAGER else "celery")
+        summary = ENGINES[engine](self, paths, options)
+        self.stdout.write(
+            self.style.SUCCESS(
+                "{stored} stored, {duplicates} already there, {processed} normalised, "
+                "{failed} failed, {skipped} skipped".format(**summary)
+            )
+        )

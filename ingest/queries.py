@@ -1,0 +1,135 @@
+"""Reads for the ingest app: outbox status, raw events, and jobs/runs/versions for the API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from django.db.models import Count, Min, Prefetch, Q, QuerySet
+from django.utils import timezone
+
+from catalog.models import Dataset, DatasetVersion
+from graph.models import Job, Run, RunDataset, TableEdge
+from ingest.models import EventState, RawEvent
+
+
+@dataclass
+class IngestionStatus:
+    """Counts by state, lag, throughput and the newest failures."""
+
+    counts: dict[str, int]
+    oldest_pending_at: datetime | None
+    lag_seconds: float | None
+    processed_last_minute: int
+    processed_last_hour: int
+    failures: list[RawEvent] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def per_second_last_minute(self) -> float:
+        return self.processed_last_minute / 60
+
+    @property
+    def per_second_last_hour(self) -> float:
+        return self.processed_last_hour / 3600
+
+
+def ingestion_status(now: datetime | None = None, failures: int = 50) -> IngestionStatus:
+    """The outbox at a glance; lag is the age of the oldest event still waiting."""
+    now = now or timezone.now()
+    counts = {state: 0 for state in EventState.values}
+    for row in RawEvent.objects.values("state").annotate(n=Count("id")).order_by():
+        counts[row["state"]] = row["n"]
+    waiting = RawEvent.objects.filter(
+        state__in=[EventState.PENDING, EventState.PROCESSING]
+    ).aggregate(oldest=Min("received_at"))["oldest"]
+    recent = RawEvent.objects.filter(
+        state=EventState.DONE, processed_at__gte=now - timedelta(hours=1)
+    ).aggregate(
+        hour=Count("id"),
+        minute=Count("id", filter=Q(processed_at__gte=now - timedelta(minutes=1))),
+    )
+    return IngestionStatus(
+        counts=counts,
+        oldest_pending_at=waiting,
+        lag_seconds=(now - waiting).total_seconds() if waiting else None,
+        processed_last_minute=recent["minute"],
+        processed_last_hour=recent["hour"],
+        failures=list(
+            RawEvent.objects.filter(state=EventState.FAILED)
+            .defer("body")
+            .order_by("-processed_at", "-id")[:failures]
+        ),
+    )
+
+
+def raw_events(
+    before: datetime | None = None, after: datetime | None = None, ascending: bool = False
+) -> QuerySet[RawEvent]:
+    """Stored events by event time, optionally within (after, before)."""
+    qs = RawEvent.objects.all()
+    if before is not None:
+        qs = qs.filter(event_time__lt=before)
+    if after is not None:
+        qs = qs.filter(event_time__gt=after)
+    order = ("event_time", "id") if ascending else ("-event_time", "-id")
+    return qs.order_by(*order)
+
+
+def _run_io() -> Prefetch[Any]:
+    return Prefetch(
+        "io",
+        queryset=RunDataset.objects.select_related(
+            "dataset__namespace", "dataset_version"
+        ).order_by("direction", "dataset__namespace__name", "dataset__name"),
+    )
+
+
+def runs_with_details() -> QuerySet[Run]:
+    return Run.objects.select_related("job__namespace").prefetch_related(_run_io())
+
+
+def jobs_with_details() -> QuerySet[Job]:
+    """Jobs with their current edges and latest run, in a fixed number of queries."""
+    return Job.objects.select_related("namespace", "parent", "latest_run").prefetch_related(
+        Prefetch(
+            "edges",
+            queryset=TableEdge.objects.filter(valid_to__isnull=True)
+            .select_related("dataset__namespace")
+            .order_by("dataset__namespace__name", "dataset__name"),
+            to_attr="open_edges",
+        ),
+        Prefetch("latest_run", queryset=runs_with_details()),
+    )
+
+
+def get_job(namespace: str, name: str) -> Job | None:
+    return jobs_with_details().filter(namespace__name=namespace, name=name).first()
+
+
+def jobs_of_namespace(namespace: str) -> QuerySet[Job]:
+    return jobs_with_details().filter(namespace__name=namespace).order_by("name")
+
+
+def runs_of_job(job: Job) -> QuerySet[Run]:
+    """A job's runs, newest first by their own times (not arrival)."""
+    return runs_with_details().filter(job=job).order_by("-created_at", "-id")
+
+
+def get_run(run_uuid: UUID) -> Run | None:
+    return runs_with_details().filter(run_uuid=run_uuid).first()
+
+
+def dataset_versions(dataset: Dataset) -> QuerySet[DatasetVersion]:
+    return DatasetVersion.objects.filter(dataset=dataset).order_by("-created_at", "-id")
+
+
+def runs_by_uuid(uuids: set[UUID]) -> dict[UUID, Run]:
+    if not uuids:
+        return {}
+    return {r.run_uuid: r for r in runs_with_details().filter(run_uuid__in=uuids)}

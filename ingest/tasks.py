@@ -1,0 +1,30 @@
+"""Celery tasks of the ingest app: thin wrappers over ingest.actions.
+
+Tasks take JSON-safe ids and are safe to run twice: ``process_batch`` claims
+its events with a conditional update, so a redelivered or duplicate task
+finds nothing left to do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+from django.conf import settings
+
+from ingest import actions
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def process_batch(event_ids: list[int]) -> dict[str, Any]:
+    """Normalise these events (and, on a worker, up to INGEST_DRAIN_BATCH more pending ones)."""
+    extra = 0 if settings.CELERY_TASK_ALWAYS_EAGER else actions.setting("INGEST_DRAIN_BATCH", 200)
+    result = actions.process_events(event_ids, extra=extra)
+    return {"done": len(result.done), "failed": len(result.failed), "retry": len(result.retry)}
+
+
+@shared_task(ignore_result=True)
+def sweep_events() -> dict[str, int]:
+    """Re-queue events whose task was lost and free those whose worker died."""
+    result = actions.sweep()
+    return {"requeued": result.requeued, "unstuck": result.unstuck, "gave_up": result.gave_up}

@@ -1,0 +1,430 @@
+"""The normaliser: events into catalog and graph rows, with edge validity from event times."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from catalog import actions as catalog_actions
+from catalog.models import ChangeRecord, Dataset, DatasetField, DatasetVersion
+from graph.models import ColumnEdge, Job, Run, RunDataset, TableEdge
+from ingest.events import parse_event
+from ingest.normalizer import normalize
+from tests.ingest_builders import (
+    PG,
+    at,
+    columns,
+    dataset,
+    dataset_event,
+    drop,
+    fixture_events,
+    run_event,
+    run_id,
+    schema,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def ingest(*events):
+    return normalize([parse_event(e) for e in events])
+
+
+def t(day=1, hour=0, minute=0, second=0):
+    return datetime(2026, 3, day, hour, minute, second, tzinfo=UTC)
+
+
+def table_edges(job="etl.orders"):
+    """{(dataset name, direction): [(from, to), …]} of a job's table edges."""
+    found: dict = {}
+    for e in TableEdge.objects.filter(job__name=job).select_related("dataset").order_by(
+        "valid_from"
+    ):
+        found.setdefault((e.dataset.name, e.direction), []).append((e.valid_from, e.valid_to))
+    return found
+
+
+def column_edges():
+    found: dict = {}
+    for e in ColumnEdge.objects.select_related(
+        "source_field__dataset", "target_field", "target_dataset"
+    ).order_by("valid_from"):
+        key = (
+            f"{e.source_field.dataset.name}.{e.source_field.name}",
+            f"{e.target_dataset.name}.{e.target_field.name if e.target_field else '*'}",
+        )
+        found.setdefault(key, []).append((e.valid_from, e.valid_to))
+    return found
+
+
+def completed(n, day, inputs, outputs, job="etl.orders"):
+    return [
+        run_event("START", run_id(n), at(day, 1), job=job, inputs=inputs),
+        run_event("COMPLETE", run_id(n), at(day, 2), job=job, inputs=inputs, outputs=outputs),
+    ]
+
+
+def test_it_opens_table_edges_at_the_completion_time():
+    ingest(*completed(1, 1, [dataset("shop.orders")], [dataset("dw.orders")]))
+    assert table_edges() == {
+        ("shop.orders", "in"): [(t(1, 2), None)],
+        ("dw.orders", "out"): [(t(1, 2), None)],
+    }
+
+
+def test_it_closes_edges_when_job_drops_an_input():
+    ingest(*completed(1, 1, [dataset("shop.orders"), dataset("shop.refunds")], [dataset("dw.o")]))
+    ingest(*completed(2, 2, [dataset("shop.orders")], [dataset("dw.o")]))
+    edges = table_edges()
+    assert edges[("shop.refunds", "in")] == [(t(1, 2), t(2, 2))]
+    assert edges[("shop.orders", "in")] == [(t(1, 2), None)]
+
+
+def test_it_keeps_validity_right_when_an_old_run_arrives_after_a_newer_one():
+    day2 = completed(2, 2, [dataset("shop.orders")], [dataset("dw.o")])
+    day1 = completed(1, 1, [dataset("shop.orders"), dataset("shop.refunds")], [dataset("dw.o")])
+    ingest(*day2)
+    ingest(*day1)
+    edges = table_edges()
+    assert edges[("shop.refunds", "in")] == [(t(1, 2), t(2, 2))]
+    assert edges[("shop.orders", "in")] == [(t(1, 2), None)]
+    assert edges[("dw.o", "out")] == [(t(1, 2), None)]
+
+
+def test_it_reopens_an_edge_when_an_input_comes_back():
+    ingest(*completed(1, 1, [dataset("a"), dataset("b")], [dataset("c")]))
+    ingest(*completed(2, 2, [dataset("a")], [dataset("c")]))
+    ingest(*completed(3, 3, [dataset("a"), dataset("b")], [dataset("c")]))
+    assert table_edges()[("b", "in")] == [(t(1, 2), t(2, 2)), (t(3, 2), None)]
+
+
+def test_it_ignores_failed_runs_for_validity():
+    ingest(*completed(1, 1, [dataset("a")], [dataset("c")]))
+    ingest(
+        run_event("START", run_id(2), at(2, 1), inputs=[dataset("z")]),
+        run_event("FAIL", run_id(2), at(2, 2), inputs=[dataset("z")], outputs=[dataset("c")]),
+    )
+    assert table_edges() == {("a", "in"): [(t(1, 2), None)], ("c", "out"): [(t(1, 2), None)]}
+    run = Run.objects.get(run_uuid=run_id(2))
+    assert run.state == "FAILED"
+    assert set(run.io.values_list("dataset__name", flat=True)) == {"z", "c"}
+
+
+def test_it_unions_io_over_the_events_of_a_run():
+    ingest(
+        run_event("START", run_id(1), at(1, 1), inputs=[dataset("a")]),
+        run_event("COMPLETE", run_id(1), at(1, 2), outputs=[dataset("c")]),
+    )
+    assert set(table_edges()) == {("a", "in"), ("c", "out")}
+    assert RunDataset.objects.get(dataset__name="a").event_time == t(1, 1)
+
+
+def test_it_builds_column_edges_and_closes_vanished_mappings():
+    def out(mapping):
+        return dataset("dw.o", schema=schema("id", "v"), columnLineage=columns(mapping))
+
+    ins = [dataset("a", schema=schema("id", "x", "y"))]
+    ingest(*completed(1, 1, ins, [out({"id": [("a", "id")], "v": [("a", "x")]})]))
+    ingest(*completed(2, 2, ins, [out({"id": [("a", "id")], "v": [("a", "y")]})]))
+    edges = column_edges()
+    assert edges[("a.id", "dw.o.id")] == [(t(1, 2), None)]
+    assert edges[("a.x", "dw.o.v")] == [(t(1, 2), t(2, 2))]
+    assert edges[("a.y", "dw.o.v")] == [(t(2, 2), None)]
+
+
+def test_it_keeps_column_edges_when_a_run_reports_no_column_lineage():
+    ins = [dataset("a", schema=schema("id"))]
+    ingest(
+        *completed(
+            1, 1, ins, [dataset("o", columnLineage=columns({"id": [("a", "id")]}))]
+        )
+    )
+    ingest(*completed(2, 2, ins, [dataset("o")]))
+    assert column_edges()[("a.id", "o.id")] == [(t(1, 2), None)]
+
+
+def test_it_reads_transformations_masking_and_dataset_level_dependencies():
+    facet = {
+        "fields": {
+            "email_hash": {
+                "inputFields": [
+                    {
+                        "namespace": PG,
+                        "name": "crm.customers",
+                        "field": "email",
+                        "transformations": [
+                            {"type": "DIRECT", "subtype": "TRANSFORMATION", "masking": True}
+                        ],
+                    }
+                ]
+            },
+            "id": {
+                "inputFields": [{"namespace": PG, "name": "crm.customers", "field": "id"}],
+                "transformationType": "IDENTITY",
+                "transformationDescription": "copied",
+            },
+        },
+        "dataset": [
+            {
+                "namespace": PG,
+                "name": "crm.customers",
+                "field": "deleted_at",
+                "transformations": [{"type": "INDIRECT", "subtype": "FILTER"}],
+            }
+        ],
+    }
+    ingest(*completed(1, 1, [], [dataset("dw.customers", columnLineage=facet)]))
+    rows = {
+        (e.source_field.name, e.target_field.name if e.target_field else None): e
+        for e in ColumnEdge.objects.select_related("source_field", "target_field")
+    }
+    assert rows[("email", "email_hash")].masking is True
+    assert rows[("email", "email_hash")].transformation_subtype == "TRANSFORMATION"
+    assert rows[("id", "id")].transformation_subtype == "IDENTITY"
+    assert rows[("id", "id")].description == "copied"
+    filt = rows[("deleted_at", None)]
+    assert (filt.transformation_type, filt.transformation_subtype) == ("INDIRECT", "FILTER")
+    # A column read is a dataset read, even when the producer did not list the input.
+    assert ("crm.customers", "in") in table_edges()
+
+
+def test_it_closes_a_dropped_datasets_edges_and_marks_it():
+    ingest(*completed(1, 1, [dataset("a")], [dataset("c", schema=schema("id"))]))
+    ingest(drop("c", at(3)))
+    assert table_edges()[("c", "out")] == [(t(1, 2), t(3))]
+    c = Dataset.objects.get(name="c")
+    assert c.lifecycle_state == "DROPPED"
+    assert c.dropped_at == t(3)
+    assert DatasetVersion.objects.filter(dataset=c, lifecycle_state="DROP").exists()
+    assert ChangeRecord.objects.filter(dataset=c, attribute="lifecycle", new="DROP").exists()
+
+
+def test_it_applies_a_drop_that_arrives_late():
+    ingest(drop("c", at(3)))
+    ingest(*completed(1, 1, [dataset("a")], [dataset("c")]))
+    ingest(*completed(2, 5, [dataset("a")], [dataset("c")]))
+    assert table_edges()[("c", "out")] == [(t(1, 2), t(3)), (t(5, 2), None)]
+    assert table_edges()[("a", "in")] == [(t(1, 2), None)]
+    assert Dataset.objects.get(name="c").lifecycle_state == "ACTIVE"
+
+
+def test_it_renames_a_dataset_closing_the_old_names_edges():
+    ingest(*completed(1, 1, [dataset("old")], [dataset("out")]))
+    renamed = dataset(
+        "new",
+        lifecycleStateChange={
+            "lifecycleStateChange": "RENAME",
+            "previousIdentifier": {"namespace": PG, "name": "old"},
+        },
+    )
+    ingest(dataset_event(at(2), renamed))
+    old = Dataset.objects.get(name="old")
+    assert old.lifecycle_state == "RENAMED"
+    assert old.alias_of == Dataset.objects.get(name="new")
+    assert table_edges()[("old", "in")] == [(t(1, 2), t(2))]
+
+
+def test_it_keeps_edges_on_overwrite_and_truncate():
+    ingest(*completed(1, 1, [dataset("a")], [dataset("c")]))
+    ingest(
+        dataset_event(at(2), dataset("c", lifecycleStateChange={"lifecycleStateChange": "TRUNCATE"}))
+    )
+    assert table_edges()[("c", "out")] == [(t(1, 2), None)]
+    assert ChangeRecord.objects.filter(attribute="lifecycle", new="TRUNCATE").count() == 1
+
+
+def test_it_versions_schemas_at_event_time_with_nested_fields():
+    nested = {
+        "fields": [
+            {"name": "id", "type": "long"},
+            {
+                "name": "address",
+                "type": "struct",
+                "fields": [{"name": "city", "type": "string"}, {"name": "zip", "type": "string"}],
+            },
+        ]
+    }
+    ingest(*completed(1, 1, [], [dataset("c", schema=schema("id"))]))
+    ingest(*completed(2, 2, [], [dataset("c", schema=nested)]))
+    ingest(*completed(3, 3, [], [dataset("c", schema=nested)]))
+    versions = list(DatasetVersion.objects.filter(dataset__name="c").order_by("created_at"))
+    assert [v.created_at for v in versions] == [t(1, 2), t(2, 2)]
+    assert [f["name"] for f in versions[1].fields] == ["id", "address", "address.city", "address.zip"]
+    assert versions[1].run_uuid is not None
+    fields = {f.name: f for f in DatasetField.objects.filter(dataset__name="c")}
+    assert fields["address.city"].removed_at is None
+
+
+def test_it_moves_a_version_back_when_an_earlier_observation_arrives():
+    ingest(*completed(2, 2, [], [dataset("c", schema=schema("id", "v"))]))
+    ingest(*completed(1, 1, [], [dataset("c", schema=schema("id", "v"))]))
+    versions = list(DatasetVersion.objects.filter(dataset__name="c"))
+    assert [v.created_at for v in versions] == [t(1, 2)]
+
+
+def test_it_marks_fields_that_left_the_schema_as_removed():
+    ingest(*completed(1, 1, [], [dataset("c", schema=schema("id", "legacy"))]))
+    ingest(*completed(2, 2, [], [dataset("c", schema=schema("id"))]))
+    legacy = DatasetField.objects.get(dataset__name="c", name="legacy")
+    assert legacy.removed_at == t(2, 2)
+
+
+def test_it_sets_owners_from_the_ownership_facet_only_when_it_changes(steward):
+    def owned(day, *names):
+        facet = {"owners": [{"name": n, "type": "MAINTAINER"} for n in names]}
+        return dataset_event(at(day), dataset("c", ownership=facet))
+
+    ingest(owned(1, "team:crm"))
+    c = Dataset.objects.get(name="c")
+    assert [o.owner.name for o in c.ownerships.all()] == ["team:crm"]
+    catalog_actions.update_dataset(
+        c, {"owners": [catalog_actions.OwnerSpec("team:dpo")]}, catalog_actions.Actor(user=steward)
+    )
+    ingest(owned(2, "team:crm"))  # same facet again: the steward's edit stands
+    assert [o.owner.name for o in c.ownerships.all()] == ["team:dpo"]
+    ingest(owned(3, "team:crm", "user:ana"))  # the producer declares new owners
+    assert sorted(o.owner.name for o in c.ownerships.all()) == ["team:crm", "user:ana"]
+    lineage = ChangeRecord.objects.filter(dataset=c, attribute="owners", source="lineage")
+    assert [r.at for r in lineage.order_by("at")] == [t(1), t(3)]
+
+
+def test_it_sets_the_description_until_a_steward_edits_it(steward):
+    ingest(dataset_event(at(1), dataset("c", documentation={"description": "From dbt"})))
+    c = Dataset.objects.get(name="c")
+    assert c.description == "From dbt"
+    catalog_actions.update_dataset(c, {"description": "Curated"}, catalog_actions.Actor(user=steward))
+    ingest(dataset_event(at(2), dataset("c", documentation={"description": "New from dbt"})))
+    c.refresh_from_db()
+    assert c.description == "Curated"
+
+
+def test_it_ignores_documentation_older_than_what_it_has():
+    ingest(dataset_event(at(2), dataset("c", documentation={"description": "newer"})))
+    ingest(dataset_event(at(1), dataset("c", documentation={"description": "older"})))
+    assert Dataset.objects.get(name="c").description == "newer"
+
+
+def test_it_records_symlinks_as_aliases_and_data_sources():
+    ds = dataset(
+        "/warehouse/raw/orders",
+        ns="file",
+        symlinks={"identifiers": [{"namespace": "hive://ms:9083", "name": "raw.orders", "type": "TABLE"}]},
+        dataSource={"name": "lake", "uri": "s3://acme-lake"},
+        storage={"storageLayer": "iceberg", "fileFormat": "parquet"},
+    )
+    ingest(dataset_event(at(1), ds))
+    canonical = Dataset.objects.get(name="/warehouse/raw/orders")
+    assert Dataset.objects.get(name="raw.orders").alias_of == canonical
+    assert (canonical.source_name, canonical.platform, canonical.storage_format) == (
+        "lake",
+        "s3",
+        "parquet",
+    )
+    assert canonical.location == "file:///warehouse/raw/orders"
+
+
+def test_it_records_job_facets_sql_type_and_run_errors():
+    ingest(
+        run_event(
+            "FAIL",
+            run_id(1),
+            at(1),
+            job_facets={
+                "sql": {"query": "insert into x select 1"},
+                "jobType": {"processingType": "BATCH", "integration": "SPARK", "jobType": "SQL_JOB"},
+                "documentation": {"description": "Loads x"},
+            },
+            run_facets={
+                "errorMessage": {"message": "boom", "programmingLanguage": "python"},
+                "processing_engine": {"name": "spark", "version": "3.5.3"},
+                "nominalTime": {"nominalStartTime": at(1)},
+            },
+        )
+    )
+    job = Job.objects.get(name="etl.orders")
+    assert (job.sql, job.processing_type, job.integration, job.job_type, job.description) == (
+        "insert into x select 1",
+        "BATCH",
+        "SPARK",
+        "SQL_JOB",
+        "Loads x",
+    )
+    run = Run.objects.get()
+    assert (run.state, run.error_message, run.nominal_start_time) == ("FAILED", "boom", t(1))
+    assert run.facets["processing_engine"]["version"] == "3.5.3"
+    assert job.latest_run == run
+
+
+def test_it_links_parent_runs_and_jobs_whichever_arrives_first():
+    parent = {"run": {"runId": run_id(9)}, "job": {"namespace": "airflow", "name": "dag"}}
+    ingest(run_event("START", run_id(1), at(1, 1), job="dag.task", run_facets={"parent": parent}))
+    ingest(run_event("START", run_id(9), at(1), job="dag", job_ns="airflow"))
+    child = Run.objects.get(run_uuid=run_id(1))
+    assert child.parent == Run.objects.get(run_uuid=run_id(9))
+    assert child.job.parent == Job.objects.get(name="dag")
+
+
+def test_it_settles_run_state_whatever_the_order():
+    events = [
+        run_event("START", run_id(1), at(1, 1)),
+        run_event("RUNNING", run_id(1), at(1, 3)),
+        run_event("COMPLETE", run_id(1), at(1, 2)),
+    ]
+    ingest(events[2])
+    ingest(events[1])
+    ingest(events[0])
+    run = Run.objects.get()
+    assert (run.state, run.started_at, run.ended_at) == ("COMPLETED", t(1, 1), t(1, 2))
+
+
+def test_it_treats_a_job_event_as_a_declaration_of_io():
+    job_event = {
+        "eventTime": at(1),
+        "producer": "x",
+        "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/JobEvent",
+        "job": {"namespace": "views", "name": "v_active", "facets": {"sql": {"query": "select 1"}}},
+        "inputs": [dataset("a")],
+        "outputs": [dataset("v")],
+    }
+    ingest(job_event)
+    assert set(table_edges("v_active")) == {("a", "in"), ("v", "out")}
+    assert Job.objects.get(name="v_active").sql == "select 1"
+
+
+def test_it_is_idempotent():
+    events = fixture_events("airflow_shop_daily.json")
+    ingest(*events)
+    counts = (TableEdge.objects.count(), ColumnEdge.objects.count(), Run.objects.count())
+    versions = DatasetVersion.objects.count()
+    ingest(*events)
+    assert (TableEdge.objects.count(), ColumnEdge.objects.count(), Run.objects.count()) == counts
+    assert DatasetVersion.objects.count() == versions
+    assert ChangeRecord.objects.filter(source="lineage", attribute="owners").count() == 1
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "spark_orders_etl.ndjson",
+        "airflow_shop_daily.json",
+        "dbt_jaffle_shop.ndjson",
+        "dataset_and_job_events.ndjson",
+    ],
+)
+def test_it_normalises_real_producer_shapes(name):
+    result = ingest(*fixture_events(name))
+    assert result.jobs
+    assert Dataset.objects.exists()
+
+
+def test_it_normalises_the_spark_fixture_with_column_lineage():
+    ingest(*fixture_events("spark_orders_etl.ndjson"))
+    edges = column_edges()
+    assert ("/warehouse/raw/orders.shipping.country", "/warehouse/staging/orders_clean.country") in edges
+    assert ("/warehouse/raw/orders.status", "/warehouse/staging/orders_clean.*") in edges
+    raw = Dataset.objects.get(name="/warehouse/raw/orders")
+    assert Dataset.objects.get(name="raw.orders").alias_of == raw
+    run = Run.objects.get(run_uuid="0193e2a1-6a10-7c55-8f21-3b4c5d6e7f80")
+    assert run.state == "COMPLETED"
+    assert run.parent_run_uuid is not None
