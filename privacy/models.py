@@ -1,9 +1,14 @@
-"""The audit trail of subject searches, scans and erasures.
+"""Subject searches' audit trail, erasure plans and the Spark runs that verify and erase.
 
-Subject identifiers are never stored: only a keyed hash (HMAC-SHA256).
+Subject identifiers are never stored in clear: the audit keeps a keyed hash
+(HMAC-SHA256 with ``settings.PRIVACY_HASH_KEY``); a Spark run holds the values
+sealed (encrypted, see ``privacy.sealing``) only while it is pending or
+running, and clears them when it ends.
 """
 
 from __future__ import annotations
+
+import uuid
 
 from django.conf import settings
 from django.db import models
@@ -17,6 +22,14 @@ class AuditAction(models.TextChoices):
     ERASURE_DRY_RUN = "erasure_dry_run", "Erasure dry run"
     ERASURE_APPLY = "erasure_apply", "Erasure applied"
     EXPORT = "export", "Export"
+    LOOKUP = "lookup", "Audit lookup by value"
+
+
+class AuditOutcome(models.TextChoices):
+    OK = "ok", "Done"
+    REQUESTED = "requested", "Requested"
+    FAILED = "failed", "Failed"
+    DENIED = "denied", "Denied"
 
 
 class AuditEntry(models.Model):
@@ -26,10 +39,15 @@ class AuditEntry(models.Model):
     )
     actor_name = models.CharField(max_length=150)
     action = models.CharField(max_length=16, choices=AuditAction.choices)
+    outcome = models.CharField(max_length=10, choices=AuditOutcome.choices, default=AuditOutcome.OK)
     subject_kind = models.CharField(max_length=64, blank=True)
-    value_hashes = models.JSONField(default=list, help_text="Keyed hashes of the identifiers")
+    value_hashes = models.JSONField(
+        default=list, help_text="[{index, kind, field, hash}]: keyed hashes of the identifiers"
+    )
     as_of = models.DateTimeField(null=True, blank=True)
     result_count = models.IntegerField(null=True, blank=True)
+    # The erasure plan or Spark run the entry is about.
+    reference = models.UUIDField(null=True, blank=True, db_index=True)
     detail = models.JSONField(default=dict, blank=True)
 
     class Meta:
@@ -42,3 +60,92 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} by {self.actor_name} at {self.at:%Y-%m-%d %H:%M}"
+
+
+class AuditValueHash(models.Model):
+    """One keyed hash of an audited entry, indexed so a value can be looked up."""
+
+    entry = models.ForeignKey(AuditEntry, on_delete=models.CASCADE, related_name="hashes")
+    digest = models.CharField(max_length=64, db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.digest[:12]}… of entry {self.entry_id}"
+
+
+class ErasurePlan(models.Model):
+    """Ordered erasure steps for one data subject, computed from lineage at creation time."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_by_name = models.CharField(max_length=150)
+    subject_kind = models.CharField(max_length=64)
+    value_hashes = models.JSONField(default=list)
+    # Identifier kinds and field filters, without their values.
+    identifiers = models.JSONField(default=list)
+    steps = models.JSONField(default=list)
+    owners = models.JSONField(default=list)
+    summary = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"erasure plan {self.id} ({self.subject_kind})"
+
+
+class RunKind(models.TextChoices):
+    SCAN = "scan", "Spark scan"
+    DRY_RUN = "dry_run", "Erasure dry run"
+    APPLY = "apply", "Erasure apply"
+
+
+class RunState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class PrivacyRun(models.Model):
+    """A Spark scan, erasure dry run or erasure apply, run by a Celery task."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=8, choices=RunKind.choices)
+    state = models.CharField(max_length=8, choices=RunState.choices, default=RunState.PENDING)
+    plan = models.ForeignKey(
+        ErasurePlan, null=True, blank=True, on_delete=models.CASCADE, related_name="runs"
+    )
+    subject_kind = models.CharField(max_length=64)
+    value_hashes = models.JSONField(default=list)
+    as_of = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_by_name = models.CharField(max_length=150)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    progress_done = models.IntegerField(default=0)
+    progress_total = models.IntegerField(default=0)
+    # What the run works on: [{key, namespace, name, location, format, runnable, reason, …}].
+    targets = models.JSONField(default=list)
+    # Per target key: {status, rowsFound / rowsMatched / rowsBefore / rowsAfter, error, …}.
+    results = models.JSONField(default=dict)
+    error = models.TextField(blank=True)
+    # The identifier values, encrypted; emptied as soon as the run ends.
+    sealed = models.TextField(blank=True)
+    # Base URL the erasure job posts its own OpenLineage events to.
+    lineage_url = models.CharField(max_length=512, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id} ({self.state})"
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (RunState.DONE, RunState.FAILED)

@@ -1,0 +1,495 @@
+"""Privacy REST API: subject search, Spark scans, erasure plans and runs, audit.
+
+Subject identifiers travel only in POST bodies and are never echoed back:
+responses name identifiers by index, kind and field. Only the JSON renderer
+is used, so no browsable page can repeat a posted body.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import datetime
+from typing import Any, NoReturn
+from uuid import UUID
+
+from django.http import HttpResponse
+from django.urls import reverse
+from django.utils.decorators import method_decorator
+from django.views.decorators.cache import never_cache
+from django.views.decorators.debug import sensitive_variables
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, extend_schema
+from rest_framework import serializers, status
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from catalog.auth import VIEW_AUDIT, CanSearchSubjects
+from catalog.errors import ApiError
+from catalog.models import PiiCategory, SubjectKind
+from catalog.params import int_param, parse_instant
+from privacy import actions, erasure, queries
+from privacy.models import AuditAction, AuditEntry, ErasurePlan, PrivacyRun
+from privacy.queries import UNCATEGORISED_KIND, DatasetHit, Evidence, SubjectSearch
+
+MAX_IDENTIFIERS = 20
+MAX_VALUE_LENGTH = 512
+IDENTIFIER_KINDS = sorted({*PiiCategory.values, UNCATEGORISED_KIND})
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+# -- input -------------------------------------------------------------------------------------
+
+
+def _reject_unknown(payload: dict[str, Any], allowed: set[str], prefix: str = "") -> None:
+    unknown = sorted(set(payload) - allowed)
+    if unknown:
+        raise ApiError(f"Unknown key {unknown[0]!r}", f"{prefix}{unknown[0]}")
+
+
+class IdentifierInput(serializers.Serializer[Any]):
+    value = serializers.CharField(max_length=MAX_VALUE_LENGTH)
+    kind = serializers.ChoiceField(choices=IDENTIFIER_KINDS, required=False, allow_null=True)
+    field = serializers.CharField(max_length=2048, required=False, allow_null=True)
+
+
+class SubjectInput(serializers.Serializer[Any]):
+    subjectKind = serializers.CharField(max_length=64)
+    value = serializers.CharField(max_length=MAX_VALUE_LENGTH, required=False)
+    identifiers = serializers.ListField(
+        child=IdentifierInput(), required=False, min_length=1, max_length=MAX_IDENTIFIERS
+    )
+    asOf = serializers.CharField(max_length=64, required=False, allow_null=True, allow_blank=True)
+
+    def validate_subjectKind(self, value: str) -> SubjectKind:
+        kind = SubjectKind.objects.filter(name=value).first()
+        if kind is None:
+            known = ", ".join(SubjectKind.objects.values_list("name", flat=True)) or "none"
+            raise serializers.ValidationError(f"Unknown subject kind {value!r} (known: {known})")
+        return kind
+
+
+SUBJECT_KEYS = {"subjectKind", "value", "identifiers", "asOf"}
+
+
+@sensitive_variables()
+def parse_subject_request(
+    payload: Any, allow_as_of: bool = True, extra_keys: frozenset[str] = frozenset()
+) -> actions.SubjectRequest:
+    """Return the validated subject request of a JSON body; errors name the field at fault."""
+    if not isinstance(payload, dict):
+        raise ApiError("Request body must be a JSON object", "body")
+    _reject_unknown(payload, SUBJECT_KEYS | extra_keys)
+    data = {k: v for k, v in payload.items() if k in SUBJECT_KEYS}
+    identifiers = data.get("identifiers")
+    if isinstance(identifiers, list):
+        for index, item in enumerate(identifiers):
+            if isinstance(item, dict):
+                _reject_unknown(item, {"value", "kind", "field"}, f"identifiers[{index}].")
+    serializer = SubjectInput(data=data)
+    serializer.is_valid(raise_exception=True)
+    valid = serializer.validated_data
+    has_value = "value" in valid
+    if has_value == ("identifiers" in valid):
+        raise ApiError("Give either value or identifiers (not both)", "value")
+    raw: list[tuple[str | None, str | None, str]]
+    if has_value:
+        raw = [(None, None, valid["value"])]
+    else:
+        raw = [(i.get("kind"), i.get("field"), i["value"]) for i in valid["identifiers"]]
+    as_of = None
+    if valid.get("asOf"):
+        if not allow_as_of:
+            raise ApiError("asOf is not accepted here: erasure works on the lineage of now", "asOf")
+        as_of = parse_instant(valid["asOf"], "asOf")
+    for index, (_, _, value) in enumerate(raw):
+        if not value.strip():
+            field = "value" if has_value else f"identifiers[{index}].value"
+            raise ApiError(f"{field}: This field may not be blank.", field)
+    return actions.SubjectRequest.build(valid["subjectKind"], raw, as_of)
+
+
+# -- output ------------------------------------------------------------------------------------
+
+
+def evidence_json(evidence: Evidence) -> dict[str, Any]:
+    return {
+        "seed": evidence.seed,
+        "steps": [
+            {
+                "job": step.job,
+                "from": step.source,
+                "to": step.target,
+                "transformation": {
+                    "type": step.transformation_type,
+                    "subtype": step.transformation_subtype or None,
+                    "masking": step.masking,
+                },
+                "validFrom": iso(step.valid_from),
+                "validTo": iso(step.valid_to),
+            }
+            for step in evidence.steps
+        ],
+        "note": evidence.note or None,
+    }
+
+
+def hit_json(hit: DatasetHit) -> dict[str, Any]:
+    storage = erasure.storage_target(hit)
+    return {
+        "namespace": hit.namespace,
+        "name": hit.name,
+        "nodeId": hit.node_id,
+        "relation": hit.relation,
+        "fields": [
+            {
+                "name": f.name,
+                "nodeId": f.node_id,
+                "relation": f.relation,
+                "type": f.type or None,
+                "pii": f.pii_category or None,
+                "subjectKind": f.subject_kind,
+                "masked": f.masked,
+                "identifiers": list(f.identifiers),
+                "from": f.source,
+                "job": f.job,
+            }
+            for f in hit.fields
+        ],
+        "personalFields": [{"name": name, "pii": pii} for name, pii in hit.personal_fields],
+        "owners": [{"name": o["name"], "type": o.get("type") or None} for o in hit.owners],
+        "retentionPolicy": (
+            {
+                "name": hit.retention.name,
+                "durationDays": hit.retention.duration_days,
+                "action": hit.retention.action,
+                "legalBasis": hit.retention.legal_basis or None,
+            }
+            if hit.retention
+            else None
+        ),
+        "location": storage.location or None,
+        "storageFormat": hit.storage_format or None,
+        "scannable": storage.scannable,
+        "notScannableReason": storage.reason or None,
+        "lifecycleState": hit.lifecycle_state,
+        "evidence": evidence_json(hit.evidence),
+    }
+
+
+def search_json(search: SubjectSearch, entry: AuditEntry | None = None) -> dict[str, Any]:
+    counts = {"direct": 0, "derived": 0, "aggregate": len(search.aggregates)}
+    for hit in search.datasets:
+        counts[hit.relation] += 1
+    return {
+        "subjectKind": search.subject_kind,
+        "asOf": iso(search.as_of),
+        "auditId": entry.pk if entry else None,
+        "identifiers": [
+            {
+                "index": m.identifier.index,
+                "kind": m.identifier.kind,
+                "field": m.identifier.field,
+                "seedFields": list(m.seeds),
+                "matched": bool(m.seeds),
+            }
+            for m in search.identifiers
+        ],
+        "counts": counts,
+        "datasets": [hit_json(h) for h in search.datasets],
+        "aggregates": [hit_json(h) for h in search.aggregates],
+    }
+
+
+def run_json(run: PrivacyRun) -> dict[str, Any]:
+    targets = []
+    for target in run.targets:
+        result = run.results.get(target["key"])
+        targets.append(
+            {
+                "namespace": target["namespace"],
+                "name": target["name"],
+                "nodeId": target["key"],
+                "relation": target["relation"],
+                "location": target["location"],
+                "format": target["format"],
+                "columns": [c["name"] for c in target["columns"]],
+                "operation": target.get("operation"),
+                "runnable": target["runnable"],
+                "reason": target["reason"] or None,
+                "owners": target.get("owners", []),
+                "result": result,
+            }
+        )
+    return {
+        "id": str(run.id),
+        "kind": run.kind,
+        "state": run.state,
+        "plan": str(run.plan_id) if run.plan_id else None,
+        "subjectKind": run.subject_kind,
+        "asOf": iso(run.as_of),
+        "createdAt": iso(run.created_at),
+        "createdBy": run.created_by_name,
+        "startedAt": iso(run.started_at),
+        "finishedAt": iso(run.finished_at),
+        "progress": {"done": run.progress_done, "total": run.progress_total},
+        "error": run.error or None,
+        "datasets": targets,
+    }
+
+
+def plan_json(plan: ErasurePlan) -> dict[str, Any]:
+    return {
+        "id": str(plan.id),
+        "subjectKind": plan.subject_kind,
+        "createdAt": iso(plan.created_at),
+        "createdBy": plan.created_by_name,
+        "identifiers": plan.identifiers,
+        "summary": plan.summary,
+        "ownersToNotify": plan.owners,
+        "steps": plan.steps,
+        "runs": [
+            {"id": str(r.id), "kind": r.kind, "state": r.state, "createdAt": iso(r.created_at)}
+            for r in plan.runs.order_by("-created_at")
+        ],
+    }
+
+
+def audit_json(entry: AuditEntry) -> dict[str, Any]:
+    return {
+        "id": entry.pk,
+        "at": iso(entry.at),
+        "actor": entry.actor_name,
+        "action": entry.action,
+        "outcome": entry.outcome,
+        "subjectKind": entry.subject_kind or None,
+        "valueHashes": [h["hash"] for h in entry.value_hashes],
+        "asOf": iso(entry.as_of),
+        "resultCount": entry.result_count,
+        "reference": str(entry.reference) if entry.reference else None,
+        "detail": entry.detail,
+    }
+
+
+# -- views -------------------------------------------------------------------------------------
+
+
+class CanViewAudit(CanSearchSubjects):
+    perm = VIEW_AUDIT
+    message = "The privacy audit needs the compliance role"
+
+
+@method_decorator(never_cache, name="dispatch")
+class PrivacyView(APIView):
+    """Base: compliance/admin only, JSON only, denied attempts audited."""
+
+    permission_classes = [CanSearchSubjects]
+    renderer_classes = [JSONRenderer]
+    audit_action: str = AuditAction.SEARCH
+
+    def permission_denied(
+        self, request: Request, message: str | None = None, code: Any = None
+    ) -> NoReturn:
+        if request.user and request.user.is_authenticated:
+            actions.log_denied(request.user, self.audit_action, request.path)
+        super().permission_denied(request, message, code)
+
+
+def _run_or_404(request: Request, run_id: UUID) -> PrivacyRun:
+    run = queries.access_run(request.user, run_id)
+    if run is None:
+        raise ApiError(f"Run {run_id} not found", "id", status_code=404)
+    return run
+
+
+def _plan_or_404(request: Request, plan_id: UUID) -> ErasurePlan:
+    plan = queries.access_plan(request.user, plan_id)
+    if plan is None:
+        raise ApiError(f"Erasure plan {plan_id} not found", "id", status_code=404)
+    return plan
+
+
+def _raise(error: actions.PrivacyError) -> None:
+    raise ApiError(str(error), error.field, status_code=error.status)
+
+
+SEARCH_EXAMPLES = [
+    OpenApiExample("one identifier", value={"subjectKind": "customer", "value": "4242"}),
+    OpenApiExample(
+        "several identifiers, as of a date",
+        value={
+            "subjectKind": "customer",
+            "identifiers": [
+                {"kind": "identifier", "value": "4242"},
+                {"kind": "email", "value": "ada@example.com"},
+            ],
+            "asOf": "2025-01-01T00:00:00Z",
+        },
+    ),
+]
+
+
+class SubjectSearchView(PrivacyView):
+    @extend_schema(
+        request=SubjectInput,
+        responses=OpenApiTypes.OBJECT,
+        examples=SEARCH_EXAMPLES,
+        summary="Every dataset holding or derived from one data subject's data",
+    )
+    @method_decorator(sensitive_variables())
+    def post(self, request: Request) -> Response:
+        subject = parse_subject_request(request.data)
+        search, entry = actions.do_subject_search(request.user, subject)
+        return Response(search_json(search, entry))
+
+
+def _base_url(request: Request) -> str:
+    return request.build_absolute_uri("/").rstrip("/")
+
+
+class ScanListView(PrivacyView):
+    audit_action = AuditAction.SCAN
+
+    @extend_schema(
+        request=SubjectInput,
+        responses=OpenApiTypes.OBJECT,
+        summary="Verify on Spark: count the subject's rows in each candidate dataset",
+    )
+    @method_decorator(sensitive_variables())
+    def post(self, request: Request) -> Response:
+        subject = parse_subject_request(request.data)
+        run = actions.request_scan(request.user, subject)
+        body = run_json(run)
+        body["statusUrl"] = reverse("privacy-api-run", args=[run.id])
+        return Response(body, status=status.HTTP_202_ACCEPTED)
+
+
+class RunDetailView(PrivacyView):
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="State, progress and counts of a run")
+    def get(self, request: Request, run_id: UUID) -> Response:
+        return Response(run_json(_run_or_404(request, run_id)))
+
+
+class ErasurePlanListView(PrivacyView):
+    audit_action = AuditAction.ERASURE_PLAN
+
+    @extend_schema(
+        request=SubjectInput,
+        responses=OpenApiTypes.OBJECT,
+        summary="Make an erasure plan: ordered steps per dataset, owners to notify",
+    )
+    @method_decorator(sensitive_variables())
+    def post(self, request: Request) -> Response:
+        subject = parse_subject_request(request.data, allow_as_of=False)
+        plan = actions.create_erasure_plan(request.user, subject)
+        return Response(plan_json(plan), status=status.HTTP_201_CREATED)
+
+
+class ErasurePlanDetailView(PrivacyView):
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One erasure plan")
+    def get(self, request: Request, plan_id: UUID) -> Response:
+        return Response(plan_json(_plan_or_404(request, plan_id)))
+
+
+def plan_csv(plan: ErasurePlan) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    for row in erasure.plan_csv_rows(plan.steps):
+        writer.writerow(row)
+    return buffer.getvalue()
+
+
+def export_response(plan: ErasurePlan, fmt: str) -> HttpResponse:
+    """Return the plan as a CSV or JSON download."""
+    filename = f"erasure-plan-{plan.id}.{fmt}"
+    if fmt == "csv":
+        response = HttpResponse(plan_csv(plan), content_type="text/csv; charset=utf-8")
+    else:
+        response = HttpResponse(
+            json.dumps(plan_json(plan), indent=2), content_type="application/json"
+        )
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+class ErasurePlanExportView(PrivacyView):
+    audit_action = AuditAction.EXPORT
+
+    @extend_schema(responses={(200, "text/csv"): OpenApiTypes.STR}, summary="Plan as CSV or JSON")
+    def get(self, request: Request, plan_id: UUID, fmt: str) -> HttpResponse:
+        plan = _plan_or_404(request, plan_id)
+        actions.log_export(request.user, plan, fmt)
+        return export_response(plan, fmt)
+
+
+class ErasureRunView(PrivacyView):
+    audit_action = AuditAction.ERASURE_DRY_RUN
+    apply = False
+
+    @extend_schema(
+        request=SubjectInput,
+        responses=OpenApiTypes.OBJECT,
+        summary="Run the plan on Spark: dry-run counts, or apply (needs a dry run and confirm)",
+    )
+    @method_decorator(sensitive_variables())
+    def post(self, request: Request, plan_id: UUID) -> Response:
+        plan = _plan_or_404(request, plan_id)
+        subject = parse_subject_request(
+            request.data, allow_as_of=False, extra_keys=frozenset({"confirm"})
+        )
+        if self.apply and request.data.get("confirm") is not True:
+            raise ApiError('Applying an erasure needs "confirm": true', "confirm")
+        try:
+            run = actions.request_erasure_run(
+                request.user, plan, subject, self.apply, lineage_url=_base_url(request)
+            )
+        except actions.PrivacyError as error:
+            _raise(error)
+            raise  # pragma: no cover - _raise always raises
+        body = run_json(run)
+        body["statusUrl"] = reverse("privacy-api-run", args=[run.id])
+        return Response(body, status=status.HTTP_202_ACCEPTED)
+
+
+class ErasureApplyView(ErasureRunView):
+    audit_action = AuditAction.ERASURE_APPLY
+    apply = True
+
+
+class AuditListView(PrivacyView):
+    permission_classes = [CanViewAudit]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="The privacy audit log, newest first")
+    def get(self, request: Request) -> Response:
+        limit = int_param(request.query_params, "limit", 100, 1, 1000)
+        offset = int_param(request.query_params, "offset", 0, 0, 10**9)
+        action = request.query_params.get("action") or None
+        if action is not None and action not in AuditAction.values:
+            raise ApiError(
+                f"action must be one of {', '.join(AuditAction.values)}, got {action!r}", "action"
+            )
+        qs = queries.audit_entries(request.user, action=action)
+        rows = list(qs[offset : offset + limit])
+        return Response({"totalCount": qs.count(), "entries": [audit_json(e) for e in rows]})
+
+
+class SubjectKindListView(PrivacyView):
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="Subject kinds and identifier kinds")
+    def get(self, request: Request) -> Response:
+        kinds = queries.subject_kinds()
+        return Response(
+            {
+                "subjectKinds": [
+                    {"name": k.name, "description": k.description or None, "fields": n}
+                    for k, n in kinds
+                ],
+                "identifierKinds": IDENTIFIER_KINDS,
+            }
+        )

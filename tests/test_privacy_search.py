@@ -1,0 +1,295 @@
+"""Subject search over a shop with known truth: relations, evidence, identifiers and as-of."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+import time_machine
+
+from catalog.models import SubjectKind
+from privacy.queries import Identifier, dataset_links, search_subject
+from tests.privacy_builders import (
+    CLEAN,
+    CRM_DUMP,
+    CUSTOMERS,
+    EXPORT,
+    FEATURES,
+    LTV,
+    NOW,
+    ORDERS,
+    PAYROLL,
+    REVENUE,
+    SEGMENTS,
+    build_shop,
+    relations,
+)
+
+URL = "/api/v1/privacy/subject-search"
+
+NOW_TRUTH = {
+    CUSTOMERS: "direct",
+    ORDERS: "direct",
+    CLEAN: "derived",
+    SEGMENTS: "derived",
+    CRM_DUMP: "derived",
+    REVENUE: "aggregate",
+    FEATURES: "aggregate",
+}
+AS_OF_TRUTH = {
+    "2023-06-01": {},
+    "2024-02-01": {
+        CUSTOMERS: "direct",
+        CLEAN: "derived",
+        EXPORT: "derived",
+        REVENUE: "aggregate",
+        FEATURES: "aggregate",
+    },
+    "2024-04-01": {
+        CUSTOMERS: "direct",
+        ORDERS: "direct",
+        CLEAN: "derived",
+        EXPORT: "derived",
+        LTV: "derived",
+        REVENUE: "aggregate",
+        FEATURES: "aggregate",
+    },
+    "2024-07-01": {
+        CUSTOMERS: "direct",
+        ORDERS: "direct",
+        CLEAN: "derived",
+        EXPORT: "derived",
+        REVENUE: "aggregate",
+        FEATURES: "aggregate",
+    },
+    "2024-09-15": {
+        CUSTOMERS: "direct",
+        ORDERS: "direct",
+        CLEAN: "derived",
+        REVENUE: "aggregate",
+        FEATURES: "aggregate",
+    },
+    "2024-10-02": NOW_TRUTH,
+}
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def shop(db):
+    with time_machine.travel(NOW, tick=False):
+        yield build_shop()
+
+
+@pytest.fixture
+def officer(api, compliance):
+    return api(compliance)
+
+
+def _search(client, **body):
+    response = client.post(URL, {"subjectKind": "customer", **body}, format="json")
+    assert response.status_code == 200, response.json()
+    return response.json()
+
+
+def _by_name(body):
+    return {d["name"]: d for d in [*body["datasets"], *body["aggregates"]]}
+
+
+def test_it_finds_every_relation_exactly_now(shop, officer):
+    body = _search(officer, value="4242")
+    assert relations(body) == NOW_TRUTH
+    assert all(d["relation"] != "aggregate" for d in body["datasets"])
+    assert all(d["relation"] == "aggregate" for d in body["aggregates"])
+    assert body["counts"] == {"direct": 2, "derived": 3, "aggregate": 2}
+
+
+@pytest.mark.parametrize("as_of", sorted(AS_OF_TRUTH))
+def test_it_answers_as_of_a_past_instant(shop, officer, as_of):
+    body = _search(officer, value="4242", asOf=f"{as_of}T00:00:00Z")
+    assert relations(body) == AS_OF_TRUTH[as_of]
+    assert body["asOf"] == f"{as_of}T00:00:00Z"
+
+
+def test_it_follows_a_renamed_identifier(shop, officer):
+    clean = _by_name(_search(officer, value="4242"))[CLEAN]
+    fields = {f["name"]: f for f in clean["fields"]}
+    assert fields["cust_key"]["relation"] == "derived"
+    assert fields["cust_key"]["masked"] is False
+    assert fields["cust_key"]["from"].endswith(f"{CUSTOMERS}:customer_id")
+    assert fields["cust_key"]["job"] == "job:spark://etl:stage_customers"
+    assert "country" not in fields  # not derived from an identifier
+    evidence = clean["evidence"]
+    assert evidence["seed"] == f"datasetField:postgres://shop-db:5432:{CUSTOMERS}:customer_id"
+    assert [s["to"] for s in evidence["steps"]] == [f"datasetField:s3://acme-lake:{CLEAN}:cust_key"]
+
+
+def test_it_keeps_a_masked_hash_of_an_email_as_personal_data(shop, officer):
+    segments = _by_name(_search(officer, value="4242"))[SEGMENTS]
+    assert segments["relation"] == "derived"
+    assert segments["fields"][0]["name"] == "email_hash"
+    assert segments["fields"][0]["masked"] is True
+    steps = segments["evidence"]["steps"]
+    assert [
+        (s["job"], s["transformation"]["subtype"], s["transformation"]["masking"]) for s in steps
+    ] == [
+        ("job:spark://etl:stage_customers", "TRANSFORMATION", True),
+        ("job:spark://etl:build_segments", "IDENTITY", False),
+    ]
+    assert segments["evidence"]["seed"].endswith(f"{CUSTOMERS}:email")
+    assert steps[1]["validFrom"] == "2024-10-01T00:00:00Z"
+    assert steps[1]["validTo"] is None
+
+
+def test_it_lists_aggregates_apart_with_their_path(shop, officer):
+    found = _by_name(_search(officer, value="4242"))
+    revenue = found[REVENUE]
+    assert [
+        (s["to"].rsplit(":", 1)[-1], s["transformation"]["subtype"])
+        for s in revenue["evidence"]["steps"]
+    ] == [("cust_key", "IDENTITY"), ("customer_count", "AGGREGATION")]
+    assert {f["name"]: f["relation"] for f in revenue["fields"]} == {"customer_count": "aggregate"}
+    features = found[FEATURES]
+    assert [s["job"] for s in features["evidence"]["steps"]] == [
+        "job:spark://etl:stage_customers",
+        "job:spark://etl:revenue_report",
+        "job:spark://etl:features",
+    ]
+
+
+def test_it_reports_owners_retention_and_personal_fields(shop, officer):
+    found = _by_name(_search(officer, value="4242"))
+    orders = found[ORDERS]
+    assert orders["owners"] == [
+        {"name": "ada-finance", "type": "TECHNICAL_OWNER"},
+        {"name": "team-sales", "type": "DATA_OWNER"},
+    ]
+    assert orders["retentionPolicy"] == {
+        "name": "sales-10y",
+        "durationDays": 3650,
+        "action": "anonymise",
+        "legalBasis": "tax law",
+    }
+    customers = found[CUSTOMERS]
+    assert customers["personalFields"] == [
+        {"name": "customer_id", "pii": "identifier"},
+        {"name": "email", "pii": "email"},
+        {"name": "name", "pii": "name"},
+    ]
+    assert [f["name"] for f in customers["fields"]] == ["customer_id", "email"]
+    assert customers["evidence"] == {
+        "seed": f"datasetField:postgres://shop-db:5432:{CUSTOMERS}:customer_id",
+        "steps": [],
+        "note": None,
+    }
+    assert customers["scannable"] is False
+    assert customers["notScannableReason"] == "no physical location known"
+    assert found[CLEAN]["location"] == f"s3://acme-lake/{CLEAN}"
+
+
+def test_it_explains_a_flag_set_by_propagation(shop, officer):
+    dump = _by_name(_search(officer, value="4242"))[CRM_DUMP]
+    assert dump["relation"] == "derived"
+    assert dump["evidence"] == {"seed": None, "steps": [], "note": "subject flag propagated"}
+
+
+def test_it_maps_several_identifiers_to_their_fields(shop, officer):
+    body = _search(
+        officer,
+        identifiers=[
+            {"kind": "identifier", "value": "4242"},
+            {"kind": "email", "value": "Ada@Example.com"},
+        ],
+    )
+    assert [i["seedFields"] for i in body["identifiers"]] == [
+        [
+            f"datasetField:postgres://shop-db:5432:{CUSTOMERS}:customer_id",
+            f"datasetField:postgres://shop-db:5432:{ORDERS}:customer_id",
+        ],
+        [f"datasetField:postgres://shop-db:5432:{CUSTOMERS}:email"],
+    ]
+    assert relations(body) == NOW_TRUTH
+    found = _by_name(body)
+    fields = {f["name"]: f["identifiers"] for f in found[CLEAN]["fields"]}
+    assert fields == {"cust_key": [0], "email_sha": [1]}
+    assert {f["name"]: f["identifiers"] for f in found[CUSTOMERS]["fields"]} == {
+        "customer_id": [0],
+        "email": [1],
+    }
+
+
+def test_it_limits_an_identifier_to_its_kind(shop, officer):
+    body = _search(officer, identifiers=[{"kind": "email", "value": "ada@example.com"}])
+    assert relations(body) == {CUSTOMERS: "direct", CLEAN: "derived", SEGMENTS: "derived"}
+
+
+def test_it_limits_an_identifier_to_a_field(shop, officer):
+    node = f"datasetField:postgres://shop-db:5432:{ORDERS}:customer_id"
+    by_node = _search(officer, identifiers=[{"field": node, "value": "4242"}])
+    assert relations(by_node) == {ORDERS: "direct", REVENUE: "aggregate"}
+    revenue = _by_name(by_node)[REVENUE]
+    assert revenue["fields"] == []
+    assert revenue["evidence"]["seed"] == node
+    assert [
+        (s["to"], s["transformation"]["type"], s["transformation"]["subtype"])
+        for s in revenue["evidence"]["steps"]
+    ] == [(f"dataset:s3://acme-lake:{REVENUE}", "INDIRECT", "JOIN")]
+    by_name = _search(officer, identifiers=[{"field": "customer_id", "value": "4242"}])
+    assert set(relations(by_name)) == {CUSTOMERS, ORDERS, CLEAN, REVENUE, FEATURES}
+
+
+def test_it_says_when_an_identifier_matches_no_field(shop, officer):
+    body = _search(officer, identifiers=[{"kind": "phone", "value": "+33 1 23"}])
+    assert body["identifiers"][0]["matched"] is False
+    assert body["datasets"] == [] and body["aggregates"] == []
+
+
+def test_it_keeps_subject_kinds_apart(shop, officer):
+    response = officer.post(URL, {"subjectKind": "employee", "value": "7"}, format="json")
+    assert relations(response.json()) == {"hr.public.employees": "direct", PAYROLL: "derived"}
+
+
+def test_it_survives_a_lineage_cycle(shop):
+    from graph.models import ColumnEdge
+
+    # segments.email_hash feeds customers_clean.email_sha back: a cycle.
+    ColumnEdge.objects.create(
+        job=shop.jobs["build_segments"],
+        source_field=shop.f(SEGMENTS, "email_hash"),
+        target_dataset=shop.datasets[CLEAN],
+        target_field=shop.f(CLEAN, "email_sha"),
+        transformation_type="DIRECT",
+        transformation_subtype="IDENTITY",
+        valid_from=datetime(2024, 1, 1, tzinfo=UTC),
+    )
+    with time_machine.travel(NOW, tick=False):
+        result = search_subject(SubjectKind.objects.get(name="customer"), [Identifier(0)])
+    assert {h.name for h in result.datasets} == {CUSTOMERS, ORDERS, CLEAN, SEGMENTS, CRM_DUMP}
+
+
+def test_it_limits_the_traversal_depth(shop):
+    kind = SubjectKind.objects.get(name="customer")
+    with time_machine.travel(NOW, tick=False):
+        near = search_subject(kind, [Identifier(0, kind="email")], depth=1)
+        far = search_subject(kind, [Identifier(0, kind="email")], depth=None)
+    assert {h.name for h in near.datasets} == {CUSTOMERS, CLEAN}
+    assert {h.name for h in far.datasets} == {CUSTOMERS, CLEAN, SEGMENTS}
+
+
+def test_it_links_found_datasets_for_ordering(shop):
+    with time_machine.travel(NOW, tick=False):
+        result = search_subject(SubjectKind.objects.get(name="customer"), [Identifier(0)])
+    names = {h.id: h.name for h in result.all_hits}
+    links = {
+        (names[link.source_id], names[link.target_id], link.job) for link in dataset_links(result)
+    }
+    assert links == {
+        (CUSTOMERS, CLEAN, "job:spark://etl:stage_customers"),
+        (CLEAN, SEGMENTS, "job:spark://etl:build_segments"),
+        (CLEAN, REVENUE, "job:spark://etl:revenue_report"),
+        (ORDERS, REVENUE, "job:spark://etl:revenue_report"),
+        (REVENUE, FEATURES, "job:spark://etl:features"),
+    }
