@@ -28,9 +28,8 @@ from rest_framework.views import APIView
 from catalog.api import iso
 from catalog.auth import CanOperateIngestion, CanPostLineage, CanReadLineage
 from catalog.errors import ApiError
-from catalog.models import DatasetVersion
+from catalog.models import Dataset, DatasetVersion
 from catalog.params import choice_param, int_param, optional_instant
-from catalog.queries import get_dataset
 from graph.models import Direction, Job, Run
 from ingest import actions, queries
 from ingest.events import EventError, ParsedEvent, decode_body, parse_event
@@ -337,7 +336,9 @@ class JobRunsView(APIView):
         parameters=PAGING,
     )
     def get(self, request: Request, namespace: str, job: str) -> Response:
-        found = fetch_job(namespace, job)
+        found = Job.objects.filter(namespace__name=namespace, name=job).first()
+        if found is None:
+            raise ApiError(f"Job {namespace}:{job} not found", "job", status_code=404)
         rows, total = paged(request, queries.runs_of_job(found))
         return Response({"totalCount": total, "runs": [run_json(r) for r in rows]})
 
@@ -367,7 +368,11 @@ class DatasetVersionsView(APIView):
         parameters=PAGING,
     )
     def get(self, request: Request, namespace: str, name: str) -> Response:
-        dataset = get_dataset(namespace, name)
+        dataset = (
+            Dataset.objects.select_related("namespace")
+            .filter(namespace__name=namespace, name=name)
+            .first()
+        )
         if dataset is None:
             raise ApiError(f"Dataset {namespace}:{name} not found", "name", status_code=404)
         qs = queries.dataset_versions(dataset).select_related("dataset__namespace")

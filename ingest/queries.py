@@ -96,7 +96,7 @@ def runs_with_details() -> QuerySet[Run]:
 
 def jobs_with_details() -> QuerySet[Job]:
     """Jobs with their current edges and latest run, in a fixed number of queries."""
-    return Job.objects.select_related("namespace", "parent", "latest_run").prefetch_related(
+    return Job.objects.select_related("namespace", "parent").prefetch_related(
         Prefetch(
             "edges",
             queryset=TableEdge.objects.filter(valid_to__isnull=True)

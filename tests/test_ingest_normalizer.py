@@ -37,16 +37,16 @@ def t(day=1, hour=0, minute=0, second=0):
 
 def table_edges(job="etl.orders"):
     """{(dataset name, direction): [(from, to), …]} of a job's table edges."""
-    found: dict = {}
-    for e in TableEdge.objects.filter(job__name=job).select_related("dataset").order_by(
-        "valid_from"
+    found: dict[tuple[str, str], list[tuple[datetime, datetime | None]]] = {}
+    for e in (
+        TableEdge.objects.filter(job__name=job).select_related("dataset").order_by("valid_from")
     ):
         found.setdefault((e.dataset.name, e.direction), []).append((e.valid_from, e.valid_to))
     return found
 
 
 def column_edges():
-    found: dict = {}
+    found: dict[tuple[str, str], list[tuple[datetime, datetime | None]]] = {}
     for e in ColumnEdge.objects.select_related(
         "source_field__dataset", "target_field", "target_dataset"
     ).order_by("valid_from"):
@@ -135,11 +135,7 @@ def test_it_builds_column_edges_and_closes_vanished_mappings():
 
 def test_it_keeps_column_edges_when_a_run_reports_no_column_lineage():
     ins = [dataset("a", schema=schema("id"))]
-    ingest(
-        *completed(
-            1, 1, ins, [dataset("o", columnLineage=columns({"id": [("a", "id")]}))]
-        )
-    )
+    ingest(*completed(1, 1, ins, [dataset("o", columnLineage=columns({"id": [("a", "id")]}))]))
     ingest(*completed(2, 2, ins, [dataset("o")]))
     assert column_edges()[("a.id", "o.id")] == [(t(1, 2), None)]
 
@@ -228,7 +224,9 @@ def test_it_renames_a_dataset_closing_the_old_names_edges():
 def test_it_keeps_edges_on_overwrite_and_truncate():
     ingest(*completed(1, 1, [dataset("a")], [dataset("c")]))
     ingest(
-        dataset_event(at(2), dataset("c", lifecycleStateChange={"lifecycleStateChange": "TRUNCATE"}))
+        dataset_event(
+            at(2), dataset("c", lifecycleStateChange={"lifecycleStateChange": "TRUNCATE"})
+        )
     )
     assert table_edges()[("c", "out")] == [(t(1, 2), None)]
     assert ChangeRecord.objects.filter(attribute="lifecycle", new="TRUNCATE").count() == 1
@@ -250,7 +248,12 @@ def test_it_versions_schemas_at_event_time_with_nested_fields():
     ingest(*completed(3, 3, [], [dataset("c", schema=nested)]))
     versions = list(DatasetVersion.objects.filter(dataset__name="c").order_by("created_at"))
     assert [v.created_at for v in versions] == [t(1, 2), t(2, 2)]
-    assert [f["name"] for f in versions[1].fields] == ["id", "address", "address.city", "address.zip"]
+    assert [f["name"] for f in versions[1].fields] == [
+        "id",
+        "address",
+        "address.city",
+        "address.zip",
+    ]
     assert versions[1].run_uuid is not None
     fields = {f.name: f for f in DatasetField.objects.filter(dataset__name="c")}
     assert fields["address.city"].removed_at is None
@@ -293,7 +296,9 @@ def test_it_sets_the_description_until_a_steward_edits_it(steward):
     ingest(dataset_event(at(1), dataset("c", documentation={"description": "From dbt"})))
     c = Dataset.objects.get(name="c")
     assert c.description == "From dbt"
-    catalog_actions.update_dataset(c, {"description": "Curated"}, catalog_actions.Actor(user=steward))
+    catalog_actions.update_dataset(
+        c, {"description": "Curated"}, catalog_actions.Actor(user=steward)
+    )
     ingest(dataset_event(at(2), dataset("c", documentation={"description": "New from dbt"})))
     c.refresh_from_db()
     assert c.description == "Curated"
@@ -309,7 +314,9 @@ def test_it_records_symlinks_as_aliases_and_data_sources():
     ds = dataset(
         "/warehouse/raw/orders",
         ns="file",
-        symlinks={"identifiers": [{"namespace": "hive://ms:9083", "name": "raw.orders", "type": "TABLE"}]},
+        symlinks={
+            "identifiers": [{"namespace": "hive://ms:9083", "name": "raw.orders", "type": "TABLE"}]
+        },
         dataSource={"name": "lake", "uri": "s3://acme-lake"},
         storage={"storageLayer": "iceberg", "fileFormat": "parquet"},
     )
@@ -332,7 +339,11 @@ def test_it_records_job_facets_sql_type_and_run_errors():
             at(1),
             job_facets={
                 "sql": {"query": "insert into x select 1"},
-                "jobType": {"processingType": "BATCH", "integration": "SPARK", "jobType": "SQL_JOB"},
+                "jobType": {
+                    "processingType": "BATCH",
+                    "integration": "SPARK",
+                    "jobType": "SQL_JOB",
+                },
                 "documentation": {"description": "Loads x"},
             },
             run_facets={
@@ -421,7 +432,10 @@ def test_it_normalises_real_producer_shapes(name):
 def test_it_normalises_the_spark_fixture_with_column_lineage():
     ingest(*fixture_events("spark_orders_etl.ndjson"))
     edges = column_edges()
-    assert ("/warehouse/raw/orders.shipping.country", "/warehouse/staging/orders_clean.country") in edges
+    assert (
+        "/warehouse/raw/orders.shipping.country",
+        "/warehouse/staging/orders_clean.country",
+    ) in edges
     assert ("/warehouse/raw/orders.status", "/warehouse/staging/orders_clean.*") in edges
     raw = Dataset.objects.get(name="/warehouse/raw/orders")
     assert Dataset.objects.get(name="raw.orders").alias_of == raw
