@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +39,10 @@ def get_spark(
     chosen = master_from_env(master)
     if chosen:
         builder = builder.master(chosen)
+    if (chosen or "").startswith("local"):
+        # Local Python workers use this interpreter (the venv), not whatever python3 is first
+        # on PATH; on a cluster PYSPARK_PYTHON is the deployment's business.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     partitions = shuffle_partitions or int(os.environ.get("SPARK_SHUFFLE_PARTITIONS", "4"))
     settings = {
         "spark.ui.enabled": "false",
@@ -52,3 +57,29 @@ def get_spark(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
     return spark
+
+
+_SHIPPED: set[str] = set()
+
+
+def ship_package(spark: Any) -> None:
+    """Make ``pipelines`` importable by Python workers on any cluster (once per application).
+
+    Python functions run by executors are pickled by reference to this package; when the
+    package comes from a source tree (not installed), a zip of it is added with ``addPyFile``.
+    """
+    import tempfile
+    import zipfile
+    from pathlib import Path
+
+    context = spark.sparkContext
+    app = str(context.applicationId)
+    if app in _SHIPPED:
+        return
+    package = Path(__file__).resolve().parent
+    archive = Path(tempfile.mkdtemp(prefix="pipelines-py-")) / "pipelines.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
+        for source in sorted(package.rglob("*.py")):
+            bundle.write(source, source.relative_to(package.parent).as_posix())
+    context.addPyFile(str(archive))
+    _SHIPPED.add(app)

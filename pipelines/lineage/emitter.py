@@ -357,7 +357,12 @@ class JobRun:
                 self.emitter.config.table_namespace, table
             )
         self._outputs[dataset] = _Output(
-            OutputDataset(namespace=dataset.namespace, name=dataset.name, facets=dataset_facets)
+            OutputDataset(
+                namespace=dataset.namespace,
+                name=dataset.name,
+                facets=dataset_facets,
+                outputFacets=None,
+            )
         )
         self.start()
         if table:
@@ -396,7 +401,12 @@ class JobRun:
         if mode == "overwrite":
             dataset_facets["lifecycleStateChange"] = facets.lifecycle_facet("OVERWRITE")
         self._outputs[dataset] = _Output(
-            OutputDataset(namespace=dataset.namespace, name=dataset.name, facets=dataset_facets),
+            OutputDataset(
+                namespace=dataset.namespace,
+                name=dataset.name,
+                facets=dataset_facets,
+                outputFacets=None,
+            ),
             lineage,
         )
         return dataset
@@ -422,7 +432,7 @@ class JobRun:
         if owner_names:
             dataset_facets["ownership"] = facets.ownership_facet(owner_names)
         self._inputs[dataset] = InputDataset(
-            namespace=dataset.namespace, name=dataset.name, facets=dataset_facets
+            namespace=dataset.namespace, name=dataset.name, facets=dataset_facets, inputFacets=None
         )
 
     def _finish(self, state: RunState, error: BaseException | None = None) -> None:

@@ -185,11 +185,11 @@ def parent_facet(
     """Return the parent run facet (with its root, the top of the run hierarchy)."""
     root_ns, root_name, root_run = root or (namespace, name, run_id)
     return parent_run.ParentRunFacet(
-        run=parent_run.Run(runId=run_id),
-        job=parent_run.Job(namespace=namespace, name=name),
+        run=parent_run.Run(runId=run_id, facets=None),
+        job=parent_run.Job(namespace=namespace, name=name, facets=None),
         root=parent_run.Root(
-            run=parent_run.RootRun(runId=root_run),
-            job=parent_run.RootJob(namespace=root_ns, name=root_name),
+            run=parent_run.RootRun(runId=root_run, facets=None),
+            job=parent_run.RootJob(namespace=root_ns, name=root_name, facets=None),
         ),
         producer=PRODUCER,
     )

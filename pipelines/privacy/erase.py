@@ -169,7 +169,11 @@ def write_and_swap(
         shutil.rmtree(staging, ignore_errors=True)
         os.replace(replacement, path)
         return rows
-    exchange_paths(staging, path)
+    try:
+        exchange_paths(staging, path)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     shutil.rmtree(staging, ignore_errors=True)  # now the old data
     return rows
 

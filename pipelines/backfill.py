@@ -1,0 +1,329 @@
+"""Bulk backfill of OpenLineage archives on Spark: validate, fingerprint, de-duplicate, sort.
+
+Reads NDJSON files (plain or ``.gz``, local or on any Hadoop file system), checks every line,
+and writes:
+
+* ``<out>/events``: the valid events, one per fingerprint, sorted by ``eventTime`` — as NDJSON
+  part files (each line the event's canonical JSON, ready for ``manage.py ingest_events``) or
+  as Parquet with columns ``fingerprint``, ``event_time``, ``kind``, ``body`` (``--format``);
+* ``<out>/rejects``: one JSON line per bad line: ``file``, ``line`` (1-based), ``reason``,
+  ``excerpt``;
+* ``<out>/_summary.json``: counts.
+
+A malformed line never aborts the job; it is counted and written to the rejects.
+
+    spark-submit pipelines/backfill.py ARCHIVE.ndjson.gz … --output DIR
+    python -m pipelines.backfill ARCHIVE … --output DIR [--format parquet] [--master local[*]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    # Launched as a file (spark-submit): make the repository root importable.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipelines.fingerprint import canonical_fingerprint, canonical_json
+
+EVENT_TYPES = frozenset({"START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER"})
+EXCERPT_CHARS = 200
+MAX_LINE_CHARS = 20 * 1024 * 1024
+
+
+class InvalidEvent(ValueError):
+    """An event that cannot be loaded; the message says which field is at fault and why."""
+
+
+@dataclass(frozen=True)
+class CheckedLine:
+    """One archive line after validation: either an event (with fingerprint) or a reason."""
+
+    file: str
+    line: int
+    fingerprint: str | None = None
+    event_time: datetime | None = None
+    kind: str | None = None
+    body: str | None = None
+    reason: str | None = None
+    excerpt: str | None = None
+
+
+@dataclass
+class BackfillSummary:
+    """Counts of a backfill run."""
+
+    lines: int = 0
+    blank: int = 0
+    valid: int = 0
+    rejected: int = 0
+    duplicates: int = 0
+    written: int = 0
+    seconds: float = 0.0
+    events_path: str = ""
+    rejects_path: str = ""
+    output_format: str = "ndjson"
+
+
+def parse_event_time(value: Any) -> datetime:
+    """Return ``eventTime`` as an aware UTC datetime; raise InvalidEvent when it is not one."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidEvent("eventTime: expected an ISO-8601 date-time string")
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError as error:
+        raise InvalidEvent(f"eventTime: not an ISO-8601 date-time ({error})") from None
+    if moment.tzinfo is None:
+        raise InvalidEvent("eventTime: no UTC offset")
+    return moment.astimezone(UTC)
+
+
+def _require_name(obj: Any, where: str) -> None:
+    if not isinstance(obj, dict):
+        raise InvalidEvent(f"{where}: expected an object")
+    for key in ("namespace", "name"):
+        if not isinstance(obj.get(key), str) or not obj[key]:
+            raise InvalidEvent(f"{where}.{key}: expected a non-empty string")
+
+
+def _require_uuid(value: Any, where: str) -> None:
+    try:
+        uuid.UUID(value)
+    except (TypeError, ValueError, AttributeError):
+        raise InvalidEvent(f"{where}: expected a UUID") from None
+
+
+def _require_datasets(event: dict[str, Any], key: str) -> None:
+    datasets = event.get(key)
+    if datasets is None:
+        return
+    if not isinstance(datasets, list):
+        raise InvalidEvent(f"{key}: expected a list")
+    for position, dataset in enumerate(datasets):
+        _require_name(dataset, f"{key}[{position}]")
+
+
+def check_event(event: Any) -> tuple[str, datetime]:
+    """Return (kind, eventTime) of a decoded OpenLineage event; raise InvalidEvent if malformed.
+
+    The kind is RunEvent (has ``run``), DatasetEvent (has ``dataset``) or JobEvent (``job``).
+    """
+    if not isinstance(event, dict):
+        raise InvalidEvent("event: expected a JSON object")
+    if "eventTime" not in event:
+        raise InvalidEvent("eventTime: missing")
+    moment = parse_event_time(event["eventTime"])
+    if "run" in event:
+        run = event["run"]
+        if not isinstance(run, dict):
+            raise InvalidEvent("run: expected an object")
+        _require_uuid(run.get("runId"), "run.runId")
+        _require_name(event.get("job"), "job")
+        event_type = event.get("eventType")
+        if event_type is not None and event_type not in EVENT_TYPES:
+            raise InvalidEvent(f"eventType: {event_type!r} is not one of {sorted(EVENT_TYPES)}")
+        _require_datasets(event, "inputs")
+        _require_datasets(event, "outputs")
+        return "RunEvent", moment
+    if "dataset" in event:
+        _require_name(event["dataset"], "dataset")
+        return "DatasetEvent", moment
+    if "job" in event:
+        _require_name(event["job"], "job")
+        _require_datasets(event, "inputs")
+        _require_datasets(event, "outputs")
+        return "JobEvent", moment
+    raise InvalidEvent("event: has none of run, job or dataset")
+
+
+def check_line(file: str, line_number: int, text: str) -> CheckedLine | None:
+    """Validate one archive line; return None for a blank line."""
+    stripped = text.strip()
+    if not stripped:
+        return None
+    excerpt = stripped[:EXCERPT_CHARS]
+    if len(stripped) > MAX_LINE_CHARS:
+        return CheckedLine(file, line_number, reason="line: longer than 20 MB", excerpt=excerpt)
+    try:
+        event = json.loads(stripped)
+    except RecursionError:
+        return CheckedLine(file, line_number, reason="event: nested too deeply", excerpt=excerpt)
+    except ValueError as error:
+        return CheckedLine(file, line_number, reason=f"not JSON: {error}", excerpt=excerpt)
+    try:
+        kind, moment = check_event(event)
+        body = canonical_json(event)
+    except InvalidEvent as error:
+        return CheckedLine(file, line_number, reason=str(error), excerpt=excerpt)
+    except RecursionError:
+        return CheckedLine(file, line_number, reason="event: nested too deeply", excerpt=excerpt)
+    return CheckedLine(
+        file,
+        line_number,
+        fingerprint=canonical_fingerprint(event),
+        event_time=moment,
+        kind=kind,
+        body=body,
+    )
+
+
+def _check_partition(rows: Iterable[tuple[tuple[str, str], int]]) -> Iterator[tuple[Any, ...]]:
+    for (file, text), index in rows:
+        checked = check_line(file, index + 1, text)
+        if checked is None:
+            yield (file, index + 1, "blank", None, None, None, None, None, None)
+            continue
+        yield (
+            checked.file,
+            checked.line,
+            "rejected" if checked.reason else "valid",
+            checked.fingerprint,
+            checked.event_time,
+            checked.kind,
+            checked.body,
+            checked.reason,
+            checked.excerpt,
+        )
+
+
+_CHECKED_SCHEMA = (
+    "file STRING, line BIGINT, status STRING, fingerprint STRING, event_time TIMESTAMP, kind STRING, "
+    "body STRING, reason STRING, excerpt STRING"
+)
+
+
+def _lines(spark: Any, paths: Sequence[str]) -> Any:
+    """Return an RDD of ((file, text), index) with each file's own 0-based line index."""
+    context = spark.sparkContext
+    per_file = []
+    for path in paths:
+        name = str(path)
+        per_file.append(context.textFile(name).map(lambda text, n=name: (n, text)).zipWithIndex())
+    return context.union(per_file)
+
+
+def expand_inputs(paths: Sequence[str]) -> list[str]:
+    """Return the files to read: local folders are expanded to their files, URIs kept as given."""
+    result: list[str] = []
+    for path in paths:
+        local = Path(path)
+        if "://" not in path and local.is_dir():
+            result.extend(
+                str(p.resolve())
+                for p in sorted(local.rglob("*"))
+                if p.is_file() and not p.name.startswith((".", "_"))
+            )
+        elif "://" not in path:
+            result.append(str(local.resolve()))
+        else:
+            result.append(path)
+    return result
+
+
+def run_backfill(
+    spark: Any,
+    inputs: Sequence[str],
+    output: str,
+    *,
+    output_format: str = "ndjson",
+    partitions: int | None = None,
+) -> BackfillSummary:
+    """Validate, fingerprint, de-duplicate and sort the events of ``inputs`` into ``output``."""
+    from pyspark.sql import functions as F
+
+    from pipelines.spark import ship_package
+
+    if output_format not in ("ndjson", "parquet"):
+        raise ValueError("output_format must be ndjson or parquet")
+    started = time.monotonic()
+    ship_package(spark)
+    files = expand_inputs(inputs)
+    out = output.rstrip("/")
+    checked = spark.createDataFrame(
+        _lines(spark, files).mapPartitions(_check_partition), _CHECKED_SCHEMA
+    )
+    checked = checked.persist()
+    counts = (
+        checked.agg(
+            F.count(F.lit(1)).alias("lines"),
+            F.count(F.when(F.col("status") == "blank", 1)).alias("blank"),
+            F.count(F.when(F.col("status") == "valid", 1)).alias("valid"),
+            F.count(F.when(F.col("status") == "rejected", 1)).alias("rejected"),
+            F.countDistinct("fingerprint").alias("unique"),
+        )
+        .collect()[0]
+        .asDict()
+    )
+    summary = BackfillSummary(
+        lines=int(counts["lines"]),
+        blank=int(counts["blank"]),
+        valid=int(counts["valid"]),
+        rejected=int(counts["rejected"]),
+        output_format=output_format,
+        events_path=f"{out}/events",
+        rejects_path=f"{out}/rejects",
+    )
+    summary.written = int(counts["unique"])
+    summary.duplicates = summary.valid - summary.written
+
+    events = checked.where(F.col("status") == "valid").dropDuplicates(["fingerprint"])
+    if partitions:
+        events = events.repartitionByRange(partitions, "event_time", "fingerprint")
+    events = events.orderBy("event_time", "fingerprint")
+    if output_format == "parquet":
+        events.select("fingerprint", "event_time", "kind", "body").write.mode("overwrite").parquet(
+            summary.events_path
+        )
+    else:
+        events.select("body").write.mode("overwrite").text(summary.events_path)
+    rejects = (
+        checked.where(F.col("status") == "rejected")
+        .select("file", "line", "reason", "excerpt")
+        .coalesce(1)
+        .sortWithinPartitions("file", "line")
+    )
+    rejects.write.mode("overwrite").json(summary.rejects_path)
+    checked.unpersist()
+    summary.seconds = round(time.monotonic() - started, 2)
+    if "://" not in out:
+        Path(out, "_summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
+    return summary
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="pipelines/backfill.py",
+        description="Validate, fingerprint, de-duplicate and sort OpenLineage NDJSON archives.",
+    )
+    parser.add_argument("inputs", nargs="+", help="NDJSON files (.gz too) or folders of them")
+    parser.add_argument("--output", required=True, help="output folder")
+    parser.add_argument("--format", choices=("ndjson", "parquet"), default="ndjson")
+    parser.add_argument("--partitions", type=int, help="output part files (range of eventTime)")
+    parser.add_argument("--master", help="Spark master (default: $SPARK_MASTER or local[*])")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``spark-submit pipelines/backfill.py`` and ``python -m pipelines.backfill``."""
+    from pipelines.spark import get_spark
+
+    args = parse_args(argv)
+    spark = get_spark("lineage-explorer-backfill", master=args.master)
+    summary = run_backfill(
+        spark, args.inputs, args.output, output_format=args.format, partitions=args.partitions
+    )
+    print(json.dumps(asdict(summary), sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
