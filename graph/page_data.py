@@ -1,33 +1,32 @@
-"""What the explorer pages show, built from the lineage edges and the catalog.
+"""What the explorer pages show, built on the graph queries and the catalog.
 
 Page-side shapes only: the explorer's JSON (nodes, edges, hidden-neighbour
 counts, the instants where the drawn graph changed, diff marks), the impact
 report and its exports, the dataset page's lineage summary, search and the
-orphans worklist. Walks honour ``as_of`` (only edges valid at that instant)
-and a node limit (nearest nodes first, with a flag when cut).
+orphans worklist. Traversals, as-of and caps are graph.queries'; this module
+turns their dataclasses into what templates and the page script draw.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from django.db.models import Case, Count, Exists, IntegerField, OuterRef, Q, QuerySet, Value, When
+from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
 from django.db.models.functions import Length
 from django.urls import reverse
 
 from catalog.errors import ApiError
 from catalog.models import Dataset, DatasetField, LifecycleState, Owner, Tag
-from graph import nodeids
-from graph.models import ColumnEdge, Direction, Job, TableEdge, Taint
+from graph import nodeids, queries
+from graph.details import DatasetInfo, JobInfo
+from graph.models import Job, Taint
 
-CHUNK = 2000
-MAX_INSTANTS = 1000
 LIST_FILTERS = ("q", "namespace", "platform", "owner", "retention", "pii")
+MAX_INSTANTS = 500
 
 
 # --- node ids --------------------------------------------------------------
@@ -51,14 +50,29 @@ class NodeRef:
     @property
     def id(self) -> str:
         if self.kind == "job":
-            return f"job:{self.namespace}:{self.name}"
+            return nodeids.job_node_id(self.namespace, self.name)
         if self.kind == "field":
-            return f"datasetField:{self.namespace}:{self.name}:{self.field}"
-        return f"dataset:{self.namespace}:{self.name}"
+            return nodeids.field_node_id(self.namespace, self.name, self.field)
+        return nodeids.dataset_node_id(self.namespace, self.name)
 
     @property
     def label(self) -> str:
         return f"{self.name} · {self.field}" if self.kind == "field" else self.name
+
+    @property
+    def resolved(self) -> nodeids.ResolvedNode:
+        """The graph queries' form of this node."""
+        if self.kind == "job":
+            return nodeids.ResolvedNode(nodeids.JobNodeId(self.namespace, self.name), self.pk)
+        if self.kind == "field":
+            return nodeids.ResolvedNode(
+                nodeids.FieldNodeId(self.namespace, self.name, self.field),
+                self.pk,
+                self.dataset_pk,
+            )
+        return nodeids.ResolvedNode(
+            nodeids.DatasetNodeId(self.namespace, self.name), self.pk, self.pk
+        )
 
     def dataset_ref(self) -> NodeRef:
         return NodeRef("dataset", self.namespace, self.name, self.dataset_pk or self.pk)
@@ -87,317 +101,13 @@ def resolve_node(raw: str) -> NodeRef:
     return NodeRef("dataset", node.namespace, node.name, resolved.pk, dataset_pk=resolved.pk)
 
 
-# --- walks -----------------------------------------------------------------
-
-
-def valid_at(as_of: datetime | None) -> Q:
-    """Edges valid at ``as_of`` (current edges when None): valid_from ≤ t < valid_to."""
-    if as_of is None:
-        return Q(valid_to__isnull=True)
-    return Q(valid_from__lte=as_of) & (Q(valid_to__isnull=True) | Q(valid_to__gt=as_of))
-
-
-def _chunks(ids: Iterable[int]) -> Iterator[list[int]]:
-    items = list(ids)
-    for i in range(0, len(items), CHUNK):
-        yield items[i : i + CHUNK]
-
-
-@dataclass
-class Walk:
-    """Nodes reached with their signed distance (negative upstream) and the edges between."""
-
-    datasets: dict[int, int] = field(default_factory=dict)
-    jobs: dict[int, int] = field(default_factory=dict)
-    fields: dict[int, int] = field(default_factory=dict)
-    # Table: (job, dataset, direction); column: (source field, target field, job or 0).
-    table_edges: set[tuple[int, int, str]] = field(default_factory=set)
-    column_edges: dict[tuple[int, int], tuple[int, str, str, bool]] = field(default_factory=dict)
-    truncated: bool = False
-
-    @property
-    def size(self) -> int:
-        return len(self.datasets) + len(self.jobs) + len(self.fields)
-
-    def merge(self, other: Walk) -> None:
-        for mine, theirs in (
-            (self.datasets, other.datasets),
-            (self.jobs, other.jobs),
-            (self.fields, other.fields),
-        ):
-            for pk, dist in theirs.items():
-                if pk not in mine or abs(dist) < abs(mine[pk]):
-                    mine[pk] = dist
-        self.table_edges |= other.table_edges
-        self.column_edges.update(other.column_edges)
-        self.truncated = self.truncated or other.truncated
-
-
-def walk_table(
-    root: NodeRef, downstream: bool, depth: int, as_of: datetime | None, limit: int
-) -> Walk:
-    """Breadth-first over table edges, one query per hop; depth counts jobs, as Marquez."""
-    walk = Walk()
-    sign = 1 if downstream else -1
-    into_job = Direction.INPUT if downstream else Direction.OUTPUT
-    out_of_job = Direction.OUTPUT if downstream else Direction.INPUT
-    valid = valid_at(as_of)
-    dataset_frontier: set[int] = set()
-    job_frontier: set[int] = set()
-    if root.kind == "job":
-        walk.jobs[root.pk] = 0
-        job_frontier = {root.pk}
-    else:
-        walk.datasets[root.pk] = 0
-        dataset_frontier = {root.pk}
-    hop = 0
-    while dataset_frontier or job_frontier:
-        if dataset_frontier:
-            if hop >= depth:
-                break
-            hop += 1
-            job_frontier = set()
-            for chunk in _chunks(sorted(dataset_frontier)):
-                rows = (
-                    TableEdge.objects.filter(valid, dataset_id__in=chunk, direction=into_job)
-                    .values_list("job_id", "dataset_id")
-                    .order_by("job_id")
-                )
-                for job_id, dataset_id in rows:
-                    if job_id not in walk.jobs:
-                        if walk.size >= limit:
-                            walk.truncated = True
-                            continue
-                        walk.jobs[job_id] = hop * sign
-                        job_frontier.add(job_id)
-                    walk.table_edges.add((job_id, dataset_id, into_job))
-            dataset_frontier = set()
-        if job_frontier:
-            for chunk in _chunks(sorted(job_frontier)):
-                rows = (
-                    TableEdge.objects.filter(valid, job_id__in=chunk, direction=out_of_job)
-                    .values_list("job_id", "dataset_id")
-                    .order_by("dataset_id")
-                )
-                for job_id, dataset_id in rows:
-                    if dataset_id not in walk.datasets:
-                        if walk.size >= limit:
-                            walk.truncated = True
-                            continue
-                        walk.datasets[dataset_id] = hop * sign
-                        dataset_frontier.add(dataset_id)
-                    walk.table_edges.add((job_id, dataset_id, out_of_job))
-            job_frontier = set()
-    return walk
-
-
-def walk_columns(
-    root: NodeRef, downstream: bool, depth: int, as_of: datetime | None, limit: int
-) -> Walk:
-    """Breadth-first over field-to-field edges; each hop is one transformation."""
-    walk = Walk()
-    sign = 1 if downstream else -1
-    if root.kind == "field":
-        frontier = {root.pk}
-    else:
-        frontier = set(
-            DatasetField.objects.filter(dataset_id=root.pk, removed_at__isnull=True).values_list(
-                "pk", flat=True
-            )
-        )
-    for pk in frontier:
-        walk.fields[pk] = 0
-    valid = valid_at(as_of) & Q(target_field__isnull=False)
-    near, far = ("source_field_id", "target_field_id")
-    if not downstream:
-        near, far = far, near
-    for hop in range(1, depth + 1):
-        if not frontier:
-            break
-        reached: set[int] = set()
-        for chunk in _chunks(sorted(frontier)):
-            rows = ColumnEdge.objects.filter(valid, **{f"{near}__in": chunk}).values_list(
-                "source_field_id",
-                "target_field_id",
-                "job_id",
-                "transformation_type",
-                "transformation_subtype",
-                "masking",
-            )
-            for source, target, job, ttype, subtype, masking in rows.order_by(far):
-                other = target if downstream else source
-                if other not in walk.fields:
-                    if walk.size >= limit:
-                        walk.truncated = True
-                        continue
-                    walk.fields[other] = hop * sign
-                    reached.add(other)
-                walk.column_edges.setdefault(
-                    (source, target), (job or 0, ttype, subtype, bool(masking))
-                )
-        frontier = reached
-    return walk
-
-
-def walk(
-    root: NodeRef,
-    level: str,
-    direction: str,
-    depth: int,
-    as_of: datetime | None,
-    limit: int,
-) -> Walk:
-    """The graph around ``root`` in one or both directions, at table or column level."""
-    step = walk_columns if level == "column" else walk_table
-    if direction != "both":
-        return step(root, direction == "downstream", depth, as_of, limit)
-    down = step(root, True, depth, as_of, max(limit // 2, 1))
-    up = step(root, False, depth, as_of, max(limit - down.size + 1, 1))
-    down.merge(up)
-    return down
-
-
-# --- the explorer's JSON ---------------------------------------------------
-
-
-def _personal_data() -> Q:
-    return Q(pii_category__gt="") | Q(subject_kind__isnull=False)
-
-
-def _dataset_rows(pks: Iterable[int]) -> dict[int, Dataset]:
-    rows: dict[int, Dataset] = {}
-    pii = DatasetField.objects.filter(_personal_data(), dataset=OuterRef("pk"), removed_at=None)
-    subject = DatasetField.objects.filter(
-        dataset=OuterRef("pk"), subject_kind__isnull=False, removed_at=None
+def dataset_ref(dataset: Dataset) -> NodeRef:
+    return NodeRef(
+        "dataset", dataset.namespace.name, dataset.name, dataset.pk, dataset_pk=dataset.pk
     )
-    for chunk in _chunks(pks):
-        for ds in (
-            Dataset.objects.filter(pk__in=chunk)
-            .select_related("namespace")
-            .annotate(has_pii=Exists(pii), has_subject=Exists(subject))
-        ):
-            rows[ds.pk] = ds
-    return rows
 
 
-def _job_rows(pks: Iterable[int]) -> dict[int, Job]:
-    rows: dict[int, Job] = {}
-    for chunk in _chunks(pks):
-        for job in Job.objects.filter(pk__in=chunk).select_related("namespace", "latest_run"):
-            rows[job.pk] = job
-    return rows
-
-
-def _field_rows(pks: Iterable[int]) -> dict[int, DatasetField]:
-    rows: dict[int, DatasetField] = {}
-    for chunk in _chunks(pks):
-        for f in DatasetField.objects.filter(pk__in=chunk).select_related(
-            "dataset__namespace", "subject_kind"
-        ):
-            rows[f.pk] = f
-    return rows
-
-
-def _table_degrees(
-    datasets: Iterable[int], jobs: Iterable[int], as_of: datetime | None
-) -> tuple[dict[tuple[int, str], int], dict[tuple[int, str], int]]:
-    """Edge counts per (dataset, direction) and (job, direction) valid at ``as_of``."""
-    valid = valid_at(as_of)
-    by_dataset: dict[tuple[int, str], int] = {}
-    by_job: dict[tuple[int, str], int] = {}
-    for chunk in _chunks(datasets):
-        for pk, direction, n in (
-            TableEdge.objects.filter(valid, dataset_id__in=chunk)
-            .values_list("dataset_id", "direction")
-            .annotate(n=Count("id"))
-            .order_by()
-        ):
-            by_dataset[(pk, direction)] = n
-    for chunk in _chunks(jobs):
-        for pk, direction, n in (
-            TableEdge.objects.filter(valid, job_id__in=chunk)
-            .values_list("job_id", "direction")
-            .annotate(n=Count("id"))
-            .order_by()
-        ):
-            by_job[(pk, direction)] = n
-    return by_dataset, by_job
-
-
-def _column_degrees(
-    fields: Iterable[int], as_of: datetime | None
-) -> tuple[dict[int, int], dict[int, int]]:
-    """Distinct upstream and downstream neighbours per field valid at ``as_of``."""
-    valid = valid_at(as_of) & Q(target_field__isnull=False)
-    ups: dict[int, int] = {}
-    downs: dict[int, int] = {}
-    for chunk in _chunks(fields):
-        for pk, n in (
-            ColumnEdge.objects.filter(valid, target_field_id__in=chunk)
-            .values_list("target_field_id")
-            .annotate(n=Count("source_field_id", distinct=True))
-            .order_by()
-        ):
-            ups[pk] = n
-        for pk, n in (
-            ColumnEdge.objects.filter(valid, source_field_id__in=chunk)
-            .values_list("source_field_id")
-            .annotate(n=Count("target_field_id", distinct=True))
-            .order_by()
-        ):
-            downs[pk] = n
-    return ups, downs
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
-
-
-def change_instants(
-    level: str, datasets: Iterable[int], jobs: Iterable[int], fields: Iterable[int]
-) -> list[str]:
-    """The distinct instants where an edge touching these nodes opened or closed, in order."""
-    instants: set[datetime] = set()
-    if level == "column":
-        for chunk in _chunks(fields):
-            near = Q(source_field_id__in=chunk) | Q(target_field_id__in=chunk)
-            for start, end in (
-                ColumnEdge.objects.filter(near).values_list("valid_from", "valid_to").distinct()
-            ):
-                instants.add(start)
-                if end is not None:
-                    instants.add(end)
-    else:
-        for key, ids in (("dataset_id__in", datasets), ("job_id__in", jobs)):
-            for chunk in _chunks(ids):
-                for start, end in (
-                    TableEdge.objects.filter(**{key: chunk})
-                    .values_list("valid_from", "valid_to")
-                    .distinct()
-                ):
-                    instants.add(start)
-                    if end is not None:
-                        instants.add(end)
-    ordered = sorted(instants)
-    if len(ordered) > MAX_INSTANTS:
-        # Thin evenly, keeping the first and the latest changes.
-        step = len(ordered) / (MAX_INSTANTS - 1)
-        ordered = [ordered[int(i * step)] for i in range(MAX_INSTANTS - 1)] + [ordered[-1]]
-    return [value.isoformat().replace("+00:00", "Z") for value in ordered]
-
-
-def tainted_and_at_risk(as_of: datetime | None) -> tuple[set[int], set[int]]:
-    """Datasets marked bad (not cleared) and every dataset downstream of them."""
-    tainted = set(
-        Taint.objects.filter(cleared_at__isnull=True).values_list("dataset_id", flat=True)
-    )
-    at_risk: set[int] = set()
-    for pk in tainted:
-        ref = NodeRef("dataset", "", "", pk)
-        reached = walk_table(ref, True, 50, as_of, 20_000)
-        at_risk.update(d for d in reached.datasets if d != pk)
-        at_risk.update(-j for j in reached.jobs)  # jobs kept apart by sign
-    return tainted, at_risk
+# --- urls ------------------------------------------------------------------
 
 
 def dataset_url(namespace: str, name: str) -> str:
@@ -408,116 +118,174 @@ def job_url(namespace: str, name: str) -> str:
     return f"{reverse('job-detail')}?{urlencode({'namespace': namespace, 'name': name})}"
 
 
-def _view_nodes_and_edges(
-    result: Walk, level: str, as_of: datetime | None
-) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    nodes: dict[str, dict[str, Any]] = {}
-    edges: dict[str, dict[str, Any]] = {}
-    tainted, at_risk = tainted_and_at_risk(as_of)
-    if level == "column":
-        field_rows = _field_rows(result.fields)
-        dataset_pks = {f.dataset_id for f in field_rows.values()}
-        datasets = _dataset_rows(dataset_pks)
-        ups, downs = _column_degrees(field_rows, as_of)
-        for ds in datasets.values():
-            node_id = ds.node_id
-            nodes[node_id] = {
-                "id": node_id,
-                "kind": "dataset",
-                "label": ds.name,
-                "namespace": ds.namespace.name,
-                "name": ds.name,
-                "pii": ds.has_pii,  # type: ignore[attr-defined]
-                "subject": ds.has_subject,  # type: ignore[attr-defined]
-                "tainted": ds.pk in tainted,
-                "atRisk": ds.pk in at_risk,
-                "url": dataset_url(ds.namespace.name, ds.name),
-                "compound": True,
-            }
-        field_ids: dict[int, str] = {}
-        for pk, f in field_rows.items():
-            ds = datasets[f.dataset_id]
-            node_id = f"datasetField:{ds.namespace.name}:{ds.name}:{f.name}"
-            field_ids[pk] = node_id
-            nodes[node_id] = {
-                "id": node_id,
-                "kind": "field",
-                "label": f.name,
-                "namespace": ds.namespace.name,
-                "name": ds.name,
-                "field": f.name,
-                "parent": ds.node_id,
-                "distance": result.fields[pk],
-                "pii": bool(f.pii_category),
-                "piiCategory": f.pii_category,
-                "subject": f.subject_kind.name if f.subject_kind else None,
-                "propagated": f.flag_source == "propagated",
-                "tainted": ds.pk in tainted,
-                "atRisk": ds.pk in at_risk,
-                "degIn": ups.get(pk, 0),
-                "degOut": downs.get(pk, 0),
-                "url": dataset_url(ds.namespace.name, ds.name),
-            }
-        for (source, target), (_job, ttype, subtype, masking) in result.column_edges.items():
-            if source not in field_ids or target not in field_ids:
-                continue
-            edge_id = f"{field_ids[source]}->{field_ids[target]}"
-            source_row = field_rows[source]
-            edges[edge_id] = {
-                "id": edge_id,
-                "source": field_ids[source],
-                "target": field_ids[target],
-                "transformation": f"{ttype}/{subtype}" if subtype else ttype,
-                "masking": masking,
-                "pii": bool(source_row.pii_category or source_row.subject_kind_id),
-            }
-        return nodes, edges
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
 
-    datasets = _dataset_rows(result.datasets)
-    jobs = _job_rows(result.jobs)
-    by_dataset, by_job = _table_degrees(datasets, jobs, as_of)
-    for pk, ds in datasets.items():
-        nodes[ds.node_id] = {
-            "id": ds.node_id,
+
+# --- taint -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Risk:
+    """Node ids of datasets marked bad and of datasets and jobs downstream of them."""
+
+    tainted: frozenset[str] = frozenset()
+    at_risk: frozenset[str] = frozenset()
+
+
+def current_risk() -> Risk:
+    """Active taints and what they put at risk (nothing to compute when none is active)."""
+    if not Taint.objects.filter(cleared_at__isnull=True).exists():
+        return Risk()
+    report = queries.taint_impact()
+    tainted = frozenset(t.dataset for t in report.taints if t.active)
+    at_risk = {d.node_id for d in report.datasets} | {j.node_id for j in report.jobs_to_rerun}
+    return Risk(tainted, frozenset(at_risk - tainted))
+
+
+# --- the explorer's JSON ---------------------------------------------------
+
+
+def _dataset_flags(info: DatasetInfo | None) -> dict[str, Any]:
+    if info is None:
+        return {"pii": False, "subject": False, "dropped": False}
+    return {
+        "pii": info.has_pii,
+        "subject": any(f.subject_kind for f in info.fields),
+        "dropped": info.lifecycle_state == LifecycleState.DROPPED,
+    }
+
+
+def _visible_degrees(edges: list[tuple[str, str]]) -> tuple[dict[str, int], dict[str, int]]:
+    ins: dict[str, int] = defaultdict(int)
+    outs: dict[str, int] = defaultdict(int)
+    for source, target in set(edges):
+        outs[source] += 1
+        ins[target] += 1
+    return ins, outs
+
+
+def _table_view(
+    root: NodeRef,
+    direction: str,
+    depth: int,
+    as_of: datetime | None,
+    limit: int,
+    risk: Risk,
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], bool]:
+    graph = queries.lineage(
+        root.resolved,
+        depth=depth,
+        as_of=as_of,
+        direction=direction,  # type: ignore[arg-type]
+        max_nodes=limit,
+    )
+    pairs = [(e.origin, e.destination) for e in graph.edges]
+    ins, outs = _visible_degrees(pairs)
+    nodes: dict[str, dict[str, Any]] = {}
+    for n in graph.nodes:
+        signed = -n.distance if n.side == "upstream" else n.distance
+        node: dict[str, Any] = {
+            "id": n.node_id,
+            "kind": "dataset" if n.kind == "DATASET" else "job",
+            "label": n.name,
+            "namespace": n.namespace,
+            "name": n.name,
+            "distance": signed,
+            # Total neighbours valid then: those drawn plus those left out.
+            "degIn": ins.get(n.node_id, 0) + n.hidden_upstream,
+            "degOut": outs.get(n.node_id, 0) + n.hidden_downstream,
+            "tainted": n.node_id in risk.tainted,
+            "atRisk": n.node_id in risk.at_risk,
+        }
+        if n.kind == "DATASET":
+            node.update(_dataset_flags(n.dataset), url=dataset_url(n.namespace, n.name))
+        else:
+            run = n.job.latest_run if n.job else None
+            node.update(state=run.state if run else "", url=job_url(n.namespace, n.name))
+        nodes[n.node_id] = node
+    edges = {
+        f"{a}->{b}": {"id": f"{a}->{b}", "source": a, "target": b} for a, b in dict.fromkeys(pairs)
+    }
+    return nodes, edges, graph.truncated
+
+
+def _column_view(
+    root: NodeRef,
+    direction: str,
+    depth: int,
+    as_of: datetime | None,
+    limit: int,
+    risk: Risk,
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], bool]:
+    graph = queries.column_lineage(
+        root.resolved,
+        depth=depth,
+        as_of=as_of,
+        with_downstream=direction != "upstream",
+        max_nodes=limit,
+    )
+    kept = [n for n in graph.nodes if not (direction == "downstream" and n.side == "upstream")]
+    kept_ids = {n.node_id for n in kept}
+    links = [e for e in graph.edges if e.origin in kept_ids and e.destination in kept_ids]
+    datasets = queries.load_datasets({n.dataset_pk for n in kept}, as_of)
+    field_info = {f.pk: f for info in datasets.values() for f in info.fields}
+    ins, outs = _visible_degrees([(e.origin, e.destination) for e in links])
+    nodes: dict[str, dict[str, Any]] = {}
+    for info in datasets.values():
+        nodes[info.node_id] = {
+            "id": info.node_id,
             "kind": "dataset",
-            "label": ds.name,
-            "namespace": ds.namespace.name,
-            "name": ds.name,
-            "distance": result.datasets[pk],
-            "pii": ds.has_pii,  # type: ignore[attr-defined]
-            "subject": ds.has_subject,  # type: ignore[attr-defined]
-            "dropped": ds.lifecycle_state == LifecycleState.DROPPED,
-            "tainted": pk in tainted,
-            "atRisk": pk in at_risk,
-            # Producers feed a dataset (edges out of jobs), consumers read it.
-            "degIn": by_dataset.get((pk, Direction.OUTPUT), 0),
-            "degOut": by_dataset.get((pk, Direction.INPUT), 0),
-            "url": dataset_url(ds.namespace.name, ds.name),
+            "compound": True,
+            "label": info.name,
+            "namespace": info.namespace,
+            "name": info.name,
+            "tainted": info.node_id in risk.tainted,
+            "atRisk": info.node_id in risk.at_risk,
+            "url": dataset_url(info.namespace, info.name),
+            **_dataset_flags(info),
         }
-    for pk, job in jobs.items():
-        state = job.latest_run.state if job.latest_run else ""
-        nodes[job.node_id] = {
-            "id": job.node_id,
-            "kind": "job",
-            "label": job.name,
-            "namespace": job.namespace.name,
-            "name": job.name,
-            "distance": result.jobs[pk],
-            "state": state,
-            "atRisk": -pk in at_risk,
-            "degIn": by_job.get((pk, Direction.INPUT), 0),
-            "degOut": by_job.get((pk, Direction.OUTPUT), 0),
-            "url": job_url(job.namespace.name, job.name),
+    for n in kept:
+        f = field_info.get(n.pk)
+        parent = nodeids.dataset_node_id(n.namespace, n.dataset)
+        nodes[n.node_id] = {
+            "id": n.node_id,
+            "kind": "field",
+            "label": n.field,
+            "namespace": n.namespace,
+            "name": n.dataset,
+            "field": n.field,
+            "parent": parent,
+            "distance": -n.distance if n.side == "upstream" else n.distance,
+            "pii": bool(f and f.pii_category),
+            "piiCategory": f.pii_category if f else "",
+            "subject": n.subject_kind,
+            "propagated": bool(f and f.flag_source == "propagated"),
+            "degIn": ins.get(n.node_id, 0) + n.hidden_upstream,
+            "degOut": outs.get(n.node_id, 0) + n.hidden_downstream,
+            "tainted": parent in risk.tainted,
+            "atRisk": parent in risk.at_risk,
+            "url": dataset_url(n.namespace, n.dataset),
         }
-    for job_pk, dataset_pk, direction in result.table_edges:
-        if job_pk not in jobs or dataset_pk not in datasets:
+    personal = {n.node_id for n in kept if nodes[n.node_id]["pii"] or nodes[n.node_id]["subject"]}
+    edges: dict[str, dict[str, Any]] = {}
+    for e in links:
+        edge_id = f"{e.origin}->{e.destination}"
+        if edge_id in edges:
             continue
-        job_id = jobs[job_pk].node_id
-        dataset_id = datasets[dataset_pk].node_id
-        tail, head = (dataset_id, job_id) if direction == Direction.INPUT else (job_id, dataset_id)
-        edge_id = f"{tail}->{head}"
-        edges[edge_id] = {"id": edge_id, "source": tail, "target": head}
-    return nodes, edges
+        subtype = e.transformation_subtype
+        edges[edge_id] = {
+            "id": edge_id,
+            "source": e.origin,
+            "target": e.destination,
+            "transformation": f"{e.transformation_type}/{subtype}"
+            if subtype
+            else e.transformation_type,
+            "masking": e.masking,
+            "job": e.job,
+            "pii": e.origin in personal,
+        }
+    return nodes, edges, graph.truncated
 
 
 def build_view(
@@ -530,12 +298,12 @@ def build_view(
     limit: int,
 ) -> dict[str, Any]:
     """The explorer's drawing data; with ``compare``, the union of both instants, diff-marked."""
-    result = walk(root, level, direction, depth, as_of, limit)
-    nodes, edges = _view_nodes_and_edges(result, level, as_of)
-    union = result
+    risk = current_risk()
+    view = _column_view if level == "column" else _table_view
+    nodes, edges, truncated = view(root, direction, depth, as_of, limit, risk)
     if compare is not None:
-        before = walk(root, level, direction, depth, compare, limit)
-        old_nodes, old_edges = _view_nodes_and_edges(before, level, compare)
+        old_nodes, old_edges, old_truncated = view(root, direction, depth, compare, limit, risk)
+        truncated = truncated or old_truncated
         for node_id, node in nodes.items():
             node["diff"] = "same" if node_id in old_nodes else "added"
         for node_id, node in old_nodes.items():
@@ -546,12 +314,14 @@ def build_view(
         for edge_id, edge in old_edges.items():
             if edge_id not in edges:
                 edges[edge_id] = {**edge, "diff": "removed"}
-        union = Walk(
-            datasets={**before.datasets, **result.datasets},
-            jobs={**before.jobs, **result.jobs},
-            fields={**before.fields, **result.fields},
-            truncated=result.truncated or before.truncated,
-        )
+    # The slider's instants: when the table graph around the node ever changed.
+    anchor = root.dataset_ref() if root.kind == "field" else root
+    instants = queries.change_instants(
+        anchor.resolved,
+        depth=depth,
+        direction=direction,  # type: ignore[arg-type]
+        limit=MAX_INSTANTS,
+    )
     return {
         "root": root.id,
         "level": level,
@@ -560,10 +330,10 @@ def build_view(
         "asOf": _iso(as_of),
         "compare": _iso(compare),
         "limit": limit,
-        "truncated": union.truncated,
+        "truncated": truncated,
         "nodes": list(nodes.values()),
         "edges": list(edges.values()),
-        "instants": change_instants(level, union.datasets, union.jobs, union.fields),
+        "instants": [_iso(t) for t in instants],
     }
 
 
@@ -589,13 +359,13 @@ class ImpactRow:
 @dataclass
 class ImpactReport:
     root: NodeRef
+    level: str
+    depth: int
     as_of: datetime | None
     rows: list[ImpactRow]
     owners: list[tuple[str, int]]
     job_count: int
     truncated: bool
-    # For the Mermaid export: (source id, source label, source kind, target id, …).
-    edges: list[tuple[str, str, str, str, str, str]]
 
     @property
     def groups(self) -> list[tuple[int, list[ImpactRow]]]:
@@ -617,75 +387,46 @@ def impact(
     root: NodeRef, depth: int, as_of: datetime | None, level: str = "table", limit: int = 5000
 ) -> ImpactReport:
     """Every dataset downstream of ``root`` with distance, owners to notify, PII and retention."""
-    result = walk(root, level, "downstream", depth, as_of, limit)
-    reached_fields: dict[int, list[str]] = defaultdict(list)
-    distances: dict[int, int] = {}
-    if level == "column":
-        for f in _field_rows(result.fields).values():
-            dist = result.fields[f.pk]
-            if dist == 0:
-                continue
-            reached_fields[f.dataset_id].append(f.name)
-            distances[f.dataset_id] = min(distances.get(f.dataset_id, dist), dist)
-    else:
-        distances = {pk: d for pk, d in result.datasets.items() if d > 0}
-    datasets = (
-        Dataset.objects.filter(pk__in=list(distances))
-        .select_related("namespace", "retention_policy")
-        .prefetch_related("ownerships__owner", "fields__subject_kind")
-    )
-    jobs = _job_rows(result.jobs) if level == "table" else {}
-    via: dict[int, list[str]] = defaultdict(list)
-    for job_pk, dataset_pk, direction in result.table_edges:
-        if direction == Direction.OUTPUT and job_pk in jobs:
-            via[dataset_pk].append(jobs[job_pk].name)
-    tainted, _ = tainted_and_at_risk(as_of) if Taint.objects.exists() else (set(), set())
+    start = root if level == "column" or root.kind != "field" else root.dataset_ref()
+    if level == "column" and root.kind != "field":
+        level = "table"
+    result = queries.impact(start.resolved, depth=depth, as_of=as_of, max_nodes=limit)
+    job_names = {j.node_id: j.job.name for j in result.jobs}
+    risk = current_risk()
     rows: list[ImpactRow] = []
     owner_counts: dict[str, int] = defaultdict(int)
-    for ds in datasets:
-        live = [f for f in ds.fields.all() if f.removed_at is None]
-        owners = [str(o.owner) for o in ds.ownerships.all()]
+    for item in result.datasets:
+        ds = item.dataset
+        owners = [o.name for o in ds.owners]
         for name in owners:
             owner_counts[name] += 1
-        policy = ds.retention_policy
         rows.append(
             ImpactRow(
-                distance=distances[ds.pk],
-                namespace=ds.namespace.name,
+                distance=item.distance,
+                namespace=ds.namespace,
                 name=ds.name,
-                url=dataset_url(ds.namespace.name, ds.name),
+                url=dataset_url(ds.namespace, ds.name),
                 owners=owners,
-                pii_fields=[f.name for f in live if f.pii_category],
+                pii_fields=[f.name for f in ds.fields if f.pii_category],
                 subject_fields=[
-                    f"{f.name} ({f.subject_kind.name})" for f in live if f.subject_kind
+                    f"{f.name} ({f.subject_kind})" for f in ds.fields if f.subject_kind
                 ],
-                retention=policy.name if policy else None,
-                retention_days=policy.duration_days if policy else None,
-                via_jobs=sorted(via.get(ds.pk, [])),
-                reached_fields=sorted(reached_fields.get(ds.pk, [])),
-                tainted=ds.pk in tainted,
+                retention=ds.retention.name if ds.retention else None,
+                retention_days=ds.retention.duration_days if ds.retention else None,
+                via_jobs=sorted(job_names.get(j, j) for j in item.via_jobs),
+                reached_fields=list(item.fields),
+                tainted=ds.node_id in risk.tainted,
             )
         )
-    rows.sort(key=lambda r: (r.distance, r.namespace, r.name))
-    mermaid_edges: list[tuple[str, str, str, str, str, str]] = []
-    if level == "table":
-        names = {pk: ds for pk, ds in _dataset_rows(result.datasets).items()}
-        for job_pk, dataset_pk, direction in sorted(result.table_edges):
-            if job_pk not in jobs or dataset_pk not in names:
-                continue
-            job, ds = jobs[job_pk], names[dataset_pk]
-            job_end = (job.node_id, job.name, "job")
-            ds_end = (ds.node_id, ds.name, "dataset")
-            pair = (ds_end, job_end) if direction == Direction.INPUT else (job_end, ds_end)
-            mermaid_edges.append((*pair[0], *pair[1]))
     return ImpactReport(
-        root=root,
+        root=start,
+        level=result.level,
+        depth=depth,
         as_of=as_of,
         rows=rows,
         owners=sorted(owner_counts.items(), key=lambda kv: (-kv[1], kv[0])),
         job_count=len(result.jobs),
         truncated=result.truncated,
-        edges=mermaid_edges,
     )
 
 
@@ -693,40 +434,50 @@ def _mermaid_label(text: str) -> str:
     return text.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
 
 
-def impact_mermaid(report: ImpactReport) -> str:
+def impact_mermaid(report: ImpactReport, limit: int = 5000) -> str:
     """A Mermaid flowchart of the impacted graph: datasets as boxes, jobs as stadiums."""
-    ids: dict[str, str] = {}
     lines = ["flowchart LR"]
+    ids: dict[str, str] = {}
 
-    def ref(node_id: str, label: str, kind: str) -> str:
+    def ref(node_id: str) -> str:
         if node_id not in ids:
             ids[node_id] = f"n{len(ids)}"
-            shape = (
-                f'(["{_mermaid_label(label)}"])'
-                if kind == "job"
-                else f'["{_mermaid_label(label)}"]'
-            )
+            kind, _, rest = node_id.partition(":")
+            label = _mermaid_label(labels.get(node_id, rest))
+            shape = f'(["{label}"])' if kind == "job" else f'["{label}"]'
             lines.append(f"  {ids[node_id]}{shape}")
         return ids[node_id]
 
-    root = report.root
-    root_ref = ref(root.id, root.label, "job" if root.kind == "job" else "dataset")
-    for src_id, src_label, src_kind, dst_id, dst_label, dst_kind in report.edges:
-        a = ref(src_id, src_label, src_kind)
-        b = ref(dst_id, dst_label, dst_kind)
-        lines.append(f"  {a} --> {b}")
-    if not report.edges:
+    labels: dict[str, str] = {report.root.id: report.root.label}
+    pairs: list[tuple[str, str]] = []
+    if report.level == "table":
+        graph = queries.lineage(
+            report.root.resolved,
+            depth=report.depth,
+            as_of=report.as_of,
+            direction="downstream",
+            max_nodes=limit,
+            details=False,
+        )
+        labels.update({n.node_id: n.name for n in graph.nodes})
+        pairs = [(e.origin, e.destination) for e in graph.edges]
+    else:
         for row in report.rows:
-            b = ref(f"dataset:{row.namespace}:{row.name}", row.name, "dataset")
-            lines.append(f"  {root_ref} --> {b}")
-    pii = [
-        ids[f"dataset:{r.namespace}:{r.name}"]
-        for r in report.rows
-        if (r.pii_fields or r.subject_fields) and f"dataset:{r.namespace}:{r.name}" in ids
+            target = nodeids.dataset_node_id(row.namespace, row.name)
+            labels[target] = row.name
+            pairs.append((report.root.id, target))
+    ref(report.root.id)
+    for origin, destination in pairs:
+        lines.append(f"  {ref(origin)} --> {ref(destination)}")
+    personal = [
+        ids[key]
+        for row in report.rows
+        if (row.pii_fields or row.subject_fields)
+        and (key := nodeids.dataset_node_id(row.namespace, row.name)) in ids
     ]
     lines.append("  classDef pii fill:#fde9e0,stroke:#9c2c00")
-    if pii:
-        lines.append(f"  class {','.join(pii)} pii")
+    if personal:
+        lines.append(f"  class {','.join(personal)} pii")
     return "\n".join(lines) + "\n"
 
 
@@ -735,95 +486,75 @@ def impact_mermaid(report: ImpactReport) -> str:
 
 @dataclass
 class Neighbour:
-    dataset: Dataset
-    via: list[str]
+    namespace: str
+    name: str
+    url: str
 
 
 @dataclass
 class LineageSummary:
-    producers: list[Job]
-    consumers: list[Job]
-    consumer_count: int
+    producers: list[JobInfo]
+    consumers: list[JobInfo]
     upstream: list[Neighbour]
     downstream: list[Neighbour]
     upstream_reach: int
     downstream_reach: int
-    upstream_cut: bool
-    downstream_cut: bool
+    truncated: bool
 
 
 def lineage_summary(
-    dataset: Dataset, as_of: datetime | None, reach_depth: int = 5
+    dataset: Dataset, as_of: datetime | None, reach_depth: int = 5, limit: int = 2000
 ) -> LineageSummary:
-    """Jobs writing and reading the dataset, datasets one job away, and reach at depth 5."""
-    ref = NodeRef("dataset", dataset.namespace.name, dataset.name, dataset.pk)
-    valid = valid_at(as_of)
-    producer_ids = TableEdge.objects.filter(valid, dataset=dataset, direction=Direction.OUTPUT)
-    consumer_ids = TableEdge.objects.filter(valid, dataset=dataset, direction=Direction.INPUT)
-    producers = list(
-        Job.objects.filter(pk__in=producer_ids.values("job_id"))
-        .select_related("namespace", "latest_run")
-        .order_by("name")[:20]
+    """Jobs writing and reading the dataset, datasets one job away, and reach within 5 jobs."""
+    graph = queries.lineage(
+        dataset_ref(dataset).resolved,
+        depth=reach_depth,
+        as_of=as_of,
+        direction="both",
+        max_nodes=limit,
+        details=False,
     )
-    consumers = list(
-        Job.objects.filter(pk__in=consumer_ids.values("job_id"))
-        .select_related("namespace", "latest_run")
-        .order_by("name")[:20]
-    )
-    consumer_count = len(consumers) if len(consumers) < 20 else consumer_ids.count()
-    limit = 2000
-    down = walk_table(ref, True, reach_depth, as_of, limit)
-    up = walk_table(ref, False, reach_depth, as_of, limit)
-    near = [pk for pk, d in {**down.datasets, **up.datasets}.items() if abs(d) == 1]
-    rows = {
-        ds.pk: ds for ds in Dataset.objects.filter(pk__in=near[:200]).select_related("namespace")
-    }
-    job_names = dict(
-        Job.objects.filter(
-            pk__in=[j for j, d in {**down.jobs, **up.jobs}.items() if abs(d) == 1][:400]
-        ).values_list("pk", "name")
-    )
-    via: dict[int, set[str]] = defaultdict(set)
-    for job_pk, dataset_pk, _direction in down.table_edges | up.table_edges:
-        if job_pk in job_names:
-            via[dataset_pk].add(job_names[job_pk])
+    near_jobs = [n for n in graph.nodes if n.kind == "JOB" and n.distance == 1]
+    jobs = queries.load_jobs([n.pk for n in near_jobs], as_of)
 
-    def neighbours(reached: dict[int, int]) -> list[Neighbour]:
+    def job_list(side: str) -> list[JobInfo]:
+        found = [jobs[n.pk] for n in near_jobs if n.side == side and n.pk in jobs]
+        return sorted(found, key=lambda j: j.name)[:20]
+
+    def neighbours(side: str) -> list[Neighbour]:
         found = [
-            Neighbour(rows[pk], sorted(via.get(pk, set())))
-            for pk, d in reached.items()
-            if abs(d) == 1 and pk in rows
+            Neighbour(n.namespace, n.name, dataset_url(n.namespace, n.name))
+            for n in graph.nodes
+            if n.kind == "DATASET" and n.side == side and n.distance == 1
         ]
-        return sorted(found, key=lambda n: n.dataset.name)[:20]
+        return sorted(found, key=lambda n: n.name)[:20]
 
     return LineageSummary(
-        producers=producers,
-        consumers=consumers,
-        consumer_count=consumer_count,
-        upstream=neighbours(up.datasets),
-        downstream=neighbours(down.datasets),
-        upstream_reach=len(up.datasets) - 1,
-        downstream_reach=len(down.datasets) - 1,
-        upstream_cut=up.truncated,
-        downstream_cut=down.truncated,
+        producers=job_list("upstream"),
+        consumers=job_list("downstream"),
+        upstream=neighbours("upstream"),
+        downstream=neighbours("downstream"),
+        upstream_reach=sum(1 for n in graph.nodes if n.kind == "DATASET" and n.side == "upstream"),
+        downstream_reach=sum(
+            1 for n in graph.nodes if n.kind == "DATASET" and n.side == "downstream"
+        ),
+        truncated=graph.truncated,
     )
 
 
 # --- orphans ---------------------------------------------------------------
 
 
-def orphans(limit: int = 50) -> tuple[list[Dataset], int]:
-    """Active datasets that no current edge touches: nothing writes or reads them any more."""
-    current = TableEdge.objects.filter(dataset=OuterRef("pk"), valid_to__isnull=True)
-    qs = Dataset.objects.filter(is_hidden=False, lifecycle_state=LifecycleState.ACTIVE).exclude(
-        Exists(current)
-    )
-    rows = list(qs.select_related("namespace").order_by("-last_seen", "name")[:limit])
-    total = len(rows) if len(rows) < limit else qs.count()
-    return rows, total
+def orphans(limit: int = 50) -> queries.DatasetPage:
+    """Datasets no job reads any more, by namespace and name."""
+    return queries.orphans(limit=limit)
 
 
 # --- search ----------------------------------------------------------------
+
+
+def _personal_data() -> Q:
+    return Q(pii_category__gt="") | Q(subject_kind__isnull=False)
 
 
 @dataclass

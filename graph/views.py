@@ -549,6 +549,6 @@ def dataset_runs_fragment(request: HttpRequest) -> HttpResponse:
 @read_required
 @require_GET
 def orphans_fragment(request: HttpRequest) -> HttpResponse:
-    """Active datasets that no current job reads (written once, never consumed)."""
-    orphans, total = data.orphans(limit=50)
-    return render(request, "graph/_orphans.html", {"orphans": orphans, "total": total})
+    """Datasets that no current job reads: candidates for archiving."""
+    found = data.orphans(limit=50)
+    return render(request, "graph/_orphans.html", {"orphans": found.items, "total": found.total})

@@ -325,7 +325,7 @@ def test_it_groups_impact_by_distance_with_owners_pii_and_retention(shop, viewer
         .content.decode()
     )
     assert "1 job away" in html and "2 jobs away" in html and "3 jobs away" in html
-    assert "Data engineering" in html  # owner to notify
+    assert "data-eng" in html  # owner to notify
     assert "lake/marts/customer_360" in html
 
 
@@ -338,7 +338,7 @@ def test_it_exports_impact_as_csv_and_mermaid(shop, viewer):
     assert response["Content-Type"].startswith("text/csv")
     lines = response.content.decode().splitlines()
     assert lines[0].startswith("distance,namespace,name,owners")
-    assert any("lake/raw/customers" in line and "Data engineering" in line for line in lines)
+    assert any("lake/raw/customers" in line and "data-eng" in line for line in lines)
     mermaid = client.get(
         f"/impact/export?{urlencode({'node': node(shop.customers), 'format': 'mermaid'})}"
     ).content.decode()

@@ -1,0 +1,805 @@
+// Graph explorer: draws the lineage around one node with Cytoscape.js.
+// State (node, level, direction, depth, asOf, compare, focus) lives in the URL.
+// Small graphs are laid out by dagre; large ones by the layered layout below,
+// which is linear in the graph size and stays readable at thousands of nodes.
+(function () {
+  "use strict";
+
+  const config = JSON.parse(document.getElementById("explorer-config").textContent);
+  const $ = (id) => document.getElementById(id);
+  const ui = {
+    canvas: $("cy"),
+    status: $("graph-status"),
+    panel: $("node-panel"),
+    find: $("graph-find"),
+    findStatus: $("find-status"),
+    pii: $("hl-pii"),
+    risk: $("hl-risk"),
+    slider: $("time-slider"),
+    timeLabel: $("time-label"),
+    now: $("time-now"),
+    diff: $("diff-toggle"),
+    compareBox: $("compare-box"),
+    compareSlider: $("compare-slider"),
+    compareLabel: $("compare-label"),
+  };
+  const state = {
+    node: config.node,
+    level: config.level,
+    direction: config.direction,
+    depth: config.depth,
+    asOf: config.asOf || "",
+    compare: config.compare || "",
+    focus: config.focus || "",
+    limit: config.limit,
+  };
+  const DAGRE_MAX = 150;
+  let cy = null;
+  let instants = [];
+  let rootId = state.node;
+  let draws = 0;
+  let matches = [];
+  let matchIndex = -1;
+  let requestSeq = 0;
+
+  // --- small DOM helper (names come from users: always textContent) ------------------
+  function h(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    Object.entries(attrs || {}).forEach(([key, value]) => {
+      if (value === null || value === undefined || value === false) return;
+      if (key === "class") node.className = value;
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else node.setAttribute(key, value === true ? "" : value);
+    });
+    children.flat().forEach((child) => {
+      if (child === null || child === undefined || child === false) return;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    });
+    return node;
+  }
+
+  function setStatus(text, warn) {
+    ui.status.textContent = text;
+    ui.status.classList.toggle("warn", Boolean(warn));
+  }
+
+  function fmtInstant(iso) {
+    if (!iso) return "now";
+    return iso.replace("T", " ").replace(/\.\d+/, "").replace("Z", " UTC");
+  }
+
+  // --- URL state ------------------------------------------------------------------------
+  function query(overrides) {
+    const values = { ...state, ...(overrides || {}) };
+    const params = new URLSearchParams();
+    ["node", "level", "direction", "depth", "asOf", "compare", "focus"].forEach((key) => {
+      if (values[key] !== "" && values[key] !== null && values[key] !== undefined) params.set(key, values[key]);
+    });
+    return params;
+  }
+
+  function syncUrl() {
+    const params = query();
+    history.replaceState(null, "", config.pageUrl + "?" + params.toString());
+    document.querySelectorAll('#explorer-form input[name="asOf"], #explorer-form input[name="compare"]').forEach((input) => input.remove());
+    const form = $("explorer-form");
+    if (state.asOf) form.append(h("input", { type: "hidden", name: "asOf", value: state.asOf }));
+    if (state.compare) form.append(h("input", { type: "hidden", name: "compare", value: state.compare }));
+  }
+
+  function pageLink(overrides) {
+    const params = query(overrides);
+    params.delete("focus");
+    return config.pageUrl + "?" + params.toString();
+  }
+
+  // --- data -----------------------------------------------------------------------------
+  async function fetchGraph(overrides) {
+    const params = query(overrides);
+    params.delete("focus");
+    params.set("limit", String((overrides && overrides.limit) || state.limit));
+    const response = await fetch(config.dataUrl + "?" + params.toString(), { credentials: "same-origin" });
+    const body = await response.json();
+    if (!response.ok) throw new Error(body.error || "The graph could not be loaded");
+    return body;
+  }
+
+  function nodeClasses(n, root) {
+    const classes = [n.compound ? "compound" : n.kind];
+    if (n.id === root) classes.push("root");
+    if (n.pii || n.subject) classes.push("pii");
+    if (n.tainted) classes.push("tainted");
+    if (n.atRisk) classes.push("atrisk");
+    if (n.state === "FAILED") classes.push("failed");
+    if (n.dropped) classes.push("dropped");
+    if (n.diff && n.diff !== "same") classes.push("diff-" + n.diff);
+    return classes.join(" ");
+  }
+
+  function toElements(body) {
+    const elements = [];
+    body.nodes.forEach((n) => {
+      elements.push({ group: "nodes", data: { ...n, display: n.label }, classes: nodeClasses(n, body.root) });
+    });
+    body.edges.forEach((e) => {
+      const classes = [];
+      if (e.pii) classes.push("pii");
+      if (e.masking) classes.push("masked");
+      if (e.diff && e.diff !== "same") classes.push("diff-" + e.diff);
+      elements.push({ group: "edges", data: { ...e }, classes: classes.join(" ") });
+    });
+    return elements;
+  }
+
+  function mergeInstants(list) {
+    const all = new Set(instants);
+    (list || []).forEach((value) => all.add(value));
+    instants = Array.from(all).sort();
+    ui.slider.max = String(instants.length);
+    ui.slider.value = String(positionOf(state.asOf));
+    ui.compareSlider.max = String(Math.max(instants.length - 1, 0));
+    ui.compareSlider.value = String(Math.max(positionOf(state.compare), 0));
+    showTimeLabels();
+  }
+
+  // Slider position of an instant: the last change at or before it; "now" is the end.
+  function positionOf(iso) {
+    if (!iso) return instants.length;
+    let pos = -1;
+    for (let i = 0; i < instants.length; i += 1) if (instants[i] <= iso) pos = i;
+    return Math.max(pos, 0);
+  }
+
+  function showTimeLabels() {
+    const label = state.asOf ? fmtInstant(state.asOf) : "now";
+    ui.timeLabel.textContent = label;
+    ui.slider.setAttribute("aria-valuetext", label);
+    const compare = state.compare ? fmtInstant(state.compare) : "";
+    ui.compareLabel.textContent = compare;
+    ui.compareSlider.setAttribute("aria-valuetext", compare || "no instant");
+  }
+
+  // --- derived marks: hidden neighbours, personal-data flow -----------------------------------
+  function refreshMarks() {
+    cy.batch(() => {
+      cy.nodes().forEach((node) => {
+        if (node.hasClass("compound")) {
+          node.data("display", node.data("label"));
+          return;
+        }
+        const visibleIn = node.incomers("node").length;
+        const visibleOut = node.outgoers("node").length;
+        const hiddenIn = Math.max((node.data("degIn") || 0) - visibleIn, 0);
+        const hiddenOut = Math.max((node.data("degOut") || 0) - visibleOut, 0);
+        node.data({ hiddenIn, hiddenOut });
+        const more = hiddenIn + hiddenOut;
+        node.data("display", more ? node.data("label") + "  +" + more : node.data("label"));
+      });
+      if (state.level === "table") {
+        // Personal data flows out of a dataset holding it, through the job, into outputs holding it.
+        cy.edges().forEach((edge) => {
+          const source = edge.source();
+          const target = edge.target();
+          let pii = false;
+          if (source.hasClass("dataset")) pii = source.hasClass("pii");
+          else pii = target.hasClass("pii") && source.incomers("node.pii").length > 0;
+          edge.toggleClass("pii", pii);
+        });
+      }
+    });
+    applyHighlights();
+  }
+
+  function applyHighlights() {
+    const piiOn = ui.pii.checked;
+    const riskOn = ui.risk.checked;
+    cy.batch(() => {
+      cy.elements().removeClass("pii-on risk-on faded-pii");
+      if (piiOn) {
+        cy.elements(".pii").addClass("pii-on");
+        cy.elements().not(".pii").not(".compound").addClass("faded-pii");
+      }
+      if (riskOn) cy.nodes(".tainted, .atrisk").addClass("risk-on");
+    });
+  }
+
+  // --- layout ------------------------------------------------------------------------------
+  function unitSize(node) {
+    if (node.hasClass("compound")) {
+      const rows = node.children().length;
+      return { w: 190, h: Math.max(rows, 1) * 28 + 34 };
+    }
+    return node.hasClass("job") ? { w: 170, h: 26 } : { w: 190, h: 34 };
+  }
+
+  // Layered (Sugiyama-style) layout in linear time: longest-path ranks, a few
+  // barycentre sweeps to cut crossings, tall layers wrapped into sub-columns.
+  function layered() {
+    const units = cy.nodes().filter((n) => !n.isChild());
+    const index = new Map();
+    units.forEach((u, i) => index.set(u.id(), i));
+    const count = units.length;
+    const succ = Array.from({ length: count }, () => new Set());
+    const pred = Array.from({ length: count }, () => new Set());
+    const unitOf = (node) => index.get(node.isChild() ? node.parent().id() : node.id());
+    cy.edges().forEach((edge) => {
+      const a = unitOf(edge.source());
+      const b = unitOf(edge.target());
+      if (a === undefined || b === undefined || a === b) return;
+      succ[a].add(b);
+      pred[b].add(a);
+    });
+    // Topological order (Kahn); cycles are broken at the node with the fewest open inputs.
+    const indegree = pred.map((p) => p.size);
+    const order = [];
+    const done = new Uint8Array(count);
+    let queue = [];
+    for (let i = 0; i < count; i += 1) if (!indegree[i]) queue.push(i);
+    while (order.length < count) {
+      if (!queue.length) {
+        let best = -1;
+        for (let i = 0; i < count; i += 1) if (!done[i] && (best < 0 || indegree[i] < indegree[best])) best = i;
+        queue.push(best);
+        indegree[best] = 0;
+      }
+      const next = [];
+      queue.forEach((u) => {
+        if (done[u]) return;
+        done[u] = 1;
+        order.push(u);
+        succ[u].forEach((v) => {
+          if (!done[v] && --indegree[v] === 0) next.push(v);
+        });
+      });
+      queue = next;
+    }
+    const position = new Int32Array(count);
+    order.forEach((u, i) => { position[u] = i; });
+    const rank = new Int32Array(count);
+    order.forEach((u) => {
+      succ[u].forEach((v) => {
+        if (position[v] > position[u]) rank[v] = Math.max(rank[v], rank[u] + 1);
+      });
+    });
+    // Pull sources right, next to what they feed, so side inputs do not stretch edges.
+    for (let k = order.length - 1; k >= 0; k -= 1) {
+      const u = order[k];
+      if (pred[u].size || !succ[u].size) continue;
+      let min = Infinity;
+      succ[u].forEach((v) => { min = Math.min(min, rank[v]); });
+      if (min !== Infinity) rank[u] = Math.max(rank[u], min - 1);
+    }
+    let maxRank = 0;
+    for (let i = 0; i < count; i += 1) maxRank = Math.max(maxRank, rank[i]);
+    const layers = Array.from({ length: maxRank + 1 }, () => []);
+    order.forEach((u) => layers[rank[u]].push(u));
+    const slot = new Float64Array(count);
+    layers.forEach((layer) => layer.forEach((u, i) => { slot[u] = i; }));
+    const sweep = (neighbours, from, to, step) => {
+      for (let r = from; r !== to; r += step) {
+        const layer = layers[r];
+        const bary = new Map();
+        layer.forEach((u) => {
+          let sum = 0;
+          let n = 0;
+          neighbours[u].forEach((v) => { sum += slot[v]; n += 1; });
+          bary.set(u, n ? sum / n : slot[u]);
+        });
+        layer.sort((a, b) => bary.get(a) - bary.get(b) || slot[a] - slot[b]);
+        layer.forEach((u, i) => { slot[u] = i; });
+      }
+    };
+    for (let iteration = 0; iteration < 4; iteration += 1) {
+      sweep(pred, 1, maxRank + 1, 1);
+      sweep(succ, maxRank - 1, -1, -1);
+    }
+    // Coordinates; a layer taller than the budget wraps into several sub-columns.
+    const gapY = 14;
+    const colGap = 70;
+    const budget = Math.max(900, Math.sqrt(count) * 90);
+    let x = 0;
+    const placed = [];
+    layers.forEach((layer) => {
+      const sizes = layer.map((u) => unitSize(units[u]));
+      const columns = [];
+      let current = [];
+      let height = 0;
+      layer.forEach((u, i) => {
+        if (current.length && height + sizes[i].h > budget) {
+          columns.push({ items: current, height: height - gapY });
+          current = [];
+          height = 0;
+        }
+        current.push(i);
+        height += sizes[i].h + gapY;
+      });
+      if (current.length) columns.push({ items: current, height: height - gapY });
+      columns.forEach((column) => {
+        const width = Math.max(...column.items.map((i) => sizes[i].w));
+        let y = -column.height / 2;
+        column.items.forEach((i) => {
+          placed.push({ unit: units[layer[i]], x: x + width / 2, y: y + sizes[i].h / 2, h: sizes[i].h });
+          y += sizes[i].h + gapY;
+        });
+        x += width + (columns.length > 1 ? 24 : 0);
+      });
+      x += colGap;
+    });
+    cy.batch(() => {
+      placed.forEach(({ unit, x: ux, y: uy, h: uh }) => {
+        if (unit.hasClass("compound")) {
+          const children = unit.children().sort((a, b) => (a.data("label") < b.data("label") ? -1 : 1));
+          let cyy = uy - uh / 2 + 30;
+          children.forEach((child) => {
+            child.position({ x: ux, y: cyy + 11 });
+            cyy += 28;
+          });
+        } else {
+          unit.position({ x: ux, y: uy });
+        }
+      });
+    });
+  }
+
+  function runLayout() {
+    const n = cy.nodes().length;
+    const dagreReady = typeof cytoscapeDagre !== "undefined";
+    if (dagreReady && n <= DAGRE_MAX && !cy.nodes(".compound").length) {
+      cy.layout({ name: "dagre", rankDir: "LR", nodeSep: 16, rankSep: 50, edgeSep: 8, fit: false, animate: false }).run();
+    } else {
+      layered();
+    }
+    frame();
+  }
+
+  function frame() {
+    const n = cy.nodes().length;
+    if (n <= 300) {
+      cy.fit(cy.elements(), 30);
+      if (cy.zoom() > 1.25) cy.zoom({ level: 1.25, renderedPosition: { x: cy.width() / 2, y: cy.height() / 2 } });
+      cy.center();
+    } else {
+      const root = cy.getElementById(rootId);
+      cy.zoom(0.75);
+      if (root.length) cy.center(root);
+      else cy.center();
+    }
+  }
+
+  // --- drawing -------------------------------------------------------------------------------
+  function styles(large) {
+    return [
+      { selector: "node", style: {
+        label: "data(display)", "font-size": 12, "font-family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif",
+        "text-valign": "center", "text-halign": "center", "text-wrap": "ellipsis", "text-max-width": 172,
+        color: "#1b2330", "min-zoomed-font-size": 7, "border-width": 1.5, "background-color": "#ffffff",
+      } },
+      { selector: "node.dataset", style: { shape: "round-rectangle", width: 190, height: 34, "border-color": "#4a6fb5" } },
+      { selector: "node.job", style: {
+        shape: "round-rectangle", width: 170, height: 26, "background-color": "#efeafb", "border-color": "#6b4fbb",
+        "font-size": 11, color: "#33246b", "text-max-width": 156,
+      } },
+      { selector: "node.compound", style: {
+        shape: "round-rectangle", "background-color": "#f3f6fc", "border-color": "#4a6fb5", "text-valign": "top",
+        "text-halign": "center", "font-weight": 600, padding: 8, "text-margin-y": 22, "min-zoomed-font-size": 6,
+      } },
+      { selector: "node.field", style: { shape: "round-rectangle", width: 160, height: 22, "border-color": "#9fb3d9", "font-size": 10.5 } },
+      { selector: "node.field.pii", style: { "border-color": "#c2410c" } },
+      { selector: "node.root", style: { "border-width": 3.5, "border-color": "#1a56c4", "background-color": "#e7efff", "font-weight": 600 } },
+      { selector: "node.failed", style: { "border-color": "#a1111c", "border-width": 2.5 } },
+      { selector: "node.dropped", style: { "border-style": "dotted", color: "#586174" } },
+      { selector: "edge", style: {
+        width: 1.4, "line-color": "#a3adbf", "target-arrow-color": "#a3adbf", "target-arrow-shape": "triangle",
+        "arrow-scale": 0.8, "curve-style": large ? "straight" : "bezier",
+      } },
+      { selector: "edge.masked", style: { "line-style": "dashed" } },
+      { selector: ".faded-pii", style: { opacity: 0.28 } },
+      { selector: "node.pii-on", style: { "background-color": "#fde9e0", "border-color": "#9c2c00", "border-width": 2.5 } },
+      { selector: "edge.pii-on", style: { "line-color": "#c2410c", "target-arrow-color": "#c2410c", width: 2.6 } },
+      { selector: "node.atrisk.risk-on", style: { "background-color": "#fff4e0", "border-color": "#b45309", "border-style": "dashed", "border-width": 2.5 } },
+      { selector: "node.tainted.risk-on", style: { "background-color": "#fde2e4", "border-color": "#a1111c", "border-style": "solid", "border-width": 3.5 } },
+      { selector: "node.diff-added", style: { "border-color": "#1e7b34", "background-color": "#e2f4e7", "border-width": 2.5 } },
+      { selector: "node.diff-removed", style: { "border-color": "#b42318", "border-style": "dashed", opacity: 0.7 } },
+      { selector: "edge.diff-added", style: { "line-color": "#1e7b34", "target-arrow-color": "#1e7b34", width: 2.6 } },
+      { selector: "edge.diff-removed", style: { "line-color": "#b42318", "target-arrow-color": "#b42318", "line-style": "dashed", width: 2.2, opacity: 0.8 } },
+      { selector: ".dim", style: { opacity: 0.18 } },
+      { selector: "node.match", style: { "border-color": "#f4b400", "border-width": 4, opacity: 1 } },
+      { selector: ".path", style: { opacity: 1 } },
+      { selector: "edge.path", style: { "line-color": "#1a56c4", "target-arrow-color": "#1a56c4", width: 2.6 } },
+      { selector: "node:selected", style: { "overlay-color": "#1a56c4", "overlay-opacity": 0.14, "overlay-padding": 5 } },
+    ];
+  }
+
+  function createCy(large) {
+    if (typeof cytoscapeDagre !== "undefined") {
+      try { cytoscape.use(cytoscapeDagre); } catch (err) { /* already registered */ }
+    }
+    cy = cytoscape({
+      container: ui.canvas,
+      elements: [],
+      style: styles(large),
+      layout: { name: "preset" },
+      minZoom: 0.03,
+      maxZoom: 3,
+      wheelSensitivity: 0.3,
+      boxSelectionEnabled: false,
+      textureOnViewport: large,
+      hideEdgesOnViewport: large,
+      pixelRatio: large ? 1 : "auto",
+    });
+    cy.on("tap", "node", (event) => select(event.target));
+    cy.on("dbltap", "node", (event) => {
+      const url = event.target.data("url");
+      if (url) window.location.href = url;
+    });
+    cy.on("tap", (event) => {
+      if (event.target === cy) select(null);
+    });
+  }
+
+  function draw(body) {
+    const elements = toElements(body);
+    const large = body.nodes.length > 400;
+    if (!cy) createCy(large);
+    else cy.style(styles(large));
+    rootId = body.root;
+    cy.batch(() => {
+      cy.elements().remove();
+      cy.add(elements);
+    });
+    refreshMarks();
+    runLayout();
+    draws += 1;
+    const selectedId = ui.panel.dataset.node;
+    const keep = selectedId ? cy.getElementById(selectedId) : null;
+    if (keep && keep.length) select(keep, true);
+    else select(null);
+    if (state.focus) applyFocus(cy.getElementById(state.focus));
+    runFind();
+    report(body);
+  }
+
+  function report(body) {
+    const nodes = cy.nodes().not(".compound").length;
+    const edges = cy.edges().length;
+    ui.canvas.dataset.nodes = String(nodes);
+    ui.canvas.dataset.edges = String(edges);
+    ui.canvas.dataset.draws = String(draws);
+    ui.canvas.dataset.edgeIds = "";
+    let text = `${nodes} nodes · ${edges} edges · ${state.asOf ? "as of " + fmtInstant(state.asOf) : "now"}`;
+    if (state.compare) {
+      const added = cy.edges(".diff-added").length;
+      const removed = cy.edges(".diff-removed").length;
+      text += ` · compared with ${fmtInstant(state.compare)}: ${added} edges added, ${removed} removed`;
+    }
+    if (body.truncated) text += ` · cut at ${body.limit} nodes (nearest shown; expand nodes for more)`;
+    if (nodes > 300) text += " · zoom in for labels, Fit for the whole graph";
+    setStatus(text, body.truncated);
+  }
+
+  async function load() {
+    const mine = ++requestSeq;
+    setStatus("Loading the graph…");
+    ui.canvas.setAttribute("aria-busy", "true");
+    try {
+      const body = await fetchGraph();
+      if (mine !== requestSeq) return;
+      mergeInstants(body.instants);
+      draw(body);
+      markReady();
+    } catch (err) {
+      setStatus(err.message, true);
+    } finally {
+      ui.canvas.setAttribute("aria-busy", "false");
+    }
+  }
+
+  function markReady() {
+    if (document.documentElement.dataset.graphReady) return;
+    requestAnimationFrame(() => requestAnimationFrame(() => {
+      window.__graphReadyAt = performance.now();
+      document.documentElement.dataset.graphReady = "true";
+    }));
+  }
+
+  // --- selection and the side panel ----------------------------------------------------------
+  function badge(text, kind) {
+    return h("span", { class: "badge " + kind }, text);
+  }
+
+  function select(node, quiet) {
+    cy.nodes(":selected").unselect();
+    ui.panel.replaceChildren();
+    if (!node || !node.length) {
+      delete ui.panel.dataset.node;
+      ui.panel.append(
+        h("h2", { id: "panel-h" }, "Select a node"),
+        h("p", { class: "muted small" }, "Click a node, or focus the graph and use the arrow keys. Double-click opens its page."),
+      );
+      return;
+    }
+    node.select();
+    const d = node.data();
+    ui.panel.dataset.node = d.id;
+    const kindLabel = d.compound ? "dataset" : d.kind === "field" ? "column" : d.kind;
+    const badges = [];
+    if (d.subject) badges.push(badge(typeof d.subject === "string" ? "identifies " + d.subject : "subject identifiers", "badge-subject"));
+    if (d.pii) badges.push(badge(d.piiCategory ? "PII · " + d.piiCategory : "personal data", "badge-pii" + (d.propagated ? " badge-propagated" : "")));
+    if (d.tainted) badges.push(badge("tainted", "badge-bad"));
+    else if (d.atRisk) badges.push(badge("at risk", "badge-warn"));
+    if (d.state) badges.push(badge("last run " + d.state.toLowerCase(), d.state === "FAILED" ? "badge-bad" : d.state === "COMPLETED" ? "badge-ok" : "badge-neutral"));
+    if (d.dropped) badges.push(badge("dropped", "badge-neutral"));
+    if (d.diff && d.diff !== "same") badges.push(badge(d.diff + " since " + fmtInstant(state.compare), d.diff === "added" ? "badge-ok" : "badge-bad"));
+    const props = [h("dt", {}, "Namespace"), h("dd", { class: "mono" }, d.namespace)];
+    if (d.kind === "field") props.push(h("dt", {}, "Dataset"), h("dd", { class: "mono" }, d.name));
+    if (typeof d.distance === "number") {
+      const where = d.distance === 0 ? "start" : d.distance < 0 ? `${-d.distance} upstream` : `${d.distance} downstream`;
+      props.push(h("dt", {}, "Distance"), h("dd", {}, where));
+    }
+    if (!d.compound) {
+      props.push(h("dt", {}, "Upstream"), h("dd", {}, `${d.degIn || 0}${d.hiddenIn ? ` (${d.hiddenIn} not drawn)` : ""}`));
+      props.push(h("dt", {}, "Downstream"), h("dd", {}, `${d.degOut || 0}${d.hiddenOut ? ` (${d.hiddenOut} not drawn)` : ""}`));
+    }
+    const impactParams = new URLSearchParams({ node: d.id, level: d.kind === "field" ? "column" : "table" });
+    if (state.asOf) impactParams.set("asOf", state.asOf);
+    const actions = [
+      h("a", { class: "btn", href: d.url }, "Open " + kindLabel + " page"),
+      h("a", { class: "btn btn-secondary", href: config.impactUrl + "?" + impactParams.toString() }, "Impact"),
+    ];
+    if (d.id !== rootId) {
+      actions.push(h("a", { class: "btn btn-secondary", href: pageLink({ node: d.id, compare: "" }) }, "Explore from here"));
+    }
+    if (d.hiddenIn) actions.push(h("button", { type: "button", class: "btn btn-secondary", onclick: () => expand(node, "upstream") }, `Expand upstream (+${d.hiddenIn})`));
+    if (d.hiddenOut) actions.push(h("button", { type: "button", class: "btn btn-secondary", onclick: () => expand(node, "downstream") }, `Expand downstream (+${d.hiddenOut})`));
+    if (d.id !== rootId && !d.compound && node.neighborhood("node").length) {
+      actions.push(h("button", { type: "button", class: "btn btn-secondary", onclick: () => collapse(node) }, "Collapse beyond this node"));
+    }
+    const focused = state.focus === d.id;
+    actions.push(h("button", { type: "button", class: "btn btn-secondary", "aria-pressed": focused ? "true" : "false", onclick: () => toggleFocus(node) }, focused ? "Clear path focus" : d.kind === "field" ? "Focus this column's path" : "Focus this node's path"));
+    ui.panel.append(
+      h("span", { class: "kind kind-" + (d.compound ? "dataset" : d.kind) }, kindLabel),
+      h("h2", { id: "panel-h", class: "mono" }, d.kind === "field" ? d.field : d.name),
+      h("div", { class: "panel-badges" }, badges),
+      h("dl", { class: "props" }, props),
+      h("div", { class: "panel-actions" }, actions),
+    );
+    if (!quiet) setStatus(`Selected ${kindLabel} ${d.kind === "field" ? d.field : d.name}: ${d.degIn || 0} upstream, ${d.degOut || 0} downstream.`);
+  }
+
+  // --- expand, collapse, focus ---------------------------------------------------------------
+  async function expand(node, direction) {
+    setStatus("Expanding " + node.data("label") + "…");
+    try {
+      const body = await fetchGraph({ node: node.id(), direction, depth: 1, compare: "", limit: 500 });
+      const fresh = toElements({ ...body, root: rootId }).filter((el) => !cy.getElementById(el.data.id).length);
+      fresh.forEach((el) => {
+        if (el.group === "nodes" && typeof node.data("distance") === "number") {
+          const step = direction === "upstream" ? -1 : 1;
+          el.data.distance = node.data("distance") + (el.data.kind === "job" ? step : step);
+        }
+      });
+      cy.add(fresh);
+      mergeInstants(body.instants);
+      refreshMarks();
+      runLayout();
+      cy.center(node);
+      select(node, true);
+      setStatus(`Added ${fresh.filter((el) => el.group === "nodes").length} nodes ${direction} of ${node.data("label")}.`);
+      report({ truncated: body.truncated, limit: 500 });
+    } catch (err) {
+      setStatus(err.message, true);
+    }
+  }
+
+  // Remove what is reachable from the start node only through ``node``.
+  function collapse(node) {
+    const root = cy.getElementById(rootId);
+    const keep = new Set([node.id()]);
+    const start = root.length ? (root.isChild() ? root.parent() : root) : null;
+    const stack = start ? [start] : [];
+    const owner = node.isChild() ? node.parent() : node;
+    if (start) keep.add(start.id());
+    while (stack.length) {
+      const current = stack.pop();
+      const around = current.isParent() ? current.children().neighborhood("node").add(current.children()) : current.neighborhood("node");
+      around.forEach((next) => {
+        const unit = next.isChild() ? next.parent() : next;
+        [next, unit].forEach((el) => {
+          if (keep.has(el.id()) || el.same(node) || (el.same(owner) && !node.same(owner))) return;
+          keep.add(el.id());
+          stack.push(el);
+        });
+      });
+    }
+    const gone = cy.nodes().filter((n) => !keep.has(n.id()) && !(n.isParent() && n.children().some((c) => keep.has(c.id()))));
+    cy.remove(gone);
+    cy.nodes(".compound").filter((n) => n.children().length === 0).remove();
+    refreshMarks();
+    runLayout();
+    if (node.inside()) select(node, true);
+    setStatus(`Collapsed ${gone.length} nodes beyond ${node.data("label")}.`);
+    report({ truncated: false });
+  }
+
+  function applyFocus(node) {
+    cy.elements().removeClass("dim path");
+    if (!node || !node.length) return;
+    const path = node.predecessors().add(node.successors()).add(node);
+    const withParents = path.add(path.nodes().parents());
+    cy.batch(() => {
+      cy.elements().not(withParents).addClass("dim");
+      path.addClass("path");
+    });
+  }
+
+  function toggleFocus(node) {
+    state.focus = state.focus === node.id() ? "" : node.id();
+    applyFocus(state.focus ? node : null);
+    syncUrl();
+    select(node, true);
+  }
+
+  // --- find in graph -------------------------------------------------------------------------
+  function runFind() {
+    const q = ui.find.value.trim().toLowerCase();
+    cy.batch(() => {
+      cy.nodes().removeClass("match");
+      if (!state.focus) cy.elements().removeClass("dim");
+      matches = [];
+      if (!q) return;
+      matches = cy.nodes().filter((n) => String(n.data("label")).toLowerCase().includes(q)).toArray();
+      matches.sort((a, b) => a.position("x") - b.position("x") || a.position("y") - b.position("y"));
+      const hits = cy.collection(matches);
+      hits.addClass("match");
+      if (!state.focus) cy.elements().not(hits).not(hits.parents()).addClass("dim");
+    });
+    matchIndex = -1;
+    ui.findStatus.textContent = q ? (matches.length ? `${matches.length} match${matches.length === 1 ? "" : "es"} · Enter for next` : "no match") : "";
+  }
+
+  function nextMatch(delta) {
+    if (!matches.length) return;
+    matchIndex = (matchIndex + delta + matches.length) % matches.length;
+    const node = matches[matchIndex];
+    cy.animate({ center: { eles: node }, zoom: Math.max(cy.zoom(), 0.9) }, { duration: 250 });
+    select(node);
+    ui.findStatus.textContent = `${matchIndex + 1} of ${matches.length}`;
+  }
+
+  // --- keyboard on the canvas ----------------------------------------------------------------
+  function nearestBy(candidates, from) {
+    let best = null;
+    let bestDistance = Infinity;
+    candidates.forEach((n) => {
+      const dy = Math.abs(n.position("y") - from.position("y"));
+      if (dy < bestDistance) { best = n; bestDistance = dy; }
+    });
+    return best;
+  }
+
+  function onKey(event) {
+    if (!cy) return;
+    const current = cy.nodes(":selected")[0] || null;
+    const start = () => cy.getElementById(rootId);
+    let next = null;
+    switch (event.key) {
+      case "ArrowRight": next = current ? nearestBy(current.outgoers("node"), current) : start(); break;
+      case "ArrowLeft": next = current ? nearestBy(current.incomers("node"), current) : start(); break;
+      case "ArrowUp":
+      case "ArrowDown": {
+        if (!current) { next = start(); break; }
+        const column = cy.nodes().filter((n) => !n.isParent() && Math.abs(n.position("x") - current.position("x")) < 5)
+          .sort((a, b) => a.position("y") - b.position("y"));
+        const at = column.toArray().findIndex((n) => n.same(current));
+        next = column[at + (event.key === "ArrowDown" ? 1 : -1)] || null;
+        break;
+      }
+      case "Enter":
+        if (current && current.data("url")) window.location.href = current.data("url");
+        return;
+      case "+":
+      case "=":
+        if (current) {
+          if (current.data("hiddenOut")) expand(current, "downstream");
+          else if (current.data("hiddenIn")) expand(current, "upstream");
+        }
+        event.preventDefault();
+        return;
+      case "-":
+        if (current && current.id() !== rootId) collapse(current);
+        event.preventDefault();
+        return;
+      case "f":
+        if (current) toggleFocus(current);
+        return;
+      case "Escape":
+        select(null);
+        return;
+      default:
+        return;
+    }
+    event.preventDefault();
+    if (next && next.length !== 0) {
+      select(next);
+      const pos = next.renderedPosition();
+      if (pos.x < 40 || pos.y < 40 || pos.x > cy.width() - 40 || pos.y > cy.height() - 40) {
+        cy.animate({ center: { eles: next } }, { duration: 200 });
+      }
+    }
+  }
+
+  // --- time slider and diff ------------------------------------------------------------------
+  let timeTimer = null;
+  function onSlide() {
+    const pos = Number(ui.slider.value);
+    state.asOf = pos >= instants.length ? "" : instants[pos];
+    if (state.compare && state.asOf && state.compare >= state.asOf) {
+      const before = instants.filter((value) => value < state.asOf);
+      state.compare = before.length ? before[before.length - 1] : "";
+      ui.compareSlider.value = String(Math.max(positionOf(state.compare), 0));
+    }
+    showTimeLabels();
+    clearTimeout(timeTimer);
+    timeTimer = setTimeout(() => { syncUrl(); load(); }, 120);
+  }
+
+  function onCompare() {
+    state.compare = instants[Number(ui.compareSlider.value)] || "";
+    showTimeLabels();
+    clearTimeout(timeTimer);
+    timeTimer = setTimeout(() => { syncUrl(); load(); }, 120);
+  }
+
+  function onDiffToggle() {
+    ui.compareBox.hidden = !ui.diff.checked;
+    if (ui.diff.checked) {
+      const end = state.asOf ? positionOf(state.asOf) : instants.length;
+      const pick = Math.max(end - 1, 0);
+      ui.compareSlider.value = String(pick);
+      state.compare = instants[pick] || "";
+    } else {
+      state.compare = "";
+    }
+    showTimeLabels();
+    syncUrl();
+    load();
+  }
+
+  // --- wiring --------------------------------------------------------------------------------
+  ui.slider.addEventListener("input", onSlide);
+  ui.compareSlider.addEventListener("input", onCompare);
+  ui.diff.addEventListener("change", onDiffToggle);
+  ui.now.addEventListener("click", () => {
+    ui.slider.value = String(instants.length);
+    onSlide();
+  });
+  ui.pii.addEventListener("change", applyHighlights);
+  ui.risk.addEventListener("change", applyHighlights);
+  ui.find.addEventListener("input", runFind);
+  ui.find.addEventListener("keydown", (event) => {
+    if (event.key === "Enter") {
+      event.preventDefault();
+      nextMatch(event.shiftKey ? -1 : 1);
+    }
+  });
+  ui.canvas.addEventListener("keydown", onKey);
+  $("btn-fit").addEventListener("click", () => cy && cy.fit(cy.elements(), 30));
+  $("btn-relayout").addEventListener("click", () => cy && runLayout());
+  $("btn-png").addEventListener("click", () => {
+    if (!cy) return;
+    const link = h("a", { href: cy.png({ full: true, scale: 2, bg: "#ffffff" }), download: "lineage.png" });
+    document.body.append(link);
+    link.click();
+    link.remove();
+  });
+
+  // Exposed for tests, benchmarks and the curious.
+  window.lineageExplorer = {
+    get cy() { return cy; },
+    state,
+    edgeIds: () => (cy ? cy.edges().map((e) => e.id()).sort() : []),
+    nodeIds: () => (cy ? cy.nodes().not(".compound").map((n) => n.id()).sort() : []),
+  };
+
+  load();
+})();

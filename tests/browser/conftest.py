@@ -1,0 +1,95 @@
+"""Browser tier: real headless Chromium driven by Playwright against a live server.
+
+Chromium comes from the system (``/usr/bin/chromium`` or CHROMIUM_PATH); it is
+never downloaded at run time. Screenshots land in ``test-artifacts/``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.test import Client
+
+from tests.conftest import CHROMIUM
+
+# Playwright's sync API runs an event loop in this thread; the ORM calls the
+# tests make between browser steps are still plain synchronous calls.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts"
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page_as(chromium: Any, live_server: Any) -> Iterator[Callable[[Any], Any]]:
+    """page_as(user) gives a Playwright page signed in as that user (None: anonymous)."""
+    contexts: list[Any] = []
+
+    def open_page(user: Any) -> Any:
+        context = chromium.new_context(
+            base_url=live_server.url, viewport={"width": 1440, "height": 900}
+        )
+        if user is not None:
+            client = Client()
+            client.force_login(user)
+            cookie = client.cookies[settings.SESSION_COOKIE_NAME]
+            context.add_cookies(
+                [
+                    {
+                        "name": settings.SESSION_COOKIE_NAME,
+                        "value": cookie.value,
+                        "url": live_server.url,
+                    }
+                ]
+            )
+        contexts.append(context)
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        return page
+
+    yield open_page
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture
+def shot(request: pytest.FixtureRequest) -> Callable[[Any, str], Path]:
+    """shot(page, name) saves a full-page screenshot under test-artifacts/."""
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    def take(page: Any, name: str) -> Path:
+        path = ARTIFACTS / f"{request.node.name}-{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return take
+
+
+@pytest.fixture(autouse=True)
+def _drop_edges_before_flush(live_server: Any) -> Iterator[None]:
+    """Delete lineage edges while the revision row still exists.
+
+    The live server's flush empties ``graph_revision`` before the edge tables
+    on SQLite, and the edge triggers then restart the revision count and
+    collide with ``graph_revision_log``; deleting edges first avoids that.
+    """
+    yield
+    from graph.models import ColumnEdge, TableEdge
+
+    ColumnEdge.objects.all().delete()
+    TableEdge.objects.all().delete()

@@ -1,0 +1,195 @@
+"""The explorer in real headless Chromium: the engineer's, steward's and viewer's paths."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from playwright.sync_api import expect
+
+from catalog.models import ChangeRecord, DatasetField
+from tests import page_builders as pb
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def wait_for_graph(page, draws: int = 1) -> None:
+    page.wait_for_function(
+        f"document.querySelector('#cy') && Number(document.querySelector('#cy').dataset.draws || 0) >= {draws}"
+    )
+
+
+def click_node(page, node_id: str) -> None:
+    """Click a drawn node where Cytoscape rendered it."""
+    box = page.locator("#cy").bounding_box()
+    pos = page.evaluate(
+        """(id) => { const n = window.lineageExplorer.cy.getElementById(id);
+                     window.lineageExplorer.cy.center(n);
+                     const p = n.renderedPosition(); return {x: p.x, y: p.y}; }""",
+        node_id,
+    )
+    page.mouse.click(box["x"] + pos["x"], box["y"] + pos["y"])
+
+
+def test_it_goes_from_search_to_dataset_to_graph_to_impact_to_export(page_as, viewer, shot):
+    shop = pb.build_shop()
+    page = page_as(viewer)
+    page.goto("/")
+    page.fill("#global-q", "customers")
+    page.wait_for_selector("#global-suggest:not([hidden]) .suggest-list")
+    shot(page, "1-suggest")
+    page.press("#global-q", "Enter")
+    page.wait_for_url(re.compile(r"/search/\?q=customers"))
+    expect(page.locator("h2#r-datasets")).to_be_visible()
+    shot(page, "2-search")
+
+    page.get_by_role("link", name="lake/raw/customers", exact=True).first.click()
+    page.wait_for_url(re.compile(r"/datasets/show\?"))
+    page.wait_for_selector(".lineage-summary")
+    page.wait_for_selector("h3:has-text('Written by')")
+    assert page.locator("#fields").get_by_text("identifies customer").count() >= 1
+    shot(page, "3-dataset")
+
+    page.get_by_role("link", name="Explore lineage").click()
+    page.wait_for_url(re.compile(r"/graph/\?node="))
+    wait_for_graph(page)
+    node_ids = page.evaluate("window.lineageExplorer.nodeIds()")
+    assert f"dataset:{pb.LAKE}:lake/clean/customers" in node_ids
+    shot(page, "4-graph")
+
+    clean = f"dataset:{pb.LAKE}:lake/clean/customers"
+    click_node(page, clean)
+    panel = page.locator("#node-panel")
+    panel.get_by_role("heading", name="lake/clean/customers").wait_for()
+    shot(page, "5-node-selected")
+    panel.get_by_role("link", name="Impact").click()
+    page.wait_for_url(re.compile(r"/impact/\?"))
+    expect(page.get_by_text("1 job away")).to_be_visible()
+    expect(page.get_by_role("link", name="lake/marts/revenue_by_country")).to_be_visible()
+    shot(page, "6-impact")
+
+    with page.expect_download() as download_info:
+        page.get_by_role("link", name="Export CSV").click()
+    csv_text = Path(download_info.value.path()).read_text(encoding="utf-8")
+    assert csv_text.startswith("distance,namespace,name,owners")
+    assert "lake/marts/revenue_by_country" in csv_text
+    with page.expect_download() as download_info:
+        page.get_by_role("link", name="Export Mermaid").click()
+    assert Path(download_info.value.path()).read_text(encoding="utf-8").startswith("flowchart LR")
+    assert shop.clean.pk
+
+
+def test_it_redraws_the_edges_when_the_time_slider_moves(page_as, viewer, shot):
+    shop = pb.build_shop()
+    page = page_as(viewer)
+    node = quote(f"dataset:{pb.LAKE}:{shop.c360.name}", safe="")
+    page.goto(f"/graph/?node={node}&direction=upstream&depth=2")
+    wait_for_graph(page)
+    job = "job:spark://etl:build_customer_360"
+    raw_edge = f"dataset:{pb.LAKE}:lake/raw/customers->{job}"
+    clean_edge = f"dataset:{pb.LAKE}:lake/clean/customers->{job}"
+    now_edges = page.evaluate("window.lineageExplorer.edgeIds()")
+    assert clean_edge in now_edges and raw_edge not in now_edges
+    shot(page, "now")
+
+    slider = page.locator("#time-slider")
+    instants = page.evaluate("Number(document.querySelector('#time-slider').max)")
+    assert instants >= 2
+    slider.focus()
+    # Step back with the keyboard until the rewiring at 2025-03-01 is undone.
+    for _ in range(instants):
+        page.keyboard.press("ArrowLeft")
+        label = page.locator("#time-label").inner_text()
+        if label < "2025-03-01":
+            break
+    wait_for_graph(page, draws=2)
+    page.wait_for_function(
+        f"window.lineageExplorer.edgeIds().includes({raw_edge!r})", timeout=10_000
+    )
+    then_edges = page.evaluate("window.lineageExplorer.edgeIds()")
+    assert raw_edge in then_edges and clean_edge not in then_edges
+    assert "asOf=" in page.url
+    shot(page, "past")
+
+    page.check("#diff-toggle")
+    page.wait_for_function("location.search.includes('compare=')")
+    page.locator("#time-now").click()
+    page.wait_for_function(
+        "window.lineageExplorer.cy.edges('.diff-added').length > 0"
+        " && window.lineageExplorer.cy.edges('.diff-removed').length > 0",
+        timeout=10_000,
+    )
+    shot(page, "diff")
+
+
+def test_it_lets_a_steward_flag_pii_and_see_it_in_history(page_as, steward, shot):
+    shop = pb.build_shop()
+    page = page_as(steward)
+    page.goto(
+        f"/datasets/show?namespace={quote(shop.orders.namespace.name, safe='')}"
+        f"&name={quote(shop.orders.name, safe='')}"
+    )
+    row = page.locator("tr[data-field='customer_id']")
+    row.get_by_role("link", name="Edit field customer_id").click()
+    form = page.get_by_role("form", name="Edit field customer_id")
+    form.get_by_label("Personal data").select_option("identifier")
+    form.get_by_label("Identifies subject").select_option(label="customer")
+    shot(page, "editing")
+    form.get_by_role("button", name="Save").click()
+    page.locator("tr[data-field='customer_id'] .badge-subject").wait_for()
+    history = page.locator("#history")
+    history.get_by_text("customer_id.pii_category").wait_for()
+    assert "stella-steward" in history.inner_text()
+    shot(page, "saved")
+    field = DatasetField.objects.get(dataset=shop.orders, name="customer_id")
+    assert field.pii_category == "identifier"
+    assert ChangeRecord.objects.filter(dataset=shop.orders, attribute="subject_kind").exists()
+
+    page.get_by_role("link", name="Edit dataset details").click()
+    page.get_by_label("Description").fill("Every order placed in the shop")
+    page.get_by_role("button", name="Save").click()
+    page.get_by_text("Every order placed in the shop").first.wait_for()
+    history.get_by_text("description", exact=True).wait_for()
+
+
+def test_it_gives_a_viewer_no_way_to_edit(page_as, viewer, shot, live_server):
+    shop = pb.build_shop()
+    page = page_as(viewer)
+    url = (
+        f"/datasets/show?namespace={quote(shop.orders.namespace.name, safe='')}"
+        f"&name={quote(shop.orders.name, safe='')}"
+    )
+    page.goto(url)
+    page.wait_for_selector("#fields")
+    assert page.locator("a[data-edit]").count() == 0
+    shot(page, "viewer")
+    # Posting anyway is refused.
+    status = page.evaluate(
+        """async (target) => {
+            const body = new FormData(); body.append('pii_category', 'email');
+            const token = document.querySelector('input[name=csrfmiddlewaretoken]');
+            const r = await fetch(target, {method: 'POST', body, headers: {'X-Fragment': '1',
+                'X-CSRFToken': (document.cookie.match(/csrftoken=([^;]+)/) || [])[1] || ''}});
+            return r.status; }""",
+        url.replace("/datasets/show", "/datasets/field") + "&field=customer_id",
+    )
+    assert status == 403
+    assert not ChangeRecord.objects.filter(dataset=shop.orders).exists()
+
+
+def test_it_moves_between_nodes_with_the_keyboard(page_as, viewer, shot):
+    shop = pb.build_shop()
+    page = page_as(viewer)
+    page.goto(f"/graph/?node={quote(f'dataset:{pb.LAKE}:{shop.raw.name}', safe='')}")
+    wait_for_graph(page)
+    page.locator("#cy").focus()
+    page.keyboard.press("ArrowRight")
+    assert page.locator("#node-panel h2").inner_text() == "lake/raw/customers"
+    page.keyboard.press("ArrowRight")
+    assert page.locator("#node-panel .kind").inner_text().lower() == "job"
+    page.fill("#graph-find", "revenue")
+    page.press("#graph-find", "Enter")
+    assert "revenue" in page.locator("#node-panel h2").inner_text()
+    shot(page, "keyboard")
