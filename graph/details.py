@@ -8,19 +8,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
 
-from django.db.models import OuterRef, Q, Subquery
+from django.db import connection
 
-from catalog.models import (
-    ChangeRecord,
-    Dataset,
-    DatasetField,
-    DatasetOwnership,
-    RetentionPolicy,
-)
-from graph.models import Job, Run, RunState
+from catalog.models import ChangeRecord, RetentionPolicy
+from graph.models import RunState
 from graph.nodeids import dataset_node_id, field_node_id, job_node_id
 
 # Chunk IN lists so SQLite's variable limit is never reached.
@@ -142,6 +136,39 @@ def _chunks(values: Sequence[int]) -> Iterable[list[int]]:
         yield list(values[start : start + CHUNK])
 
 
+def _where_in(column: str, values: list[int]) -> tuple[str, list[Any]]:
+    """``column`` in ``values`` as one array parameter on PostgreSQL (cheap to plan and send
+    for thousands of ids), as a plain IN list elsewhere."""
+    if connection.vendor == "postgresql":
+        return f"{column} = ANY(%s)", [values]
+    return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)
+
+
+def _ts_sql(column: str) -> str:
+    # Timestamps cross as text and are parsed here: Django's timezone-aware row loader
+    # costs more than the whole query for thousands of values.
+    return f"{column}::text" if connection.vendor == "postgresql" else column
+
+
+def _ts(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, list(params))
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+    return rows
+
+
+def _param(moment: datetime) -> Any:
+    """A datetime as the backend stores it (SQLite keeps naive UTC text)."""
+    return connection.ops.adapt_datetimefield_value(moment)
+
+
 def _days(duration: Any) -> int | None:
     if duration is None:
         return None
@@ -150,82 +177,81 @@ def _days(duration: Any) -> int | None:
     return int(duration) // (86_400 * 1_000_000)
 
 
-def load_datasets(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, DatasetInfo]:
+def load_datasets(
+    pks: Iterable[int],
+    as_of: datetime | None = None,
+    fields: Literal["all", "personal", "none"] = "all",
+) -> dict[int, DatasetInfo]:
     """Datasets by pk with fields, tags, owners and retention (at ``as_of`` when given).
 
-    Five queries (six with ``as_of``) for any number of datasets.
+    ``fields="personal"`` loads only fields with a PII category or subject kind
+    (what impact lists need), ``"none"`` no fields. Five queries (six with
+    ``as_of``) for any number of datasets.
     """
     wanted = sorted({int(pk) for pk in pks})
     if not wanted:
         return {}
     rows: list[tuple[Any, ...]] = []
-    fields: dict[int, list[FieldInfo]] = defaultdict(list)
+    field_rows_: list[tuple[Any, ...]] = []
     field_tags: dict[int, list[str]] = defaultdict(list)
     tags: dict[int, list[str]] = defaultdict(list)
     owners: dict[int, list[OwnerInfo]] = defaultdict(list)
-    field_rows: list[tuple[Any, ...]] = []
     for chunk in _chunks(wanted):
-        rows += Dataset.objects.filter(pk__in=chunk).values_list(
-            "pk",
-            "namespace__name",
-            "name",
-            "description",
-            "platform",
-            "location",
-            "source_name",
-            "sensitivity",
-            "lifecycle_state",
-            "is_hidden",
-            "created_at",
-            "updated_at",
-            "first_seen",
-            "last_seen",
-            "dropped_at",
-            "retention_policy__name",
-            "retention_policy__duration",
-            "retention_policy__action",
-            "retention_policy__legal_basis",
+        where, params = _where_in("d.id", chunk)
+        rows += _rows(
+            "SELECT d.id, n.name, d.name, d.description, d.platform, d.location, "
+            "d.source_name, d.sensitivity, d.lifecycle_state, d.is_hidden, "
+            f"{_ts_sql('d.created_at')}, {_ts_sql('d.updated_at')}, "
+            f"{_ts_sql('d.first_seen')}, {_ts_sql('d.last_seen')}, {_ts_sql('d.dropped_at')}, "
+            "rp.name, rp.duration, rp.action, rp.legal_basis "
+            "FROM catalog_dataset d JOIN catalog_namespace n ON n.id = d.namespace_id "
+            "LEFT JOIN catalog_retentionpolicy rp ON rp.id = d.retention_policy_id "
+            f"WHERE {where}",
+            params,
         )
-        field_filter = Q(dataset_id__in=chunk)
-        if as_of is not None:
-            field_filter &= Q(first_seen__lte=as_of) & (
-                Q(removed_at__isnull=True) | Q(removed_at__gt=as_of)
-            )
+        where, params = _where_in("f.dataset_id", chunk)
+        if as_of is None:
+            alive = "f.removed_at IS NULL"
         else:
-            field_filter &= Q(removed_at__isnull=True)
-        field_rows += (
-            DatasetField.objects.filter(field_filter)
-            .order_by("dataset_id", "ordinal", "name")
-            .values_list(
-                "pk",
-                "dataset_id",
-                "name",
-                "type",
-                "description",
-                "pii_category",
-                "subject_kind__name",
-                "flag_source",
-                "sensitivity",
-            )
+            alive = "f.first_seen <= %s AND (f.removed_at IS NULL OR f.removed_at > %s)"
+            params = [*params, _param(as_of), _param(as_of)]
+        if fields == "personal":
+            alive += " AND (f.pii_category <> '' OR f.subject_kind_id IS NOT NULL)"
+        elif fields == "none":
+            alive += " AND 1 = 0"
+        field_rows_ += _rows(
+            "SELECT f.id, f.dataset_id, f.name, f.type, f.description, f.pii_category, "
+            "sk.name, f.flag_source, f.sensitivity FROM catalog_datasetfield f "
+            "LEFT JOIN catalog_subjectkind sk ON sk.id = f.subject_kind_id "
+            f"WHERE {where} AND {alive} ORDER BY f.dataset_id, f.ordinal, f.name",
+            params,
         )
-        for field_pk, tag in DatasetField.tags.through.objects.filter(
-            datasetfield__dataset_id__in=chunk
-        ).values_list("datasetfield_id", "tag__name"):
+        where, params = _where_in("f.dataset_id", chunk)
+        for field_pk, tag in _rows(
+            "SELECT ft.datasetfield_id, t.name FROM catalog_datasetfield_tags ft "
+            "JOIN catalog_datasetfield f ON f.id = ft.datasetfield_id "
+            f"JOIN catalog_tag t ON t.id = ft.tag_id WHERE {where}",
+            params,
+        ):
             field_tags[field_pk].append(tag)
-        for ds_pk, tag in Dataset.tags.through.objects.filter(dataset_id__in=chunk).values_list(
-            "dataset_id", "tag__name"
+        where, params = _where_in("dt.dataset_id", chunk)
+        for ds_pk, tag in _rows(
+            "SELECT dt.dataset_id, t.name FROM catalog_dataset_tags dt "
+            f"JOIN catalog_tag t ON t.id = dt.tag_id WHERE {where}",
+            params,
         ):
             tags[ds_pk].append(tag)
-        for ds_pk, name, kind, email, otype in (
-            DatasetOwnership.objects.filter(dataset_id__in=chunk)
-            .order_by("owner__name", "ownership_type")
-            .values_list(
-                "dataset_id", "owner__name", "owner__kind", "owner__email", "ownership_type"
-            )
+        where, params = _where_in("o.dataset_id", chunk)
+        for ds_pk, name, kind, email, otype in _rows(
+            "SELECT o.dataset_id, w.name, w.kind, w.email, o.ownership_type "
+            "FROM catalog_datasetownership o JOIN catalog_owner w ON w.id = o.owner_id "
+            f"WHERE {where} ORDER BY w.name, o.ownership_type",
+            params,
         ):
             owners[ds_pk].append(OwnerInfo(name, otype, kind, email))
-    for f_pk, ds_pk, name, ftype, desc, pii, kind, source, sens in field_rows:
-        fields[ds_pk].append(
+    by_dataset: dict[int, list[FieldInfo]] = defaultdict(list)
+    for f_pk, ds_pk, name, ftype, desc, pii, kind, source, sens in field_rows_:
+        by_dataset[ds_pk].append(
             FieldInfo(
                 f_pk,
                 name,
@@ -235,7 +261,7 @@ def load_datasets(pks: Iterable[int], as_of: datetime | None = None) -> dict[int
                 kind,
                 source,
                 sens,
-                tuple(sorted(field_tags.get(f_pk, ()))),
+                tuple(sorted(field_tags[f_pk])) if f_pk in field_tags else (),
             )
         )
     found: dict[int, DatasetInfo] = {}
@@ -253,12 +279,12 @@ def load_datasets(pks: Iterable[int], as_of: datetime | None = None) -> dict[int
             sensitivity=row[7],
             lifecycle_state=row[8],
             is_hidden=bool(row[9]),
-            created_at=row[10],
-            updated_at=row[11],
-            first_seen=row[12],
-            last_seen=row[13],
-            dropped_at=row[14],
-            fields=tuple(fields.get(pk, ())),
+            created_at=_ts(row[10]),  # type: ignore[arg-type]
+            updated_at=_ts(row[11]),  # type: ignore[arg-type]
+            first_seen=_ts(row[12]),  # type: ignore[arg-type]
+            last_seen=_ts(row[13]),  # type: ignore[arg-type]
+            dropped_at=_ts(row[14]),
+            fields=tuple(by_dataset.get(pk, ())),
             tags=tuple(sorted(tags.get(pk, ()))),
             owners=tuple(owners.get(pk, ())),
             retention=retention,
@@ -340,105 +366,69 @@ def _rewind(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, Dataset
 
 def load_dataset_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
     """(namespace, name) of each dataset pk, in one query."""
-    wanted = sorted({int(pk) for pk in pks})
     out: dict[int, tuple[str, str]] = {}
-    for chunk in _chunks(wanted):
-        for pk, ns, name in Dataset.objects.filter(pk__in=chunk).values_list(
-            "pk", "namespace__name", "name"
+    for chunk in _chunks(sorted({int(pk) for pk in pks})):
+        where, params = _where_in("d.id", chunk)
+        for pk, ns, name in _rows(
+            "SELECT d.id, n.name, d.name FROM catalog_dataset d "
+            f"JOIN catalog_namespace n ON n.id = d.namespace_id WHERE {where}",
+            params,
         ):
             out[pk] = (ns, name)
     return out
 
 
 def load_job_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
-    wanted = sorted({int(pk) for pk in pks})
     out: dict[int, tuple[str, str]] = {}
-    for chunk in _chunks(wanted):
-        for pk, ns, name in Job.objects.filter(pk__in=chunk).values_list(
-            "pk", "namespace__name", "name"
+    for chunk in _chunks(sorted({int(pk) for pk in pks})):
+        where, params = _where_in("j.id", chunk)
+        for pk, ns, name in _rows(
+            "SELECT j.id, n.name, j.name FROM graph_job j "
+            f"JOIN catalog_namespace n ON n.id = j.namespace_id WHERE {where}",
+            params,
         ):
             out[pk] = (ns, name)
     return out
 
 
 def load_jobs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, JobInfo]:
-    """Jobs by pk with their latest run (the latest that had started by ``as_of``).
+    """Jobs by pk with their latest run (the latest created by ``as_of``, seen from then).
 
-    One query now; two with ``as_of``.
+    One query whatever the number of jobs.
     """
-    wanted = sorted({int(pk) for pk in pks})
     out: dict[int, JobInfo] = {}
-    for chunk in _chunks(wanted):
-        qs = Job.objects.filter(pk__in=chunk)
-        rows: list[tuple[Any, ...]]
+    run_cols = "r.run_uuid, r.state, {started}, {ended}, r.error_message, {state_at}".format(
+        started=_ts_sql("r.started_at"),
+        ended=_ts_sql("r.ended_at"),
+        state_at=_ts_sql("r.state_event_time"),
+    )
+    for chunk in _chunks(sorted({int(pk) for pk in pks})):
+        where, params = _where_in("j.id", chunk)
         if as_of is None:
-            rows = list(
-                qs.values_list(
-                    "pk",
-                    "namespace__name",
-                    "name",
-                    "job_type",
-                    "processing_type",
-                    "integration",
-                    "description",
-                    "location",
-                    "created_at",
-                    "updated_at",
-                    "parent__name",
-                    "latest_run__run_uuid",
-                    "latest_run__state",
-                    "latest_run__started_at",
-                    "latest_run__ended_at",
-                    "latest_run__error_message",
-                    "latest_run__state_event_time",
-                )
-            )
+            run_join = "LEFT JOIN graph_run r ON r.id = j.latest_run_id"
         else:
-            latest = (
-                Run.objects.filter(job_id=OuterRef("pk"), created_at__lte=as_of)
-                .order_by("-created_at", "-id")
-                .values("pk")[:1]
+            # The run created last by as_of (index on job, -created_at).
+            run_join = (
+                "LEFT JOIN graph_run r ON r.id = (SELECT r2.id FROM graph_run r2 "
+                "WHERE r2.job_id = j.id AND r2.created_at <= %s "
+                "ORDER BY r2.created_at DESC, r2.id DESC LIMIT 1)"
             )
-            rows = list(
-                qs.annotate(run_pk=Subquery(latest)).values_list(
-                    "pk",
-                    "namespace__name",
-                    "name",
-                    "job_type",
-                    "processing_type",
-                    "integration",
-                    "description",
-                    "location",
-                    "created_at",
-                    "updated_at",
-                    "parent__name",
-                    "run_pk",
+            params = [_param(as_of), *params]
+        for row in _rows(
+            "SELECT j.id, n.name, j.name, j.job_type, j.processing_type, j.integration, "
+            f"j.description, j.location, {_ts_sql('j.created_at')}, "
+            f"{_ts_sql('j.updated_at')}, p.name, {run_cols} "
+            "FROM graph_job j JOIN catalog_namespace n ON n.id = j.namespace_id "
+            f"LEFT JOIN graph_job p ON p.id = j.parent_id {run_join} WHERE {where}",
+            params,
+        ):
+            run = (
+                _run_info(
+                    row[11], row[12], _ts(row[13]), _ts(row[14]), row[15], _ts(row[16]), as_of
                 )
+                if row[11] is not None
+                else None
             )
-        runs: dict[int, RunInfo] = {}
-        if as_of is not None:
-            run_pks = [row[11] for row in rows if row[11] is not None]
-            for pk, uuid, state, started, ended, error, state_at in Run.objects.filter(
-                pk__in=run_pks
-            ).values_list(
-                "pk",
-                "run_uuid",
-                "state",
-                "started_at",
-                "ended_at",
-                "error_message",
-                "state_event_time",
-            ):
-                runs[pk] = _run_info(uuid, state, started, ended, error, state_at, as_of)
-        for row in rows:
-            if as_of is None:
-                run = (
-                    _run_info(row[11], row[12], row[13], row[14], row[15], row[16], None)
-                    if row[11] is not None
-                    else None
-                )
-            else:
-                run = runs.get(row[11]) if row[11] is not None else None
             out[row[0]] = JobInfo(
                 pk=row[0],
                 namespace=row[1],
@@ -448,8 +438,8 @@ def load_jobs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, Jo
                 integration=row[5],
                 description=row[6],
                 location=row[7],
-                created_at=row[8],
-                updated_at=row[9],
+                created_at=_ts(row[8]),  # type: ignore[arg-type]
+                updated_at=_ts(row[9]),  # type: ignore[arg-type]
                 parent_name=row[10],
                 latest_run=run,
             )
@@ -485,19 +475,16 @@ def _run_info(
 
 def field_rows(pks: Iterable[int]) -> dict[int, tuple[int, str, str, str, str, str | None]]:
     """(dataset pk, namespace, dataset name, field name, type, subject kind) per field pk."""
-    wanted = sorted({int(pk) for pk in pks})
     out: dict[int, tuple[int, str, str, str, str, str | None]] = {}
-    for chunk in _chunks(wanted):
-        for pk, ds_pk, ns, ds, name, ftype, kind in DatasetField.objects.filter(
-            pk__in=chunk
-        ).values_list(
-            "pk",
-            "dataset_id",
-            "dataset__namespace__name",
-            "dataset__name",
-            "name",
-            "type",
-            "subject_kind__name",
+    for chunk in _chunks(sorted({int(pk) for pk in pks})):
+        where, params = _where_in("f.id", chunk)
+        for pk, ds_pk, ns, ds, name, ftype, kind in _rows(
+            "SELECT f.id, f.dataset_id, n.name, d.name, f.name, f.type, sk.name "
+            "FROM catalog_datasetfield f JOIN catalog_dataset d ON d.id = f.dataset_id "
+            "JOIN catalog_namespace n ON n.id = d.namespace_id "
+            "LEFT JOIN catalog_subjectkind sk ON sk.id = f.subject_kind_id "
+            f"WHERE {where}",
+            params,
         ):
             out[pk] = (ds_pk, ns, ds, name, ftype, kind)
     return out

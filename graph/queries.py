@@ -540,7 +540,12 @@ class ImpactedJob:
 
 @dataclass(frozen=True)
 class Impact:
-    """Everything downstream of a dataset, job or field, with who to tell."""
+    """Everything downstream of a dataset, job or field, with who to tell.
+
+    ``datasets[i].dataset.fields`` holds only the dataset's personal-data
+    fields (PII category or subject kind). ``edges`` link the node ids shown
+    (datasets and jobs; fields and jobs at column level).
+    """
 
     root: str
     level: Literal["table", "column"]
@@ -549,6 +554,7 @@ class Impact:
     datasets: tuple[ImpactedDataset, ...]
     jobs: tuple[ImpactedJob, ...]
     owners: tuple[OwnerInfo, ...]
+    edges: tuple[GraphEdge, ...] = ()
     truncated: bool = False
     cut: Cut = Cut()
 
@@ -586,9 +592,17 @@ def impact(
     """
     if isinstance(node.id, FieldNodeId):
         return _column_impact(node, depth=depth, as_of=as_of, max_nodes=max_nodes)
-    graph = lineage(node, depth=depth, as_of=as_of, direction="downstream", max_nodes=max_nodes + 1)
+    graph = lineage(
+        node,
+        depth=depth,
+        as_of=as_of,
+        direction="downstream",
+        max_nodes=max_nodes + 1,
+        details=False,
+    )
     truncated, cut = graph.truncated, graph.cut
     nodes = [n for n in graph.nodes if n.side != "root"]
+    nodes.sort(key=lambda n: (n.distance, n.kind == "DATASET", n.node_id))
     if len(nodes) > max_nodes:
         dropped = nodes[max_nodes:]
         nodes = nodes[:max_nodes]
@@ -597,19 +611,18 @@ def impact(
             datasets=cut.datasets + sum(1 for n in dropped if n.kind == "DATASET"),
             jobs=cut.jobs + sum(1 for n in dropped if n.kind == "JOB"),
         )
+    shown = {n.node_id for n in nodes} | {graph.root}
+    edges = tuple(e for e in graph.edges if e.origin in shown and e.destination in shown)
     writers: dict[str, list[str]] = defaultdict(list)
-    for edge in graph.edges:
+    for edge in edges:
         if edge.origin.startswith("job:"):
             writers[edge.destination].append(edge.origin)
+    details = load_datasets((n.pk for n in nodes if n.kind == "DATASET"), as_of, "personal")
+    jobs = load_jobs((n.pk for n in nodes if n.kind == "JOB"), as_of)
     datasets = tuple(
-        ImpactedDataset(n.dataset, n.distance, tuple(sorted(writers.get(n.node_id, ()))))
+        ImpactedDataset(details[n.pk], n.distance, tuple(sorted(writers.get(n.node_id, ()))))
         for n in sorted(nodes, key=lambda n: (n.distance, n.node_id))
-        if n.kind == "DATASET" and n.dataset is not None
-    )
-    jobs = tuple(
-        ImpactedJob(n.job, n.distance)
-        for n in sorted(nodes, key=lambda n: (n.distance, n.node_id))
-        if n.kind == "JOB" and n.job is not None
+        if n.kind == "DATASET" and n.pk in details
     )
     return Impact(
         root=str(node),
@@ -617,8 +630,13 @@ def impact(
         depth=depth,
         as_of=as_of,
         datasets=datasets,
-        jobs=jobs,
+        jobs=tuple(
+            ImpactedJob(jobs[n.pk], n.distance)
+            for n in sorted(nodes, key=lambda n: (n.distance, n.node_id))
+            if n.kind == "JOB" and n.pk in jobs
+        ),
         owners=_owners(d.dataset for d in datasets),
+        edges=edges,
         truncated=truncated,
         cut=cut,
     )
@@ -660,8 +678,37 @@ def _column_impact(
             d = field_dist.get(src, 0) + 1
             job_dist[job] = min(job_dist.get(job, d), d)
     ds_pks = set(by_dataset) | set(ds_dist)
-    details = load_datasets(ds_pks, as_of)
+    details = load_datasets(ds_pks, as_of, "personal")
     jobs = load_jobs(job_dist, as_of)
+    field_ids = {pk: field_node_id(*row[1:4]) for pk, row in info.items()}
+    ds_ids = {pk: d.node_id for pk, d in details.items()}
+    job_ids = {pk: j.node_id for pk, j in jobs.items()}
+    edges: list[GraphEdge] = []
+    for src, tgt, job in zip(
+        links.src.tolist(), links.tgt.tolist(), links.job.tolist(), strict=True
+    ):
+        if src in field_ids and tgt in field_ids:
+            if job in job_ids:
+                edges += [
+                    GraphEdge(field_ids[src], job_ids[job]),
+                    GraphEdge(job_ids[job], field_ids[tgt]),
+                ]
+            else:
+                edges.append(GraphEdge(field_ids[src], field_ids[tgt]))
+    for src, tds, job in zip(
+        ds_batch.src.tolist(),
+        ds_batch.dst.tolist(),
+        snap.column("job", ds_batch).tolist(),
+        strict=True,
+    ):
+        if src in field_ids and tds in ds_ids:
+            if job in job_ids:
+                edges += [
+                    GraphEdge(field_ids[src], job_ids[job]),
+                    GraphEdge(job_ids[job], ds_ids[tds]),
+                ]
+            else:
+                edges.append(GraphEdge(field_ids[src], ds_ids[tds]))
     items = []
     for ds_pk in ds_pks:
         if ds_pk not in details:
@@ -685,6 +732,7 @@ def _column_impact(
             )
         ),
         owners=_owners(i.dataset for i in items),
+        edges=tuple(dict.fromkeys(edges)),
         truncated=truncated,
         cut=cut,
     )
@@ -1158,7 +1206,7 @@ def _dataset_page(
 def _degree(batch: snapshot.EdgeBatch) -> dict[int, int]:
     if batch.size == 0:
         return {}
-    pairs = np.unique(np.stack([batch.src.astype(np.int64), batch.dst.astype(np.int64)]), axis=1)
+    pairs = traverse.unique_pairs(batch.src, batch.dst)
     nodes, counts = np.unique(pairs[0], return_counts=True)
     return dict(zip(nodes.tolist(), counts.tolist(), strict=True))
 

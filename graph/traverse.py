@@ -136,12 +136,11 @@ def _inside(values: IntArray, mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.boo
 
 def _hidden_counts(batch: EdgeBatch, included: npt.NDArray[np.bool_]) -> dict[int, int]:
     """For each source node, how many distinct neighbours in ``batch`` are not included."""
-    src = batch.src.astype(np.int64)
     dst = batch.dst.astype(np.int64)
     outside = ~_inside(dst, included)
     if not outside.any():
         return {}
-    pairs = np.unique(np.stack([src[outside], dst[outside]]), axis=1)
+    pairs = unique_pairs(batch.src[outside], dst[outside])
     nodes, counts = np.unique(pairs[0], return_counts=True)
     return dict(zip(nodes.tolist(), counts.tolist(), strict=True))
 
@@ -168,8 +167,8 @@ def table_edges(snap: Snapshot, ds: IntArray, jobs: IntArray, tf: TimeFilter) ->
     writes = snap.expand("ds_up", ds, tf)  # src dataset, dst job (job wrote it)
     keep_r = _inside(reads.dst.astype(np.int64), job_mask)
     keep_w = _inside(writes.dst.astype(np.int64), job_mask)
-    read_pairs = _unique_pairs(reads.src[keep_r], reads.dst[keep_r])
-    write_pairs = _unique_pairs(writes.dst[keep_w], writes.src[keep_w])
+    read_pairs = unique_pairs(reads.src[keep_r], reads.dst[keep_r])
+    write_pairs = unique_pairs(writes.dst[keep_w], writes.src[keep_w])
     return TableEdges(
         read_ds=read_pairs[0],
         read_job=read_pairs[1],
@@ -182,10 +181,15 @@ def table_edges(snap: Snapshot, ds: IntArray, jobs: IntArray, tf: TimeFilter) ->
     )
 
 
-def _unique_pairs(a: npt.NDArray[np.integer], b: npt.NDArray[np.integer]) -> IntArray:
+def unique_pairs(a: npt.NDArray[np.integer], b: npt.NDArray[np.integer]) -> IntArray:
+    """Distinct (a, b) pairs as a (2, n) array, sorted by a then b."""
     if a.size == 0:
         return np.zeros((2, 0), dtype=np.int64)
-    return np.unique(np.stack([a.astype(np.int64), b.astype(np.int64)]), axis=1)
+    a64, b64 = a.astype(np.int64), b.astype(np.int64)
+    span = int(b64.max()) + 1
+    keys = np.unique(a64 * span + b64)
+    pairs: IntArray = np.stack([keys // span, keys % span])
+    return pairs
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,815 @@
+"""Lineage API: Marquez's graph shapes plus as-of, direction, caps, impact, root cause,
+paths, diffs, orphans/sources and taints. Views parse, call one query or action,
+render.
+
+Edges are always ``{"origin": upstream id, "destination": downstream id}``.
+Large answers are cut at ``maxNodes`` (default 2,000): the response says
+``truncated`` and how many datasets, jobs or fields were ``cut``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from django.db.models import QuerySet
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from catalog.auth import CanReadLineage, CanTaint
+from catalog.errors import ApiError
+from catalog.models import Dataset
+from catalog.params import (
+    bool_param,
+    choice_param,
+    int_param,
+    optional_instant,
+    parse_instant,
+)
+from graph import exports, nodedata, queries
+from graph.models import Taint
+from graph.nodedata import iso
+from graph.nodeids import (
+    DatasetNodeId,
+    FieldNodeId,
+    MalformedNodeId,
+    ResolvedNode,
+    UnknownNodeId,
+    resolve_node_id,
+)
+from graph.taint import TaintError, clear_taint, mark_tainted
+
+DIRECTIONS = ("upstream", "downstream", "both")
+DEFAULT_DEPTH = 20
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+class _TextRenderer(BaseRenderer):
+    """Lets ``?format=csv|mermaid`` through content negotiation; views answer with text.
+
+    Errors raised on those requests still come out as the JSON error shape.
+    """
+
+    charset = "utf-8"
+
+    def render(
+        self,
+        data: Any,
+        accepted_media_type: str | None = None,
+        renderer_context: Mapping[str, Any] | None = None,
+    ) -> bytes:
+        if isinstance(data, str):
+            return data.encode()
+        return _dumps(data).encode()
+
+
+class CsvRenderer(_TextRenderer):
+    media_type = "text/csv"
+    format = "csv"
+
+
+class MermaidRenderer(_TextRenderer):
+    media_type = "text/vnd.mermaid"
+    format = "mermaid"
+
+
+class GraphView(APIView):
+    """Base of the graph API views: an unknown ``format`` is a 400 naming it."""
+
+    permission_classes = [CanReadLineage]
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        fmt = request.query_params.get("format")
+        if fmt and not force:
+            known = sorted({r.format for r in self.get_renderers()})
+            if fmt not in known:
+                raise ApiError(f"format must be one of {', '.join(known)}, got {fmt!r}", "format")
+        return super().perform_content_negotiation(request, force)
+
+
+def node_param(params: Mapping[str, str], name: str = "nodeId") -> ResolvedNode:
+    """The node named by query parameter ``name``: 400 when malformed, 404 when unknown."""
+    raw = params.get(name)
+    if raw is None or raw == "":
+        raise ApiError(f"{name} is required", name)
+    try:
+        return resolve_node_id(raw)
+    except MalformedNodeId as exc:
+        raise ApiError(str(exc).replace("nodeId", name, 1), name) from exc
+    except UnknownNodeId as exc:
+        raise ApiError(f"Node {raw} not found", name, 404, {"nodeId": raw}) from exc
+
+
+def _depth(params: Mapping[str, str], default: int = DEFAULT_DEPTH) -> int:
+    return int_param(params, "depth", default, 0, queries.MAX_DEPTH)
+
+
+def _max_nodes(params: Mapping[str, str]) -> int:
+    return int_param(params, "maxNodes", queries.DEFAULT_MAX_NODES, 1, queries.MAX_NODES_LIMIT)
+
+
+def _text(body: str, content_type: str, filename: str | None = None) -> HttpResponse:
+    response = HttpResponse(body, content_type=f"{content_type}; charset=utf-8")
+    if filename:
+        response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _json(body: str, status: int = 200) -> HttpResponse:
+    return HttpResponse(body, content_type="application/json", status=status)
+
+
+def cut_json(cut: queries.Cut) -> dict[str, int]:
+    return {"datasets": cut.datasets, "jobs": cut.jobs, "fields": cut.fields}
+
+
+COMMON_PARAMETERS = [
+    OpenApiParameter("depth", int, description="jobs away from the node (0-1000), default 20"),
+    OpenApiParameter("asOf", OpenApiTypes.DATETIME, description="the graph as it was then"),
+    OpenApiParameter("maxNodes", int, description="cap on nodes returned (default 2000)"),
+]
+
+
+# --- table lineage -----------------------------------------------------------------------
+
+
+def lineage_body(graph: queries.LineageGraph) -> str:
+    """Marquez's ``{"graph": [...]}`` for ``graph``, with node data rendered in bulk."""
+    ds_pks = [n.pk for n in graph.nodes if n.kind == "DATASET"]
+    job_pks = [n.pk for n in graph.nodes if n.kind == "JOB"]
+    ds_data = nodedata.dataset_json(ds_pks, graph.as_of)
+    job_data = nodedata.job_json(job_pks, graph.as_of)
+    in_edges: dict[str, list[dict[str, str]]] = defaultdict(list)
+    out_edges: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for edge in graph.edges:
+        pair = {"origin": edge.origin, "destination": edge.destination}
+        out_edges[edge.origin].append(pair)
+        in_edges[edge.destination].append(pair)
+    by_id = {n.node_id: n for n in graph.nodes}
+
+    def dataset_ref(node_id: str) -> dict[str, str]:
+        node = by_id[node_id]
+        return {"namespace": node.namespace, "name": node.name}
+
+    parts = []
+    for node in graph.nodes:
+        data: str
+        if node.kind == "DATASET":
+            data = ds_data.get(node.pk, "null")
+        else:
+            job = job_data.get(node.pk)
+            if job is None:
+                data = "null"
+            else:
+                # JobData lists the job's inputs and outputs among the nodes shown.
+                inputs = [dataset_ref(e["origin"]) for e in in_edges[node.node_id]]
+                outputs = [dataset_ref(e["destination"]) for e in out_edges[node.node_id]]
+                data = f'{job[:-1]},"inputs":{_dumps(inputs)},"outputs":{_dumps(outputs)}}}'
+        parts.append(
+            f'{{"id":{_dumps(node.node_id)},"type":"{node.kind}","data":{data},'
+            f'"inEdges":{_dumps(in_edges[node.node_id])},'
+            f'"outEdges":{_dumps(out_edges[node.node_id])},'
+            f'"distance":{node.distance},"side":"{node.side}",'
+            f'"hiddenInEdges":{node.hidden_upstream},"hiddenOutEdges":{node.hidden_downstream}}}'
+        )
+    meta = {
+        "root": graph.root,
+        "direction": graph.direction,
+        "depth": graph.depth,
+        "asOf": iso(graph.as_of),
+        "maxNodes": graph.max_nodes,
+        "truncated": graph.truncated,
+        "cut": cut_json(graph.cut),
+    }
+    return '{"graph":[' + ",".join(parts) + "]," + _dumps(meta)[1:]
+
+
+class LineageView(GraphView):
+    """GET /api/v1/lineage (POST on the same path is the ingest endpoint)."""
+
+    permission_classes = [CanReadLineage]
+    renderer_classes = [JSONRenderer, CsvRenderer, MermaidRenderer]
+
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="Table-level lineage graph around a dataset or job (Marquez's shape)",
+        operation_id="getLineage",
+        parameters=[
+            OpenApiParameter("nodeId", str, required=True, description="dataset:… or job:…"),
+            OpenApiParameter("direction", str, enum=list(DIRECTIONS), description="default both"),
+            OpenApiParameter("format", str, enum=["json", "csv", "mermaid"]),
+            *COMMON_PARAMETERS,
+        ],
+    )
+    def get(self, request: Request) -> HttpResponse:
+        params = request.query_params
+        node = node_param(params)
+        depth = _depth(params)
+        as_of = optional_instant(params)
+        direction = choice_param(params, "direction", "both", DIRECTIONS)
+        max_nodes = _max_nodes(params)
+        fmt = params.get("format") or "json"
+        graph = queries.lineage(
+            node,
+            depth=depth,
+            as_of=as_of,
+            direction=direction,  # type: ignore[arg-type]
+            max_nodes=max_nodes,
+            details=False,
+        )
+        if fmt == "csv":
+            return _text(exports.lineage_csv(graph), "text/csv", "lineage.csv")
+        if fmt == "mermaid":
+            return _text(exports.lineage_mermaid(graph), "text/vnd.mermaid")
+        return _json(lineage_body(graph))
+
+
+# --- column lineage ----------------------------------------------------------------------
+
+
+def column_body(graph: queries.ColumnGraph) -> str:
+    inputs: dict[str, list[queries.ColumnLink]] = defaultdict(list)
+    outputs: dict[str, list[queries.ColumnLink]] = defaultdict(list)
+    for link in graph.edges:
+        inputs[link.destination].append(link)
+        outputs[link.origin].append(link)
+    by_id = {n.node_id: n for n in graph.nodes}
+    nodes = []
+    for node in graph.nodes:
+        own = inputs[node.node_id]
+        input_fields = []
+        for link in own:
+            source = by_id[link.origin]
+            input_fields.append(
+                {
+                    "namespace": source.namespace,
+                    "dataset": source.dataset,
+                    "field": source.field,
+                    "transformationDescription": link.description or None,
+                    "transformationType": link.transformation_type,
+                    "transformationSubtype": link.transformation_subtype or None,
+                    "masking": link.masking,
+                    "job": link.job,
+                }
+            )
+        first = own[0] if own else None
+        nodes.append(
+            {
+                "id": node.node_id,
+                "type": "DATASET_FIELD",
+                "data": {
+                    "namespace": node.namespace,
+                    "dataset": node.dataset,
+                    "field": node.field,
+                    "fieldType": node.field_type or None,
+                    "transformationDescription": (first.description or None) if first else None,
+                    "transformationType": first.transformation_type if first else None,
+                    "inputFields": input_fields,
+                    "subjectKind": node.subject_kind,
+                },
+                "inEdges": [{"origin": e.origin, "destination": e.destination} for e in own],
+                "outEdges": [
+                    {"origin": e.origin, "destination": e.destination}
+                    for e in outputs[node.node_id]
+                ],
+                "distance": node.distance,
+                "side": node.side,
+                "hiddenInEdges": node.hidden_upstream,
+                "hiddenOutEdges": node.hidden_downstream,
+            }
+        )
+    return _dumps(
+        {
+            "graph": nodes,
+            "root": graph.root,
+            "depth": graph.depth,
+            "withDownstream": graph.with_downstream,
+            "asOf": iso(graph.as_of),
+            "maxNodes": graph.max_nodes,
+            "truncated": graph.truncated,
+            "cut": cut_json(graph.cut),
+        }
+    )
+
+
+class ColumnLineageView(GraphView):
+    permission_classes = [CanReadLineage]
+
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="Column-level lineage of a field (or every field of a dataset)",
+        operation_id="getColumnLineage",
+        parameters=[
+            OpenApiParameter(
+                "nodeId", str, required=True, description="datasetField:… or dataset:…"
+            ),
+            OpenApiParameter("withDownstream", bool, description="also downstream (false)"),
+            *COMMON_PARAMETERS,
+        ],
+    )
+    def get(self, request: Request) -> HttpResponse:
+        params = request.query_params
+        node = node_param(params)
+        if not isinstance(node.id, FieldNodeId | DatasetNodeId):
+            raise ApiError("Column lineage needs a datasetField:… or dataset:… id", "nodeId")
+        graph = queries.column_lineage(
+            node,
+            depth=_depth(params),
+            as_of=optional_instant(params),
+            with_downstream=bool_param(params, "withDownstream", False),
+            max_nodes=_max_nodes(params),
+        )
+        return _json(column_body(graph))
+
+
+# --- impact and root cause ---------------------------------------------------------------
+
+
+def owner_json(owner: queries.OwnerInfo) -> dict[str, Any]:
+    return {
+        "name": owner.name,
+        "type": owner.type or None,
+        "kind": owner.kind or None,
+        "email": owner.email or None,
+    }
+
+
+def retention_json(info: queries.DatasetInfo) -> dict[str, Any] | None:
+    policy = info.retention
+    if policy is None:
+        return None
+    return {
+        "name": policy.name,
+        "durationDays": policy.duration_days,
+        "action": policy.action or None,
+    }
+
+
+def run_json(run: queries.RunInfo | None) -> dict[str, Any] | None:
+    if run is None:
+        return None
+    return {
+        "id": run.run_uuid,
+        "state": run.state,
+        "startedAt": iso(run.started_at),
+        "endedAt": iso(run.ended_at),
+        "durationMs": run.duration_ms,
+        "errorMessage": run.error_message or None,
+        "failed": run.failed,
+    }
+
+
+def impact_json(impact: queries.Impact) -> dict[str, Any]:
+    return {
+        "root": impact.root,
+        "level": impact.level,
+        "depth": impact.depth,
+        "asOf": iso(impact.as_of),
+        "truncated": impact.truncated,
+        "cut": cut_json(impact.cut),
+        "datasets": [
+            {
+                "nodeId": item.node_id,
+                "namespace": item.dataset.namespace,
+                "name": item.dataset.name,
+                "distance": item.distance,
+                "owners": [owner_json(o) for o in item.dataset.owners],
+                "pii": item.dataset.has_pii,
+                "piiFields": [
+                    {"name": f.name, "pii": f.pii_category or None, "subjectKind": f.subject_kind}
+                    for f in item.dataset.pii_fields
+                ],
+                "retentionPolicy": retention_json(item.dataset),
+                "fields": list(item.fields),
+                "viaJobs": list(item.via_jobs),
+            }
+            for item in impact.datasets
+        ],
+        "jobs": [
+            {"nodeId": j.node_id, "distance": j.distance, "latestRun": run_json(j.job.latest_run)}
+            for j in impact.jobs
+        ],
+        "owners": [owner_json(o) for o in impact.owners],
+        "edges": [{"origin": e.origin, "destination": e.destination} for e in impact.edges],
+        "counts": {
+            "datasets": len(impact.datasets),
+            "jobs": len(impact.jobs),
+            "piiDatasets": len(impact.pii_datasets),
+            "owners": len(impact.owners),
+        },
+    }
+
+
+class ImpactView(GraphView):
+    permission_classes = [CanReadLineage]
+    renderer_classes = [JSONRenderer, CsvRenderer, MermaidRenderer]
+
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="Everything downstream of a dataset, job or field, with owners, PII, retention",
+        parameters=[
+            OpenApiParameter("nodeId", str, required=True),
+            OpenApiParameter("format", str, enum=["json", "csv", "mermaid"]),
+            *COMMON_PARAMETERS,
+        ],
+    )
+    def get(self, request: Request) -> HttpResponse:
+        params = request.query_params
+        node = node_param(params)
+        fmt = params.get("format") or "json"
+        impact = queries.impact(
+            node,
+            depth=_depth(params, queries.MAX_DEPTH),
+            as_of=optional_instant(params),
+            max_nodes=_max_nodes(params),
+        )
+        if fmt == "csv":
+            return _text(exports.impact_csv(impact), "text/csv", "impact.csv")
+        if fmt == "mermaid":
+            return _text(exports.impact_mermaid(impact), "text/vnd.mermaid")
+        return _json(_dumps(impact_json(impact)))
+
+
+class RootCauseView(GraphView):
+    permission_classes = [CanReadLineage]
+
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="Everything upstream with each job's latest run; failures first",
+        parameters=[OpenApiParameter("nodeId", str, required=True), *COMMON_PARAMETERS],
+    )
+    def get(self, request: Request) -> HttpResponse:
+        params = request.query_params
+        node = node_param(params)
+        result = queries.root_cause(
+            node,
+            depth=_depth(params),
+            as_of=optional_instant(params),
+            max_nodes=_max_nodes(params),
+        )
+        jobs = [
+            {
+                "nodeId": j.node_id,
+                "distance": j.distance,
+                "failed": j.failed,
+                "latestRun": run_json(j.run),
+                "outputs": list(j.outputs),
+            }
+            for j in result.jobs
+        ]
+        meta = {
+            "root": result.root,
+            "depth": result.depth,
+            "asOf": iso(result.as_of),
+            "jobs": jobs,
+            "failures": [j.node_id for j in result.failures],
+            "suspects": list(result.suspects),
+            "truncated": result.graph.truncated,
+            "cut": cut_json(result.graph.cut),
+        }
+        edges = [{"origin": e.origin, "destination": e.destination} for e in result.graph.edges]
+        graph = [
+            {"id": n.node_id, "type": n.kind, "distance": n.distance} for n in result.graph.nodes
+        ]
+        return _json(_dumps({**meta, "nodes": graph, "edges": edges}))
+
+
+# --- path, diff, changes -----------------------------------------------------------------
+
+
+class PathView(GraphView):
+    permission_classes = [CanReadLineage]
+
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="A shortest lineage path between two nodes (either direction)",
+        parameters=[
+            OpenApiParameter("from", str, required=True, description="node id"),
+            OpenApiParameter("to", str, required=True, description="node id"),
+            OpenApiParameter("asOf", OpenApiTypes.DATETIME),
+        ],
+    )
+    def get(self, request: Request) -> HttpResponse:
+        params = request.query_params
+        source = node_param(params, "from")
+        target = node_param(params, "to")
+        as_of = optional_instant(params)
+        try:
+            path = queries.find_path(source, target, as_of=as_of)
+        except ValueError as exc:
+            raise ApiError(str(exc), "to") from exc
+        body: dict[str, Any] = {
+            "from": str(source),
+            "to": str(target),
+            "asOf": iso(as_of),
+            "found": path is not None,
+        }
+        if path is not None:
+            body.update(
+                {
+                    "level": path.level,
+                    "direction": path.direction,
+                    "jobs": path.jobs,
+                    "nodes": list(path.nodes),
+                    "edges": [
+                        {"origin": a, "destination": b}
+                        for a, b in zip(path.nodes, path.nodes[1:], strict=False)
+                    ],
+                }
+            )
+        return _json(_dumps(body))
+
+
+def _required_instant(params: Mapping[str, str], name: str) -> datetime:
+    raw = params.get(name)
+    if not raw:
+        raise ApiError(f"{name} is required (ISO-8601)", name)
+    return parse_instant(raw, name)
+
+
+class DiffView(GraphView):
+    permission_classes = [CanReadLineage]
+
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="Edges, datasets and fields added or removed between two instants",
+        parameters=[
+            OpenApiParameter("t1", OpenApiTypes.DATETIME, required=True),
+            OpenApiParameter("t2", OpenApiTypes.DATETIME, required=True),
+            OpenApiParameter("nodeId", str, description="limit to this node's lineage"),
+            OpenApiParameter("depth", int),
+            OpenApiParameter("direction", str, enum=list(DIRECTIONS)),
+            OpenApiParameter("limit", int, description="items per list (default 1000)"),
+        ],
+    )
+    def get(self, request: Request) -> HttpResponse:
+        params = request.query_params
+        t1 = _required_instant(params, "t1")
+        t2 = _required_instant(params, "t2")
+        node = node_param(params) if params.get("nodeId") else None
+        result = queries.diff(
+            t1,
+            t2,
+            node=node,
+            depth=int_param(params, "depth", 5, 0, queries.MAX_DEPTH),
+            direction=choice_param(params, "direction", "both", DIRECTIONS),  # type: ignore[arg-type]
+            limit=int_param(params, "limit", 1000, 1, 10_000),
+        )
+
+        def edges(items: tuple[queries.GraphEdge, ...]) -> list[dict[str, str]]:
+            return [{"origin": e.origin, "destination": e.destination} for e in items]
+
+        def column_edges(items: tuple[queries.ColumnDiffEdge, ...]) -> list[dict[str, Any]]:
+            return [{"origin": e.origin, "destination": e.destination, "job": e.job} for e in items]
+
+        return _json(
+            _dumps(
+                {
+                    "t1": iso(result.t1),
+                    "t2": iso(result.t2),
+                    "root": result.root,
+                    "edgesAdded": edges(result.edges_added),
+                    "edgesRemoved": edges(result.edges_removed),
+                    "columnEdgesAdded": column_edges(result.column_edges_added),
+                    "columnEdgesRemoved": column_edges(result.column_edges_removed),
+                    "datasetsAdded": list(result.datasets_added),
+                    "datasetsRemoved": list(result.datasets_removed),
+                    "fieldsAdded": list(result.fields_added),
+                    "fieldsRemoved": list(result.fields_removed),
+                    "counts": result.counts,
+                    "truncated": result.truncated,
+                }
+            )
+        )
+
+
+class ChangesView(GraphView):
+    permission_classes = [CanReadLineage]
+
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="Instants at which the graph around a node (or anywhere) changed",
+        parameters=[
+            OpenApiParameter("nodeId", str),
+            OpenApiParameter("depth", int),
+            OpenApiParameter("direction", str, enum=list(DIRECTIONS)),
+            OpenApiParameter("limit", int),
+        ],
+    )
+    def get(self, request: Request) -> HttpResponse:
+        params = request.query_params
+        node = node_param(params) if params.get("nodeId") else None
+        instants = queries.change_instants(
+            node,
+            depth=int_param(params, "depth", 5, 0, queries.MAX_DEPTH),
+            direction=choice_param(params, "direction", "both", DIRECTIONS),  # type: ignore[arg-type]
+            limit=int_param(params, "limit", 500, 1, 10_000),
+        )
+        return _json(_dumps({"instants": [iso(t) for t in instants]}))
+
+
+# --- orphans and sources -----------------------------------------------------------------
+
+
+def page_json(page: queries.DatasetPage) -> dict[str, Any]:
+    return {
+        "totalCount": page.total,
+        "datasets": [
+            {
+                "nodeId": item.node_id,
+                "namespace": item.namespace,
+                "name": item.name,
+                "lastSeen": iso(item.last_seen),
+                "producers": item.producers,
+                "consumers": item.consumers,
+            }
+            for item in page.items
+        ],
+    }
+
+
+LIST_PARAMETERS = [
+    OpenApiParameter("asOf", OpenApiTypes.DATETIME),
+    OpenApiParameter("namespace", str),
+    OpenApiParameter("limit", int, description="1 to 1000, default 100"),
+    OpenApiParameter("offset", int),
+]
+
+
+class OrphansView(GraphView):
+    permission_classes = [CanReadLineage]
+    query = staticmethod(queries.orphans)
+
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="Datasets no job reads",
+        parameters=LIST_PARAMETERS,
+    )
+    def get(self, request: Request) -> HttpResponse:
+        params = request.query_params
+        page = self.query(
+            as_of=optional_instant(params),
+            limit=int_param(params, "limit", 100, 1, 1000),
+            offset=int_param(params, "offset", 0, 0, 10**9),
+            namespace=params.get("namespace") or None,
+        )
+        return _json(_dumps(page_json(page)))
+
+
+class SourcesView(OrphansView):
+    query = staticmethod(queries.sources)
+
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="Datasets jobs read but no job writes",
+        parameters=LIST_PARAMETERS,
+    )
+    def get(self, request: Request) -> HttpResponse:
+        return super().get(request)
+
+
+# --- taints ------------------------------------------------------------------------------
+
+
+def taint_json(info: queries.TaintInfo) -> dict[str, Any]:
+    return {
+        "id": info.pk,
+        "dataset": info.dataset,
+        "reason": info.reason,
+        "windowStart": iso(info.window_start),
+        "windowEnd": iso(info.window_end),
+        "createdAt": iso(info.created_at),
+        "createdBy": info.created_by or None,
+        "clearedAt": iso(info.cleared_at),
+        "clearedBy": info.cleared_by or None,
+        "active": info.active,
+    }
+
+
+def at_risk_json(impact: queries.TaintImpact) -> dict[str, Any]:
+    return {
+        "datasets": [
+            {
+                "nodeId": d.node_id,
+                "distance": d.distance,
+                "taints": list(d.taints),
+                "owners": [owner_json(o) for o in d.dataset.owners],
+            }
+            for d in impact.datasets
+        ],
+        "jobsToRerun": [
+            {
+                "nodeId": j.node_id,
+                "order": j.order,
+                "distance": j.distance,
+                "inCycle": j.in_cycle,
+            }
+            for j in impact.jobs_to_rerun
+        ],
+        "owners": [owner_json(o) for o in impact.owners],
+        "truncated": impact.truncated,
+        "cut": cut_json(impact.cut),
+    }
+
+
+class TaintInput(serializers.Serializer[Any]):
+    nodeId = serializers.CharField(max_length=4096)
+    reason = serializers.CharField(max_length=2000)
+    windowStart = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    windowEnd = serializers.DateTimeField(required=False, allow_null=True, default=None)
+
+
+def _taints() -> QuerySet[Taint]:
+    return Taint.objects.select_related("dataset__namespace", "created_by", "cleared_by")
+
+
+class TaintListView(GraphView):
+    def get_permissions(self) -> list[Any]:
+        return [CanTaint()] if self.request.method == "POST" else [CanReadLineage()]
+
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="Active taints (all with ?all=true) and what they put at risk",
+        parameters=[OpenApiParameter("all", bool)],
+    )
+    def get(self, request: Request) -> HttpResponse:
+        include_all = bool_param(request.query_params, "all", False)
+        active = list(_taints().filter(cleared_at__isnull=True))
+        impact = queries.taint_impact(active)
+        listed = list(_taints()) if include_all else active
+        return _json(
+            _dumps(
+                {
+                    "taints": [taint_json(queries.taint_info(t)) for t in listed],
+                    "atRisk": at_risk_json(impact),
+                }
+            )
+        )
+
+    @extend_schema(
+        request=TaintInput,
+        responses={201: OpenApiTypes.OBJECT},
+        summary="Mark a dataset as bad (optionally for a window); downstream is at risk",
+    )
+    def post(self, request: Request) -> Response:
+        if not isinstance(request.data, dict):
+            raise ApiError("Request body must be a JSON object", "body")
+        serializer = TaintInput(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        node = node_param({"nodeId": data["nodeId"]})
+        if not isinstance(node.id, DatasetNodeId):
+            raise ApiError("Only datasets can be tainted: use a dataset:… id", "nodeId")
+        dataset = Dataset.objects.get(pk=node.pk)
+        try:
+            taint = mark_tainted(
+                dataset,
+                reason=data["reason"],
+                actor=request.user,
+                window_start=data["windowStart"],
+                window_end=data["windowEnd"],
+            )
+        except TaintError as exc:
+            raise ApiError(exc.message, exc.field) from exc
+        taint = _taints().get(pk=taint.pk)
+        impact = queries.taint_impact([taint])
+        return Response(
+            {"taint": taint_json(queries.taint_info(taint)), "atRisk": at_risk_json(impact)},
+            status=201,
+        )
+
+
+class TaintDetailView(GraphView):
+    def get_permissions(self) -> list[Any]:
+        return [CanTaint()] if self.request.method == "DELETE" else [CanReadLineage()]
+
+    def _taint(self, taint_id: int) -> Taint:
+        taint = _taints().filter(pk=taint_id).first()
+        if taint is None:
+            raise ApiError(f"Taint {taint_id} not found", "taint_id", 404)
+        return taint
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One taint and what it puts at risk")
+    def get(self, request: Request, taint_id: int) -> Response:
+        taint = self._taint(taint_id)
+        impact = queries.taint_impact([taint])
+        return Response(
+            {"taint": taint_json(queries.taint_info(taint)), "atRisk": at_risk_json(impact)}
+        )
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="Clear a taint")
+    def delete(self, request: Request, taint_id: int) -> Response:
+        taint = clear_taint(self._taint(taint_id), actor=request.user)
+        return Response({"taint": taint_json(queries.taint_info(taint))})
