@@ -60,9 +60,7 @@ class LineageBuilder:
         ns = self.ns
         if namespace is not None:
             ns, _ = Namespace.objects.get_or_create(name=namespace)
-        ds = Dataset.objects.create(
-            namespace=ns, name=name, first_seen=at, last_seen=at, **extra
-        )
+        ds = Dataset.objects.create(namespace=ns, name=name, first_seen=at, last_seen=at, **extra)
         self.ds[name] = ds
         for i, field in enumerate(fields):
             self.fields[f"{name}.{field}"] = DatasetField.objects.create(

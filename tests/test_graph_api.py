@@ -102,9 +102,7 @@ def test_it_follows_direction_and_as_of(api, viewer, shop):
 
 
 def test_it_caps_and_says_what_was_cut(api, viewer, shop):
-    response = api(viewer).get(
-        url("lineage", nodeId=shop.id("clean.orders"), depth=5, maxNodes=2)
-    )
+    response = api(viewer).get(url("lineage", nodeId=shop.id("clean.orders"), depth=5, maxNodes=2))
     body = response.json()
     assert len(body["graph"]) == 2 and body["truncated"] is True
     assert body["cut"]["datasets"] + body["cut"]["jobs"] == 3

@@ -271,9 +271,7 @@ def test_impact_as_of_shows_owners_as_they_were(columns):
     )
     then = queries.impact(node(columns, "raw.customers"), as_of=T1)
     assert [o.name for o in then.owners] == ["old-team"]
-    assert [o.name for o in queries.impact(node(columns, "raw.customers")).owners] == [
-        "new-team"
-    ]
+    assert [o.name for o in queries.impact(node(columns, "raw.customers")).owners] == ["new-team"]
 
 
 def test_root_cause_puts_failed_jobs_first_with_suspects(chain):
