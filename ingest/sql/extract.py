@@ -104,6 +104,8 @@ class _Plan:
     previous: DatasetRef | None = None
     temporary: bool = False
     read_only: bool = False
+    # Columns of tables this statement creates, by target index.
+    created_columns: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
 
 class StatementExtractor:
@@ -597,12 +599,13 @@ class StatementExtractor:
         outputs = list(_unique(t.dataset for t in plan.targets))
         if plan.temporary:
             self.ctx.temporary.update(outputs)
-        for target, lineage in zip(plan.targets, target_lineages, strict=True):
-            if plan.kind in {StatementKind.CTAS, StatementKind.CREATE_VIEW, StatementKind.DDL}:
-                known = lineage.schema
-                if plan.kind is StatementKind.DDL and plan.lifecycle is not Lifecycle.CREATE:
-                    continue
-                self.ctx.created[target.dataset] = tuple(n for n, _ in known) if known else None
+        creates = {StatementKind.CTAS, StatementKind.CREATE_VIEW, StatementKind.DDL}
+        if plan.kind in creates and plan.lifecycle in {None, Lifecycle.CREATE, Lifecycle.OVERWRITE}:
+            for index, (target, lineage) in enumerate(
+                zip(plan.targets, target_lineages, strict=True)
+            ):
+                declared = tuple(n for n, _ in lineage.schema) if lineage.schema else None
+                self.ctx.created[target.dataset] = plan.created_columns.get(index) or declared
         if plan.kind is StatementKind.DDL and plan.lifecycle is Lifecycle.DROP:
             for output in outputs:
                 self.ctx.created.pop(output, None)
@@ -648,7 +651,9 @@ class StatementExtractor:
         dataset_level = tracer.dataset_level(root)
         lineages = self._targets(plan, qualified, root, tracer, warnings)
         if tracer.unresolved:
-            warnings.append("unresolved columns: " + ", ".join(sorted(tracer.unresolved)))
+            names = sorted(tracer.unresolved)
+            more = f" (+{len(names) - 10} more)" if len(names) > 10 else ""
+            warnings.append("unresolved columns: " + ", ".join(names[:10]) + more)
         indirect = _input_fields(dataset_level, None)
         lineages = [TargetLineage(t.dataset, t.fields, indirect, t.schema) for t in lineages]
         return inputs, lineages
@@ -747,16 +752,19 @@ class StatementExtractor:
                     if target_column is not None:
                         fields.setdefault(target_column, set()).update(tracer.position(root, index))
         lineages: list[TargetLineage] = []
-        for target, fields in zip(plan.targets, per_target, strict=True):
+        for index, (target, fields) in enumerate(zip(plan.targets, per_target, strict=True)):
             mapped = {
                 column: _input_fields(frozenset(reached), FieldRef(target.dataset, column))
                 for column, reached in fields.items()
             }
             schema = target.schema
-            if plan.kind in {StatementKind.CTAS, StatementKind.CREATE_VIEW} and schema is None:
-                columns = self._target_columns(target, names, [])
-                if columns is not None and None not in columns:
-                    schema = tuple((c, "") for c in columns if c is not None)
+            creates = plan.kind in {StatementKind.CTAS, StatementKind.CREATE_VIEW}
+            # A created table's columns, unless the catalog knows them (maybe with types).
+            columns = self._target_columns(target, names, []) if creates else None
+            if columns is not None and None not in columns:
+                plan.created_columns[index] = tuple(c for c in columns if c is not None)
+                if schema is None and self.ctx.provider_columns(target.dataset) is None:
+                    schema = tuple((c, "") for c in plan.created_columns[index])
             lineages.append(
                 TargetLineage(target.dataset, {c: f for c, f in mapped.items() if f}, (), schema)
             )

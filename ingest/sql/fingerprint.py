@@ -35,7 +35,7 @@ def _token_pattern(backslash_escapes: bool, double_quoted_strings: bool) -> re.P
     identifiers = r"`(?:[^`]|``)*`" + ("" if double_quoted_strings else r'|"(?:[^"]|"")*"')
     return re.compile(
         rf"(?P<lit>{literal}|{_DOLLAR}|{_NUMBER})|(?P<ident>{identifiers})"
-        rf"|(?P<comment>{_COMMENTS})|(?P<ws>\s+)",
+        rf"|(?P<ws>(?:\s|{_COMMENTS})+)",
         re.S,
     )
 
@@ -71,7 +71,7 @@ def normalize(sql: str, spec: DialectSpec) -> str:
         elif kind == "ident":
             append(m.group(0))
         else:
-            # whitespace and comments both separate tokens
+            # a run of whitespace and comments separates tokens
             append(" ")
         pos = m.end()
     append(sql[pos:])

@@ -164,6 +164,8 @@ class StatementLineage:
     outputs: tuple[DatasetRef, ...]
     targets: tuple[TargetLineage, ...] = ()
     fingerprint: str = ""
+    # Fingerprint with date suffixes folded: names the job across daily tables.
+    job_key: str = ""
     index: int = 0
     lifecycle: Lifecycle | None = None
     previous_name: DatasetRef | None = None

@@ -50,6 +50,7 @@ from ingest.sql.model import (
     TargetLineage,
 )
 from ingest.sql.session import LineageSession, compose
+from ingest.sql.tablescan import count_set_operations, scan_tables
 
 logging.getLogger("sqlglot").setLevel(logging.CRITICAL)
 
@@ -62,7 +63,12 @@ DEFAULT_SCRATCH_PATTERNS: tuple[str, ...] = (
     r"(?i)_(tmp|scratch)$",
 )
 
-DEFAULT_MAX_COLUMN_PASS_CHARS = 200_000
+# Beyond these, column lineage costs too much (sqlglot's qualification is
+# quadratic in UNION branches) and tables are found by scanning the text.
+DEFAULT_MAX_COLUMN_PASS_CHARS = 100_000
+DEFAULT_MAX_COLUMN_PASS_SET_OPERATIONS = 200
+# openlineage-sql is quadratic on long statements too: it only backs up small ones.
+DEFAULT_MAX_FALLBACK_CHARS = 20_000
 
 _UNLOAD = re.compile(r"(?is)^\s*unload\s*\(\s*'((?:[^']|'')*)'\s*\)\s*to\s*'([^']*)'")
 _MYSQL_LOAD = re.compile(
@@ -117,6 +123,8 @@ class SqlLineageParser:
         max_statement_chars: int = guards.DEFAULT_MAX_STATEMENT_CHARS,
         max_nesting: int = guards.DEFAULT_MAX_NESTING,
         max_column_pass_chars: int = DEFAULT_MAX_COLUMN_PASS_CHARS,
+        max_column_pass_set_operations: int = DEFAULT_MAX_COLUMN_PASS_SET_OPERATIONS,
+        max_fallback_chars: int = DEFAULT_MAX_FALLBACK_CHARS,
         cache_size: int = 50_000,
     ) -> None:
         self.default_dialect = resolve_dialect(dialect)
@@ -126,6 +134,8 @@ class SqlLineageParser:
         self.max_statement_chars = max_statement_chars
         self.max_nesting = max_nesting
         self.max_column_pass_chars = max_column_pass_chars
+        self.max_column_pass_set_operations = max_column_pass_set_operations
+        self.max_fallback_chars = max_fallback_chars
         self._cache: OrderedDict[tuple[str, str, str, str], _Cached] = OrderedDict()
         self._cache_size = cache_size
         self._columns: dict[DatasetRef, tuple[str, ...] | None] = {}
@@ -202,7 +212,17 @@ class SqlLineageParser:
             guards.check_depth(depth, self.max_nesting)
         except guards.InputRejected as exc:
             return _Cached((), (StatementError(0, str(exc), sql[:200]),))
-        if depth > guards.INLINE_NESTING:
+        set_operations = count_set_operations(normalized)
+        if (
+            len(sql) > self.max_column_pass_chars
+            or set_operations > self.max_column_pass_set_operations
+        ):
+            if len(sql) > self.max_column_pass_chars:
+                reason = f"statement longer than {self.max_column_pass_chars:,} characters"
+            else:
+                reason = f"{set_operations} set operations"
+            return self._scan_script(normalized, fp, self._context(spec, defaults), reason)
+        if depth + set_operations > guards.INLINE_NESTING:
             return guards.run_deep(lambda: self._parse_script(sql, fp, spec, defaults))
         try:
             return self._parse_script(sql, fp, spec, defaults)
@@ -244,14 +264,18 @@ class SqlLineageParser:
         single = len(chunks) == 1
         for index, chunk in enumerate(chunks):
             text = sql[chunk[0].start : chunk[-1].end + 1]
-            statement_fp = fp if single else digest(spec.name, normalize(text, spec))
+            normalized = normalize(text, spec)
+            statement_fp = fp if single else digest(spec.name, normalized)
+            job_key = digest(spec.name, self.folder.fold_text(normalized))
             result = self._parse_statement(text, chunk, ctx)
             if isinstance(result, StatementError):
                 errors.append(replace(result, index=index))
                 continue
             if result is None:
                 continue
-            statements.append(replace(result, index=index, fingerprint=statement_fp))
+            statements.append(
+                replace(result, index=index, fingerprint=statement_fp, job_key=job_key)
+            )
         return _Cached(tuple(statements), tuple(errors))
 
     def _parse_statement(
@@ -369,6 +393,56 @@ class SqlLineageParser:
         )
         return StatementExtractor(ctx).dataset(table) or DatasetRef(raw)
 
+    # -- the text scan for very large statements ---------------------------------
+
+    def _scan_script(self, normalized: str, fp: str, ctx: ScriptContext, reason: str) -> _Cached:
+        pieces = [p.strip() for p in normalized.split(";") if p.strip()]
+        statements: list[StatementLineage] = []
+        errors: list[StatementError] = []
+        for index, piece in enumerate(pieces):
+            result = self._scan(piece, ctx, reason)
+            if isinstance(result, StatementError):
+                errors.append(replace(result, index=index))
+                continue
+            statement_fp = fp if len(pieces) == 1 else digest(ctx.spec.name, piece)
+            job_key = digest(ctx.spec.name, self.folder.fold_text(piece))
+            statements.append(
+                replace(result, index=index, fingerprint=statement_fp, job_key=job_key)
+            )
+        return _Cached(tuple(statements), tuple(errors))
+
+    def _scan(
+        self, normalized: str, ctx: ScriptContext, reason: str
+    ) -> StatementLineage | StatementError:
+        def unquote(part: str) -> str:
+            if part[:1] in {'"', "`"}:
+                return part[1:-1].replace('""', '"')
+            return str(ctx.dialect.normalize_identifier(exp.to_identifier(part)).name)
+
+        found = scan_tables(normalized, unquote)
+        extractor = StatementExtractor(ctx)
+
+        def dataset(parts: tuple[str, ...]) -> DatasetRef:
+            padded = ("", "", *parts)[-3:]
+            return extractor.qualified(padded[0], padded[1], padded[2])
+
+        inputs = tuple(dict.fromkeys(dataset(p) for p in found.inputs))
+        outputs = tuple(dict.fromkeys(dataset(p) for p in found.outputs))
+        kind = _guess_kind(normalized)
+        if kind is StatementKind.SELECT:
+            outputs = ()
+        if not inputs and not outputs:
+            return StatementError(0, f"{reason}; no tables found", normalized[:200])
+        return StatementLineage(
+            kind,
+            inputs,
+            outputs,
+            tuple(TargetLineage(o, {}) for o in outputs),
+            hidden_datasets=frozenset(d for d in (*inputs, *outputs) if ctx.is_hidden(d)),
+            parser="text-scan",
+            warnings=(f"table lineage only ({reason})",),
+        )
+
     # -- the openlineage-sql fallback -------------------------------------------
 
     def _fallback_script(
@@ -377,7 +451,8 @@ class SqlLineageParser:
         result = self._fallback(sql, ctx, reason)
         if isinstance(result, StatementError):
             return _Cached((), (result,))
-        return _Cached((replace(result, fingerprint=fp),), ())
+        job_key = digest(spec.name, self.folder.fold_text(normalize(sql, spec)))
+        return _Cached((replace(result, fingerprint=fp, job_key=job_key),), ())
 
     def _fallback(
         self, text: str, ctx: ScriptContext, reason: str
