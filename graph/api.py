@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import QuerySet
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -35,7 +35,7 @@ from catalog.params import (
     optional_instant,
     parse_instant,
 )
-from graph import exports, nodedata, queries
+from graph import exports, nodedata, queries, revision
 from graph.models import Taint
 from graph.nodedata import iso
 from graph.nodeids import (
@@ -86,9 +86,14 @@ class MermaidRenderer(_TextRenderer):
 
 
 class GraphView(APIView):
-    """Base of the graph API views: an unknown ``format`` is a 400 naming it."""
+    """Base of the graph API views: one lineage revision per request (see
+    graph.revision.pinned); an unknown ``format`` is a 400 naming it."""
 
     permission_classes = [CanReadLineage]
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        with revision.pinned():
+            return super().dispatch(request, *args, **kwargs)
 
     def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
         fmt = request.query_params.get("format")

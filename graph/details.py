@@ -446,6 +446,30 @@ def load_jobs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, Jo
     return out
 
 
+def latest_runs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, RunInfo]:
+    """Each job's latest run (the latest created by ``as_of``, seen from then), one query."""
+    out: dict[int, RunInfo] = {}
+    for chunk in _chunks(sorted({int(pk) for pk in pks})):
+        where, params = _where_in("j.id", chunk)
+        if as_of is None:
+            run_join = "JOIN graph_run r ON r.id = j.latest_run_id"
+        else:
+            run_join = (
+                "JOIN graph_run r ON r.id = (SELECT r2.id FROM graph_run r2 "
+                "WHERE r2.job_id = j.id AND r2.created_at <= %s "
+                "ORDER BY r2.created_at DESC, r2.id DESC LIMIT 1)"
+            )
+            params = [_param(as_of), *params]
+        for pk, uuid, state, started, ended, error, state_at in _rows(
+            f"SELECT j.id, r.run_uuid, r.state, {_ts_sql('r.started_at')}, "
+            f"{_ts_sql('r.ended_at')}, r.error_message, {_ts_sql('r.state_event_time')} "
+            f"FROM graph_job j {run_join} WHERE {where}",
+            params,
+        ):
+            out[pk] = _run_info(uuid, state, _ts(started), _ts(ended), error, _ts(state_at), as_of)
+    return out
+
+
 def _run_info(
     uuid: Any,
     state: str,

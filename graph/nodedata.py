@@ -1,13 +1,10 @@
 """The ``data`` payload of each node in the Marquez-shaped lineage response, as JSON text.
 
-A capped lineage answer can hold 2,000 nodes and 20,000 fields. On
-PostgreSQL the payloads are rendered by the database (``json_build_object``
-per node, fields aggregated in the same query), so the web process only
-splices strings; building the same objects in Python costs several times
-more. Elsewhere — and for datasets whose steward-edited attributes must be
-rewound to ``as_of`` — the same shape is built in Python from
-graph/details.py. tests/integration/test_graph_postgres.py checks that both
-renderings agree.
+A capped answer can hold 2,000 nodes and 20,000 fields: rendering them costs
+far more than the traversal, so rendered text is kept in the node cache
+(graph/nodecache.py, evicted by the change log) and spliced into responses.
+Runs change all the time, so a job's latest run is fetched per answer and
+appended to its cached text.
 """
 
 from __future__ import annotations
@@ -25,9 +22,14 @@ from graph.details import (
     FIELD_ATTRIBUTES,
     DatasetInfo,
     JobInfo,
+    RunInfo,
+    latest_runs,
+    load_dataset_names,
     load_datasets,
+    load_job_names,
     load_jobs,
 )
+from graph.nodecache import DATASET, JOB, cache
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -117,188 +119,95 @@ def job_data(info: JobInfo) -> dict[str, Any]:
     }
 
 
-def _ts(column: str) -> str:
-    return f"to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
-
-
-_DATASET_SQL = f"""
-WITH ftags AS MATERIALIZED (
-  SELECT ft.datasetfield_id AS fid, json_agg(t.name ORDER BY t.name) AS tags
-  FROM catalog_datasetfield_tags ft
-  JOIN catalog_tag t ON t.id = ft.tag_id
-  JOIN catalog_datasetfield f0 ON f0.id = ft.datasetfield_id
-  WHERE f0.dataset_id = ANY(%(ids)s)
-  GROUP BY ft.datasetfield_id
-)
-SELECT d.id, json_build_object(
-  'id', json_build_object('namespace', n.name, 'name', d.name),
-  'type', 'DB_TABLE',
-  'name', d.name,
-  'physicalName', d.name,
-  'createdAt', {_ts("d.created_at")},
-  'updatedAt', {_ts("d.updated_at")},
-  'namespace', n.name,
-  'sourceName', COALESCE(NULLIF(d.source_name, ''), n.name),
-  'fields', COALESCE(fl.fields, '[]'::json),
-  'tags', COALESCE(tg.tags, '[]'::json),
-  'lastModifiedAt', {_ts("d.last_seen")},
-  'lastLifecycleState', d.lifecycle_state,
-  'description', NULLIF(d.description, ''),
-  'facets', '{{}}'::json,
-  'deleted', d.lifecycle_state = 'DROPPED',
-  'nodeId', 'dataset:' || n.name || ':' || d.name,
-  'platform', NULLIF(d.platform, ''),
-  'location', NULLIF(d.location, ''),
-  'sensitivity', NULLIF(d.sensitivity, ''),
-  'isHidden', d.is_hidden,
-  'owners', COALESCE(ow.owners, '[]'::json),
-  'retentionPolicy', CASE WHEN rp.id IS NULL THEN NULL ELSE json_build_object(
-      'name', rp.name,
-      'durationDays', floor(extract(epoch FROM rp.duration) / 86400)::int,
-      'action', NULLIF(rp.action, ''),
-      'legalBasis', NULLIF(rp.legal_basis, '')) END,
-  'hasPii', COALESCE(fl.has_pii, false),
-  'firstSeen', {_ts("d.first_seen")},
-  'lastSeen', {_ts("d.last_seen")}
-)::text
-FROM catalog_dataset d
-JOIN catalog_namespace n ON n.id = d.namespace_id
-LEFT JOIN catalog_retentionpolicy rp ON rp.id = d.retention_policy_id
-LEFT JOIN LATERAL (
-  SELECT json_agg(json_build_object(
-      'name', f.name,
-      'type', NULLIF(f.type, ''),
-      'tags', COALESCE(ftags.tags, '[]'::json),
-      'description', NULLIF(f.description, ''),
-      'pii', NULLIF(f.pii_category, ''),
-      'subjectKind', sk.name) ORDER BY f.ordinal, f.name) AS fields,
-    bool_or(f.pii_category <> '' OR f.subject_kind_id IS NOT NULL) AS has_pii
-  FROM catalog_datasetfield f
-  LEFT JOIN catalog_subjectkind sk ON sk.id = f.subject_kind_id
-  LEFT JOIN ftags ON ftags.fid = f.id
-  WHERE f.dataset_id = d.id AND {{alive}}
-) fl ON true
-LEFT JOIN LATERAL (
-  SELECT json_agg(t.name ORDER BY t.name) AS tags
-  FROM catalog_dataset_tags dt JOIN catalog_tag t ON t.id = dt.tag_id
-  WHERE dt.dataset_id = d.id
-) tg ON true
-LEFT JOIN LATERAL (
-  SELECT json_agg(json_build_object(
-      'name', w.name, 'type', NULLIF(o.ownership_type, ''), 'kind', NULLIF(w.kind, ''))
-      ORDER BY w.name, o.ownership_type) AS owners
-  FROM catalog_datasetownership o JOIN catalog_owner w ON w.id = o.owner_id
-  WHERE o.dataset_id = d.id
-) ow ON true
-WHERE d.id = ANY(%(ids)s)
-"""
-
-_TERMINAL = "('COMPLETED', 'FAILED', 'ABORTED')"
-
-_JOB_SQL = f"""
-SELECT j.id, json_build_object(
-  'id', json_build_object('namespace', n.name, 'name', j.name),
-  'type', COALESCE(NULLIF(j.processing_type, ''), 'BATCH'),
-  'name', j.name,
-  'simpleName', regexp_replace(j.name, '^.*\\.', ''),
-  'parentJobName', p.name,
-  'createdAt', {_ts("j.created_at")},
-  'updatedAt', {_ts("j.updated_at")},
-  'namespace', n.name,
-  'location', NULLIF(j.location, ''),
-  'description', NULLIF(j.description, ''),
-  'latestRun', CASE WHEN r.id IS NULL THEN NULL ELSE json_build_object(
-      'id', r.run_uuid::text,
-      'state', r.state_then,
-      'startedAt', {_ts("r.started_at")},
-      'endedAt', {_ts("r.ended_then")},
-      'durationMs', CASE WHEN r.started_at IS NULL OR r.ended_then IS NULL THEN NULL
-          ELSE floor(extract(epoch FROM (r.ended_then - r.started_at)) * 1000)::bigint END,
-      'errorMessage', NULLIF(r.error_then, '')) END,
-  'nodeId', 'job:' || n.name || ':' || j.name,
-  'jobType', NULLIF(j.job_type, ''),
-  'integration', NULLIF(j.integration, '')
-)::text
-FROM graph_job j
-JOIN catalog_namespace n ON n.id = j.namespace_id
-LEFT JOIN graph_job p ON p.id = j.parent_id
-LEFT JOIN LATERAL (
-  SELECT r0.id, r0.run_uuid, r0.started_at,
-    CASE WHEN %(as_of)s::timestamptz IS NOT NULL AND r0.state IN {_TERMINAL}
-              AND r0.state_event_time > %(as_of)s::timestamptz
-         THEN 'RUNNING' ELSE r0.state END AS state_then,
-    CASE WHEN %(as_of)s::timestamptz IS NOT NULL AND r0.ended_at > %(as_of)s::timestamptz
-         THEN NULL ELSE r0.ended_at END AS ended_then,
-    CASE WHEN %(as_of)s::timestamptz IS NOT NULL AND r0.state IN {_TERMINAL}
-              AND r0.state_event_time > %(as_of)s::timestamptz
-         THEN '' ELSE r0.error_message END AS error_then
-  FROM graph_run r0
-  WHERE (%(as_of)s::timestamptz IS NULL AND r0.id = j.latest_run_id)
-     OR (%(as_of)s::timestamptz IS NOT NULL AND r0.id = (
-          SELECT r2.id FROM graph_run r2
-          WHERE r2.job_id = j.id AND r2.created_at <= %(as_of)s::timestamptz
-          ORDER BY r2.created_at DESC, r2.id DESC LIMIT 1))
-) r ON true
-WHERE j.id = ANY(%(ids)s)
-"""
-
-
-def _rewound(pks: list[int], as_of: datetime) -> set[int]:
-    """Datasets with steward edits after ``as_of`` (their attributes must be rewound)."""
+def _changed_since(pks: list[int], as_of: datetime) -> set[int]:
+    """Datasets whose shown data differed at ``as_of``: fields added or removed since, or
+    steward-edited attributes changed since (one query)."""
+    if not pks:
+        return set()
     attributes = list(DATASET_ATTRIBUTES + FIELD_ATTRIBUTES)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT DISTINCT dataset_id FROM catalog_changerecord "
-            "WHERE dataset_id = ANY(%s) AND at > %s AND attribute = ANY(%s)",
-            [pks, as_of, attributes],
-        )
-        return {row[0] for row in cursor.fetchall()}
+    out: set[int] = set()
+    when = connection.ops.adapt_datetimefield_value(as_of)
+    for start in range(0, len(pks), CHUNK):
+        chunk = pks[start : start + CHUNK]
+        marks = ", ".join(["%s"] * len(chunk))
+        attr_marks = ", ".join(["%s"] * len(attributes))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT dataset_id FROM catalog_datasetfield WHERE dataset_id IN ({marks}) "
+                "AND (first_seen > %s OR removed_at > %s) "
+                f"UNION SELECT dataset_id FROM catalog_changerecord WHERE dataset_id IN ({marks}) "
+                f"AND at > %s AND attribute IN ({attr_marks})",
+                [*chunk, when, when, *chunk, when, *attributes],
+            )
+            out.update(row[0] for row in cursor.fetchall())
+    return out
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _render_datasets(
+    pks: list[int], as_of: datetime | None = None
+) -> dict[int, tuple[str, str, str]]:
+    return {
+        pk: (info.namespace, info.name, _dumps(dataset_data(info)))
+        for pk, info in load_datasets(pks, as_of).items()
+    }
+
+
+def _render_jobs(pks: list[int]) -> dict[int, tuple[str, str, str]]:
+    # Cached without the run (fetched per answer): everything up to the closing brace.
+    out = {}
+    for pk, info in load_jobs(pks).items():
+        data = job_data(info)
+        del data["latestRun"]
+        out[pk] = (info.namespace, info.name, _dumps(data)[:-1])
+    return out
 
 
 def dataset_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, str]:
-    """JSON text of each dataset's node ``data``, by pk (missing pks are left out)."""
+    """JSON text of each dataset's node ``data``, by pk (missing pks are left out).
+
+    Current data comes from the node cache. As of a past instant, datasets whose
+    fields or steward-edited attributes changed since are rendered as they were;
+    the others show their current data.
+    """
     wanted = sorted({int(pk) for pk in pks})
-    if not wanted:
-        return {}
-    if connection.vendor != "postgresql":
-        return {
-            pk: json.dumps(dataset_data(info), separators=(",", ":"))
-            for pk, info in load_datasets(wanted, as_of).items()
-        }
-    out: dict[int, str] = {}
-    alive = (
-        "f.removed_at IS NULL"
-        if as_of is None
-        else "f.first_seen <= %(as_of)s AND (f.removed_at IS NULL OR f.removed_at > %(as_of)s)"
-    )
-    sql = _DATASET_SQL.replace("{alive}", alive)
-    for start in range(0, len(wanted), CHUNK):
-        chunk = wanted[start : start + CHUNK]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, {"ids": chunk, "as_of": as_of})
-            out.update(cursor.fetchall())
-    if as_of is not None:
-        rewind = _rewound(wanted, as_of)
-        if rewind:
-            for pk, info in load_datasets(rewind, as_of).items():
-                out[pk] = json.dumps(dataset_data(info), separators=(",", ":"))
+    if as_of is None:
+        return cache.data(DATASET, wanted, _render_datasets)
+    changed = _changed_since(wanted, as_of)
+    out = cache.data(DATASET, [pk for pk in wanted if pk not in changed], _render_datasets)
+    for pk, (_, _, text) in _render_datasets(sorted(changed), as_of).items():
+        out[pk] = text
     return out
+
+
+def _run(run: RunInfo | None) -> dict[str, Any] | None:
+    if run is None:
+        return None
+    return {
+        "id": run.run_uuid,
+        "state": run.state,
+        "startedAt": iso(run.started_at),
+        "endedAt": iso(run.ended_at),
+        "durationMs": run.duration_ms,
+        "errorMessage": run.error_message or None,
+    }
 
 
 def job_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, str]:
-    """JSON text of each job's node ``data`` (without inputs/outputs), by pk."""
+    """JSON text of each job's node ``data`` (with its latest run as of ``as_of``; without
+    inputs/outputs, which the caller adds), by pk."""
     wanted = sorted({int(pk) for pk in pks})
-    if not wanted:
-        return {}
-    if connection.vendor != "postgresql":
-        return {
-            pk: json.dumps(job_data(info), separators=(",", ":"))
-            for pk, info in load_jobs(wanted, as_of).items()
-        }
-    out: dict[int, str] = {}
-    for start in range(0, len(wanted), CHUNK):
-        chunk = wanted[start : start + CHUNK]
-        with connection.cursor() as cursor:
-            cursor.execute(_JOB_SQL, {"ids": chunk, "as_of": as_of})
-            out.update(cursor.fetchall())
-    return out
+    static = cache.data(JOB, wanted, _render_jobs)
+    runs = latest_runs(wanted, as_of)
+    return {pk: f'{text},"latestRun":{_dumps(_run(runs.get(pk)))}}}' for pk, text in static.items()}
+
+
+def dataset_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
+    return cache.names(DATASET, sorted({int(pk) for pk in pks}), load_dataset_names)
+
+
+def job_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
+    return cache.names(JOB, sorted({int(pk) for pk in pks}), load_job_names)

@@ -23,7 +23,7 @@ import numpy as np
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from catalog.models import Dataset, DatasetField
-from graph import snapshot, traverse
+from graph import nodedata, snapshot, traverse
 from graph.details import (
     DatasetInfo,
     FieldInfo,
@@ -292,8 +292,8 @@ def _graph(
         ds_names = {pk: (d.namespace, d.name) for pk, d in datasets.items()}
         job_names = {pk: (j.namespace, j.name) for pk, j in jobs.items()}
     else:
-        ds_names = load_dataset_names(ds_pks)
-        job_names = load_job_names(job_pks)
+        ds_names = nodedata.dataset_names(ds_pks)
+        job_names = nodedata.job_names(job_pks)
     ds_ids = {pk: dataset_node_id(*name) for pk, name in ds_names.items()}
     job_ids = {pk: job_node_id(*name) for pk, name in job_names.items()}
     nodes = []

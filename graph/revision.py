@@ -20,17 +20,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-VERSION = "v1"
+VERSION = "v2"
 KIND_TABLE = "t"
 KIND_COLUMN = "c"
+KIND_DATASET = "d"
+KIND_JOB = "j"
+KIND_ALL_DATA = "D"
 KIND_RESET = "*"
-WATCHED = (("graph_tableedge", KIND_TABLE), ("graph_columnedge", KIND_COLUMN))
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +42,45 @@ class Revision:
     token: str
 
 
-_PG_FUNCTIONS = f"""
-CREATE OR REPLACE FUNCTION graph_log_change() RETURNS trigger LANGUAGE plpgsql AS $f$
+@dataclass(frozen=True)
+class Watch:
+    """A table whose changes are logged: ``ref`` is the SQL giving the changed object's id
+    from a row aliased ``r`` (NULL for changes that touch every node's data)."""
+
+    table: str
+    kind: str
+    ref: str
+    events: tuple[str, ...] = ("INSERT", "UPDATE", "DELETE")
+
+
+WATCHED = (
+    Watch("graph_tableedge", KIND_TABLE, "r.id"),
+    Watch("graph_columnedge", KIND_COLUMN, "r.id"),
+    # What the lineage answers show about datasets and jobs (cached per process).
+    Watch("catalog_dataset", KIND_DATASET, "r.id"),
+    Watch("catalog_datasetfield", KIND_DATASET, "r.dataset_id"),
+    Watch("catalog_datasetownership", KIND_DATASET, "r.dataset_id"),
+    Watch("catalog_dataset_tags", KIND_DATASET, "r.dataset_id"),
+    Watch(
+        "catalog_datasetfield_tags",
+        KIND_DATASET,
+        "(SELECT f.dataset_id FROM catalog_datasetfield f WHERE f.id = r.datasetfield_id)",
+    ),
+    Watch("graph_job", KIND_JOB, "r.id"),
+    # Renaming an owner, tag, policy or subject kind changes many datasets' data.
+    Watch("catalog_owner", KIND_ALL_DATA, "NULL", ("UPDATE", "DELETE")),
+    Watch("catalog_tag", KIND_ALL_DATA, "NULL", ("UPDATE", "DELETE")),
+    Watch("catalog_retentionpolicy", KIND_ALL_DATA, "NULL", ("UPDATE", "DELETE")),
+    Watch("catalog_subjectkind", KIND_ALL_DATA, "NULL", ("UPDATE", "DELETE")),
+)
+
+
+def _pg_log_function(watch: Watch) -> str:
+    rows = f"SELECT DISTINCT tx, '{watch.kind}', {watch.ref} FROM {{rows}} r"
+    if watch.ref == "NULL":
+        rows = f"SELECT tx, '{watch.kind}', NULL WHERE EXISTS (SELECT 1 FROM {{rows}})"
+    return f"""
+CREATE OR REPLACE FUNCTION graph_log_{watch.table}() RETURNS trigger LANGUAGE plpgsql AS $f$
 DECLARE
   tx bigint;
 BEGIN
@@ -52,15 +92,18 @@ BEGIN
     INSERT INTO graph_change (xid, kind, obj_id, at) VALUES (tx, '{KIND_RESET}', NULL, now());
   ELSIF TG_OP = 'DELETE' THEN
     INSERT INTO graph_change (xid, kind, obj_id, at)
-      SELECT tx, TG_ARGV[0], o.id, now() FROM old_rows o;
+      SELECT q.*, now() FROM ({rows.format(rows="old_rows")}) q;
   ELSE
     INSERT INTO graph_change (xid, kind, obj_id, at)
-      SELECT tx, TG_ARGV[0], n.id, now() FROM new_rows n;
+      SELECT q.*, now() FROM ({rows.format(rows="new_rows")}) q;
   END IF;
   RETURN NULL;
 END
 $f$;
+"""
 
+
+_PG_BUMP = f"""
 CREATE OR REPLACE FUNCTION graph_bump_revision() RETURNS trigger LANGUAGE plpgsql AS $f$
 DECLARE
   tx bigint := pg_current_xact_id()::text::bigint;
@@ -82,31 +125,32 @@ END
 $f$;
 
 COMMENT ON FUNCTION graph_bump_revision() IS 'lineage revision triggers {VERSION}';
-"""
 
-
-def _pg_table_triggers(table: str, kind: str) -> str:
-    return f"""
-DROP TRIGGER IF EXISTS {table}_log_ins ON {table};
-DROP TRIGGER IF EXISTS {table}_log_upd ON {table};
-DROP TRIGGER IF EXISTS {table}_log_del ON {table};
-DROP TRIGGER IF EXISTS {table}_log_trunc ON {table};
-CREATE TRIGGER {table}_log_ins AFTER INSERT ON {table}
-  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION graph_log_change('{kind}');
-CREATE TRIGGER {table}_log_upd AFTER UPDATE ON {table}
-  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION graph_log_change('{kind}');
-CREATE TRIGGER {table}_log_del AFTER DELETE ON {table}
-  REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION graph_log_change('{kind}');
-CREATE TRIGGER {table}_log_trunc AFTER TRUNCATE ON {table}
-  FOR EACH STATEMENT EXECUTE FUNCTION graph_log_change('{kind}');
-"""
-
-
-_PG_BUMP_TRIGGER = """
 DROP TRIGGER IF EXISTS graph_change_bump ON graph_change;
 CREATE CONSTRAINT TRIGGER graph_change_bump AFTER INSERT ON graph_change
   DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION graph_bump_revision();
 """
+
+
+def _pg_table_triggers(watch: Watch) -> str:
+    t = watch.table
+    sql = [f"DROP TRIGGER IF EXISTS {t}_log_{e} ON {t};" for e in ("ins", "upd", "del", "trunc")]
+    for event, short, ref in (
+        ("INSERT", "ins", "NEW TABLE AS new_rows"),
+        ("UPDATE", "upd", "NEW TABLE AS new_rows"),
+        ("DELETE", "del", "OLD TABLE AS old_rows"),
+    ):
+        if event in watch.events:
+            sql.append(
+                f"CREATE TRIGGER {t}_log_{short} AFTER {event} ON {t} REFERENCING {ref} "
+                f"FOR EACH STATEMENT EXECUTE FUNCTION graph_log_{t}();"
+            )
+    sql.append(
+        f"CREATE TRIGGER {t}_log_trunc AFTER TRUNCATE ON {t} "
+        f"FOR EACH STATEMENT EXECUTE FUNCTION graph_log_{t}();"
+    )
+    return "\n".join(sql)
+
 
 _SQLITE_BUMP = """
   INSERT OR IGNORE INTO graph_revision (id, value, token) VALUES (1, 0, '');
@@ -117,17 +161,19 @@ _SQLITE_BUMP = """
 """
 
 
-def _sqlite_triggers(table: str, kind: str) -> list[str]:
+def _sqlite_triggers(watch: Watch) -> list[str]:
     statements = []
-    for event, row in (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD")):
-        name = f"graph_{VERSION}_{table}_{event.lower()}"
+    for event in watch.events:
+        row = "OLD" if event == "DELETE" else "NEW"
+        ref = watch.ref.replace("r.", f"{row}.")
+        name = f"graph_{VERSION}_{watch.table}_{event.lower()}"
         statements.append(
-            f"""CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {table}
+            f"""CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {watch.table}
 BEGIN
 {_SQLITE_BUMP}
   INSERT INTO graph_change (xid, kind, obj_id, at)
-    SELECT value, '{kind}', {row}.id, strftime('%Y-%m-%d %H:%M:%f', 'now') FROM graph_revision
-    WHERE id = 1;
+    SELECT value, '{watch.kind}', {ref}, strftime('%Y-%m-%d %H:%M:%f', 'now')
+    FROM graph_revision WHERE id = 1;
 END"""
         )
     return statements
@@ -142,34 +188,41 @@ def install_triggers(connection: BaseDatabaseWrapper) -> None:
                 "WHERE p.proname = 'graph_bump_revision'"
             )
             row = cursor.fetchone()
-            installed = row is not None and row[0] == f"lineage revision triggers {VERSION}"
-            cursor.execute(
-                "SELECT count(*) FROM pg_trigger WHERE tgname IN "
-                "('graph_tableedge_log_ins', 'graph_columnedge_log_ins', 'graph_change_bump')"
-            )
-            count_row = cursor.fetchone()
-            if installed and count_row is not None and count_row[0] == 3:
-                return
-            cursor.execute(_PG_FUNCTIONS)
-            for table, kind in WATCHED:
-                cursor.execute(_pg_table_triggers(table, kind))
-            cursor.execute(_PG_BUMP_TRIGGER)
+            if row is None or row[0] != f"lineage revision triggers {VERSION}":
+                for watch in WATCHED:
+                    cursor.execute(_pg_log_function(watch))
+                    cursor.execute(_pg_table_triggers(watch))
+                cursor.execute("DROP FUNCTION IF EXISTS graph_log_change() CASCADE")
+                cursor.execute(_PG_BUMP)
         elif connection.vendor == "sqlite":
             # Tables rebuilt by schema changes lose their triggers: recreate what is missing.
             cursor.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'graph_v%'"
             )
-            existing = {name for (name,) in cursor.fetchall()}
-            for name in existing:
+            for (name,) in cursor.fetchall():
                 if not name.startswith(f"graph_{VERSION}_"):
                     cursor.execute(f'DROP TRIGGER IF EXISTS "{name}"')
-            for table, kind in WATCHED:
-                for statement in _sqlite_triggers(table, kind):
+            for watch in WATCHED:
+                for statement in _sqlite_triggers(watch):
                     cursor.execute(statement)
         cursor.execute(
             "INSERT INTO graph_revision (id, value, token) SELECT 1, 0, 'init' "
             "WHERE NOT EXISTS (SELECT 1 FROM graph_revision WHERE id = 1)"
         )
+
+
+def uninstall_triggers(connection: BaseDatabaseWrapper) -> None:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            for watch in WATCHED:
+                cursor.execute(f"DROP FUNCTION IF EXISTS graph_log_{watch.table}() CASCADE")
+            cursor.execute("DROP FUNCTION IF EXISTS graph_bump_revision() CASCADE")
+        elif connection.vendor == "sqlite":
+            cursor.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'graph_v%'"
+            )
+            for (name,) in cursor.fetchall():
+                cursor.execute(f'DROP TRIGGER IF EXISTS "{name}"')
 
 
 def install_triggers_after_migrate(using: str = "default", **kwargs: Any) -> None:
@@ -202,9 +255,35 @@ def _fire_pending(connection: BaseDatabaseWrapper) -> None:
         )
 
 
+_pinned: ContextVar[dict[str, Revision] | None] = ContextVar("lineage_revision", default=None)
+
+
+@contextmanager
+def pinned() -> Iterator[None]:
+    """Within the block, every :func:`current` returns the revision first read in it.
+
+    One read per request: the table snapshot, the column snapshot and the node
+    cache then agree on one revision instead of each reading it.
+    """
+    token = _pinned.set({})
+    try:
+        yield
+    finally:
+        _pinned.reset(token)
+
+
 def current(using: str = "default") -> Revision:
     """The committed revision, in one indexed read (plus a flush of pending triggers in a
-    transaction)."""
+    transaction); inside :func:`pinned`, the one read first."""
+    holder = _pinned.get()
+    if holder is not None:
+        if using not in holder:
+            holder[using] = _read(using)
+        return holder[using]
+    return _read(using)
+
+
+def _read(using: str) -> Revision:
     connection = connections[using]
     _fire_pending(connection)
     with connection.cursor() as cursor:

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from django.conf import settings
 from django.db import connections
 from django.utils.dateparse import parse_datetime
 
@@ -205,7 +206,6 @@ class Snapshot:
     base: EdgeStore
     alive: BoolArray
     overlay: EdgeStore
-    overlay_rows: dict[int, tuple[Any, ...]]
     sizes: dict[str, int]
     built_at: float
     specs: dict[str, AdjacencySpec] = field(repr=False)
@@ -526,7 +526,6 @@ def build(kind: Kind, revision: rev.Revision) -> Snapshot:
         base=_build_store(kind, cols, sizes),
         alive=np.ones(cols["id"].size, dtype=bool),
         overlay=_build_store(kind, _columns(kind, empty, narrow=False), None),
-        overlay_rows={},
         sizes=sizes,
         built_at=time.time(),
         specs=kind.specs,
@@ -538,26 +537,24 @@ def apply_changes(
 ) -> Snapshot:
     """A new snapshot with the edges ``changed`` re-read: their base rows masked out and
     their current rows (if they still exist) laid over in the overlay."""
-    ids = sorted(set(changed))
-    fresh = _rows_by_ids(kind, ids)
+    ids = np.unique(np.fromiter(changed, dtype=np.int64))
+    fresh = _columns(kind, _rows_by_ids(kind, ids.tolist()), narrow=False)
     alive = snapshot.alive
     base_ids = snapshot.base.cols["id"]
-    if ids and base_ids.size:
-        wanted = np.asarray(ids, dtype=np.int64)
-        where = np.minimum(np.searchsorted(base_ids, wanted), base_ids.size - 1)
-        hit = base_ids[where] == wanted
+    if ids.size and base_ids.size:
+        where = np.minimum(np.searchsorted(base_ids, ids), base_ids.size - 1)
+        hit = base_ids[where] == ids
         if hit.any():
             alive = alive.copy()
             alive[where[hit]] = False
-    rows = dict(snapshot.overlay_rows)
-    for edge_id in ids:
-        rows.pop(edge_id, None)
-    for row in fresh:
-        rows[int(row[0])] = tuple(int(v) for v in row)
-    matrix = np.asarray([rows[k] for k in sorted(rows)], dtype=np.int64).reshape(
-        len(rows), len(kind.columns)
-    )
-    cols = _columns(kind, matrix, narrow=False)
+    old = snapshot.overlay.cols
+    keep = ~np.isin(old["id"], ids)
+    merged = {
+        name: np.concatenate([old[name][keep].astype(fresh[name].dtype), fresh[name]])
+        for name in fresh
+    }
+    order = np.argsort(merged["id"], kind="stable")
+    cols = {name: values[order] for name, values in merged.items()}
     sizes = dict(snapshot.sizes)
     for column, space in kind.spaces.items():
         if cols[column].size:
@@ -567,7 +564,6 @@ def apply_changes(
         revision=revision,
         alive=alive,
         overlay=_build_store(kind, cols, None),
-        overlay_rows=rows,
         sizes=sizes,
     )
 
@@ -576,7 +572,8 @@ class _Cache:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.snapshots: dict[str, Snapshot] = {}
-        self.stats = {"builds": 0, "deltas": 0}
+        self.rebuilding: set[str] = set()
+        self.stats = {"builds": 0, "deltas": 0, "background_builds": 0}
 
 
 _cache = _Cache()
@@ -597,26 +594,49 @@ def get(kind: Kind) -> Snapshot:
         return snapshot
 
 
+def overlay_limit(snapshot: Snapshot) -> int:
+    return max(OVERLAY_LIMIT_MIN, int(snapshot.base.size * OVERLAY_LIMIT_FRACTION))
+
+
 def _refresh(kind: Kind, snapshot: Snapshot | None, current: rev.Revision) -> Snapshot:
     if (
         snapshot is not None
         and current.value > snapshot.revision.value
         and rev.on_timeline(snapshot.revision)
     ):
-        limit = max(OVERLAY_LIMIT_MIN, int(snapshot.base.size * OVERLAY_LIMIT_FRACTION))
-        room = limit - len(snapshot.overlay_rows)
-        changes = (
-            rev.changes_between(snapshot.revision.value, current.value, (kind.change_kind,), room)
-            if room > 0
-            else None
+        changes = rev.changes_between(
+            snapshot.revision.value, current.value, (kind.change_kind,), overlay_limit(snapshot)
         )
         if changes is not None and all(k != rev.KIND_RESET for k, _ in changes):
             _cache.stats["deltas"] += 1
-            return apply_changes(
+            fresh = apply_changes(
                 snapshot, kind, [obj for _, obj in changes if obj is not None], current
             )
+            if fresh.overlay.size > overlay_limit(fresh):
+                _rebuild_in_background(kind)
+            return fresh
     _cache.stats["builds"] += 1
     return build(kind, current)
+
+
+def _rebuild_in_background(kind: Kind) -> None:
+    """Fold a large overlay into a new base without blocking requests: they keep being
+    answered from base + overlay, and catch up from the new base by delta."""
+    if kind.name in _cache.rebuilding or not getattr(settings, "GRAPH_BACKGROUND_REBUILD", True):
+        return
+    _cache.rebuilding.add(kind.name)
+
+    def work() -> None:
+        try:
+            fresh = build(kind, rev.current())
+            with _cache.lock:
+                _cache.snapshots[kind.name] = fresh
+                _cache.stats["background_builds"] += 1
+        finally:
+            _cache.rebuilding.discard(kind.name)
+            connections.close_all()
+
+    threading.Thread(target=work, name=f"lineage-{kind.name}-rebuild", daemon=True).start()
 
 
 def table() -> Snapshot:

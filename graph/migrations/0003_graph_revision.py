@@ -11,21 +11,9 @@ def install(apps, schema_editor):
 
 
 def uninstall(apps, schema_editor):
-    connection = schema_editor.connection
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            for table in ("graph_tableedge", "graph_columnedge"):
-                for suffix in ("ins", "upd", "del", "trunc"):
-                    cursor.execute(f"DROP TRIGGER IF EXISTS {table}_log_{suffix} ON {table}")
-            cursor.execute("DROP TRIGGER IF EXISTS graph_change_bump ON graph_change")
-            cursor.execute("DROP FUNCTION IF EXISTS graph_log_change()")
-            cursor.execute("DROP FUNCTION IF EXISTS graph_bump_revision()")
-        elif connection.vendor == "sqlite":
-            cursor.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'graph_v%'"
-            )
-            for (name,) in cursor.fetchall():
-                cursor.execute(f'DROP TRIGGER IF EXISTS "{name}"')
+    from graph.revision import uninstall_triggers
+
+    uninstall_triggers(schema_editor.connection)
 
 
 class Migration(migrations.Migration):
