@@ -20,9 +20,10 @@ from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 from django.views.decorators.http import require_http_methods, require_POST
+from rest_framework.exceptions import APIException
 
 from catalog.auth import SEARCH_SUBJECTS, VIEW_AUDIT, has_perm
-from catalog.errors import ApiError
+from catalog.errors import ApiError, api_exception_handler
 from privacy import actions, queries
 from privacy.api import (
     IDENTIFIER_KINDS,
@@ -100,11 +101,15 @@ def form_payload(post: QueryDict, rows: list[dict[str, str]]) -> dict[str, Any]:
     return payload
 
 
-def _form_error(error: ApiError) -> dict[str, Any]:
-    message = error.message
-    if error.field == "value":
+def _form_error(error: APIException) -> dict[str, Any]:
+    """Return the error in the API's words (message, field at fault) for the form."""
+    response = api_exception_handler(error, {})
+    data = response.data if response is not None else {}
+    field = data.get("field")
+    message = data.get("error") or "Invalid input"
+    if field == "value":
         message = "Enter at least one identifier value"
-    return {"message": message, "field": error.field}
+    return {"message": message, "field": field}
 
 
 def _search_context(request: HttpRequest, rows: list[dict[str, str]]) -> dict[str, Any]:
@@ -127,7 +132,7 @@ def search(request: HttpRequest) -> HttpResponse:
     context = _search_context(request, rows)
     try:
         subject = parse_subject_request(form_payload(request.POST, rows))
-    except ApiError as error:
+    except APIException as error:
         context["error"] = _form_error(error)
         return render(request, "privacy/search.html", context, status=400)
     result, entry = actions.do_subject_search(request.user, subject)
@@ -150,7 +155,7 @@ def start_scan(request: HttpRequest) -> HttpResponse:
     rows = form_rows(request.POST)
     try:
         subject = parse_subject_request(form_payload(request.POST, rows))
-    except ApiError as error:
+    except APIException as error:
         context = _search_context(request, rows)
         context["error"] = _form_error(error)
         return render(request, "privacy/search.html", context, status=400)
@@ -182,7 +187,7 @@ def create_plan(request: HttpRequest) -> HttpResponse:
     payload.pop("asOf", None)  # a plan is made on the lineage of now
     try:
         subject = parse_subject_request(payload)
-    except ApiError as error:
+    except APIException as error:
         context = _search_context(request, rows)
         context["error"] = _form_error(error)
         return render(request, "privacy/search.html", context, status=400)
@@ -245,7 +250,7 @@ def run_plan(request: HttpRequest, plan_id: UUID) -> HttpResponse:
             apply,
             lineage_url=request.build_absolute_uri("/").rstrip("/"),
         )
-    except ApiError as error:
+    except APIException as error:
         return _plan_page(request, plan_id, _form_error(error), status=400)
     except actions.PrivacyError as error:
         return _plan_page(request, plan_id, {"message": str(error), "field": error.field}, 400)
