@@ -6,6 +6,7 @@ import json
 
 import pytest
 import time_machine
+from django.urls import reverse
 
 from privacy import actions
 from privacy.models import AuditEntry, ErasurePlan, PrivacyRun
@@ -173,3 +174,10 @@ def test_it_never_puts_the_value_in_a_page_url(shop, page):
     for chunk in html.split('href="')[1:]:
         assert SECRET not in chunk.split('"', 1)[0]
     assert json.dumps(SECRET)[1:-1] in html  # hidden inputs carry it to the next POST
+
+
+def test_it_links_the_privacy_pages_only_for_compliance(shop, client, compliance, viewer):
+    client.force_login(viewer)
+    assert 'href="/privacy/"' not in client.get(reverse("dataset-list")).content.decode()
+    client.force_login(compliance)
+    assert 'href="/privacy/"' in client.get("/privacy/").content.decode()
