@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection
@@ -33,10 +33,15 @@ from graph.nodecache import DATASET, JOB, cache
 
 
 def iso(moment: datetime | None) -> str | None:
-    """UTC ISO-8601 with microseconds and a Z, as the database renders it too."""
+    """UTC ISO-8601 ending in Z."""
     if moment is None:
         return None
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if moment.utcoffset() != ZERO:
+        moment = moment.astimezone(UTC)
+    return moment.replace(tzinfo=None).isoformat() + "Z"
+
+
+ZERO = timedelta(0)
 
 
 def dataset_data(info: DatasetInfo) -> dict[str, Any]:
@@ -103,6 +108,10 @@ def job_data(info: JobInfo) -> dict[str, Any]:
         "namespace": info.namespace,
         "location": info.location or None,
         "description": info.description or None,
+        "nodeId": info.node_id,
+        "jobType": info.job_type or None,
+        "integration": info.integration or None,
+        # Last, so a run as of another instant can be spliced over it.
         "latestRun": None
         if run is None
         else {
@@ -113,9 +122,6 @@ def job_data(info: JobInfo) -> dict[str, Any]:
             "durationMs": run.duration_ms,
             "errorMessage": run.error_message or None,
         },
-        "nodeId": info.node_id,
-        "jobType": info.job_type or None,
-        "integration": info.integration or None,
     }
 
 
@@ -157,13 +163,11 @@ def _render_datasets(
 
 
 def _render_jobs(pks: list[int]) -> dict[int, tuple[str, str, str]]:
-    # Cached without the run (fetched per answer): everything up to the closing brace.
-    out = {}
-    for pk, info in load_jobs(pks).items():
-        data = job_data(info)
-        del data["latestRun"]
-        out[pk] = (info.namespace, info.name, _dumps(data)[:-1])
-    return out
+    # Cached with the current latest run; run changes evict the job (graph_run is watched).
+    return {
+        pk: (info.namespace, info.name, _dumps(job_data(info)))
+        for pk, info in load_jobs(pks).items()
+    }
 
 
 def dataset_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, str]:
@@ -197,12 +201,19 @@ def _run(run: RunInfo | None) -> dict[str, Any] | None:
 
 
 def job_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, str]:
-    """JSON text of each job's node ``data`` (with its latest run as of ``as_of``; without
+    """JSON text of each job's node ``data`` with its latest run (as of ``as_of``; without
     inputs/outputs, which the caller adds), by pk."""
     wanted = sorted({int(pk) for pk in pks})
-    static = cache.data(JOB, wanted, _render_jobs)
+    current = cache.data(JOB, wanted, _render_jobs)
+    if as_of is None:
+        return current
+    # Seen from the past, the run differs: splice the run as of then over the cached one.
     runs = latest_runs(wanted, as_of)
-    return {pk: f'{text},"latestRun":{_dumps(_run(runs.get(pk)))}}}' for pk, text in static.items()}
+    out = {}
+    for pk, text in current.items():
+        head = text[: text.rindex(',"latestRun":')] if ',"latestRun":' in text else text[:-1]
+        out[pk] = f'{head},"latestRun":{_dumps(_run(runs.get(pk)))}}}'
+    return out
 
 
 def dataset_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:

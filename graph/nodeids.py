@@ -156,7 +156,7 @@ def parse_node_id(raw: str, namespaces: Iterable[str]) -> NodeId:
 
 
 def resolve_node_id(raw: str) -> ResolvedNode:
-    """Resolve ``raw`` against the database in at most three small queries.
+    """Resolve ``raw`` against the database: one query (two for a field id).
 
     Raises MalformedNodeId when the text is not a node id and UnknownNodeId
     when no namespace, dataset, job or field matches.
@@ -166,25 +166,29 @@ def resolve_node_id(raw: str) -> ResolvedNode:
     if len(raw) > 4096:
         raise MalformedNodeId("nodeId is too long")
     kind, rest = _split_kind(raw)
-    candidates = namespace_candidates(rest)
-    found = dict(Namespace.objects.filter(name__in=candidates).values_list("name", "pk"))
-    for namespace in candidates:
-        if namespace not in found:
-            continue
-        tail = rest[len(namespace) + 1 :]
-        if not tail:
-            continue
-        ns_pk = found[namespace]
+    candidates = [(ns, rest[len(ns) + 1 :]) for ns in namespace_candidates(rest)]
+    candidates = [(ns, tail) for ns, tail in candidates if tail]
+    if not candidates:
+        raise UnknownNodeId(raw)
+    if kind in ("dataset", "job"):
+        # One query for every (namespace, name) split; the longest namespace wins.
+        query = Q()
+        for ns, tail in candidates:
+            query |= Q(namespace__name=ns, name=tail)
+        model = Dataset if kind == "dataset" else Job
+        rows = list(model.objects.filter(query).values_list("pk", "namespace__name", "name"))
+        if not rows:
+            raise UnknownNodeId(raw)
+        pk, ns, name = max(rows, key=lambda row: len(row[1]))
         if kind == "dataset":
-            pk = Dataset.objects.filter(namespace_id=ns_pk, name=tail).values_list("pk", flat=True)
-            for dataset_pk in pk[:1]:
-                return ResolvedNode(DatasetNodeId(namespace, tail), dataset_pk, dataset_pk)
-        elif kind == "job":
-            job_pk = Job.objects.filter(namespace_id=ns_pk, name=tail).values_list("pk", flat=True)
-            for pk_value in job_pk[:1]:
-                return ResolvedNode(JobNodeId(namespace, tail), pk_value)
-        else:
-            resolved = _resolve_field(namespace, ns_pk, tail)
+            return ResolvedNode(DatasetNodeId(ns, name), pk, pk)
+        return ResolvedNode(JobNodeId(ns, name), pk)
+    found = dict(
+        Namespace.objects.filter(name__in=[ns for ns, _ in candidates]).values_list("name", "pk")
+    )
+    for ns, tail in candidates:
+        if ns in found:
+            resolved = _resolve_field(ns, found[ns], tail)
             if resolved is not None:
                 return resolved
     raise UnknownNodeId(raw)

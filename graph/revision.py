@@ -27,7 +27,7 @@ from typing import Any
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-VERSION = "v2"
+VERSION = "v3"
 KIND_TABLE = "t"
 KIND_COLUMN = "c"
 KIND_DATASET = "d"
@@ -67,6 +67,7 @@ WATCHED = (
         "(SELECT f.dataset_id FROM catalog_datasetfield f WHERE f.id = r.datasetfield_id)",
     ),
     Watch("graph_job", KIND_JOB, "r.id"),
+    Watch("graph_run", KIND_JOB, "r.job_id"),
     # Renaming an owner, tag, policy or subject kind changes many datasets' data.
     Watch("catalog_owner", KIND_ALL_DATA, "NULL", ("UPDATE", "DELETE")),
     Watch("catalog_tag", KIND_ALL_DATA, "NULL", ("UPDATE", "DELETE")),

@@ -21,7 +21,6 @@ process — web workers, Celery workers — answers from the committed graph.
 
 from __future__ import annotations
 
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -31,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import psycopg
 from django.conf import settings
 from django.db import connections
 from django.utils.dateparse import parse_datetime
@@ -113,11 +113,13 @@ class Adjacency:
     def __init__(self, keys: IntArray, size: int | None) -> None:
         selected = np.flatnonzero(keys >= 0)
         order = selected[np.argsort(keys[selected], kind="stable")]
-        self.order: IntArray = order.astype(np.int64, copy=False)
+        # Positions fit in int32 for any realistic graph: half the memory of int64.
+        small = keys.size < 2**31 - 1
+        self.order: IntArray = order.astype(np.int32 if small else np.int64)
         self.size = size
         if size is not None:
             counts = np.bincount(keys[selected], minlength=size)[:size]
-            self.indptr: IntArray = np.zeros(size + 1, dtype=np.int64)
+            self.indptr: IntArray = np.zeros(size + 1, dtype=np.int32 if small else np.int64)
             np.cumsum(counts, out=self.indptr[1:])
             self.sorted_keys: IntArray = EMPTY
         else:
@@ -130,8 +132,8 @@ class Adjacency:
             return EMPTY
         if self.size is not None:
             nodes = nodes[(nodes >= 0) & (nodes < self.size)]
-            starts = self.indptr[nodes]
-            ends = self.indptr[nodes + 1]
+            starts = self.indptr[nodes].astype(np.int64)
+            ends = self.indptr[nodes + 1].astype(np.int64)
         else:
             starts = np.searchsorted(self.sorted_keys, nodes, side="left")
             ends = np.searchsorted(self.sorted_keys, nodes, side="right")
@@ -420,44 +422,47 @@ def _space_sizes(kind: Kind, cols: dict[str, npt.NDArray[Any]]) -> dict[str, int
 # --- loading rows -------------------------------------------------------------------------
 
 
-def _parse_pg_binary(data: bytes, ncols: int) -> npt.NDArray[np.int64]:
-    """Rows of a binary COPY whose columns are all non-null int8 or timestamptz."""
-    if len(data) < 21:
-        return np.zeros((0, ncols), dtype=np.int64)
-    header = 11 + 4  # signature, flags
-    (ext,) = struct.unpack(">i", data[header : header + 4])
-    start = header + 4 + ext
-    fields: list[tuple[str, str]] = [("n", ">i2")]
-    for i in range(ncols):
-        fields += [(f"l{i}", ">i4"), (f"v{i}", ">i8")]
-    rows = np.frombuffer(data[start : len(data) - 2], dtype=np.dtype(fields))
-    out = np.empty((rows.size, ncols), dtype=np.int64)
-    for i in range(ncols):
-        out[:, i] = rows[f"v{i}"]
-    return out
+PG_CHUNK_IDS = 250_000
 
 
 def _load_postgres(kind: Kind, where: str, params: Sequence[Any]) -> npt.NDArray[np.int64]:
-    # Every column crosses as a fixed-width int8 (timestamps are int8 microseconds since
-    # 2000-01-01; an open valid_to is +infinity, int8 max), so rows parse with one frombuffer.
-    exprs = [f"({expr})::int8" for _, expr in kind.exprs]
-    exprs += ["valid_from", "COALESCE(valid_to, 'infinity'::timestamptz)"]
-    sql = f"SELECT {', '.join(exprs)} FROM {kind.table} {where}"
+    """Rows packed by the database into one bytea per id range: each column as a big-endian
+    int8 (timestamps as int8 microseconds since 2000-01-01, an open valid_to as +infinity,
+    int8 max), so a chunk parses with a single ``frombuffer`` — no per-row Python work."""
+    packed = " || ".join(
+        [f"int8send(({expr})::int8)" for _, expr in kind.exprs]
+        + ["timestamptz_send(valid_from)", "timestamptz_send(COALESCE(valid_to, 'infinity'))"]
+    )
     connection = connections["default"]
     connection.ensure_connection()
     raw = connection.connection
     assert raw is not None
     chunks: list[bytes] = []
-    with (
-        raw.cursor() as cursor,
-        cursor.copy(f"COPY ({sql}) TO STDOUT (FORMAT BINARY)", params or None) as copy,
-    ):
-        for chunk in copy:
-            chunks.append(bytes(chunk))
-    table = _parse_pg_binary(b"".join(chunks), len(kind.columns))
-    for column in (len(kind.columns) - 2, len(kind.columns) - 1):
-        values = table[:, column]
-        values[values != OPEN] += PG_EPOCH_OFFSET_US
+    with psycopg.Cursor(raw) as cursor:
+        if where:
+            ranges: list[tuple[str, list[Any]]] = [(where, list(params))]
+        else:
+            cursor.execute(f"SELECT min(id), max(id) FROM {kind.table}")
+            row = cursor.fetchone()
+            low, high = (row[0], row[1]) if row and row[0] is not None else (0, -1)
+            ranges = [
+                ("WHERE id >= %s AND id < %s", [start, start + PG_CHUNK_IDS])
+                for start in range(int(low), int(high) + 1, PG_CHUNK_IDS)
+            ]
+        for clause, values in ranges:
+            cursor.execute(
+                f"SELECT string_agg({packed}, ''::bytea) FROM {kind.table} {clause}",
+                values,
+                binary=True,
+            )
+            found = cursor.fetchone()
+            if found and found[0]:
+                chunks.append(bytes(found[0]))
+    ncols = len(kind.columns)
+    table = np.frombuffer(b"".join(chunks), dtype=">i8").reshape(-1, ncols).astype(np.int64)
+    for column in (ncols - 2, ncols - 1):
+        stamps = table[:, column]
+        stamps[stamps != OPEN] += PG_EPOCH_OFFSET_US
     return table
 
 
@@ -492,8 +497,9 @@ def load_table(kind: Kind, where: str = "", params: Sequence[Any] = ()) -> npt.N
         table = _load_postgres(kind, where, params)
     else:
         table = _load_generic(kind, where, params)
-    if table.shape[0] > 1:
-        table = table[np.argsort(table[:, 0], kind="stable")]
+    ids = table[:, 0]
+    if ids.size > 1 and not bool((ids[1:] >= ids[:-1]).all()):
+        table = table[np.argsort(ids, kind="stable")]
     return table
 
 
