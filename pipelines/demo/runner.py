@@ -29,7 +29,7 @@ DEFAULT_DAYS = 4
 DAY_STARTS_AT = day_time(2, 0)  # the nightly batch
 SQL_LOG = "sql_logs/spark_sql_queries.jsonl"
 SPOOL = "lineage-spool.ndjson"
-CATALOG_TEMPLATE = Path(__file__).with_name("catalog.yaml")
+CATALOG_TEMPLATE = Path(__file__).with_name("catalog.template.yaml")
 SCHEMAS = ("staging", "marts", "reports")
 
 

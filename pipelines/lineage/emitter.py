@@ -210,6 +210,11 @@ class LineageEmitter:
         conf = self.spark.sparkContext._jsc.hadoopConfiguration()
         return jvm_path, jvm_path.getFileSystem(conf)
 
+    def qualified_table(self, table: str) -> str:
+        """Return a catalog table's full name (``spark_catalog.marts.daily_revenue``)."""
+        found = self.spark.catalog.getTable(table)
+        return ".".join([found.catalog or "", *(found.namespace or []), found.name]).lstrip(".")
+
     def table_location(self, table: str) -> str:
         """Return the storage location of a catalog table."""
         for row in self.spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect():
@@ -327,7 +332,11 @@ class JobRun:
         statement = f"INSERT OVERWRITE TABLE {table}\n{query.strip()}"
         location = self.emitter.table_location(table)
         dataset = self.record_output(
-            spark.sql(query), location, mode="overwrite", owners=owners, table=table
+            spark.sql(query),
+            location,
+            mode="overwrite",
+            owners=owners,
+            table=self.emitter.qualified_table(table),
         )
         self.statements.append(statement)
         self.start()
@@ -352,9 +361,9 @@ class JobRun:
             "dataSource": facets.datasource_facet(dataset),
             "lifecycleStateChange": facets.lifecycle_facet("DROP"),
         }
-        if table:
+        if table and self.emitter.spark.catalog.tableExists(table):
             dataset_facets["symlinks"] = facets.symlinks_facet(
-                self.emitter.config.table_namespace, table
+                self.emitter.config.table_namespace, self.emitter.qualified_table(table)
             )
         self._outputs[dataset] = _Output(
             OutputDataset(
