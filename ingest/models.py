@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.db import models
 from django.utils import timezone
 
@@ -62,3 +64,32 @@ class RawEvent(models.Model):
     @property
     def job_label(self) -> str:
         return f"{self.job_namespace}:{self.job_name}" if self.job_name else ""
+
+
+NO_RUN = uuid.UUID(int=0)
+
+
+class SchemaObservation(models.Model):
+    """One sighting of a dataset's schema (or of its closing) at an event time.
+
+    DatasetVersion rows are derived from these: a version starts at each
+    sighting whose schema differs from the sighting before it in event time,
+    so versions come out the same whatever order the events arrive in.
+    """
+
+    dataset = models.ForeignKey("catalog.Dataset", on_delete=models.CASCADE, related_name="+")
+    at = models.DateTimeField()
+    schema_hash = models.CharField(max_length=64)
+    # The run whose event carried it (NO_RUN for dataset and job events).
+    run_uuid = models.UUIDField(default=NO_RUN)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["dataset", "at", "schema_hash", "run_uuid"], name="schema_sighting_once"
+            )
+        ]
+        indexes = [models.Index(fields=["dataset", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.dataset_id}@{self.at:%Y-%m-%d %H:%M} {self.schema_hash[:8]}"

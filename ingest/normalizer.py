@@ -55,13 +55,15 @@ from catalog.models import (
     OwnerKind,
 )
 from graph import actions as graph_actions
-from graph.models import Job
+from graph.models import Job, RunDataset
 from ingest.events import ColumnMapping, DatasetRef, ParsedEvent
+from ingest.models import NO_RUN, SchemaObservation
 
 LINEAGE_ACTOR = catalog_actions.Actor(name="openlineage", source=ChangeSource.LINEAGE)
 CLOSING_KINDS = {"DROP": LifecycleState.DROPPED, "RENAMED": LifecycleState.RENAMED}
 FILE_SCHEMES = {"file", "s3", "s3a", "gs", "gcs", "hdfs", "abfss", "wasbs", "dbfs"}
 JOB_EVENT_RUNS = uuid.UUID("5b1d3a52-7f0e-4c1a-9d43-0c6b3f1e2a77")
+VERSION_IDS = uuid.UUID("0c1f6a4e-93b2-4f7e-8a55-4d2b9e61c0d8")
 
 
 class RetryBatch(Exception):
@@ -89,9 +91,13 @@ def normalize(events: list[ParsedEvent]) -> NormalizeResult:
         return batch.finish()
 
 
-def schema_hash(fields: list[dict[str, str]], lifecycle: str) -> str:
-    text = json.dumps([[f["name"], f["type"], f["description"]] for f in fields] + [lifecycle])
-    return hashlib.sha256(text.encode()).hexdigest()
+def schema_hash(fields: list[dict[str, str]], lifecycle: str, at: datetime | None = None) -> str:
+    """Identity of a schema (and lifecycle change; a closing's own instant when given)."""
+    parts: list[Any] = [[f["name"], f["type"], f["description"]] for f in fields]
+    parts.append(lifecycle)
+    if at is not None:
+        parts.append(graph_actions.time_key(at))
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
 def platform_of(namespace: str) -> str:
@@ -107,17 +113,6 @@ def location_of(namespace: str, name: str) -> str:
     if namespace == "file":
         return f"file://{name}"[:2048]
     return f"{namespace.rstrip('/')}/{name.lstrip('/')}"[:2048]
-
-
-@dataclass
-class _Version:
-    created_at: datetime
-    schema_hash: str
-    fields: list[dict[str, str]]
-    lifecycle: str
-    run_uuid: uuid.UUID | None
-    row: DatasetVersion | None = None
-    dirty: bool = False
 
 
 @dataclass
@@ -143,9 +138,12 @@ class _Batch:
         self.field_seen: dict[tuple[int, str], datetime] = {}
         self.dirty_fields: set[tuple[int, str]] = set()
         self.fields_loaded: set[int] = set()
-        self.versions: dict[int, list[_Version]] = {}
-        self.versions_full: set[int] = set()
-        self.versions_changed: set[int] = set()
+        self.latest: dict[int, DatasetVersion | None] = {}
+        self.sightings: dict[int, set[tuple[datetime, str, uuid.UUID]]] = defaultdict(set)
+        self.specs: dict[tuple[int, str], tuple[list[dict[str, str]], str]] = {}
+        self.versions_changed: dict[int, datetime] = {}
+        self.all_versions: dict[int, list[DatasetVersion]] = {}
+        self.version_at_cache: dict[tuple[int, datetime], int | None] = {}
         self.closures: list[tuple[int, datetime]] = []
         self.pending_runs: list[_PendingRun] = []
         self.steward_descriptions: set[tuple[int, str]] | None = None
@@ -196,7 +194,25 @@ class _Batch:
         closures = [(self.dataset_ids[key], at) for key, at in closing_keys]
         closing_jobs = graph_actions.jobs_with_edges_open_at(closures)
         own_jobs = {self.job_ids[(e.job_namespace, e.job_name)] for e in self.events if e.job_name}
-        self.jobs = graph_actions.lock_jobs(own_jobs | closing_jobs)
+        # Parent jobs are locked only when this batch moves their creation time back.
+        parent_times: dict[int, datetime] = {}
+        for e in self.events:
+            if e.parent_job:
+                pk = self.job_ids[e.parent_job]
+                parent_times[pk] = min(e.event_time, parent_times.get(pk, e.event_time))
+        stale = {
+            pk
+            for pk, created in Job.objects.filter(pk__in=set(parent_times) - own_jobs).values_list(
+                "pk", "created_at"
+            )
+            if parent_times[pk] < created
+        }
+        self.jobs = graph_actions.lock_jobs(own_jobs | closing_jobs | stale)
+        for pk in stale:
+            job = self.jobs[pk]
+            if parent_times[pk] < job.created_at:
+                job.created_at = parent_times[pk]
+                self.touched_jobs.add(pk)
         self.datasets = lock_datasets(self.dataset_ids.values())
         if closures and not graph_actions.jobs_with_edges_open_at(closures) <= set(self.jobs):
             raise RetryBatch("edges were added to a closing dataset meanwhile")
@@ -252,11 +268,7 @@ class _Batch:
         }
         for dataset_id in wanted:
             version_pk = pairs.get(dataset_id)
-            if version_pk is None:
-                self.versions[dataset_id] = []
-                self.versions_full.add(dataset_id)
-            else:
-                self.versions[dataset_id] = [_version_of(rows[version_pk])]
+            self.latest[dataset_id] = rows[version_pk] if version_pk else None
 
     # -- applying one event ------------------------------------------------------------------
 
@@ -428,26 +440,6 @@ class _Batch:
 
     # -- schema versions and fields ----------------------------------------------------------
 
-    def _version_list(self, dataset_id: int, at: datetime) -> list[_Version]:
-        """The dataset's versions, complete at least from ``at`` on (loading history if needed)."""
-        versions = self.versions.get(dataset_id)
-        if versions is not None and (
-            dataset_id in self.versions_full or (versions and at >= versions[0].created_at)
-        ):
-            return versions
-        kept = {v.row.pk: v for v in versions or [] if v.row is not None}
-        merged = [
-            kept.get(row.pk) or _version_of(row)
-            for row in DatasetVersion.objects.filter(dataset_id=dataset_id).order_by(
-                "created_at", "pk"
-            )
-        ]
-        merged.extend(v for v in versions or [] if v.row is None)
-        merged.sort(key=lambda v: v.created_at)
-        self.versions[dataset_id] = merged
-        self.versions_full.add(dataset_id)
-        return merged
-
     def _observe_schema(
         self,
         ds: Dataset,
@@ -456,23 +448,117 @@ class _Batch:
         lifecycle: str,
         run_uuid: uuid.UUID | None,
     ) -> None:
+        """Record a sighting of the dataset's schema; versions are derived in ``finish``."""
         for f in fields:
             key = (ds.pk, f["name"])
             self.field_seen[key] = min(at, self.field_seen.get(key, at))
-        digest = schema_hash(fields, lifecycle)
-        versions = self._version_list(ds.pk, at)
-        prev = next((v for v in reversed(versions) if v.created_at <= at), None)
-        nxt = next((v for v in versions if v.created_at > at), None)
-        if prev is not None and prev.schema_hash == digest:
+        # A closing is a fact of its own instant: two drops never merge into one version.
+        digest = schema_hash(fields, lifecycle, at if lifecycle in CLOSING_KINDS else None)
+        self.sightings[ds.pk].add((at, digest, run_uuid or NO_RUN))
+        self.specs[(ds.pk, digest)] = (fields, lifecycle)
+
+    def _replay_versions(self) -> None:
+        """Store the sightings and re-derive each dataset's versions from its earliest new one.
+
+        A version starts at every sighting (in event-time order) whose schema
+        differs from the sighting before it: the run-length encoding of the
+        sightings, so any arrival order gives the same versions.
+        """
+        if not self.sightings:
             return
-        if nxt is not None and nxt.schema_hash == digest:
-            nxt.created_at = at
-            nxt.run_uuid = run_uuid
-            nxt.dirty = True
-        else:
-            versions.append(_Version(at, digest, fields, lifecycle, run_uuid, dirty=True))
-        versions.sort(key=lambda v: v.created_at)
-        self.versions_changed.add(ds.pk)
+        SchemaObservation.objects.bulk_create(
+            [
+                SchemaObservation(dataset_id=d, at=at, schema_hash=h, run_uuid=run)
+                for d in sorted(self.sightings)
+                for at, h, run in sorted(self.sightings[d])
+            ],
+            ignore_conflicts=True,
+        )
+        since = {d: min(at for at, _, _ in found) for d, found in self.sightings.items()}
+        start = min(since.values())
+        ids = sorted(since)
+        window: dict[int, list[tuple[datetime, str, uuid.UUID]]] = defaultdict(list)
+        for d, at, h, run in SchemaObservation.objects.filter(
+            dataset_id__in=ids, at__gte=start
+        ).values_list("dataset_id", "at", "schema_hash", "run_uuid"):
+            if at >= since[d]:
+                window[d].append((at, h, run))
+        existing: dict[int, list[DatasetVersion]] = defaultdict(list)
+        for v in DatasetVersion.objects.filter(dataset_id__in=ids, created_at__gte=start):
+            if v.created_at >= since[v.dataset_id]:
+                existing[v.dataset_id].append(v)
+        create: list[DatasetVersion] = []
+        for d in ids:
+            before = self._version_before(d, since[d])
+            last = before.schema_hash if before is not None else None
+            wanted: dict[tuple[datetime, str], uuid.UUID | None] = {}
+            for at, h, run in sorted(window[d]):
+                if h != last:
+                    wanted[(at, h)] = run
+                last = h
+            for v in existing[d]:
+                self.specs.setdefault((d, v.schema_hash), (list(v.fields or []), v.lifecycle_state))
+            changed: list[datetime] = []
+            kept: list[DatasetVersion] = []
+            for v in existing[d]:
+                starter = wanted.pop((v.created_at, v.schema_hash), None)
+                if starter is None:
+                    v.delete()
+                    changed.append(v.created_at)
+                    continue
+                kept.append(v)
+                run_uuid = None if starter == NO_RUN else starter
+                if v.run_uuid != run_uuid:
+                    v.run_uuid = run_uuid
+                    v.save(update_fields=["run_uuid"])
+            for (at, h), starter in sorted(wanted.items()):
+                fields, lifecycle = self._spec(d, h)
+                row = DatasetVersion(
+                    dataset_id=d,
+                    version=uuid.uuid5(VERSION_IDS, f"{d}|{h}|{graph_actions.time_key(at)}"),
+                    created_at=at,
+                    run_uuid=None if starter == NO_RUN else starter,
+                    schema_hash=h,
+                    fields=fields,
+                    lifecycle_state=lifecycle,
+                )
+                create.append(row)
+                kept.append(row)
+                changed.append(at)
+            if changed:
+                self.versions_changed[d] = min(changed)
+            newest = max(kept, key=lambda v: v.created_at, default=None)
+            self.latest[d] = newest or before
+        if create:
+            DatasetVersion.objects.bulk_create(create)
+        self.version_at_cache.clear()
+
+    def _version_before(self, dataset_id: int, at: datetime) -> DatasetVersion | None:
+        latest = self.latest.get(dataset_id)
+        if latest is not None and latest.created_at < at:
+            return latest
+        return (
+            DatasetVersion.objects.filter(dataset_id=dataset_id, created_at__lt=at)
+            .order_by("-created_at", "-schema_hash")
+            .first()
+        )
+
+    def _spec(self, dataset_id: int, digest: str) -> tuple[list[dict[str, str]], str]:
+        found = self.specs.get((dataset_id, digest))
+        if found is None:
+            row = DatasetVersion.objects.filter(dataset_id=dataset_id, schema_hash=digest).first()
+            found = (list(row.fields or []), row.lifecycle_state) if row else ([], "")
+            self.specs[(dataset_id, digest)] = found
+        return found
+
+    def _versions_of(self, dataset_id: int) -> list[DatasetVersion]:
+        if dataset_id not in self.all_versions:
+            self.all_versions[dataset_id] = list(
+                DatasetVersion.objects.filter(dataset_id=dataset_id).order_by(
+                    "created_at", "schema_hash"
+                )
+            )
+        return self.all_versions[dataset_id]
 
     def _field(self, dataset_id: int, name: str, at: datetime) -> DatasetField:
         key = (dataset_id, name)
@@ -489,7 +575,7 @@ class _Batch:
         if self.steward_descriptions is None:
             self.steward_descriptions = set(
                 ChangeRecord.objects.filter(
-                    dataset_id__in=self.versions_changed,
+                    dataset_id__in=set(self.versions_changed),
                     attribute="description",
                     source=ChangeSource.STEWARD,
                 )
@@ -499,48 +585,111 @@ class _Batch:
         return (dataset_id, name) in self.steward_descriptions
 
     def _sync_fields(self) -> None:
-        """Make each changed dataset's field rows follow its latest schema version."""
-        for dataset_id in sorted(self.versions_changed):
-            latest = self.versions[dataset_id][-1]
-            in_schema: set[str] = set()
-            for ordinal, spec in enumerate(latest.fields):
-                name = spec["name"]
-                in_schema.add(name)
-                row = self._field(dataset_id, name, latest.created_at)
-                before = (row.type, row.ordinal, row.description, row.removed_at)
-                row.type = spec["type"]
-                row.ordinal = ordinal
-                if row.removed_at is not None:
-                    row.removed_at = None
+        """Make field rows a function of the dataset's schema versions, whatever their order.
+
+        Each field takes type, position and description from the newest version
+        holding it, is removed from the version after its last appearance, and
+        was first seen at its earliest appearance. Fields known only from column
+        lineage stay current unless the dataset's newest version closed it.
+        """
+        created = {key[0] for key, row in self.fields.items() if row.pk is None}
+        for dataset_id in sorted(set(self.versions_changed) | created):
+            versions = self._versions_of(dataset_id)
+            newest: dict[str, tuple[int, int, dict[str, str]]] = {}
+            earliest: dict[str, datetime] = {}
+            for index, version in enumerate(versions):
+                for ordinal, spec in enumerate(version.fields):
+                    newest[spec["name"]] = (index, ordinal, spec)
+                    earliest.setdefault(spec["name"], version.created_at)
+            for name, (index, ordinal, spec) in newest.items():
+                row = self._field(dataset_id, name, earliest[name])
+                removed_at = versions[index + 1].created_at if index + 1 < len(versions) else None
+                description = row.description
                 if (
                     spec["description"]
-                    and row.description != spec["description"]
+                    and description != spec["description"]
                     and not self._steward_edited(dataset_id, name)
                 ):
-                    row.description = spec["description"]
-                if before != (row.type, row.ordinal, row.description, row.removed_at):
-                    self.dirty_fields.add((dataset_id, name))
+                    description = spec["description"]
+                first_seen = min(row.first_seen, earliest[name])
+                self._set_field(row, spec["type"], ordinal, description, removed_at, first_seen)
+            closing = (
+                versions[-1] if versions and versions[-1].lifecycle_state in CLOSING_KINDS else None
+            )
             for (ds_id, name), row in self.fields.items():
-                if ds_id == dataset_id and name not in in_schema and row.removed_at is None:
-                    row.removed_at = latest.created_at
-                    self.dirty_fields.add((ds_id, name))
+                if ds_id == dataset_id and name not in newest:
+                    removed_at = closing.created_at if closing is not None else None
+                    self._set_field(
+                        row, row.type, row.ordinal, row.description, removed_at, row.first_seen
+                    )
         for key, seen in self.field_seen.items():
             found = self.fields.get(key)
             if found is not None and seen < found.first_seen:
                 found.first_seen = seen
                 self.dirty_fields.add(key)
 
+    def _set_field(
+        self,
+        row: DatasetField,
+        kind: str,
+        ordinal: int,
+        description: str,
+        removed_at: datetime | None,
+        first_seen: datetime,
+    ) -> None:
+        before = (row.type, row.ordinal, row.description, row.removed_at, row.first_seen)
+        after = (kind[:255], ordinal, description, removed_at, first_seen)
+        if before != after:
+            row.type, row.ordinal, row.description, row.removed_at, row.first_seen = after
+            self.dirty_fields.add((row.dataset_id, row.name))
+
     def _version_at(self, dataset_id: int, at: datetime) -> int | None:
-        versions = self.versions.get(dataset_id) or []
-        found = next((v for v in reversed(versions) if v.created_at <= at), None)
-        return found.row.pk if found is not None and found.row is not None else None
+        """Id of the dataset's version in force at ``at``."""
+        latest = self.latest.get(dataset_id)
+        if latest is not None and latest.created_at <= at:
+            return latest.pk
+        key = (dataset_id, at)
+        if key not in self.version_at_cache:
+            self.version_at_cache[key] = (
+                DatasetVersion.objects.filter(dataset_id=dataset_id, created_at__lte=at)
+                .order_by("-created_at", "-schema_hash")
+                .values_list("pk", flat=True)
+                .first()
+            )
+        return self.version_at_cache[key]
+
+    def _repoint_run_io(self) -> None:
+        """Run io rows point at the version in force at their event time: re-point the rows
+        from the first instant where this batch changed a dataset's versions."""
+        for dataset_id, changed_at in sorted(self.versions_changed.items()):
+            versions = self._versions_of(dataset_id)
+            if not versions:
+                RunDataset.objects.filter(dataset_id=dataset_id).exclude(
+                    dataset_version__isnull=True
+                ).update(dataset_version=None)
+                continue
+            first = max(
+                (i for i, v in enumerate(versions) if v.created_at <= changed_at), default=0
+            )
+            for index in range(first, len(versions)):
+                version = versions[index]
+                span = RunDataset.objects.filter(
+                    dataset_id=dataset_id, event_time__gte=version.created_at
+                )
+                if index + 1 < len(versions):
+                    span = span.filter(event_time__lt=versions[index + 1].created_at)
+                span.exclude(dataset_version_id=version.pk).update(dataset_version_id=version.pk)
+            RunDataset.objects.filter(
+                dataset_id=dataset_id, event_time__lt=versions[0].created_at
+            ).exclude(dataset_version__isnull=True).update(dataset_version=None)
 
     # -- writing it all down -----------------------------------------------------------------
 
     def finish(self) -> NormalizeResult:
+        self._replay_versions()
         self._sync_fields()
         self._flush_fields()
-        self._flush_versions()
+        self._repoint_run_io()
         self._flush_datasets()
         self._flush_jobs()
         observations = []
@@ -586,40 +735,6 @@ class _Batch:
             DatasetField.objects.bulk_update(
                 changed, ["type", "ordinal", "description", "removed_at", "first_seen"]
             )
-
-    def _flush_versions(self) -> None:
-        create: list[DatasetVersion] = []
-        update: list[DatasetVersion] = []
-        for dataset_id in self.versions_changed:
-            ds = self.datasets[dataset_id]
-            for v in self.versions[dataset_id]:
-                if not v.dirty:
-                    continue
-                ident = uuid.uuid5(
-                    JOB_EVENT_RUNS,
-                    f"{ds.pk}|{v.schema_hash}|{graph_actions.time_key(v.created_at)}",
-                )
-                if v.row is None:
-                    v.row = DatasetVersion(
-                        dataset_id=dataset_id,
-                        version=ident,
-                        created_at=v.created_at,
-                        run_uuid=v.run_uuid,
-                        schema_hash=v.schema_hash,
-                        fields=v.fields,
-                        lifecycle_state=v.lifecycle,
-                    )
-                    create.append(v.row)
-                else:
-                    v.row.version = ident
-                    v.row.created_at = v.created_at
-                    v.row.run_uuid = v.run_uuid
-                    update.append(v.row)
-                v.dirty = False
-        if update:
-            DatasetVersion.objects.bulk_update(update, ["version", "created_at", "run_uuid"])
-        if create:
-            DatasetVersion.objects.bulk_create(create)
 
     def _flush_datasets(self) -> None:
         for ds in self.datasets.values():
@@ -677,17 +792,6 @@ class _Batch:
                     "updated_at",
                 ],
             )
-
-
-def _version_of(row: DatasetVersion) -> _Version:
-    return _Version(
-        created_at=row.created_at,
-        schema_hash=row.schema_hash,
-        fields=list(row.fields or []),
-        lifecycle=row.lifecycle_state,
-        run_uuid=row.run_uuid,
-        row=row,
-    )
 
 
 def ensure_namespaces(names: Iterable[str]) -> dict[str, int]:

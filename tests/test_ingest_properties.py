@@ -1,0 +1,258 @@
+"""Order does not matter: any permutation, with duplicates, of the same events gives the same state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import transaction
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from catalog.models import Dataset, DatasetField, DatasetOwnership, DatasetVersion
+from graph.models import ColumnEdge, Job, Run, RunDataset, TableEdge
+from ingest.events import parse_event
+from ingest.normalizer import normalize
+from tests.ingest_builders import at, columns, dataset, drop, run_event, run_id, schema
+
+pytestmark = pytest.mark.django_db
+
+
+def field_names() -> dict[int, str]:
+    return {
+        f.pk: f"{f.dataset.name}.{f.name}" for f in DatasetField.objects.select_related("dataset")
+    }
+
+
+def snapshot() -> dict[str, Any]:
+    """Everything the normaliser derives, by natural keys (ids and arrival times left out)."""
+    fields = field_names()
+    names = dict(Dataset.objects.values_list("pk", "name"))
+    return {
+        "datasets": sorted(
+            (
+                d.namespace.name,
+                d.name,
+                d.first_seen,
+                d.last_seen,
+                d.lifecycle_state,
+                d.dropped_at,
+                d.description,
+                d.source_name,
+                d.alias_of.name if d.alias_of else None,
+                repr(sorted(d.lineage_facets.items())),
+            )
+            for d in Dataset.objects.select_related("namespace", "alias_of")
+        ),
+        "fields": sorted(
+            (fields[f.pk], f.type, f.description, f.ordinal, f.removed_at, f.first_seen)
+            for f in DatasetField.objects.all()
+        ),
+        "versions": sorted(
+            (names[v.dataset_id], v.created_at, v.schema_hash, v.lifecycle_state, str(v.run_uuid))
+            for v in DatasetVersion.objects.all()
+        ),
+        "owners": sorted(
+            (o.dataset.name, o.owner.name, o.ownership_type)
+            for o in DatasetOwnership.objects.select_related("dataset", "owner")
+        ),
+        "jobs": sorted(
+            (
+                j.name,
+                repr(sorted(j.facets.items())),
+                j.sql,
+                j.job_type,
+                j.parent.name if j.parent else None,
+                str(j.latest_run.run_uuid) if j.latest_run else None,
+                j.created_at,
+            )
+            for j in Job.objects.select_related("parent", "latest_run")
+        ),
+        "runs": sorted(
+            (
+                str(r.run_uuid),
+                r.job.name,
+                r.state,
+                r.state_event_time,
+                r.started_at,
+                r.ended_at,
+                r.nominal_start_time,
+                r.error_message,
+                repr(sorted(r.facets.items())),
+                str(r.parent_run_uuid),
+                r.edges_applied,
+                r.created_at,
+                repr(
+                    sorted(
+                        (fields[e[0]], names[e[1]], fields.get(e[2]), *e[3:])
+                        for e in r.column_lineage.get("edges", [])
+                    )
+                ),
+                repr(sorted(names[d] for d in r.column_lineage.get("covered", []))),
+            )
+            for r in Run.objects.select_related("job")
+        ),
+        "run_io": sorted(
+            (
+                str(io.run.run_uuid),
+                io.dataset.name,
+                io.direction,
+                io.event_time,
+                io.dataset_version.created_at if io.dataset_version else None,
+            )
+            for io in RunDataset.objects.select_related("run", "dataset", "dataset_version")
+        ),
+        "table_edges": sorted(
+            (e.job.name, e.dataset.name, e.direction, e.valid_from, e.valid_to)
+            for e in TableEdge.objects.select_related("job", "dataset")
+        ),
+        "column_edges": sorted(
+            (
+                e.job.name if e.job else None,
+                fields[e.source_field_id],
+                names[e.target_dataset_id],
+                fields.get(e.target_field_id) if e.target_field_id else None,
+                e.transformation_type,
+                e.transformation_subtype,
+                e.masking,
+                e.description,
+                e.valid_from,
+                e.valid_to,
+            )
+            for e in ColumnEdge.objects.all()
+        ),
+    }
+
+
+def state_after(events: list[dict[str, Any]], chunks: list[int]) -> dict[str, Any]:
+    """Normalise the events in the given order and chunking, snapshot, and roll back."""
+    with transaction.atomic():
+        start = 0
+        for size in [*chunks, len(events)]:
+            part = events[start : start + size]
+            if part:
+                normalize([parse_event(e) for e in part])
+            start += size
+        state = snapshot()
+        transaction.set_rollback(True)
+    return state
+
+
+@st.composite
+def shuffled_with_duplicates(draw: st.DrawFn, events: list[dict[str, Any]]) -> tuple[list, list]:
+    order = draw(st.permutations(list(range(len(events)))))
+    extra = draw(st.lists(st.sampled_from(range(len(events))), max_size=len(events)))
+    sequence = list(order)
+    for index in extra:
+        sequence.insert(draw(st.integers(0, len(sequence))), index)
+    chunks = draw(st.lists(st.integers(1, 4), max_size=len(sequence)))
+    return [events[i] for i in sequence], chunks
+
+
+def one_run_events() -> list[dict[str, Any]]:
+    """The events of one Spark-like run, facets and io spread over them, with a prior run."""
+    rid = run_id(2)
+    parent = {"run": {"runId": run_id(90)}, "job": {"namespace": "spark", "name": "app"}}
+    inputs = [dataset("shop.orders", schema=schema("id", "amount", "country"))]
+    out = dataset(
+        "dw.orders",
+        schema=schema("id", "amount_eur"),
+        columnLineage=columns({"id": [("shop.orders", "id")], "amount_eur": [("shop.orders", "amount")]}),
+        ownership={"owners": [{"name": "team:dw", "type": "MAINTAINER"}]},
+        documentation={"description": "Orders in euros"},
+    )
+    previous = [
+        run_event("START", run_id(1), at(1, 1), inputs=[dataset("shop.orders"), dataset("fx.rates")]),
+        run_event(
+            "COMPLETE",
+            run_id(1),
+            at(1, 2),
+            inputs=[dataset("shop.orders"), dataset("fx.rates")],
+            outputs=[dataset("dw.orders", schema=schema("id", "amount"))],
+        ),
+    ]
+    return [
+        *previous,
+        run_event(
+            "START",
+            rid,
+            at(2, 1),
+            inputs=inputs,
+            run_facets={"parent": parent, "nominalTime": {"nominalStartTime": at(2)}},
+            job_facets={"jobType": {"processingType": "BATCH", "integration": "SPARK"}},
+        ),
+        run_event("RUNNING", rid, at(2, 1, 30), inputs=inputs, run_facets={"progress": {"pct": 50}}),
+        run_event("OTHER", rid, at(2, 1, 40), run_facets={"progress": {"pct": 80}}),
+        run_event(
+            "COMPLETE",
+            rid,
+            at(2, 2),
+            inputs=inputs,
+            outputs=[out],
+            run_facets={"parent": parent, "progress": {"pct": 100}},
+            job_facets={"sql": {"query": "insert into dw.orders select …"}},
+        ),
+    ]
+
+
+RUN_EVENTS = one_run_events()
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=shuffled_with_duplicates(RUN_EVENTS))
+def test_it_settles_a_runs_events_in_any_order_with_duplicates(case):
+    events, chunks = case
+    expected = state_after(RUN_EVENTS, [1] * len(RUN_EVENTS))
+    assert state_after(events, chunks) == expected
+
+
+def job_history() -> list[dict[str, Any]]:
+    """Several runs of one job changing inputs, outputs and column mappings, and a drop."""
+
+    def completed(n, day, ins, outs):
+        return [
+            run_event("START", run_id(n), at(day, 1), inputs=ins),
+            run_event("COMPLETE", run_id(n), at(day, 2), inputs=ins, outputs=outs),
+        ]
+
+    def out(mapping):
+        return dataset("dw.o", schema=schema(*mapping), columnLineage=columns(mapping))
+
+    return [
+        *completed(1, 1, [dataset("a"), dataset("b")], [out({"x": [("a", "x")]})]),
+        *completed(2, 2, [dataset("a")], [out({"x": [("a", "y")]})]),
+        *completed(3, 3, [dataset("a"), dataset("b")], [out({"x": [("a", "x")], "z": [("b", "z")]})]),
+        drop("b", at(4)),
+        *completed(4, 5, [dataset("a"), dataset("b")], [out({"x": [("a", "x")]})]),
+        run_event("FAIL", run_id(5), at(6, 2), inputs=[dataset("c")], outputs=[dataset("dw.o")]),
+    ]
+
+
+JOB_HISTORY = job_history()
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=shuffled_with_duplicates(JOB_HISTORY))
+def test_it_computes_the_same_validity_intervals_whatever_the_order(case):
+    events, chunks = case
+    expected = state_after(JOB_HISTORY, [1] * len(JOB_HISTORY))
+    got = state_after(events, chunks)
+    assert got["table_edges"] == expected["table_edges"]
+    assert got["column_edges"] == expected["column_edges"]
+    assert got == expected
+
+
+def test_the_in_order_history_has_the_intervals_we_expect():
+    state = state_after(JOB_HISTORY, [1] * len(JOB_HISTORY))
+    b_edges = [e for e in state["table_edges"] if e[1] == "b"]
+    assert [(e[3].day, e[4].day if e[4] else None) for e in b_edges] == [(1, 2), (3, 4), (5, None)]
+    x_from_a = [e for e in state["column_edges"] if e[1] == "a.x"]
+    assert [(e[8].day, e[9].day if e[9] else None) for e in x_from_a] == [(1, 2), (3, None)]
