@@ -51,6 +51,13 @@ JOB_TYPE_SCHEMA = (
 HIDDEN_FACET = "lineageExplorer_hidden"
 HIDDEN_SCHEMA = "https://github.com/lineage-explorer/lineage-explorer/spec/HiddenDatasetFacet.json"
 
+_JOB_TYPE_FACET = {
+    "_producer": PRODUCER,
+    "_schemaURL": JOB_TYPE_SCHEMA,
+    "processingType": "BATCH",
+    "integration": "SQL",
+    "jobType": "QUERY",
+}
 _RUN_NAMESPACE = uuid.UUID("5d3c2a7e-9b1f-4c52-8e61-0f4a2b7c9d10")
 _JOB_VERBS = {
     StatementKind.INSERT: "insert",
@@ -167,6 +174,7 @@ class EventBuilder:
             return found[1]
         hidden = statement.hidden_datasets
         parts = {
+            "job_name": job_name(statement),
             "inputs": [_dataset(d, namespace, hidden) for d in statement.inputs],
             "outputs": [_output(t, namespace, hidden) for t in _targets_in_output_order(statement)],
         }
@@ -182,7 +190,7 @@ class EventBuilder:
         run = {"runId": run_id(execution, record_fingerprint, statement.index)}
         job = {
             "namespace": execution.namespace,
-            "name": job_name(statement, execution.query_tag),
+            "name": execution.query_tag[:1000] if execution.query_tag else parts["job_name"],
             "facets": {
                 "sql": {
                     "_producer": PRODUCER,
@@ -190,13 +198,7 @@ class EventBuilder:
                     "query": execution.query,
                     "dialect": execution.dialect,
                 },
-                "jobType": {
-                    "_producer": PRODUCER,
-                    "_schemaURL": JOB_TYPE_SCHEMA,
-                    "processingType": "BATCH",
-                    "integration": "SQL",
-                    "jobType": "QUERY",
-                },
+                "jobType": _JOB_TYPE_FACET,
             },
         }
         started = iso(execution.start_time)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
-from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.qualify_columns import qualify_columns
+from sqlglot.optimizer.qualify_tables import qualify_tables
 from sqlglot.optimizer.scope import Scope, build_scope
 from sqlglot.schema import MappingSchema
 
@@ -700,15 +701,14 @@ class StatementExtractor:
             catalog, db = self.ctx.database, self.ctx.schema
         else:
             catalog, db = None, self.ctx.schema or self.ctx.database
-        return qualify(
-            query.copy(),
-            dialect=self.ctx.dialect,
-            db=db,
-            catalog=catalog,
-            schema=schema,
-            validate_qualify_columns=False,
-            quote_identifiers=False,
-            identify=False,
+        # sqlglot's qualify() without its normalize / quote / validate steps: the
+        # statement is normalised once in extract() and the plan's query is ours.
+        qualified = qualify_tables(query, db=db, catalog=catalog, dialect=self.ctx.dialect)
+        return qualify_columns(
+            qualified,
+            schema or MappingSchema(dialect=self.ctx.dialect, normalize=False),
+            expand_alias_refs=True,
+            expand_stars=True,
         )
 
     def _raw_parts(self, table: exp.Table) -> list[str]:

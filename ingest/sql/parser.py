@@ -69,6 +69,8 @@ DEFAULT_MAX_COLUMN_PASS_CHARS = 100_000
 DEFAULT_MAX_COLUMN_PASS_SET_OPERATIONS = 200
 # openlineage-sql is quadratic on long statements too: it only backs up small ones.
 DEFAULT_MAX_FALLBACK_CHARS = 20_000
+# Texts up to this length are remembered verbatim, to skip normalising exact repeats.
+_EXACT_TEXT_MAX = 8_192
 
 _UNLOAD = re.compile(r"(?is)^\s*unload\s*\(\s*'((?:[^']|'')*)'\s*\)\s*to\s*'([^']*)'")
 _MYSQL_LOAD = re.compile(
@@ -139,6 +141,7 @@ class SqlLineageParser:
         self._cache: OrderedDict[tuple[str, str, str, str], _Cached] = OrderedDict()
         self._cache_size = cache_size
         self._columns: dict[DatasetRef, tuple[str, ...] | None] = {}
+        self._fingerprints: dict[tuple[str, str], str] = {}
         self._dialects: dict[str, Dialect] = {}
         self.shared = LineageSession()
         self.hits = 0
@@ -165,13 +168,24 @@ class SqlLineageParser:
             guards.check_length(sql, self.max_statement_chars)
         except guards.InputRejected as exc:
             return ParsedRecord("", (), (StatementError(0, str(exc), sql[:200]),))
-        normalized = normalize(sql, spec)
-        fp = digest(spec.name, normalized)
+        # Identical text (a dashboard refreshing) skips even the normalisation.
+        exact = (spec.name, sql)
+        fp = self._fingerprints.get(exact)
+        normalized = None
+        if fp is None:
+            normalized = normalize(sql, spec)
+            fp = digest(spec.name, normalized)
+            if len(sql) <= _EXACT_TEXT_MAX:
+                self._fingerprints[exact] = fp
+                if len(self._fingerprints) > self._cache_size:
+                    del self._fingerprints[next(iter(self._fingerprints))]
         key = (spec.name, defaults.database or "", defaults.schema or "", fp)
         cached = self._cache.get(key)
         hit = cached is not None
         if cached is None:
             self.misses += 1
+            if normalized is None:
+                normalized = normalize(sql, spec)
             cached = self._parse_uncached(sql, normalized, fp, spec, defaults)
             self._cache[key] = cached
             if len(self._cache) > self._cache_size:
@@ -200,6 +214,7 @@ class SqlLineageParser:
 
     def clear(self) -> None:
         self._cache.clear()
+        self._fingerprints.clear()
         self._columns.clear()
 
     # -- parsing a miss --------------------------------------------------------
