@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -93,3 +94,114 @@ class SchemaObservation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.dataset_id}@{self.at:%Y-%m-%d %H:%M} {self.schema_hash[:8]}"
+
+
+# -- SQL query logs (ingest.sql): uploads, their problems, and reads --------------------
+
+
+class SqlLogFormat(models.TextChoices):
+    CSV = "csv", "CSV"
+    JSONL = "jsonl", "JSON Lines"
+    PGCSVLOG = "pgcsvlog", "PostgreSQL csvlog"
+
+
+class SqlLogState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    PROCESSING = "processing", "Processing"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class SqlLogUpload(models.Model):
+    """A query log being (or having been) turned into lineage, with its progress and tallies."""
+
+    namespace = models.CharField(max_length=1024)
+    dialect = models.CharField(max_length=32)
+    format = models.CharField(max_length=12, choices=SqlLogFormat.choices)
+    default_database = models.CharField(max_length=255, blank=True)
+    default_schema = models.CharField(max_length=255, blank=True)
+    # Where the log is read from: a stored upload or, for the command, the given path.
+    path = models.CharField(max_length=2048)
+    original_name = models.CharField(max_length=512, blank=True)
+    size_bytes = models.BigIntegerField(default=0)
+    source = models.CharField(max_length=16, default="upload")  # upload | api | command
+    uploaded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    state = models.CharField(
+        max_length=12, choices=SqlLogState.choices, default=SqlLogState.PENDING
+    )
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    bytes_read = models.BigIntegerField(default=0)
+    records = models.IntegerField(default=0)
+    statements = models.IntegerField(default=0)
+    events = models.IntegerField(default=0)
+    reads = models.IntegerField(default=0)
+    skipped_failed = models.IntegerField(default=0)
+    line_errors = models.IntegerField(default=0)
+    parse_errors = models.IntegerField(default=0)
+    cache_hits = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"SQL log #{self.pk} {self.original_name or self.path}"
+
+    @property
+    def progress(self) -> float:
+        """Fraction of the file read, 0..1."""
+        if self.state == SqlLogState.DONE:
+            return 1.0
+        return min(1.0, self.bytes_read / self.size_bytes) if self.size_bytes else 0.0
+
+    @property
+    def problem_count(self) -> int:
+        return self.line_errors + self.parse_errors
+
+
+class SqlLogProblem(models.Model):
+    """A line of a query log, or a statement in it, that gave no lineage, and why."""
+
+    upload = models.ForeignKey(SqlLogUpload, on_delete=models.CASCADE, related_name="problems")
+    line = models.IntegerField()
+    statement = models.IntegerField(null=True, blank=True)
+    field = models.CharField(max_length=64, blank=True)
+    message = models.TextField()
+    excerpt = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["upload", "line", "id"]
+        indexes = [models.Index(fields=["upload", "line"])]
+
+
+class DatasetRead(models.Model):
+    """Plain SELECTs from query logs: who read a dataset on a day, how often (never an edge).
+
+    Datasets are named, not linked, so reads of tables the catalog has not
+    seen yet are kept too. Counted per upload, so re-processing an upload
+    rewrites its own counts instead of adding to them.
+    """
+
+    upload = models.ForeignKey(SqlLogUpload, on_delete=models.CASCADE, related_name="dataset_reads")
+    namespace = models.CharField(max_length=1024)
+    name = models.CharField(max_length=1024)
+    reader = models.CharField(max_length=255, blank=True)
+    fingerprint = models.CharField(max_length=32)
+    day = models.DateField()
+    count = models.IntegerField(default=0)
+    first_at = models.DateTimeField()
+    last_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-last_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["upload", "namespace", "name", "reader", "fingerprint", "day"],
+                name="dataset_read_once_per_upload",
+            )
+        ]
+        indexes = [models.Index(fields=["namespace", "name", "last_at"])]
