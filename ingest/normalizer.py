@@ -144,6 +144,7 @@ class _Batch:
         self.versions_changed: dict[int, datetime] = {}
         self.all_versions: dict[int, list[DatasetVersion]] = {}
         self.version_at_cache: dict[tuple[int, datetime], int | None] = {}
+        self.dataset_names: dict[int, tuple[str, str]] = {}
         self.closures: list[tuple[int, datetime]] = []
         self.pending_runs: list[_PendingRun] = []
         self.steward_descriptions: set[tuple[int, str]] | None = None
@@ -286,7 +287,9 @@ class _Batch:
         if event.kind == "job":
             # A JobEvent declares the job's inputs and outputs at its time: it takes part
             # in the timeline as a completed run of its own.
-            run_uuid = uuid.uuid5(JOB_EVENT_RUNS, f"{job.pk}|{event.fingerprint}")
+            run_uuid = uuid.uuid5(
+                JOB_EVENT_RUNS, f"{event.job_namespace}|{event.job_name}|{event.fingerprint}"
+            )
             event_type = "COMPLETE"
         assert run_uuid is not None
         observation = graph_actions.RunObservation(
@@ -515,7 +518,7 @@ class _Batch:
                 fields, lifecycle = self._spec(d, h)
                 row = DatasetVersion(
                     dataset_id=d,
-                    version=uuid.uuid5(VERSION_IDS, f"{d}|{h}|{graph_actions.time_key(at)}"),
+                    version=self._version_id(d, h, at),
                     created_at=at,
                     run_uuid=None if starter == NO_RUN else starter,
                     schema_hash=h,
@@ -532,6 +535,15 @@ class _Batch:
         if create:
             DatasetVersion.objects.bulk_create(create)
         self.version_at_cache.clear()
+
+    def _version_id(self, dataset_id: int, digest: str, at: datetime) -> uuid.UUID:
+        """A version id that depends only on the dataset's name, schema and start."""
+        names = self.dataset_names.get(dataset_id)
+        if names is None:
+            self.dataset_names = {pk: key for key, pk in self.dataset_ids.items()}
+            names = self.dataset_names[dataset_id]
+        ident = f"{names[0]}|{names[1]}|{digest}|{graph_actions.time_key(at)}"
+        return uuid.uuid5(VERSION_IDS, ident)
 
     def _version_before(self, dataset_id: int, at: datetime) -> DatasetVersion | None:
         latest = self.latest.get(dataset_id)

@@ -139,7 +139,9 @@ def state_after(events: list[dict[str, Any]], chunks: list[int]) -> dict[str, An
 
 
 @st.composite
-def shuffled_with_duplicates(draw: st.DrawFn, events: list[dict[str, Any]]) -> tuple[list, list]:
+def shuffled_with_duplicates(
+    draw: st.DrawFn, events: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[int]]:
     order = draw(st.permutations(list(range(len(events)))))
     extra = draw(st.lists(st.sampled_from(range(len(events))), max_size=len(events)))
     sequence = list(order)
@@ -157,12 +159,16 @@ def one_run_events() -> list[dict[str, Any]]:
     out = dataset(
         "dw.orders",
         schema=schema("id", "amount_eur"),
-        columnLineage=columns({"id": [("shop.orders", "id")], "amount_eur": [("shop.orders", "amount")]}),
+        columnLineage=columns(
+            {"id": [("shop.orders", "id")], "amount_eur": [("shop.orders", "amount")]}
+        ),
         ownership={"owners": [{"name": "team:dw", "type": "MAINTAINER"}]},
         documentation={"description": "Orders in euros"},
     )
     previous = [
-        run_event("START", run_id(1), at(1, 1), inputs=[dataset("shop.orders"), dataset("fx.rates")]),
+        run_event(
+            "START", run_id(1), at(1, 1), inputs=[dataset("shop.orders"), dataset("fx.rates")]
+        ),
         run_event(
             "COMPLETE",
             run_id(1),
@@ -181,7 +187,9 @@ def one_run_events() -> list[dict[str, Any]]:
             run_facets={"parent": parent, "nominalTime": {"nominalStartTime": at(2)}},
             job_facets={"jobType": {"processingType": "BATCH", "integration": "SPARK"}},
         ),
-        run_event("RUNNING", rid, at(2, 1, 30), inputs=inputs, run_facets={"progress": {"pct": 50}}),
+        run_event(
+            "RUNNING", rid, at(2, 1, 30), inputs=inputs, run_facets={"progress": {"pct": 50}}
+        ),
         run_event("OTHER", rid, at(2, 1, 40), run_facets={"progress": {"pct": 80}}),
         run_event(
             "COMPLETE",
@@ -225,7 +233,9 @@ def job_history() -> list[dict[str, Any]]:
     return [
         *completed(1, 1, [dataset("a"), dataset("b")], [out({"x": [("a", "x")]})]),
         *completed(2, 2, [dataset("a")], [out({"x": [("a", "y")]})]),
-        *completed(3, 3, [dataset("a"), dataset("b")], [out({"x": [("a", "x")], "z": [("b", "z")]})]),
+        *completed(
+            3, 3, [dataset("a"), dataset("b")], [out({"x": [("a", "x")], "z": [("b", "z")]})]
+        ),
         drop("b", at(4)),
         *completed(4, 5, [dataset("a"), dataset("b")], [out({"x": [("a", "x")]})]),
         run_event("FAIL", run_id(5), at(6, 2), inputs=[dataset("c")], outputs=[dataset("dw.o")]),
