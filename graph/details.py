@@ -5,6 +5,7 @@ per answer whatever its size, optionally as of a past instant.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -169,6 +170,26 @@ def _param(moment: datetime) -> Any:
     return connection.ops.adapt_datetimefield_value(moment)
 
 
+def _json_list(expr: str) -> str:
+    """SQL aggregating ``expr`` over a subquery's rows into JSON array text."""
+    if connection.vendor == "postgresql":
+        return f"json_agg({expr})::text"
+    return f"json_group_array({expr})"
+
+
+def _json_tuple(*exprs: str) -> str:
+    function = "json_build_array" if connection.vendor == "postgresql" else "json_array"
+    return f"{function}({', '.join(exprs)})"
+
+
+def _json(text: str | None) -> list[Any]:
+    return json.loads(text) if text else []
+
+
+def _names(text: str | None) -> tuple[str, ...]:
+    return tuple(sorted(_json(text))) if text else ()
+
+
 def _days(duration: Any) -> int | None:
     if duration is None:
         return None
@@ -193,9 +214,8 @@ def load_datasets(
         return {}
     rows: list[tuple[Any, ...]] = []
     field_rows_: list[tuple[Any, ...]] = []
-    field_tags: dict[int, list[str]] = defaultdict(list)
-    tags: dict[int, list[str]] = defaultdict(list)
-    owners: dict[int, list[OwnerInfo]] = defaultdict(list)
+    tags_of = _json_list("t.name")
+    owners_of = _json_list(_json_tuple("w.name", "w.kind", "w.email", "o.ownership_type"))
     for chunk in _chunks(wanted):
         where, params = _where_in("d.id", chunk)
         rows += _rows(
@@ -203,7 +223,11 @@ def load_datasets(
             "d.source_name, d.sensitivity, d.lifecycle_state, d.is_hidden, "
             f"{_ts_sql('d.created_at')}, {_ts_sql('d.updated_at')}, "
             f"{_ts_sql('d.first_seen')}, {_ts_sql('d.last_seen')}, {_ts_sql('d.dropped_at')}, "
-            "rp.name, rp.duration, rp.action, rp.legal_basis "
+            "rp.name, rp.duration, rp.action, rp.legal_basis, "
+            f"(SELECT {tags_of} FROM catalog_dataset_tags dt "
+            "JOIN catalog_tag t ON t.id = dt.tag_id WHERE dt.dataset_id = d.id), "
+            f"(SELECT {owners_of} FROM catalog_datasetownership o "
+            "JOIN catalog_owner w ON w.id = o.owner_id WHERE o.dataset_id = d.id) "
             "FROM catalog_dataset d JOIN catalog_namespace n ON n.id = d.namespace_id "
             "LEFT JOIN catalog_retentionpolicy rp ON rp.id = d.retention_policy_id "
             f"WHERE {where}",
@@ -221,48 +245,18 @@ def load_datasets(
             alive += " AND 1 = 0"
         field_rows_ += _rows(
             "SELECT f.id, f.dataset_id, f.name, f.type, f.description, f.pii_category, "
-            "sk.name, f.flag_source, f.sensitivity FROM catalog_datasetfield f "
+            "sk.name, f.flag_source, f.sensitivity, "
+            f"(SELECT {tags_of} FROM catalog_datasetfield_tags ft "
+            "JOIN catalog_tag t ON t.id = ft.tag_id WHERE ft.datasetfield_id = f.id) "
+            "FROM catalog_datasetfield f "
             "LEFT JOIN catalog_subjectkind sk ON sk.id = f.subject_kind_id "
             f"WHERE {where} AND {alive} ORDER BY f.dataset_id, f.ordinal, f.name",
             params,
         )
-        where, params = _where_in("f.dataset_id", chunk)
-        for field_pk, tag in _rows(
-            "SELECT ft.datasetfield_id, t.name FROM catalog_datasetfield_tags ft "
-            "JOIN catalog_datasetfield f ON f.id = ft.datasetfield_id "
-            f"JOIN catalog_tag t ON t.id = ft.tag_id WHERE {where}",
-            params,
-        ):
-            field_tags[field_pk].append(tag)
-        where, params = _where_in("dt.dataset_id", chunk)
-        for ds_pk, tag in _rows(
-            "SELECT dt.dataset_id, t.name FROM catalog_dataset_tags dt "
-            f"JOIN catalog_tag t ON t.id = dt.tag_id WHERE {where}",
-            params,
-        ):
-            tags[ds_pk].append(tag)
-        where, params = _where_in("o.dataset_id", chunk)
-        for ds_pk, name, kind, email, otype in _rows(
-            "SELECT o.dataset_id, w.name, w.kind, w.email, o.ownership_type "
-            "FROM catalog_datasetownership o JOIN catalog_owner w ON w.id = o.owner_id "
-            f"WHERE {where} ORDER BY w.name, o.ownership_type",
-            params,
-        ):
-            owners[ds_pk].append(OwnerInfo(name, otype, kind, email))
     by_dataset: dict[int, list[FieldInfo]] = defaultdict(list)
-    for f_pk, ds_pk, name, ftype, desc, pii, kind, source, sens in field_rows_:
+    for f_pk, ds_pk, name, ftype, desc, pii, kind, source, sens, ftags in field_rows_:
         by_dataset[ds_pk].append(
-            FieldInfo(
-                f_pk,
-                name,
-                ftype,
-                desc,
-                pii,
-                kind,
-                source,
-                sens,
-                tuple(sorted(field_tags[f_pk])) if f_pk in field_tags else (),
-            )
+            FieldInfo(f_pk, name, ftype, desc, pii, kind, source, sens, _names(ftags))
         )
     found: dict[int, DatasetInfo] = {}
     for row in rows:
@@ -285,8 +279,16 @@ def load_datasets(
             last_seen=_ts(row[13]),  # type: ignore[arg-type]
             dropped_at=_ts(row[14]),
             fields=tuple(by_dataset.get(pk, ())),
-            tags=tuple(sorted(tags.get(pk, ()))),
-            owners=tuple(owners.get(pk, ())),
+            tags=_names(row[19]),
+            owners=tuple(
+                sorted(
+                    (
+                        OwnerInfo(name, otype, kind, email)
+                        for name, kind, email, otype in _json(row[20])
+                    ),
+                    key=lambda o: (o.name, o.type),
+                )
+            ),
             retention=retention,
         )
     if as_of is not None:

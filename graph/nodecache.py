@@ -99,16 +99,19 @@ class NodeCache:
         self,
         kind: str,
         pks: Iterable[int],
-        load: Callable[[list[int]], dict[int, tuple[str, str]]],
+        render: Callable[[list[int]], dict[int, tuple[str, str, str]]],
     ) -> dict[int, tuple[str, str]]:
-        """(namespace, name) by pk; misses come from ``load`` in one call."""
+        """(namespace, name) by pk; misses are rendered in full by ``render`` (one call), so
+        the data asked for next is already cached."""
         self.sync()
         found, missing = self._get(kind, pks)
         out = {pk: (e.namespace, e.name) for pk, e in found.items()}
         if missing:
-            loaded = load(missing)
-            out.update(loaded)
-            self._put(kind, {pk: Entry(ns, name) for pk, (ns, name) in loaded.items()})
+            rendered = render(missing)
+            out.update({pk: (ns, name) for pk, (ns, name, _) in rendered.items()})
+            self._put(
+                kind, {pk: Entry(ns, name, text) for pk, (ns, name, text) in rendered.items()}
+            )
         return out
 
     def data(

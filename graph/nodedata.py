@@ -24,9 +24,7 @@ from graph.details import (
     JobInfo,
     RunInfo,
     latest_runs,
-    load_dataset_names,
     load_datasets,
-    load_job_names,
     load_jobs,
 )
 from graph.nodecache import DATASET, JOB, cache
@@ -217,8 +215,9 @@ def job_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, str
 
 
 def dataset_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
-    return cache.names(DATASET, sorted({int(pk) for pk in pks}), load_dataset_names)
+    """(namespace, name) by pk from the node cache (misses are rendered in full)."""
+    return cache.names(DATASET, sorted({int(pk) for pk in pks}), _render_datasets)
 
 
 def job_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
-    return cache.names(JOB, sorted({int(pk) for pk in pks}), load_job_names)
+    return cache.names(JOB, sorted({int(pk) for pk in pks}), _render_jobs)

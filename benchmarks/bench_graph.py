@@ -1,0 +1,598 @@
+"""Graph engine benchmark: lineage API latency at 10,000 and 100,000 datasets on PostgreSQL.
+
+    .venv/bin/python -m benchmarks.bench_graph [--scales 10000,100000] [--reuse]
+
+For each scale: a PostgreSQL database ``lineage_bench_<N>`` is created and
+filled with ``manage.py generate_lineage`` (kept for ``--reuse``); the app is
+served by gunicorn on 127.0.0.1 (2 workers x 2 threads); clients on
+keep-alive connections time full JSON responses (P50/P95) with 1 and 4
+concurrent clients. In the same run, over the same data:
+
+- floor: breadth-first search over Python dicts of the current edges in this
+  process (ids only, no I/O) — what the traversal alone costs;
+- peer: Marquez's lineage query (undirected, jobs joined through shared
+  datasets, recursive CTE with UNION) at depth 1 and 2, statement timeout 15 s;
+- alternative: a directed recursive CTE over graph_tableedge with validity
+  filters (ids only), the design measured before this engine.
+
+Memory: resident set of each gunicorn worker after the run and of this
+process; snapshot sizes and build times measured in-process. Results go to
+benchmarks/results/graph.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "graph.json"
+PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
+ANCHOR = datetime(2026, 1, 1, tzinfo=UTC)
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
+
+
+def pg_url(db: str) -> str:
+    return f"postgres://postgres@127.0.0.1:5432/{db}"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = (len(ordered) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def summary(ms: list[float]) -> dict[str, float]:
+    return {
+        "n": len(ms),
+        "p50_ms": round(percentile(ms, 0.5), 2),
+        "p95_ms": round(percentile(ms, 0.95), 2),
+        "mean_ms": round(statistics.fmean(ms), 2) if ms else float("nan"),
+    }
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+# --- setting up a scale ------------------------------------------------------------------
+
+
+def prepare_database(scale: int, reuse: bool) -> str:
+    import psycopg
+
+    db = f"lineage_bench_{scale // 1000}k"
+    env = {**os.environ, "DATABASE_URL": pg_url(db)}
+    with psycopg.connect(PG_ADMIN.replace("postgres://", "postgresql://"), autocommit=True) as c:
+        exists = c.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db]).fetchone()
+        if exists and reuse:
+            print(f"[{scale}] reusing database {db}", flush=True)
+            subprocess.run([PYTHON, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+            return db
+        c.execute(f'DROP DATABASE IF EXISTS "{db}"')
+        c.execute(f'CREATE DATABASE "{db}"')
+    subprocess.run([PYTHON, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    started = time.perf_counter()
+    subprocess.run(
+        [PYTHON, "manage.py", "generate_lineage", "--datasets", str(scale), "--no-progress"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
+    print(f"[{scale}] generated in {time.perf_counter() - started:.0f} s", flush=True)
+    return db
+
+
+def setup_django(db: str) -> None:
+    os.environ["DATABASE_URL"] = pg_url(db)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lineage_site.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+
+
+def bench_token() -> str:
+    from django.contrib.auth.models import Group, User
+
+    from catalog import actions
+
+    user, _ = User.objects.get_or_create(username="bench-viewer")
+    user.groups.add(Group.objects.get(name="viewer"))
+    return actions.issue_token(user, name="bench")[1]
+
+
+def pick_nodes(seed: int) -> dict[str, Any]:
+    """Random datasets and fields, the hubs (most-read datasets), and instants in the history."""
+    from django.db import connection
+
+    rng = random.Random(seed)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT d.id, n.name, d.name FROM catalog_dataset d "
+            "JOIN catalog_namespace n ON n.id = d.namespace_id"
+        )
+        datasets = cursor.fetchall()
+        cursor.execute(
+            "SELECT dataset_id, count(*) FROM graph_tableedge "
+            "WHERE direction = 'in' AND valid_to IS NULL GROUP BY dataset_id "
+            "ORDER BY count(*) DESC LIMIT 10"
+        )
+        hub_rows = cursor.fetchall()
+        cursor.execute(
+            "SELECT f.id, n.name, d.name, f.name FROM catalog_datasetfield f "
+            "JOIN catalog_dataset d ON d.id = f.dataset_id "
+            "JOIN catalog_namespace n ON n.id = d.namespace_id "
+            "WHERE f.id IN (SELECT target_field_id FROM graph_columnedge "
+            "WHERE target_field_id IS NOT NULL AND id % 97 = 0)"
+        )
+        fields = cursor.fetchall()
+    by_id = {pk: (ns, name) for pk, ns, name in datasets}
+    random_ds = rng.sample(datasets, 200)
+    hubs = [(pk, *by_id[pk], readers) for pk, readers in hub_rows]
+    instants = [
+        ANCHOR - timedelta(days=rng.uniform(20, 300), seconds=rng.uniform(0, 86400))
+        for _ in range(200)
+    ]
+    return {
+        "random": [(pk, f"dataset:{ns}:{name}") for pk, ns, name in random_ds],
+        "hubs": [(pk, f"dataset:{ns}:{name}", readers) for pk, ns, name, readers in hubs],
+        "fields": [
+            (pk, f"datasetField:{ns}:{ds}:{f}") for pk, ns, ds, f in rng.sample(fields, 200)
+        ],
+        "instants": [t.isoformat().replace("+00:00", "Z") for t in instants],
+    }
+
+
+# --- serving and timing ------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(db: str, port: int) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": pg_url(db),
+        "DEBUG": "false",
+        "SECRET_KEY": "benchmark-only-secret-key-0123456789abcdefghijklmnopqrstuvwxyz",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "SECURE_SSL_REDIRECT": "false",
+        "LOG_LEVEL": "WARNING",
+    }
+    env.pop("CELERY_BROKER_URL", None)
+    proc = subprocess.Popen(
+        [
+            str(ROOT / ".venv" / "bin" / "gunicorn"),
+            "lineage_site.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "2",
+            "--worker-class",
+            "gthread",
+            "--threads",
+            "2",
+            "--timeout",
+            "300",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+    )
+    for _ in range(120):
+        try:
+            with socket.create_connection(("127.0.0.1", port), 1):
+                return proc
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError("gunicorn did not start")
+
+
+def worker_pids(master: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(master)], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+class Client:
+    """One keep-alive HTTP connection sending authenticated GETs."""
+
+    def __init__(self, port: int, token: str) -> None:
+        self.port = port
+        self.headers = {"Authorization": f"Bearer {token}", "Connection": "keep-alive"}
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+
+    def get(self, path: str) -> tuple[float, int, int]:
+        started = time.perf_counter()
+        try:
+            self.conn.request("GET", path, headers=self.headers)
+            response = self.conn.getresponse()
+            body = response.read()
+        except (http.client.HTTPException, OSError):
+            self.conn.close()
+            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+            self.conn.request("GET", path, headers=self.headers)
+            response = self.conn.getresponse()
+            body = response.read()
+        elapsed = (time.perf_counter() - started) * 1000
+        return elapsed, response.status, len(body)
+
+
+def run_load(
+    port: int, token: str, paths: list[str], clients: int, per_client: int
+) -> dict[str, Any]:
+    timings: list[float] = []
+    sizes: list[int] = []
+    errors: list[int] = []
+    lock = threading.Lock()
+
+    def work(index: int) -> None:
+        client = Client(port, token)
+        rng = random.Random(index)
+        for _ in range(per_client):
+            elapsed, status, size = client.get(rng.choice(paths))
+            with lock:
+                if status == 200:
+                    timings.append(elapsed)
+                    sizes.append(size)
+                else:
+                    errors.append(status)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - started
+    result = summary(timings)
+    result.update(
+        {
+            "clients": clients,
+            "errors": len(errors),
+            "throughput_rps": round(len(timings) / wall, 1),
+            "median_bytes": int(statistics.median(sizes)) if sizes else 0,
+        }
+    )
+    return result
+
+
+def scenarios(nodes: dict[str, Any]) -> dict[str, list[str]]:
+    rnd = [nid for _, nid in nodes["random"]]
+    hubs = [nid for _, nid, _ in nodes["hubs"]]
+    fields = [nid for _, nid in nodes["fields"]]
+    instants = nodes["instants"]
+
+    def lineage(ids: list[str], **params: Any) -> list[str]:
+        return [f"/api/v1/lineage?{urlencode({'nodeId': i, **params})}" for i in ids]
+
+    def with_as_of(paths: list[str]) -> list[str]:
+        return [
+            f"{p}&{urlencode({'asOf': instants[i % len(instants)]})}" for i, p in enumerate(paths)
+        ]
+
+    down = {"direction": "downstream"}
+    return {
+        "table_down_d2_random": lineage(rnd, depth=2, **down),
+        "table_down_d5_random": lineage(rnd, depth=5, **down),
+        "table_down_closure_random": lineage(rnd, depth=1000, **down),
+        "table_up_d5_random": lineage(rnd, depth=5, direction="upstream"),
+        "table_both_d5_random": lineage(rnd, depth=5),
+        "table_down_d5_random_asof": with_as_of(lineage(rnd, depth=5, **down)),
+        "table_down_d2_hub": lineage(hubs, depth=2, **down),
+        "table_down_d5_hub": lineage(hubs, depth=5, **down),
+        "table_down_closure_hub": lineage(hubs, depth=1000, **down),
+        "table_down_d5_hub_asof": with_as_of(lineage(hubs, depth=5, **down)),
+        "column_d5_random": [
+            f"/api/v1/column-lineage?{urlencode({'nodeId': f, 'depth': 5, 'withDownstream': 'true'})}"
+            for f in fields
+        ],
+        "column_d5_random_asof": with_as_of(
+            [
+                f"/api/v1/column-lineage?{urlencode({'nodeId': f, 'depth': 5, 'withDownstream': 'true'})}"
+                for f in fields
+            ]
+        ),
+        "impact_hub": [f"/api/v1/lineage/impact?{urlencode({'nodeId': h})}" for h in hubs],
+    }
+
+
+# --- the floor, the peer and the alternative ----------------------------------------------
+
+
+def floor_bfs(nodes: dict[str, Any]) -> dict[str, Any]:
+    """Breadth-first search over Python dicts of current edges: ids only, no I/O."""
+    from django.db import connection
+
+    started = time.perf_counter()
+    consumers: dict[int, list[int]] = defaultdict(list)
+    outputs: dict[int, list[int]] = defaultdict(list)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT job_id, dataset_id, direction FROM graph_tableedge WHERE valid_to IS NULL"
+        )
+        for job, ds, direction in cursor.fetchall():
+            if direction == "in":
+                consumers[ds].append(job)
+            else:
+                outputs[job].append(ds)
+    build_s = time.perf_counter() - started
+
+    def bfs(root: int, depth: int) -> int:
+        seen_ds, seen_job = {root}, set()
+        frontier = [root]
+        for _ in range(depth):
+            jobs = [j for ds in frontier for j in consumers.get(ds, ()) if j not in seen_job]
+            if not jobs:
+                break
+            seen_job.update(jobs)
+            nxt = [d for j in set(jobs) for d in outputs.get(j, ()) if d not in seen_ds]
+            seen_ds.update(nxt)
+            frontier = list(set(nxt))
+        return len(seen_ds) + len(seen_job)
+
+    out: dict[str, Any] = {"build_s": round(build_s, 2)}
+    for label, roots in (
+        ("random", [pk for pk, _ in nodes["random"]]),
+        ("hub", [pk for pk, _, _ in nodes["hubs"]]),
+    ):
+        for depth_label, depth in (("d2", 2), ("d5", 5), ("closure", 1000)):
+            times, sizes = [], []
+            for root in roots * (1 if label == "random" else 5):
+                t = time.perf_counter()
+                sizes.append(bfs(root, depth))
+                times.append((time.perf_counter() - t) * 1000)
+            out[f"down_{depth_label}_{label}"] = {
+                **summary(times),
+                "median_nodes": int(statistics.median(sizes)),
+                "max_nodes": max(sizes),
+            }
+    return out
+
+
+MARQUEZ_CTE = """
+WITH RECURSIVE
+  job_io AS (
+    SELECT job_id,
+      ARRAY_AGG(DISTINCT dataset_id) FILTER (WHERE direction = 'in') AS inputs,
+      ARRAY_AGG(DISTINCT dataset_id) FILTER (WHERE direction = 'out') AS outputs
+    FROM graph_tableedge WHERE valid_to IS NULL GROUP BY job_id
+  ),
+  lineage(job_id, inputs, outputs, depth) AS (
+    SELECT job_id, inputs, outputs, 0 FROM job_io WHERE job_id = %s
+    UNION
+    SELECT io.job_id, io.inputs, io.outputs, l.depth + 1
+    FROM job_io io, lineage l
+    WHERE io.job_id != l.job_id
+      AND array_cat(io.inputs, io.outputs) && array_cat(l.inputs, l.outputs)
+      AND l.depth < %s
+  )
+SELECT count(DISTINCT job_id) FROM lineage
+"""
+
+DIRECTED_CTE = """
+WITH RECURSIVE walk(dataset_id, depth) AS (
+  SELECT %(root)s::bigint, 0
+  UNION
+  SELECT o.dataset_id, w.depth + 1
+  FROM walk w
+  JOIN graph_tableedge i ON i.dataset_id = w.dataset_id AND i.direction = 'in'
+       AND i.valid_from <= %(t)s AND (i.valid_to IS NULL OR i.valid_to > %(t)s)
+  JOIN graph_tableedge o ON o.job_id = i.job_id AND o.direction = 'out'
+       AND o.valid_from <= %(t)s AND (o.valid_to IS NULL OR o.valid_to > %(t)s)
+  WHERE w.depth < %(depth)s
+)
+SELECT count(DISTINCT dataset_id) FROM walk
+"""
+
+
+def peer_queries(nodes: dict[str, Any]) -> dict[str, Any]:
+    """Marquez's undirected lineage CTE and a directed as-of CTE, query time only."""
+    from django.db import connection
+
+    out: dict[str, Any] = {}
+    roots = [pk for pk, _ in nodes["random"][:5]]
+    hubs = [pk for pk, _, _ in nodes["hubs"][:2]]
+    with connection.cursor() as cursor:
+        cursor.execute("SET statement_timeout = '15s'")
+        for label, ids in (("random", roots), ("hub", hubs)):
+            for depth in (1, 2):
+                times: list[float] = []
+                timeouts = 0
+                for ds in ids:
+                    # Marquez starts from a job reading or writing the dataset.
+                    cursor.execute(
+                        "SELECT job_id FROM graph_tableedge WHERE dataset_id = %s "
+                        "AND valid_to IS NULL ORDER BY direction DESC LIMIT 1",
+                        [ds],
+                    )
+                    row = cursor.fetchone()
+                    if row is None:
+                        continue
+                    t = time.perf_counter()
+                    try:
+                        cursor.execute(MARQUEZ_CTE, [row[0], depth])
+                        cursor.fetchone()
+                        times.append((time.perf_counter() - t) * 1000)
+                    except Exception:
+                        timeouts += 1
+                out[f"marquez_undirected_d{depth}_{label}"] = {
+                    **summary(times),
+                    "timeouts_15s": timeouts,
+                }
+        for label, ids in (("random", [pk for pk, _ in nodes["random"][:60]]), ("hub", hubs * 5)):
+            for name, when in (
+                ("now", ANCHOR + timedelta(days=1)),
+                ("asof", ANCHOR - timedelta(days=120)),
+            ):
+                times = []
+                for ds in ids:
+                    t = time.perf_counter()
+                    cursor.execute(DIRECTED_CTE, {"root": ds, "t": when, "depth": 5})
+                    cursor.fetchone()
+                    times.append((time.perf_counter() - t) * 1000)
+                out[f"directed_cte_d5_{label}_{name}"] = summary(times)
+        cursor.execute("SET statement_timeout = 0")
+    return out
+
+
+def snapshot_costs() -> dict[str, Any]:
+    from graph import revision, snapshot
+
+    out = {}
+    for kind in (snapshot.TABLE, snapshot.COLUMN):
+        started = time.perf_counter()
+        snap = snapshot.build(kind, revision.current())
+        out[kind.name] = {
+            "build_s": round(time.perf_counter() - started, 2),
+            "edges": snap.edge_count,
+            "mb": round(snap.nbytes / 1e6, 1),
+        }
+    return out
+
+
+# --- main --------------------------------------------------------------------------------
+
+
+def bench_scale(scale: int, reuse: bool, per_client: int) -> dict[str, Any]:
+    db = prepare_database(scale, reuse)
+    setup_django(db)
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        counts = {}
+        for table in ("catalog_dataset", "graph_job", "graph_tableedge", "graph_columnedge"):
+            cursor.execute(f"SELECT count(*) FROM {table}")
+            counts[table] = cursor.fetchone()[0]
+        for table in ("graph_tableedge", "graph_columnedge"):
+            cursor.execute(f"SELECT count(*) FROM {table} WHERE valid_to IS NOT NULL")
+            counts[f"{table}_closed"] = cursor.fetchone()[0]
+    token = bench_token()
+    nodes = pick_nodes(seed=scale)
+    result: dict[str, Any] = {
+        "scale": scale,
+        "database": db,
+        "rows": counts,
+        "hubs": [{"nodeId": nid, "readers": readers} for _, nid, readers in nodes["hubs"]],
+        "loadavg_start": loadavg(),
+    }
+    print(f"[{scale}] snapshots in-process…", flush=True)
+    result["snapshots"] = snapshot_costs()
+    print(f"[{scale}] floor…", flush=True)
+    result["floor_in_memory_bfs"] = floor_bfs(nodes)
+    port = free_port()
+    server = start_server(db, port)
+    try:
+        paths = scenarios(nodes)
+        # Warm every worker: snapshots are built lazily, once per process.
+        warm = paths["table_down_d2_random"][:8] + paths["column_d5_random"][:8]
+        run_load(port, token, warm, 4, 6)
+        result["api"] = {}
+        for name, scenario_paths in paths.items():
+            for clients in (1, 4):
+                count = per_client if clients == 1 else max(per_client // 2, 10)
+                if "hub" in name:
+                    count = max(count // 2, 10)
+                print(f"[{scale}] {name} x{clients}…", flush=True)
+                result["api"][f"{name}/c{clients}"] = run_load(
+                    port, token, scenario_paths, clients, count
+                )
+        workers = worker_pids(server.pid)
+        result["memory_mb"] = {
+            "gunicorn_master": rss_mb(server.pid),
+            "gunicorn_workers": [rss_mb(pid) for pid in workers],
+            "benchmark_process": rss_mb(os.getpid()),
+        }
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+    print(f"[{scale}] peer queries…", flush=True)
+    result["peer_sql"] = peer_queries(nodes)
+    result["loadavg_end"] = loadavg()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scales", default="10000,100000")
+    parser.add_argument("--reuse", action="store_true", help="reuse generated databases")
+    parser.add_argument("--per-client", type=int, default=60, help="requests per client")
+    args = parser.parse_args()
+    report: dict[str, Any] = {
+        "benchmark": "graph",
+        "started_at": datetime.now(UTC).isoformat(),
+        "machine": {"cpus": os.cpu_count(), "note": "2 cores shared with other work"},
+        "scales": [],
+    }
+    for scale in (int(s) for s in args.scales.split(",")):
+        # Each scale in its own process: Django binds to one database per process.
+        out = subprocess.run(
+            [
+                PYTHON,
+                "-m",
+                "benchmarks.bench_graph",
+                "--one-scale",
+                str(scale),
+                *(["--reuse"] if args.reuse else []),
+                "--per-client",
+                str(args.per_client),
+            ],
+            cwd=ROOT,
+            capture_output=False,
+            check=True,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        report["scales"].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    report["finished_at"] = datetime.now(UTC).isoformat()
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    if "--one-scale" in sys.argv:
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--one-scale", type=int)
+        parser.add_argument("--reuse", action="store_true")
+        parser.add_argument("--per-client", type=int, default=60)
+        ns = parser.parse_args()
+        real_stdout = sys.stdout
+        sys.stdout = sys.stderr  # progress to stderr; the last stdout line is the JSON
+        data = bench_scale(ns.one_scale, ns.reuse, ns.per_client)
+        real_stdout.write(json.dumps(data) + "\n")
+    else:
+        main()
