@@ -13,19 +13,21 @@ JavaScript the same views render a full page and redirect after the post.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
-from django.core.paginator import Paginator
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.core.cache import cache
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
 from catalog import actions, auth, queries
@@ -34,6 +36,7 @@ from catalog.models import (
     ChangeRecord,
     Dataset,
     DatasetField,
+    DatasetOwnership,
     DatasetVersion,
     Namespace,
     PiiCategory,
@@ -43,14 +46,29 @@ from catalog.models import (
 )
 from catalog.params import optional_instant
 
+T = TypeVar("T")
 read_required = permission_required(auth.READ_LINEAGE, raise_exception=True)
 edit_required = permission_required(auth.EDIT_CATALOG, raise_exception=True)
 
 CLASSIFICATION_ATTRIBUTES = ("pii_category", "subject_kind", "sensitivity", "retention_policy")
 WORKLIST_LIMIT = 50
+LIST_COUNT_CAP = 10_000
+# Catalog-wide counts scan every dataset: computed at most once a minute per process.
+CACHE_SECONDS = 60
+OVERVIEW_CACHE_KEY = "explorer:overview:v1"
+STEWARDSHIP_CACHE_KEY = "explorer:stewardship:v1"
 
 
 # --- helpers ---------------------------------------------------------------
+
+
+def cached(key: str, compute: Callable[[], T], seconds: int = CACHE_SECONDS) -> T:
+    """``compute()``, reused for ``seconds`` by this process."""
+    found = cache.get(key)
+    if found is None:
+        found = compute()
+        cache.set(key, found, seconds)
+    return cast(T, found)
 
 
 def is_fragment(request: HttpRequest) -> bool:
@@ -211,40 +229,64 @@ def dataset_initial(dataset: Dataset) -> dict[str, Any]:
 # --- pages -----------------------------------------------------------------
 
 
+def overview_stats() -> dict[str, Any]:
+    """Catalog-wide counts for the overview, recomputed at most once a minute."""
+
+    def compute() -> dict[str, Any]:
+        visible = Dataset.objects.filter(is_hidden=False)
+        owned = DatasetOwnership.objects.filter(dataset=OuterRef("pk"))
+        return {
+            "datasets": visible.count(),
+            "unowned": visible.filter(~Exists(owned)).count(),
+            "pii_fields": DatasetField.objects.filter(
+                Q(pii_category__gt="") | Q(subject_kind__isnull=False), removed_at__isnull=True
+            ).count(),
+            "namespaces": list(
+                Namespace.objects.annotate(n=Count("datasets")).order_by("name")[:200]
+            ),
+            "at": timezone.now(),
+        }
+
+    return cached(OVERVIEW_CACHE_KEY, compute)
+
+
 @login_required
 @read_required
+@require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    visible = Dataset.objects.filter(is_hidden=False)
-    stats = visible.aggregate(
-        datasets=Count("id"),
-        unowned=Count("id", filter=Q(ownerships__isnull=True)),
-    )
-    pii_fields = DatasetField.objects.filter(
-        Q(pii_category__gt="") | Q(subject_kind__isnull=False), removed_at__isnull=True
-    ).count()
     return render(
         request,
         "catalog/home.html",
         {
-            "stats": stats,
-            "pii_fields": pii_fields,
-            "namespaces": Namespace.objects.annotate(n=Count("datasets")).order_by("name")[:200],
-            "recent": visible.select_related("namespace").order_by("-last_seen")[:10],
+            "stats": overview_stats(),
+            "recent": Dataset.objects.filter(is_hidden=False)
+            .select_related("namespace")
+            .order_by("-last_seen")[:10],
         },
     )
 
 
 def filtered_datasets(params: Any) -> QuerySet[Dataset]:
-    """Datasets matching the list filters: text, namespace, PII, owner, retention, platform."""
-    owner = params.get("owner") or None
-    qs = queries.search_datasets(
-        text=params.get("q", "").strip(),
-        namespace=params.get("namespace") or None,
-        pii=True if params.get("pii") == "1" else None,
-        owner=None if owner == "-" else owner,
-    )
+    """Datasets matching the list filters: text, namespace, PII, owner, retention, platform, tag.
+
+    Filters on related rows are EXISTS subqueries, so no DISTINCT is needed and
+    the name index can serve the ordering.
+    """
+    qs = Dataset.objects.filter(is_hidden=False)
+    text = (params.get("q") or "").strip()
+    if text:
+        qs = qs.filter(Q(name__icontains=text) | Q(description__icontains=text))
+    if params.get("namespace"):
+        qs = qs.filter(namespace__name=params["namespace"])
+    if params.get("pii") == "1":
+        qs = qs.filter(_has_personal_data())
+    owner = params.get("owner") or ""
     if owner == "-":
-        qs = qs.filter(ownerships__isnull=True)
+        qs = qs.filter(~Exists(DatasetOwnership.objects.filter(dataset=OuterRef("pk"))))
+    elif owner:
+        qs = qs.filter(
+            Exists(DatasetOwnership.objects.filter(dataset=OuterRef("pk"), owner__name=owner))
+        )
     retention = params.get("retention") or ""
     if retention == "-":
         qs = qs.filter(retention_policy__isnull=True)
@@ -253,8 +295,71 @@ def filtered_datasets(params: Any) -> QuerySet[Dataset]:
     if params.get("platform"):
         qs = qs.filter(platform=params["platform"])
     if params.get("tag"):
-        qs = qs.filter(tags__name=params["tag"])
+        qs = qs.filter(
+            Exists(
+                Dataset.tags.through.objects.filter(
+                    dataset_id=OuterRef("pk"), tag__name=params["tag"]
+                )
+            )
+        )
     return qs
+
+
+@dataclass
+class ListPage:
+    """One page of a long list, counted only up to a cap (counting 100,000 rows is slow)."""
+
+    rows: list[Any]
+    number: int
+    has_next: bool
+    count: int
+    capped: bool
+
+    @property
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+    @property
+    def previous_page_number(self) -> int:
+        return self.number - 1
+
+    @property
+    def next_page_number(self) -> int:
+        return self.number + 1
+
+    @property
+    def has_other_pages(self) -> bool:
+        return self.has_next or self.has_previous
+
+
+def list_page(qs: QuerySet[Any], raw_page: str | None, per_page: int = 50) -> ListPage:
+    """One page of ``qs`` by name.
+
+    The matching (pk, name) pairs are fetched first without an order, up to
+    the cap: a rare filter then costs one hash join instead of a walk of the
+    name index probing every dataset; past the cap the index walk finds a page
+    quickly, and the count says "more than".
+    """
+    try:
+        number = max(1, min(int(raw_page or 1), 10_000))
+    except ValueError:
+        number = 1
+    start = (number - 1) * per_page
+    keys = list(qs.order_by().values_list("pk", "name")[: LIST_COUNT_CAP + 1])
+    if len(keys) > LIST_COUNT_CAP:
+        rows = list(qs[start : start + per_page + 1])
+    else:
+        keys.sort(key=lambda key: (key[1], key[0]))
+        wanted = [pk for pk, _name in keys[start : start + per_page + 1]]
+        by_pk = {row.pk: row for row in qs.filter(pk__in=wanted)}
+        rows = [by_pk[pk] for pk in wanted if pk in by_pk]
+    return ListPage(
+        rows=rows[:per_page],
+        number=number,
+        has_next=len(rows) > per_page,
+        count=min(len(keys), LIST_COUNT_CAP),
+        capped=len(keys) > LIST_COUNT_CAP,
+    )
 
 
 @login_required
@@ -262,13 +367,22 @@ def filtered_datasets(params: Any) -> QuerySet[Dataset]:
 @require_GET
 def dataset_list(request: HttpRequest) -> HttpResponse:
     params = request.GET
-    qs = filtered_datasets(params).order_by("namespace__name", "name")
-    page = Paginator(qs, 50).get_page(params.get("page"))
+    qs = (
+        filtered_datasets(params)
+        .select_related("namespace", "retention_policy")
+        .prefetch_related(
+            Prefetch(
+                "ownerships",
+                queryset=DatasetOwnership.objects.select_related("owner").order_by("owner__name"),
+            )
+        )
+        .order_by("name", "pk")
+    )
     return render(
         request,
         "catalog/dataset_list.html",
         {
-            "page": page,
+            "page": list_page(qs, params.get("page")),
             "nav": "datasets",
             "namespaces": Namespace.objects.order_by("name")[:500],
             "policies": RetentionPolicy.objects.order_by("name"),
@@ -282,12 +396,17 @@ def dataset_list(request: HttpRequest) -> HttpResponse:
 
 
 def platforms() -> list[str]:
-    return list(
-        Dataset.objects.exclude(platform="")
-        .order_by("platform")
-        .values_list("platform", flat=True)
-        .distinct()[:100]
-    )
+    """The platforms datasets are on, for filter menus (a full scan: cached for a while)."""
+
+    def compute() -> list[str]:
+        return list(
+            Dataset.objects.exclude(platform="")
+            .order_by("platform")
+            .values_list("platform", flat=True)
+            .distinct()[:100]
+        )
+
+    return cached("explorer:platforms", compute, 10 * CACHE_SECONDS)
 
 
 @login_required
@@ -373,6 +492,7 @@ def dataset_edit(request: HttpRequest) -> HttpResponse:
         form = DatasetForm(request.POST)
         if form.is_valid():
             actions.update_dataset(dataset, form.cleaned_data, actions.Actor(user=request.user))
+            forget_worklists()
             if not is_fragment(request):
                 messages.success(request, "Dataset updated.")
                 return HttpResponseRedirect(dataset_url(dataset))
@@ -397,6 +517,7 @@ def field_edit(request: HttpRequest) -> HttpResponse:
         form = FieldForm(request.POST)
         if form.is_valid():
             actions.update_field(target, form.cleaned_data, actions.Actor(user=request.user))
+            forget_worklists()
             if not is_fragment(request):
                 messages.success(request, f"Field {target.name} updated.")
                 return HttpResponseRedirect(dataset_url(dataset))
@@ -429,21 +550,23 @@ def field_edit(request: HttpRequest) -> HttpResponse:
 # --- stewardship -----------------------------------------------------------
 
 
-def _has_personal_data() -> Exists:
-    return Exists(
-        DatasetField.objects.filter(
-            Q(pii_category__gt="") | Q(subject_kind__isnull=False),
-            dataset=OuterRef("pk"),
-            removed_at__isnull=True,
-        )
+def _has_personal_data() -> Q:
+    # An IN over the few fields the PII and subject indexes find, rather than
+    # EXISTS per dataset: the planner then checks candidates against a hash.
+    return Q(
+        pk__in=DatasetField.objects.filter(
+            Q(pii_category__gt="") | Q(subject_kind__isnull=False), removed_at__isnull=True
+        ).values("dataset_id")
     )
 
 
-def _has_subject_identifier() -> Exists:
-    return Exists(
-        DatasetField.objects.filter(
-            dataset=OuterRef("pk"), subject_kind__isnull=False, removed_at__isnull=True
-        )
+def _dataset_ids_with_fields(condition: Q) -> list[int]:
+    """Datasets having a current field that meets ``condition`` (served by the field indexes)."""
+    return list(
+        DatasetField.objects.filter(condition, removed_at__isnull=True)
+        .order_by()
+        .values_list("dataset_id", flat=True)
+        .distinct()
     )
 
 
@@ -459,10 +582,68 @@ class Worklist:
 
 def _worklist(key: str, title: str, explanation: str, qs: QuerySet[Dataset], more: str) -> Worklist:
     rows = list(
-        qs.select_related("namespace", "retention_policy").order_by("name")[:WORKLIST_LIMIT]
+        qs.select_related("namespace", "retention_policy").order_by("name", "pk")[:WORKLIST_LIMIT]
     )
     count = len(rows) if len(rows) < WORKLIST_LIMIT else qs.count()
     return Worklist(key, title, explanation, count, rows, more)
+
+
+def _among(ids: list[int]) -> Q:
+    # A literal id list lets the planner fetch the few candidates by key; a huge
+    # one (most datasets qualify) is better left as a join.
+    if len(ids) <= 20_000:
+        return Q(pk__in=ids)
+    return Q(pk__in=DatasetField.objects.filter(dataset_id__in=ids).values("dataset_id"))
+
+
+def stewardship_worklists() -> dict[str, Any]:
+    """The stewardship lists and counts, recomputed at most once a minute (and after edits)."""
+
+    def compute() -> dict[str, Any]:
+        active = Dataset.objects.filter(is_hidden=False, lifecycle_state="ACTIVE")
+        list_url = reverse("dataset-list")
+        personal = _dataset_ids_with_fields(Q(pii_category__gt="") | Q(subject_kind__isnull=False))
+        subject_rows = list(
+            DatasetField.objects.filter(subject_kind__isnull=False, removed_at__isnull=True)
+            .order_by()
+            .values_list("dataset_id")
+            .annotate(n=Count("id"))
+        )
+        subject_counts = dict(subject_rows)
+        owned = DatasetOwnership.objects.filter(dataset=OuterRef("pk"))
+        worklists = [
+            _worklist(
+                "unowned",
+                "Unowned datasets",
+                "Nobody to notify when these change or break.",
+                active.filter(~Exists(owned)),
+                f"{list_url}?owner=-",
+            ),
+            _worklist(
+                "pii-no-retention",
+                "Personal data without a retention policy",
+                "Fields hold personal data, but nothing says how long rows may be kept.",
+                active.filter(_among(personal), retention_policy__isnull=True),
+                f"{list_url}?pii=1&retention=-",
+            ),
+            _worklist(
+                "subjects",
+                "Datasets with subject identifiers",
+                "A field identifies a data subject: these answer erasure and access requests.",
+                active.filter(_among(list(subject_counts))),
+                "",
+            ),
+        ]
+        for ds in worklists[2].rows:
+            ds.subject_field_count = subject_counts.get(ds.pk, 0)
+        return {"worklists": worklists, "at": timezone.now()}
+
+    return cached(STEWARDSHIP_CACHE_KEY, compute)
+
+
+def forget_worklists() -> None:
+    """Drop cached counts and lists after an edit, so the steward sees the change."""
+    cache.delete_many([STEWARDSHIP_CACHE_KEY, OVERVIEW_CACHE_KEY])
 
 
 @login_required
@@ -470,41 +651,7 @@ def _worklist(key: str, title: str, explanation: str, qs: QuerySet[Dataset], mor
 @require_GET
 def stewardship(request: HttpRequest) -> HttpResponse:
     """What needs a steward: unowned, PII without retention, subject identifiers, recent changes."""
-    active = Dataset.objects.filter(is_hidden=False, lifecycle_state="ACTIVE")
-    list_url = reverse("dataset-list")
-    worklists = [
-        _worklist(
-            "unowned",
-            "Unowned datasets",
-            "Nobody to notify when these change or break.",
-            active.filter(ownerships__isnull=True),
-            f"{list_url}?owner=-",
-        ),
-        _worklist(
-            "pii-no-retention",
-            "Personal data without a retention policy",
-            "Fields hold personal data, but nothing says how long rows may be kept.",
-            active.filter(_has_personal_data(), retention_policy__isnull=True),
-            f"{list_url}?pii=1&retention=-",
-        ),
-        _worklist(
-            "subjects",
-            "Datasets with subject identifiers",
-            "A field identifies a data subject: these answer erasure and access requests.",
-            active.filter(_has_subject_identifier()),
-            "",
-        ),
-    ]
-    subject_kinds = {
-        row["dataset_id"]: row
-        for row in DatasetField.objects.filter(
-            dataset__in=[d.pk for d in worklists[2].rows], subject_kind__isnull=False
-        )
-        .values("dataset_id")
-        .annotate(n=Count("id"))
-    }
-    for ds in worklists[2].rows:
-        ds.subject_field_count = subject_kinds.get(ds.pk, {}).get("n", 0)
+    lists = stewardship_worklists()
     recent = list(
         ChangeRecord.objects.filter(attribute__in=CLASSIFICATION_ATTRIBUTES)
         .select_related("dataset__namespace")
@@ -513,5 +660,10 @@ def stewardship(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "catalog/stewardship.html",
-        {"worklists": worklists, "recent": recent, "nav": "stewardship"},
+        {
+            "worklists": lists["worklists"],
+            "computed_at": lists["at"],
+            "recent": recent,
+            "nav": "stewardship",
+        },
     )

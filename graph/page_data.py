@@ -12,11 +12,20 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlencode
 
-from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
-from django.db.models.functions import Length
+from django.db.models import (
+    Case,
+    Count,
+    IntegerField,
+    Q,
+    QuerySet,
+    Value,
+    When,
+    prefetch_related_objects,
+)
 from django.urls import reverse
 
 from catalog.errors import ApiError
@@ -110,12 +119,17 @@ def dataset_ref(dataset: Dataset) -> NodeRef:
 # --- urls ------------------------------------------------------------------
 
 
+@lru_cache(maxsize=8)
+def _page(name: str) -> str:
+    return reverse(name)
+
+
 def dataset_url(namespace: str, name: str) -> str:
-    return f"{reverse('dataset-detail')}?{urlencode({'namespace': namespace, 'name': name})}"
+    return f"{_page('dataset-detail')}?{urlencode({'namespace': namespace, 'name': name})}"
 
 
 def job_url(namespace: str, name: str) -> str:
-    return f"{reverse('job-detail')}?{urlencode({'namespace': namespace, 'name': name})}"
+    return f"{_page('job-detail')}?{urlencode({'namespace': namespace, 'name': name})}"
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -144,6 +158,49 @@ def current_risk() -> Risk:
 
 
 # --- the explorer's JSON ---------------------------------------------------
+
+
+CHUNK = 2000
+
+
+def _chunks(pks: list[int]) -> list[list[int]]:
+    return [pks[i : i + CHUNK] for i in range(0, len(pks), CHUNK)]
+
+
+def personal_data_flags(pks: list[int], as_of: datetime | None) -> dict[int, dict[str, bool]]:
+    """For each dataset: whether a field holds personal data, whether one identifies a subject.
+
+    Fields count when they existed at ``as_of``; their classification is today's.
+    """
+    flags: dict[int, dict[str, bool]] = {}
+    exists = Q(removed_at__isnull=True)
+    if as_of is not None:
+        exists = Q(first_seen__lte=as_of) & (Q(removed_at__isnull=True) | Q(removed_at__gt=as_of))
+    for chunk in _chunks(pks):
+        rows = (
+            DatasetField.objects.filter(_personal_data(), exists, dataset_id__in=chunk)
+            .order_by()
+            .values_list("dataset_id", "subject_kind_id")
+        )
+        for dataset_pk, subject in rows:
+            entry = flags.setdefault(dataset_pk, {"pii": True, "subject": False})
+            entry["subject"] = entry["subject"] or subject is not None
+        for dataset_pk in Dataset.objects.filter(
+            pk__in=chunk, lifecycle_state=LifecycleState.DROPPED
+        ).values_list("pk", flat=True):
+            flags.setdefault(dataset_pk, {"pii": False, "subject": False})["dropped"] = True
+    return flags
+
+
+def latest_run_states(pks: list[int]) -> dict[int, str]:
+    states: dict[int, str] = {}
+    for chunk in _chunks(pks):
+        states.update(
+            Job.objects.filter(pk__in=chunk, latest_run__isnull=False).values_list(
+                "pk", "latest_run__state"
+            )
+        )
+    return states
 
 
 def _dataset_flags(info: DatasetInfo | None) -> dict[str, Any]:
@@ -179,7 +236,11 @@ def _table_view(
         as_of=as_of,
         direction=direction,  # type: ignore[arg-type]
         max_nodes=limit,
+        details=False,
     )
+    flags = personal_data_flags([n.pk for n in graph.nodes if n.kind == "DATASET"], as_of)
+    states = latest_run_states([n.pk for n in graph.nodes if n.kind == "JOB"])
+    no_flags = {"pii": False, "subject": False}
     pairs = [(e.origin, e.destination) for e in graph.edges]
     ins, outs = _visible_degrees(pairs)
     nodes: dict[str, dict[str, Any]] = {}
@@ -199,10 +260,9 @@ def _table_view(
             "atRisk": n.node_id in risk.at_risk,
         }
         if n.kind == "DATASET":
-            node.update(_dataset_flags(n.dataset), url=dataset_url(n.namespace, n.name))
+            node.update({"dropped": False, **flags.get(n.pk, no_flags)})
         else:
-            run = n.job.latest_run if n.job else None
-            node.update(state=run.state if run else "", url=job_url(n.namespace, n.name))
+            node["state"] = states.get(n.pk, "")
         nodes[n.node_id] = node
     edges = {
         f"{a}->{b}": {"id": f"{a}->{b}", "source": a, "target": b} for a, b in dict.fromkeys(pairs)
@@ -242,7 +302,6 @@ def _column_view(
             "name": info.name,
             "tainted": info.node_id in risk.tainted,
             "atRisk": info.node_id in risk.at_risk,
-            "url": dataset_url(info.namespace, info.name),
             **_dataset_flags(info),
         }
     for n in kept:
@@ -265,7 +324,6 @@ def _column_view(
             "degOut": outs.get(n.node_id, 0) + n.hidden_downstream,
             "tainted": parent in risk.tainted,
             "atRisk": parent in risk.at_risk,
-            "url": dataset_url(n.namespace, n.dataset),
         }
     personal = {n.node_id for n in kept if nodes[n.node_id]["pii"] or nodes[n.node_id]["subject"]}
     edges: dict[str, dict[str, Any]] = {}
@@ -331,6 +389,8 @@ def build_view(
         "compare": _iso(compare),
         "limit": limit,
         "truncated": truncated,
+        # Pages of nodes: the client adds ?namespace=…&name=… (cheaper than a URL per node).
+        "pages": {"dataset": _page("dataset-detail"), "job": _page("job-detail")},
         "nodes": list(nodes.values()),
         "edges": list(edges.values()),
         "instants": [_iso(t) for t in instants],
@@ -366,6 +426,19 @@ class ImpactReport:
     owners: list[tuple[str, int]]
     job_count: int
     truncated: bool
+    # The graph query's answer, for the CSV and Mermaid exports.
+    result: queries.Impact
+    # Datasets and jobs beyond the nearest ones shown.
+    cut_datasets: int = 0
+    cut_jobs: int = 0
+
+    @property
+    def total_datasets(self) -> int:
+        return len(self.rows) + self.cut_datasets
+
+    @property
+    def total_jobs(self) -> int:
+        return self.job_count + self.cut_jobs
 
     @property
     def groups(self) -> list[tuple[int, list[ImpactRow]]]:
@@ -383,13 +456,16 @@ class ImpactReport:
         return sum(1 for r in self.rows if (r.pii_fields or r.subject_fields) and not r.retention)
 
 
+def impact_start(root: NodeRef, level: str) -> NodeRef:
+    """The node an impact starts from: a column only at column level."""
+    return root if level == "column" or root.kind != "field" else root.dataset_ref()
+
+
 def impact(
-    root: NodeRef, depth: int, as_of: datetime | None, level: str = "table", limit: int = 5000
+    root: NodeRef, depth: int, as_of: datetime | None, level: str = "table", limit: int = 500
 ) -> ImpactReport:
     """Every dataset downstream of ``root`` with distance, owners to notify, PII and retention."""
-    start = root if level == "column" or root.kind != "field" else root.dataset_ref()
-    if level == "column" and root.kind != "field":
-        level = "table"
+    start = impact_start(root, level)
     result = queries.impact(start.resolved, depth=depth, as_of=as_of, max_nodes=limit)
     job_names = {j.node_id: j.job.name for j in result.jobs}
     risk = current_risk()
@@ -427,58 +503,10 @@ def impact(
         owners=sorted(owner_counts.items(), key=lambda kv: (-kv[1], kv[0])),
         job_count=len(result.jobs),
         truncated=result.truncated,
+        result=result,
+        cut_datasets=result.cut.datasets + result.cut.fields,
+        cut_jobs=result.cut.jobs,
     )
-
-
-def _mermaid_label(text: str) -> str:
-    return text.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
-
-
-def impact_mermaid(report: ImpactReport, limit: int = 5000) -> str:
-    """A Mermaid flowchart of the impacted graph: datasets as boxes, jobs as stadiums."""
-    lines = ["flowchart LR"]
-    ids: dict[str, str] = {}
-
-    def ref(node_id: str) -> str:
-        if node_id not in ids:
-            ids[node_id] = f"n{len(ids)}"
-            kind, _, rest = node_id.partition(":")
-            label = _mermaid_label(labels.get(node_id, rest))
-            shape = f'(["{label}"])' if kind == "job" else f'["{label}"]'
-            lines.append(f"  {ids[node_id]}{shape}")
-        return ids[node_id]
-
-    labels: dict[str, str] = {report.root.id: report.root.label}
-    pairs: list[tuple[str, str]] = []
-    if report.level == "table":
-        graph = queries.lineage(
-            report.root.resolved,
-            depth=report.depth,
-            as_of=report.as_of,
-            direction="downstream",
-            max_nodes=limit,
-            details=False,
-        )
-        labels.update({n.node_id: n.name for n in graph.nodes})
-        pairs = [(e.origin, e.destination) for e in graph.edges]
-    else:
-        for row in report.rows:
-            target = nodeids.dataset_node_id(row.namespace, row.name)
-            labels[target] = row.name
-            pairs.append((report.root.id, target))
-    ref(report.root.id)
-    for origin, destination in pairs:
-        lines.append(f"  {ref(origin)} --> {ref(destination)}")
-    personal = [
-        ids[key]
-        for row in report.rows
-        if (row.pii_fields or row.subject_fields)
-        and (key := nodeids.dataset_node_id(row.namespace, row.name)) in ids
-    ]
-    lines.append("  classDef pii fill:#fde9e0,stroke:#9c2c00")
-    if personal:
-        lines.append(f"  class {','.join(personal)} pii")
-    return "\n".join(lines) + "\n"
 
 
 # --- dataset page summary --------------------------------------------------
@@ -577,6 +605,61 @@ class SearchResults:
         )
 
 
+CANDIDATES = 400
+
+
+def name_rank(name: str, q: str) -> tuple[int, int, str]:
+    """0 the whole name, 1 its last segment, 2 a prefix, 3 anywhere; shorter names first."""
+    lowered, term = name.lower(), q.lower()
+    if lowered == term:
+        tier = 0
+    elif lowered.endswith((f".{term}", f"/{term}")):
+        tier = 1
+    elif lowered.startswith(term):
+        tier = 2
+    else:
+        tier = 3
+    return tier, len(name), name
+
+
+def ranked(
+    qs: QuerySet[Any],
+    field_name: str,
+    q: str,
+    limit: int,
+    extra: tuple[Q, ...] = (),
+    indexed_equality: bool = False,
+) -> tuple[list[Any], bool]:
+    """The best ``limit`` rows for ``q``: exact names, then the best of the first matches.
+
+    Other matches are the first ``CANDIDATES`` rows the trigram index yields
+    (unordered, so the scan stops early), ranked here: a term found in tens of
+    thousands of names costs no more than a rare one. With
+    ``indexed_equality`` exact names come first from the name index, wherever
+    they lie. ``extra`` conditions (a description match) fill what names leave.
+    """
+    qs = qs.order_by()
+    found: list[Any] = []
+    if indexed_equality:
+        found = list(qs.filter(Q(**{field_name: q}) | Q(**{field_name: q.lower()}))[: limit + 1])
+    seen = {row.pk for row in found}
+    lookup = "icontains" if len(q) >= 3 else "istartswith"
+    candidates = [
+        row
+        for row in qs.filter(**{f"{field_name}__{lookup}": q})[:CANDIDATES]
+        if row.pk not in seen
+    ]
+    candidates.sort(key=lambda row: name_rank(getattr(row, field_name), q))
+    found += candidates
+    for more in extra:
+        if len(found) > limit:
+            break
+        seen = {row.pk for row in found}
+        rows = qs.filter(more).exclude(pk__in=seen) if seen else qs.filter(more)
+        found += list(rows[: limit + 1 - len(found)])
+    return found[:limit], len(found) > limit
+
+
 def rank(field_name: str, q: str) -> Case:
     """0 exact, 1 last name segment, 2 prefix, 3 anywhere, 4 only in the description."""
     return Case(
@@ -612,39 +695,32 @@ def search(
     """
     results = SearchResults()
     if "datasets" in kinds:
-        qs = datasets
+        qs = datasets.select_related("namespace", "retention_policy")
         if q:
-            qs = qs.filter(Q(name__icontains=q) | Q(description__icontains=q)).annotate(
-                rank=rank("name", q)
+            extra = (Q(description__icontains=q),) if len(q) >= 3 else ()
+            results.datasets, results.more["datasets"] = ranked(
+                qs, "name", q, limit, extra, indexed_equality=True
             )
-            qs = qs.order_by("rank", Length("name"), "name")
         else:
-            qs = qs.order_by("name")
-        results.datasets, results.more["datasets"] = _top(
-            qs.select_related("namespace", "retention_policy").prefetch_related(
-                "ownerships__owner"
-            ),
-            limit,
-        )
+            results.datasets, results.more["datasets"] = _top(qs.order_by("name", "pk"), limit)
+        prefetch_related_objects(results.datasets, "ownerships__owner")
     if "columns" in kinds and q:
-        cols = DatasetField.objects.filter(name__icontains=q, removed_at__isnull=True)
+        cols = DatasetField.objects.filter(removed_at__isnull=True)
         if filtered or namespace:
             cols = cols.filter(dataset__in=datasets.values("pk"))
         else:
             cols = cols.filter(dataset__is_hidden=False)
         if pii_only:
             cols = cols.filter(_personal_data())
-        cols = cols.annotate(rank=rank("name", q)).order_by("rank", Length("name"), "name", "pk")
-        results.columns, results.more["columns"] = _top(
-            cols.select_related("dataset__namespace", "subject_kind"), limit
+        results.columns, results.more["columns"] = ranked(
+            cols.select_related("dataset__namespace", "subject_kind"), "name", q, limit
         )
     if "jobs" in kinds and q and not filtered:
-        jobs = Job.objects.filter(name__icontains=q)
+        jobs = Job.objects.all()
         if namespace:
             jobs = jobs.filter(namespace__name=namespace)
-        jobs = jobs.annotate(rank=rank("name", q)).order_by("rank", Length("name"), "name")
-        results.jobs, results.more["jobs"] = _top(
-            jobs.select_related("namespace", "latest_run"), limit
+        results.jobs, results.more["jobs"] = ranked(
+            jobs.select_related("namespace", "latest_run"), "name", q, limit
         )
     if "owners" in kinds and q and not (filtered or namespace):
         owners = (

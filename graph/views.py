@@ -8,8 +8,6 @@ the query string so a link can be shared. Reads of the graph go through
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import uuid
 from collections import defaultdict
@@ -20,17 +18,20 @@ from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.paginator import Paginator
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.text import slugify
 from django.views.decorators.http import require_GET
 
 from catalog import auth
 from catalog.errors import ApiError
-from catalog.models import Dataset, DatasetField, Namespace, RetentionPolicy
+from catalog.models import Dataset, Namespace, RetentionPolicy
 from catalog.params import choice_param, int_param, optional_instant
+from catalog.views import cached, filtered_datasets, platforms
+from graph import exports, queries
 from graph import page_data as data
 from graph.models import Job, Run, RunDataset, TableEdge
 
@@ -39,6 +40,10 @@ read_required = permission_required(auth.READ_LINEAGE, raise_exception=True)
 SEARCH_LIMIT = 25
 MAX_DEPTH = 20
 DEFAULT_NODE_LIMIT = 2000
+# Orphans change with lineage, not with steward edits, and finding them scans
+# every dataset: the worklist is recomputed at most every five minutes.
+ORPHANS_CACHE_KEY = "explorer:orphans:v1"
+ORPHANS_CACHE_SECONDS = 300
 KIND_CHOICES = [
     ("all", "everything"),
     ("datasets", "datasets"),
@@ -147,35 +152,6 @@ def parse_state(params: Any, default_depth: int = 3, default_direction: str = "b
 # --- search ----------------------------------------------------------------
 
 
-def _filtered_datasets(params: Any) -> QuerySet[Dataset]:
-    qs = Dataset.objects.filter(is_hidden=False)
-    if params.get("namespace"):
-        qs = qs.filter(namespace__name=params["namespace"])
-    if params.get("platform"):
-        qs = qs.filter(platform=params["platform"])
-    owner = params.get("owner") or ""
-    if owner == "-":
-        qs = qs.filter(ownerships__isnull=True)
-    elif owner:
-        qs = qs.filter(ownerships__owner__name=owner)
-    retention = params.get("retention") or ""
-    if retention == "-":
-        qs = qs.filter(retention_policy__isnull=True)
-    elif retention:
-        qs = qs.filter(retention_policy__name=retention)
-    if params.get("pii") == "1":
-        qs = qs.filter(
-            Exists(
-                DatasetField.objects.filter(
-                    Q(pii_category__gt="") | Q(subject_kind__isnull=False),
-                    dataset=OuterRef("pk"),
-                    removed_at__isnull=True,
-                )
-            )
-        )
-    return qs
-
-
 def _has_filters(params: Any) -> bool:
     return any(params.get(k) for k in ("namespace", "platform", "owner", "retention", "pii"))
 
@@ -197,7 +173,7 @@ def search(request: HttpRequest) -> HttpResponse:
         kind = "all"
     results = data.SearchResults()
     if q or _has_filters(params):
-        datasets = _filtered_datasets(params)
+        datasets = filtered_datasets({k: v for k, v in params.items() if k != "q"})
         results = data.search(
             q,
             datasets,
@@ -218,10 +194,7 @@ def search(request: HttpRequest) -> HttpResponse:
             "filters": params,
             "results": results,
             "namespaces": Namespace.objects.order_by("name").values_list("name", flat=True)[:500],
-            "platforms": Dataset.objects.exclude(platform="")
-            .order_by("platform")
-            .values_list("platform", flat=True)
-            .distinct()[:100],
+            "platforms": platforms(),
             "policies": RetentionPolicy.objects.order_by("name").values_list("name", flat=True),
             "nav": "search",
             "list_query": urlencode(
@@ -443,7 +416,11 @@ def impact(request: HttpRequest) -> HttpResponse:
 @read_required
 @require_GET
 def impact_export(request: HttpRequest) -> HttpResponse:
-    """The impact report as CSV (``format=csv``) or a Mermaid flowchart (``format=mermaid``)."""
+    """The impact as CSV (``format=csv``) or a Mermaid flowchart (``format=mermaid``).
+
+    The same text the lineage impact API exports, so a page download and an
+    API call agree.
+    """
     try:
         state = parse_state(request.GET, default_depth=MAX_DEPTH, default_direction="downstream")
         fmt = choice_param(request.GET, "format", "csv", ("csv", "mermaid"))
@@ -451,44 +428,16 @@ def impact_export(request: HttpRequest) -> HttpResponse:
         return _json_error(PageError(exc.message, exc.field or ""))
     except PageError as exc:
         return _json_error(exc)
-    report = data.impact(state.node, depth=state.depth, as_of=state.as_of, level=state.level)
-    stem = state.node.name.replace("/", "_").replace(":", "_")[:80] or "impact"
+    start = data.impact_start(state.node, state.level)
+    result = queries.impact(start.resolved, depth=state.depth, as_of=state.as_of)
+    stem = slugify(start.label)[:80] or "impact"
     if fmt == "mermaid":
         response = HttpResponse(
-            data.impact_mermaid(report), content_type="text/plain; charset=utf-8"
+            exports.impact_mermaid(result), content_type="text/vnd.mermaid; charset=utf-8"
         )
         response["Content-Disposition"] = f'attachment; filename="impact-{stem}.mmd"'
         return response
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(
-        [
-            "distance",
-            "namespace",
-            "name",
-            "owners",
-            "pii_fields",
-            "subject_fields",
-            "retention_policy",
-            "retention_days",
-            "via_jobs",
-        ]
-    )
-    for row in report.rows:
-        writer.writerow(
-            [
-                row.distance,
-                row.namespace,
-                row.name,
-                "; ".join(row.owners),
-                "; ".join(row.pii_fields),
-                "; ".join(row.subject_fields),
-                row.retention or "",
-                row.retention_days if row.retention_days is not None else "",
-                "; ".join(row.via_jobs),
-            ]
-        )
-    response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
+    response = HttpResponse(exports.impact_csv(result), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="impact-{stem}.csv"'
     return response
 
@@ -550,5 +499,5 @@ def dataset_runs_fragment(request: HttpRequest) -> HttpResponse:
 @require_GET
 def orphans_fragment(request: HttpRequest) -> HttpResponse:
     """Datasets that no current job reads: candidates for archiving."""
-    found = data.orphans(limit=50)
+    found = cached(ORPHANS_CACHE_KEY, lambda: data.orphans(limit=50), ORPHANS_CACHE_SECONDS)
     return render(request, "graph/_orphans.html", {"orphans": found.items, "total": found.total})

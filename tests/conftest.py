@@ -163,3 +163,12 @@ def token_for() -> Callable[[User], str]:
 def _isolated_data_dir(tmp_path_factory: pytest.TempPathFactory, settings: Any) -> Iterator[None]:
     settings.DATA_DIR = tmp_path_factory.mktemp("data")
     yield
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> Iterator[None]:
+    """Pages cache catalog-wide counts for a minute: every test starts without them."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield

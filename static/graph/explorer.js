@@ -34,6 +34,8 @@
     limit: config.limit,
   };
   const DAGRE_MAX = 150;
+  // "dagre" or "layered" forces one layout whatever the size (benchmarks compare them).
+  const forcedLayout = new URLSearchParams(window.location.search).get("layout") || "";
   let cy = null;
   let instants = [];
   let rootId = state.node;
@@ -104,6 +106,14 @@
     return body;
   }
 
+  let pages = { dataset: "", job: "" };
+
+  // The page of a node: datasets (and their columns) and jobs by namespace and name.
+  function nodeUrl(d) {
+    const base = d.kind === "job" ? pages.job : pages.dataset;
+    return base + "?" + new URLSearchParams({ namespace: d.namespace, name: d.name }).toString();
+  }
+
   function nodeClasses(n, root) {
     const classes = [n.compound ? "compound" : n.kind];
     if (n.id === root) classes.push("root");
@@ -117,6 +127,7 @@
   }
 
   function toElements(body) {
+    if (body.pages) pages = body.pages;
     const elements = [];
     body.nodes.forEach((n) => {
       elements.push({ group: "nodes", data: { ...n, display: n.label }, classes: nodeClasses(n, body.root) });
@@ -344,7 +355,8 @@
   function runLayout() {
     const n = cy.nodes().length;
     const dagreReady = typeof cytoscapeDagre !== "undefined";
-    if (dagreReady && n <= DAGRE_MAX && !cy.nodes(".compound").length) {
+    const small = n <= DAGRE_MAX && !cy.nodes(".compound").length;
+    if (dagreReady && forcedLayout !== "layered" && (small || forcedLayout === "dagre")) {
       cy.layout({ name: "dagre", rankDir: "LR", nodeSep: 16, rankSep: 50, edgeSep: 8, fit: false, animate: false }).run();
     } else {
       layered();
@@ -429,8 +441,7 @@
     });
     cy.on("tap", "node", (event) => select(event.target));
     cy.on("dbltap", "node", (event) => {
-      const url = event.target.data("url");
-      if (url) window.location.href = url;
+      window.location.href = nodeUrl(event.target.data());
     });
     cy.on("tap", (event) => {
       if (event.target === cy) select(null);
@@ -484,8 +495,10 @@
     try {
       const body = await fetchGraph();
       if (mine !== requestSeq) return;
+      performance.mark("graph-data-received");
       mergeInstants(body.instants);
       draw(body);
+      performance.mark("graph-drawn");
       markReady();
     } catch (err) {
       setStatus(err.message, true);
@@ -543,7 +556,7 @@
     const impactParams = new URLSearchParams({ node: d.id, level: d.kind === "field" ? "column" : "table" });
     if (state.asOf) impactParams.set("asOf", state.asOf);
     const actions = [
-      h("a", { class: "btn", href: d.url }, "Open " + kindLabel + " page"),
+      h("a", { class: "btn", href: nodeUrl(d) }, "Open " + kindLabel + " page"),
       h("a", { class: "btn btn-secondary", href: config.impactUrl + "?" + impactParams.toString() }, "Impact"),
     ];
     if (d.id !== rootId) {
@@ -695,7 +708,7 @@
         break;
       }
       case "Enter":
-        if (current && current.data("url")) window.location.href = current.data("url");
+        if (current) window.location.href = nodeUrl(current.data());
         return;
       case "+":
       case "=":

@@ -73,7 +73,7 @@ def test_it_goes_from_search_to_dataset_to_graph_to_impact_to_export(page_as, vi
     with page.expect_download() as download_info:
         page.get_by_role("link", name="Export CSV").click()
     csv_text = Path(download_info.value.path()).read_text(encoding="utf-8")
-    assert csv_text.startswith("distance,namespace,name,owners")
+    assert csv_text.startswith("distance,node_id,namespace,name,owners")
     assert "lake/marts/revenue_by_country" in csv_text
     with page.expect_download() as download_info:
         page.get_by_role("link", name="Export Mermaid").click()
