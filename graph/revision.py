@@ -371,23 +371,3 @@ def bulk_load(using: str = "default") -> Iterator[None]:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT set_config('lineage.bulk_load', 'off', false)")
         mark_reset(using)
-
-
-def prune(keep_revisions: int, using: str = "default") -> int:
-    """Forget change records older than the newest ``keep_revisions``; returns rows deleted.
-
-    A process whose snapshot predates the pruned range rebuilds it in full.
-    """
-    rev = current(using)
-    floor = rev.value - keep_revisions
-    if floor <= 0:
-        return 0
-    with connections[using].cursor() as cursor:
-        cursor.execute(
-            "DELETE FROM graph_change WHERE xid IN "
-            "(SELECT xid FROM graph_revision_log WHERE revision <= %s)",
-            [floor],
-        )
-        deleted = int(cursor.rowcount)
-        cursor.execute("DELETE FROM graph_revision_log WHERE revision <= %s", [floor])
-    return max(deleted, 0)

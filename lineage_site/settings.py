@@ -206,6 +206,15 @@ CELERY_BEAT_SCHEDULE["ingest-sweep"] = {
     "schedule": float(INGEST_SWEEP_INTERVAL_SECONDS),
 }
 
+# Lineage graph: run-level detail (facets, error stacks) older than this is compacted into
+# summaries by a daily task; edges and validity intervals stay. Node cache size per process.
+LINEAGE_DETAIL_RETENTION_DAYS = env_int("LINEAGE_DETAIL_RETENTION_DAYS", 90)
+GRAPH_NODE_CACHE_SIZE = env_int("GRAPH_NODE_CACHE_SIZE", 50_000)
+CELERY_BEAT_SCHEDULE["graph-compact-lineage-detail"] = {
+    "task": "graph.tasks.compact_lineage_detail",
+    "schedule": 24 * 3600.0,
+}
+
 SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
 
 # Privacy: subject identifiers are stored only as keyed hashes.
