@@ -145,30 +145,33 @@ def log_denied(user: Any, action: str, path: str) -> AuditEntry:
 
 
 def do_subject_search(
-    user: Any, request: SubjectRequest, depth: int | None = None
+    user: Any,
+    request: SubjectRequest,
+    *,
+    limit: int | None = None,
+    offset: int = 0,
+    depth: int | None = None,
 ) -> tuple[SubjectSearch, AuditEntry]:
-    """Search for the subject's datasets and audit the search; returns both."""
-    search = search_subject(request.subject_kind, request.identifiers, request.as_of, depth)
+    """Search for the subject's datasets (one page of them) and audit the search."""
+    search = search_subject(
+        request.subject_kind,
+        request.identifiers,
+        request.as_of,
+        depth,
+        limit=limit,
+        offset=offset,
+    )
+    totals = search.totals
     entry = log_audit(
         user,
         AuditAction.SEARCH,
         subject_kind=request.subject_kind.name,
         hashes=request.hashes(),
         as_of=request.as_of,
-        result_count=len(search.datasets),
-        detail={
-            "identifiers": request.describe(),
-            "counts": _counts(search),
-        },
+        result_count=totals["direct"] + totals["derived"],
+        detail={"identifiers": request.describe(), "counts": totals, "offset": offset},
     )
     return search, entry
-
-
-def _counts(search: SubjectSearch) -> dict[str, int]:
-    counts = {"direct": 0, "derived": 0, "aggregate": len(search.aggregates)}
-    for hit in search.datasets:
-        counts[hit.relation] += 1
-    return counts
 
 
 def _target(hit: DatasetHit) -> dict[str, Any]:

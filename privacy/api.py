@@ -37,6 +37,8 @@ from privacy.queries import UNCATEGORISED_KIND, DatasetHit, Evidence, SubjectSea
 
 MAX_IDENTIFIERS = 20
 MAX_VALUE_LENGTH = 512
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 5000
 IDENTIFIER_KINDS = sorted({*PiiCategory.values, UNCATEGORISED_KIND})
 
 
@@ -76,6 +78,7 @@ class SubjectInput(serializers.Serializer[Any]):
 
 
 SUBJECT_KEYS = {"subjectKind", "value", "identifiers", "asOf"}
+PAGE_KEYS = {"limit", "offset"}
 
 
 @sensitive_variables()
@@ -115,6 +118,18 @@ def parse_subject_request(
     return actions.SubjectRequest.build(valid["subjectKind"], raw, as_of)
 
 
+def parse_page(payload: dict[str, Any]) -> tuple[int, int]:
+    """Return (limit, offset) of a search body; each list of the answer is paged alike."""
+    page = PageInput(data={k: v for k, v in payload.items() if k in PAGE_KEYS})
+    page.is_valid(raise_exception=True)
+    return page.validated_data.get("limit", DEFAULT_LIMIT), page.validated_data.get("offset", 0)
+
+
+class PageInput(serializers.Serializer[Any]):
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=MAX_LIMIT)
+    offset = serializers.IntegerField(required=False, min_value=0)
+
+
 # -- output ------------------------------------------------------------------------------------
 
 
@@ -147,6 +162,7 @@ def hit_json(hit: DatasetHit) -> dict[str, Any]:
         "name": hit.name,
         "nodeId": hit.node_id,
         "relation": hit.relation,
+        "distance": hit.distance,
         "fields": [
             {
                 "name": f.name,
@@ -184,9 +200,8 @@ def hit_json(hit: DatasetHit) -> dict[str, Any]:
 
 
 def search_json(search: SubjectSearch, entry: AuditEntry | None = None) -> dict[str, Any]:
-    counts = {"direct": 0, "derived": 0, "aggregate": len(search.aggregates)}
-    for hit in search.datasets:
-        counts[hit.relation] += 1
+    totals = search.totals
+    holding = totals["direct"] + totals["derived"]
     return {
         "subjectKind": search.subject_kind,
         "asOf": iso(search.as_of),
@@ -197,11 +212,19 @@ def search_json(search: SubjectSearch, entry: AuditEntry | None = None) -> dict[
                 "kind": m.identifier.kind,
                 "field": m.identifier.field,
                 "seedFields": list(m.seeds),
-                "matched": bool(m.seeds),
+                "seedFieldCount": m.seed_count,
+                "matched": m.seed_count > 0,
             }
             for m in search.identifiers
         ],
-        "counts": counts,
+        "counts": totals,
+        "page": {
+            "offset": search.offset,
+            "limit": search.limit,
+            "datasetsTotal": holding,
+            "aggregatesTotal": totals["aggregate"],
+            "complete": search.complete,
+        },
         "datasets": [hit_json(h) for h in search.datasets],
         "aggregates": [hit_json(h) for h in search.aggregates],
     }
@@ -344,8 +367,9 @@ class SubjectSearchView(PrivacyView):
     )
     @method_decorator(sensitive_variables())
     def post(self, request: Request) -> Response:
-        subject = parse_subject_request(request.data)
-        search, entry = actions.do_subject_search(request.user, subject)
+        subject = parse_subject_request(request.data, extra_keys=frozenset(PAGE_KEYS))
+        limit, offset = parse_page(request.data)
+        search, entry = actions.do_subject_search(request.user, subject, limit=limit, offset=offset)
         return Response(search_json(search, entry))
 
 

@@ -21,13 +21,16 @@ that output would call everything downstream of a join "personal".
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import pairwise
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from django.core.exceptions import PermissionDenied
+from django.db import connection
 from django.db.models import Count, Q, QuerySet
 
 from catalog.auth import SEARCH_SUBJECTS, VIEW_AUDIT, has_perm
@@ -36,17 +39,18 @@ from catalog.models import (
     ChangeSource,
     Dataset,
     DatasetField,
-    DatasetOwnership,
     FlagSource,
     LifecycleState,
-    RetentionPolicy,
     SubjectKind,
 )
 from catalog.queries import value_as_of
-from graph.details import load_dataset_names, load_job_names
+from graph import snapshot, traverse
+from graph.details import FieldInfo as GraphFieldInfo
+from graph.details import field_rows, load_dataset_names, load_datasets, load_job_names
 from graph.models import ColumnEdge
 from graph.nodeids import dataset_node_id, field_node_id, job_node_id
-from graph.queries import PathStep, field_reach
+from graph.queries import FieldReach, PathStep
+from graph.snapshot import STRENGTH_TRANSFORMATION, TimeFilter
 from privacy.models import AuditEntry, AuditValueHash, ErasurePlan, PrivacyRun
 
 DIRECT = "direct"
@@ -145,21 +149,20 @@ def fields_as_of(rows: Iterable[DatasetField], as_of: datetime | None) -> dict[i
     return found
 
 
-def _load_fields(ids: Iterable[int]) -> list[DatasetField]:
-    rows: list[DatasetField] = []
-    for chunk in _chunks(sorted(set(ids))):
-        rows.extend(DatasetField.objects.filter(id__in=chunk).select_related("subject_kind"))
-    return rows
-
-
 def subject_fields(kind: SubjectKind, as_of: datetime | None) -> list[FieldInfo]:
     """Return the fields flagged with the subject kind at ``as_of`` (declared or propagated)."""
     current = DatasetField.objects.filter(subject_kind=kind).select_related("subject_kind")
     if as_of is None:
-        current = current.filter(removed_at__isnull=True).exclude(
-            dataset__lifecycle_state=LifecycleState.DROPPED
+        rows = (
+            current.filter(removed_at__isnull=True)
+            .exclude(dataset__lifecycle_state=LifecycleState.DROPPED)
+            .order_by("id")
+            .values_list("id", "dataset_id", "name", "type", "pii_category", "flag_source")
         )
-        return sorted(fields_as_of(current, None).values(), key=lambda f: f.id)
+        return [
+            FieldInfo(pk, ds, name, ftype, pii, kind.name, source == FlagSource.DECLARED)
+            for pk, ds, name, ftype, pii, source in rows
+        ]
     # A field flagged then but not now appears in the flag's history.
     flagged_once = ChangeRecord.objects.filter(attribute="subject_kind").filter(
         Q(new=kind.name) | Q(old=kind.name)
@@ -217,10 +220,12 @@ class Identifier:
     kind: str | None = None
     field: str | None = None
 
-    def matches(self, info: FieldInfo, node_id: str) -> bool:
+    def matches(self, info: FieldInfo, node_id: Callable[[FieldInfo], str]) -> bool:
         if self.kind is not None and (info.pii_category or UNCATEGORISED_KIND) != self.kind:
             return False
-        return self.field is None or self.field in (info.name, node_id)
+        if self.field is None or self.field == info.name:
+            return True
+        return ":" in self.field and self.field == node_id(info)
 
 
 @dataclass(frozen=True)
@@ -273,6 +278,7 @@ class DatasetHit:
     name: str
     node_id: str
     relation: str
+    distance: int
     fields: list[FieldHit]
     personal_fields: list[tuple[str, str]]
     owners: list[dict[str, str]]
@@ -287,6 +293,7 @@ class DatasetHit:
 class IdentifierMatch:
     identifier: Identifier
     seeds: tuple[str, ...]
+    seed_count: int
 
 
 @dataclass(frozen=True)
@@ -300,62 +307,140 @@ class DatasetLink:
 
 @dataclass
 class SubjectSearch:
+    """A search's answer: totals for every relation, and one page of hydrated datasets."""
+
     subject_kind: str
     as_of: datetime | None
     identifiers: list[IdentifierMatch]
     datasets: list[DatasetHit]
     aggregates: list[DatasetHit]
+    totals: dict[str, int] = field(default_factory=dict)
+    offset: int = 0
+    limit: int | None = None
     # Every field reached (for the dataset links an erasure plan orders by).
-    reached_fields: frozenset[int] = field(default=frozenset(), repr=False)
+    reached_fields: Any = field(default=None, repr=False)
 
     @property
     def all_hits(self) -> list[DatasetHit]:
         return [*self.datasets, *self.aggregates]
 
+    @property
+    def complete(self) -> bool:
+        """Whether this page holds every dataset found."""
+        return self.offset == 0 and (
+            self.limit is None
+            or max(
+                self.totals.get(DIRECT, 0) + self.totals.get(DERIVED, 0),
+                self.totals.get(AGGREGATE, 0),
+            )
+            <= self.limit
+        )
+
+
+_SEED_CODE, _DERIVED_CODE, _AGGREGATE_CODE = 0, 1, 2
+_RELATIONS = (DIRECT, DERIVED, AGGREGATE)
+_EMPTY = np.zeros(0, dtype=np.int64)
+
 
 @dataclass
-class _Merged:
-    """One field's best reach over all identifiers: relation, distance, path (seed first)."""
+class _Group:
+    """One traversal: the identifiers sharing a seed set, and what their seeds reach."""
 
-    relation: str
-    depth: int
-    path: tuple[PathStep, ...]
-    identifiers: set[int] = field(default_factory=set)
-
-    @property
-    def masked(self) -> bool:
-        return any(step.masking for step in self.path)
+    indexes: list[int]
+    reach: FieldReach
+    arrays: traverse.RankedReach
+    codes: npt.NDArray[np.int64]
 
 
-def _merge_reach(
-    merged: dict[int, _Merged],
-    dataset_level: dict[int, tuple[PathStep, ...]],
-    seed_ids: frozenset[int],
-    indexes: Sequence[int],
-    as_of: datetime | None,
-    depth: int | None,
-) -> None:
-    reach = field_reach(seed_ids, as_of=as_of, max_depth=depth)
-    for reached in reach.fields:
-        if reached.field_id in seed_ids:
-            relation = DIRECT
+@dataclass
+class _Best:
+    """Per reached field (sorted by id): best relation code, distance and traversal."""
+
+    field: npt.NDArray[np.int64]
+    dataset: npt.NDArray[np.int64]
+    code: npt.NDArray[np.int64]
+    dist: npt.NDArray[np.int64]
+    group: npt.NDArray[np.int64]
+
+
+def _traverse(seeds: list[FieldInfo], as_of: datetime | None, depth: int | None) -> _Group:
+    snap = snapshot.columns()
+    arrays = traverse.ranked_field_reach(
+        snap,
+        np.asarray([s.id for s in seeds], dtype=np.int64),
+        np.asarray([s.dataset_id for s in seeds], dtype=np.int64),
+        TimeFilter.at(as_of),
+        depth,
+    )
+    codes = np.where(
+        arrays.parent_field < 0,
+        _SEED_CODE,
+        np.where(arrays.strength >= STRENGTH_TRANSFORMATION, _DERIVED_CODE, _AGGREGATE_CODE),
+    ).astype(np.int64)
+    return _Group([], FieldReach(snap, arrays), arrays, codes)
+
+
+def _best_per_field(groups: list[_Group], extra: list[FieldInfo]) -> _Best:
+    """Merge the traversals: each field keeps its strongest relation, then its nearest path."""
+    parts = [
+        (g.arrays.field, g.arrays.dataset, g.codes, g.arrays.dist, np.full(g.codes.size, i))
+        for i, g in enumerate(groups)
+    ]
+    if extra:  # flagged by propagation, reached by nothing: derived, without a path
+        ids = np.asarray([f.id for f in extra], dtype=np.int64)
+        parts.append(
+            (
+                ids,
+                np.asarray([f.dataset_id for f in extra], dtype=np.int64),
+                np.full(ids.size, _DERIVED_CODE),
+                np.zeros(ids.size, dtype=np.int64),
+                np.full(ids.size, -1),
+            )
+        )
+    if not parts:
+        return _Best(_EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY)
+    cols = [np.concatenate([p[i] for p in parts]).astype(np.int64) for i in range(5)]
+    order = np.lexsort((cols[3], cols[2], cols[0]))
+    sorted_cols = [c[order] for c in cols]
+    _, first = np.unique(sorted_cols[0], return_index=True)
+    return _Best(*(c[first] for c in sorted_cols))
+
+
+def _alive_datasets(
+    ids: npt.NDArray[np.int64], as_of: datetime | None
+) -> dict[int, tuple[str, str]]:
+    """Return (namespace, name) of the datasets that existed at ``as_of`` and are not hidden."""
+    found: dict[int, tuple[str, str]] = {}
+    wanted = sorted(int(i) for i in ids.tolist())
+    for chunk in _chunks(wanted, _BIG_CHUNK if connection.vendor == "postgresql" else _CHUNK):
+        where, params = _where_in("d.id", list(chunk))
+        more: list[Any]
+        if as_of is None:
+            alive, more = "d.lifecycle_state <> %s", [LifecycleState.DROPPED.value]
         else:
-            relation = DERIVED if reached.strength.holds_rows else AGGREGATE
-        current = merged.get(reached.field_id)
-        if current is None or (RELATION_RANK[relation], reached.distance) < (
-            RELATION_RANK[current.relation],
-            current.depth,
-        ):
-            kept = current.identifiers if current is not None else set()
-            current = _Merged(relation, reached.distance, reach.path(reached.field_id), kept)
-            merged[reached.field_id] = current
-        if relation != AGGREGATE:
-            current.identifiers.update(indexes)
-    for only in reach.dataset_only:
-        path = reach.dataset_path(only.dataset_id)
-        known = dataset_level.get(only.dataset_id)
-        if known is None or len(path) < len(known):
-            dataset_level[only.dataset_id] = path
+            stamp = connection.ops.adapt_datetimefield_value(as_of)
+            alive = "d.first_seen <= %s AND (d.dropped_at IS NULL OR d.dropped_at > %s)"
+            more = [stamp, stamp]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT d.id, n.name, d.name FROM catalog_dataset d "
+                "JOIN catalog_namespace n ON n.id = d.namespace_id "
+                f"WHERE {where} AND {alive} AND NOT d.is_hidden",
+                [*params, *more],
+            )
+            for pk, namespace, name in cursor.fetchall():
+                found[pk] = (namespace, name)
+    return found
+
+
+_BIG_CHUNK = 20_000
+
+
+def _where_in(column: str, values: list[int]) -> tuple[str, list[Any]]:
+    # One array parameter on PostgreSQL: cheap to plan and send for thousands of ids.
+    if connection.vendor == "postgresql":
+        return f"{column} = ANY(%s)", [values]
+    return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)
 
 
 def search_subject(
@@ -363,59 +448,118 @@ def search_subject(
     identifiers: Sequence[Identifier],
     as_of: datetime | None = None,
     depth: int | None = None,
+    *,
+    limit: int | None = None,
+    offset: int = 0,
 ) -> SubjectSearch:
     """Return every dataset holding, or fed by, data of one subject of ``kind`` at ``as_of``.
 
-    ``depth`` limits how many jobs downstream of a declared field to look (None: all).
+    Relations are decided for every dataset reached; only the page
+    ``[offset, offset + limit)`` of each list (holding datasets, aggregates)
+    is filled in with fields, owners, retention and evidence. Lists are
+    ordered by relation, then distance from the declared fields, then name.
+    ``depth`` limits how many jobs downstream of a declared field to look.
     """
     flagged = subject_fields(kind, as_of)
     declared = [f for f in flagged if f.declared]
-    names = load_dataset_names(f.dataset_id for f in flagged)
+    names: dict[int, tuple[str, str]] = {}
 
     def node(info: FieldInfo) -> str:
-        namespace, name = names[info.dataset_id]
-        return field_node_id(namespace, name, info.name)
+        if info.dataset_id not in names:
+            names.update(load_dataset_names(f.dataset_id for f in flagged))
+        return field_node_id(*names[info.dataset_id], info.name)
 
     matches: list[IdentifierMatch] = []
-    groups: dict[frozenset[int], list[int]] = defaultdict(list)
+    groups_by_seeds: dict[frozenset[int], _Group] = {}
     for identifier in identifiers:
-        seeds = [f for f in declared if identifier.matches(f, node(f))]
-        matches.append(IdentifierMatch(identifier, tuple(sorted(node(f) for f in seeds))))
+        seeds = [f for f in declared if identifier.matches(f, node)]
+        shown = tuple(sorted(node(f) for f in seeds[:SHOWN_SEEDS]))
+        matches.append(IdentifierMatch(identifier, shown, len(seeds)))
         if seeds:
-            groups[frozenset(f.id for f in seeds)].append(identifier.index)
+            key = frozenset(f.id for f in seeds)
+            if key not in groups_by_seeds:
+                groups_by_seeds[key] = _traverse(seeds, as_of, depth)
+            groups_by_seeds[key].indexes.append(identifier.index)
+    groups = list(groups_by_seeds.values())
+    reached = set().union(*(set(g.arrays.field.tolist()) for g in groups)) if groups else set()
+    extra_identifiers = {
+        f.id: {i.index for i in identifiers if i.matches(f, node)}
+        for f in flagged
+        if not f.declared and f.id not in reached
+    }
+    extra = [f for f in flagged if extra_identifiers.get(f.id)]
+    best = _best_per_field(groups, extra)
 
-    merged: dict[int, _Merged] = {}
-    dataset_level: dict[int, tuple[PathStep, ...]] = {}
-    for seed_ids, indexes in groups.items():
-        _merge_reach(merged, dataset_level, seed_ids, indexes, as_of, depth)
-    # Fields flagged by propagation but not reached now still hold the subject's data.
-    for info in flagged:
-        if info.declared or info.id in merged:
+    # Per dataset: the best of its fields, or a dataset-level dependency (aggregate).
+    ds_parts = [(best.dataset, best.code, best.dist, best.field, np.full(best.field.size, -1))]
+    for i, g in enumerate(groups):
+        a = g.arrays
+        if a.ds_only.size:
+            position = {f: k for k, f in enumerate(a.field.tolist())}
+            parent_dist = np.asarray(
+                [a.dist[position[f]] for f in a.ds_only_parent_field.tolist()], dtype=np.int64
+            )
+            ds_parts.append(
+                (
+                    a.ds_only,
+                    np.full(a.ds_only.size, _AGGREGATE_CODE),
+                    parent_dist + 1,
+                    np.full(a.ds_only.size, -1),
+                    np.full(a.ds_only.size, i),
+                )
+            )
+    cols = [np.concatenate([p[k] for p in ds_parts]).astype(np.int64) for k in range(5)]
+    order = np.lexsort((cols[2], cols[1], cols[0]))
+    cols = [c[order] for c in cols]
+    datasets, first = np.unique(cols[0], return_index=True)
+    ds_code, ds_dist, ds_field, ds_group = (c[first] for c in cols[1:])
+
+    alive = _alive_datasets(datasets, as_of)
+    holding: list[tuple[int, int, str, str, int]] = []
+    aggregates: list[tuple[int, int, str, str, int]] = []
+    for k, dataset_id in enumerate(datasets.tolist()):
+        if dataset_id not in alive:
             continue
-        matching = {i.index for i in identifiers if i.matches(info, node(info))}
-        if matching:
-            merged[info.id] = _Merged(DERIVED, 0, (), matching)
+        namespace, name = alive[dataset_id]
+        entry = (int(ds_code[k]), int(ds_dist[k]), namespace, name, k)
+        (aggregates if entry[0] == _AGGREGATE_CODE else holding).append(entry)
+    holding.sort()
+    aggregates.sort()
+    totals = {DIRECT: 0, DERIVED: 0, AGGREGATE: len(aggregates)}
+    for entry in holding:
+        totals[_RELATIONS[entry[0]]] += 1
+    end = None if limit is None else offset + limit
+    page = [*holding[offset:end], *aggregates[offset:end]]
 
-    path_fields = {s.field_id for m in merged.values() for s in m.path if s.field_id}
-    path_fields.update(s.field_id for p in dataset_level.values() for s in p if s.field_id)
-    infos = fields_as_of(_load_fields(set(merged) | path_fields), as_of)
-    infos.update({f.id: f for f in flagged})
-    hits = _HitBuilder(as_of, infos, merged, dataset_level).build()
+    hydrator = _Hydrator(as_of, groups, best, alive, extra_identifiers)
+    hits = hydrator.hits(
+        [
+            (int(datasets[k]), _RELATIONS[code], dist, int(ds_field[k]), int(ds_group[k]))
+            for code, dist, _, _, k in page
+        ]
+    )
     return SubjectSearch(
         subject_kind=kind.name,
         as_of=as_of,
         identifiers=matches,
         datasets=[h for h in hits if h.relation != AGGREGATE],
         aggregates=[h for h in hits if h.relation == AGGREGATE],
-        reached_fields=frozenset(merged),
+        totals=totals,
+        offset=offset,
+        limit=limit,
+        reached_fields=best.field,
     )
+
+
+SHOWN_SEEDS = 50
 
 
 def dataset_links(search: SubjectSearch) -> list[DatasetLink]:
     """Return the lineage between the datasets a search found (source → target, by job)."""
     listed = {h.id for h in search.all_hits}
+    reached = [] if search.reached_fields is None else [int(f) for f in search.reached_fields]
     found: set[tuple[int, int, int | None]] = set()
-    for chunk in _chunks(sorted(search.reached_fields)):
+    for chunk in _chunks(reached):
         qs = _valid_at(ColumnEdge.objects.filter(source_field_id__in=chunk), search.as_of)
         for source, target, job in qs.values_list(
             "source_field__dataset_id", "target_dataset_id", "job_id"
@@ -438,118 +582,203 @@ def _valid_at(qs: QuerySet[ColumnEdge], as_of: datetime | None) -> QuerySet[Colu
 _EdgeKey = tuple[int, int | None, int, int | None, str, str]
 
 
-class _HitBuilder:
-    """Turns merged reaches into dataset hits with owners, retention and evidence at ``as_of``."""
+def _moment(value: Any) -> datetime | None:
+    """A timestamp read as text (PostgreSQL) or datetime (SQLite) as aware UTC."""
+    if value is None:
+        return None
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+class _Hydrator:
+    """Fills in one page of datasets: fields, owners, retention and evidence at ``as_of``."""
 
     def __init__(
         self,
         as_of: datetime | None,
-        infos: dict[int, FieldInfo],
-        merged: dict[int, _Merged],
-        dataset_level: dict[int, tuple[PathStep, ...]],
+        groups: list[_Group],
+        best: _Best,
+        names: dict[int, tuple[str, str]],
+        extra_identifiers: dict[int, set[int]],
     ) -> None:
         self.as_of = as_of
-        self.infos = infos
-        self.merged = merged
-        self.dataset_level = dataset_level
+        self.extra_identifiers = extra_identifiers
+        self.groups = groups
+        self.best = best
+        self.dataset_names = dict(names)
+        self.field_names: dict[int, tuple[int, str, str]] = {}
         self.jobs: dict[int, str] = {}
-        self.datasets: dict[int, Dataset] = {}
-        self.dataset_names: dict[int, tuple[str, str]] = {}
         self.validity: dict[_EdgeKey, tuple[datetime, datetime | None]] = {}
 
-    def build(self) -> list[DatasetHit]:
+    def hits(self, page: list[tuple[int, str, int, int, int]]) -> list[DatasetHit]:
+        if not page:
+            return []
+        ids = [p[0] for p in page]
+        infos = load_datasets(ids, self.as_of, fields="personal")
+        formats = dict(Dataset.objects.filter(id__in=ids).values_list("id", "storage_format"))
+        in_page = np.isin(self.best.dataset, np.asarray(ids, dtype=np.int64))
+        field_ids = self.best.field[in_page].tolist()
         by_dataset: dict[int, list[int]] = defaultdict(list)
-        for field_id in self.merged:
-            info = self.infos.get(field_id)
-            if info is not None:
-                by_dataset[info.dataset_id].append(field_id)
-        alive = _datasets_alive(set(by_dataset) | set(self.dataset_level), self.as_of)
-        self._load_datasets(alive)
-        owners, retention = self._stewardship(sorted(alive))
-        personal = self._personal_fields(sorted(alive))
-        chosen: list[tuple[Dataset, str, tuple[PathStep, ...], list[int]]] = []
-        for dataset_id in sorted(alive):
-            dataset = self.datasets[dataset_id]
-            if dataset.is_hidden:
-                continue
-            relation, path = self._relation(dataset_id, by_dataset.get(dataset_id, []))
-            chosen.append((dataset, relation, path, by_dataset.get(dataset_id, [])))
-        self._load_path_details([path for _, _, path, _ in chosen])
-        hits = [
-            self._hit(
-                dataset,
-                relation,
-                path,
-                field_ids,
-                owners.get(dataset.id, []),
-                retention.get(dataset.id),
-                personal.get(dataset.id, []),
+        for k, dataset_id in zip(
+            np.flatnonzero(in_page).tolist(), self.best.dataset[in_page].tolist(), strict=True
+        ):
+            by_dataset[dataset_id].append(k)
+        identifiers = self._identifiers(field_ids)
+        paths = {k: self._path(k) for ks in by_dataset.values() for k in ks}
+        evidence_paths: dict[int, tuple[PathStep, ...]] = {}
+        for dataset_id, _, _, field_id, group in page:
+            if field_id >= 0:
+                evidence_paths[dataset_id] = paths[self._index(field_id)]
+            else:
+                evidence_paths[dataset_id] = self.groups[group].reach.dataset_path(dataset_id)
+        self._load_details([*paths.values(), *evidence_paths.values()], field_ids)
+        hits = []
+        for dataset_id, relation, distance, _, _ in page:
+            info = infos[dataset_id]
+            fields_by_id = {f.pk: f for f in info.fields}
+            found = [
+                self._field_hit(k, fields_by_id, paths[k], identifiers)
+                for k in by_dataset.get(dataset_id, [])
+            ]
+            found.sort(key=lambda f: (RELATION_RANK[f.relation], f.name))
+            path = evidence_paths[dataset_id]
+            note = "subject flag propagated" if not path and relation != AGGREGATE else ""
+            hits.append(
+                DatasetHit(
+                    id=dataset_id,
+                    namespace=info.namespace,
+                    name=info.name,
+                    node_id=dataset_node_id(info.namespace, info.name),
+                    relation=relation,
+                    distance=distance,
+                    fields=found,
+                    personal_fields=sorted(
+                        (f.name, f.pii_category or UNCATEGORISED_KIND)
+                        for f in info.fields
+                        if f.pii_category or f.subject_kind
+                    ),
+                    owners=[{"name": o.name, "type": o.type} for o in info.owners],
+                    retention=(
+                        Retention(
+                            info.retention.name,
+                            info.retention.duration_days,
+                            info.retention.action or None,
+                            info.retention.legal_basis,
+                        )
+                        if info.retention
+                        else None
+                    ),
+                    location=info.location,
+                    storage_format=formats.get(dataset_id, ""),
+                    lifecycle_state=info.lifecycle_state,
+                    evidence=self._evidence(path, note),
+                )
             )
-            for dataset, relation, path, field_ids in chosen
-        ]
-        hits.sort(key=lambda h: (RELATION_RANK[h.relation], h.namespace, h.name))
         return hits
 
-    def _relation(self, dataset_id: int, field_ids: list[int]) -> tuple[str, tuple[PathStep, ...]]:
-        """Return the dataset's relation and the path explaining it (its best field's)."""
-        best: tuple[int, int, int] | None = None
+    def _index(self, field_id: int) -> int:
+        return int(np.searchsorted(self.best.field, field_id))
+
+    def _path(self, k: int) -> tuple[PathStep, ...]:
+        group = int(self.best.group[k])
+        if group < 0:
+            return ()
+        return self.groups[group].reach.path(int(self.best.field[k]))
+
+    def _identifiers(self, field_ids: list[int]) -> dict[int, set[int]]:
+        """For each field, the identifiers whose declared fields reach it with its rows."""
+        found: dict[int, set[int]] = defaultdict(set)
         for field_id in field_ids:
-            entry = self.merged[field_id]
-            rank = (RELATION_RANK[entry.relation], len(entry.path), field_id)
-            if best is None or rank < best:
-                best = rank
-        whole = self.dataset_level.get(dataset_id)
-        if best is None or (
-            whole is not None and best[0] == RELATION_RANK[AGGREGATE] and len(whole) < best[1]
-        ):
-            return AGGREGATE, whole or ()
-        relation = [DIRECT, DERIVED, AGGREGATE][best[0]]
-        return relation, self.merged[best[2]].path
+            found[field_id].update(self.extra_identifiers.get(field_id, ()))
+        wanted = np.asarray(field_ids, dtype=np.int64)
+        for g in self.groups:
+            holding = g.arrays.field[g.codes != _AGGREGATE_CODE]
+            for field_id in wanted[np.isin(wanted, holding)].tolist():
+                found[field_id].update(g.indexes)
+        return found
 
-    def _load_datasets(self, ids: set[int]) -> None:
-        for chunk in _chunks(sorted(ids)):
-            for dataset in Dataset.objects.filter(id__in=chunk).select_related(
-                "namespace", "retention_policy"
-            ):
-                self.datasets[dataset.id] = dataset
-                self.dataset_names[dataset.id] = (dataset.namespace.name, dataset.name)
+    def _field_hit(
+        self,
+        k: int,
+        fields_by_id: dict[int, GraphFieldInfo],
+        path: tuple[PathStep, ...],
+        identifiers: dict[int, set[int]],
+    ) -> FieldHit:
+        field_id = int(self.best.field[k])
+        info = fields_by_id.get(field_id)  # personal fields, as of the search's instant
+        dataset_id, name, ftype = self.field_names[field_id]
+        last = path[-1] if len(path) > 1 else None
+        before = path[-2] if last is not None else None
+        return FieldHit(
+            name=name,
+            node_id=field_node_id(*self.dataset_names[dataset_id], name),
+            relation=_RELATIONS[int(self.best.code[k])],
+            type=ftype,
+            pii_category=info.pii_category if info else "",
+            subject_kind=info.subject_kind if info else None,
+            masked=any(step.masking for step in path),
+            identifiers=tuple(sorted(identifiers.get(field_id, ()))),
+            source=self._field_node(before.field_id) if before and before.field_id else None,
+            job=self.jobs.get(last.job_id) if last and last.job_id is not None else None,
+        )
 
-    def _load_path_details(self, paths: list[tuple[PathStep, ...]]) -> None:
-        """Load job names, target dataset names and edge validity for the chosen paths."""
-        jobs: set[int] = set()
+    def _load_details(self, paths: list[tuple[PathStep, ...]], shown: list[int]) -> None:
+        """Load field, dataset and job names and edge validity for the fields and paths shown."""
+        fields: set[int] = set(shown)
         datasets: set[int] = set()
+        jobs: set[int] = set()
         wanted: set[_EdgeKey] = set()
         for path in paths:
-            for before, step in pairwise(path):
+            for step in path:
+                if step.field_id is not None:
+                    fields.add(step.field_id)
+                datasets.add(step.dataset_id)
                 if step.job_id is not None:
                     jobs.add(step.job_id)
-                datasets.add(step.dataset_id)
+            for before, step in pairwise(path):
                 if before.field_id is not None:
                     wanted.add(self._key(before.field_id, step))
-        for m in self.merged.values():
-            if len(m.path) > 1 and m.path[-1].job_id is not None:
-                jobs.add(m.path[-1].job_id)
-        self.jobs = {pk: job_node_id(*names) for pk, names in load_job_names(jobs).items()}
+        for pk, (ds_pk, namespace, ds_name, name, ftype, _) in field_rows(fields).items():
+            self.field_names[pk] = (ds_pk, name, ftype)
+            self.dataset_names.setdefault(ds_pk, (namespace, ds_name))
         missing = datasets - set(self.dataset_names)
         self.dataset_names.update(load_dataset_names(missing))
+        self.jobs = {pk: job_node_id(*names) for pk, names in load_job_names(jobs).items()}
+        self._load_validity(wanted)
+
+    def _load_validity(self, wanted: set[_EdgeKey]) -> None:
+        """Load when each edge shown was valid: one query, timestamps as text (cheap to parse)."""
+        if not wanted:
+            return
         sources = sorted({key[0] for key in wanted})
-        for chunk in _chunks(sources):
-            qs = _valid_at(ColumnEdge.objects.filter(source_field_id__in=chunk), self.as_of)
-            for row in qs.values_list(
-                "source_field_id",
-                "target_field_id",
-                "target_dataset_id",
-                "job_id",
-                "transformation_type",
-                "transformation_subtype",
-                "valid_from",
-                "valid_to",
-            ):
-                key: _EdgeKey = (row[0], row[1], row[2], row[3], row[4], row[5])
-                if key in wanted:
-                    known = self.validity.get(key)
-                    if known is None or row[6] > known[0]:
-                        self.validity[key] = (row[6], row[7])
+        targets = sorted({key[2] for key in wanted})
+        where_source, params = _where_in("source_field_id", sources)
+        where_target, more = _where_in("target_dataset_id", targets)
+        params += more
+        if self.as_of is None:
+            valid = "valid_to IS NULL"
+        else:
+            stamp = connection.ops.adapt_datetimefield_value(self.as_of)
+            valid = "valid_from <= %s AND (valid_to IS NULL OR valid_to > %s)"
+            params += [stamp, stamp]
+        text = "::text" if connection.vendor == "postgresql" else ""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT source_field_id, target_field_id, target_dataset_id, job_id, "
+                "transformation_type, transformation_subtype, "
+                f"valid_from{text}, valid_to{text} FROM graph_columnedge "
+                f"WHERE {where_source} AND {where_target} AND {valid}",
+                params,
+            )
+            rows = cursor.fetchall()
+        for row in rows:
+            key: _EdgeKey = (row[0], row[1], row[2], row[3], row[4], row[5])
+            if key not in wanted:
+                continue
+            start, end = _moment(row[6]), _moment(row[7])
+            known = self.validity.get(key)
+            if start is not None and (known is None or start > known[0]):
+                self.validity[key] = (start, end)
 
     @staticmethod
     def _key(source_field_id: int, step: PathStep) -> _EdgeKey:
@@ -562,66 +791,12 @@ class _HitBuilder:
             step.transformation_subtype,
         )
 
-    def _stewardship(
-        self, ids: list[int]
-    ) -> tuple[dict[int, list[dict[str, str]]], dict[int, Retention]]:
-        owners: dict[int, list[dict[str, str]]] = defaultdict(list)
-        for chunk in _chunks(ids):
-            rows = (
-                DatasetOwnership.objects.filter(dataset_id__in=chunk)
-                .order_by("owner__name", "ownership_type")
-                .values_list("dataset_id", "owner__name", "ownership_type")
-            )
-            for dataset_id, name, kind in rows:
-                owners[dataset_id].append({"name": name, "type": kind})
-        retention: dict[int, Retention] = {}
-        policies = {p.name: p for p in RetentionPolicy.objects.all()}
-        records = (
-            _records_by_field(ids, ("owners", "retention_policy"), field_level=False)
-            if self.as_of is not None
-            else {}
-        )
-        for dataset_id in ids:
-            dataset = self.datasets[dataset_id]
-            policy_name = dataset.retention_policy.name if dataset.retention_policy else None
-            if self.as_of is not None:
-                owners[dataset_id] = value_as_of(
-                    records.get((dataset_id, "", "owners"), []), self.as_of, owners[dataset_id]
-                )
-                policy_name = value_as_of(
-                    records.get((dataset_id, "", "retention_policy"), []), self.as_of, policy_name
-                )
-            if policy_name:
-                policy = policies.get(policy_name)
-                retention[dataset_id] = Retention(
-                    policy_name,
-                    policy.duration_days if policy else None,
-                    policy.action if policy else None,
-                    policy.legal_basis if policy else "",
-                )
-        return owners, retention
-
-    def _personal_fields(self, ids: list[int]) -> dict[int, list[tuple[str, str]]]:
-        rows: list[DatasetField] = []
-        for chunk in _chunks(ids):
-            rows.extend(
-                DatasetField.objects.filter(dataset_id__in=chunk)
-                .filter(Q(pii_category__gt="") | Q(subject_kind__isnull=False))
-                .select_related("subject_kind")
-            )
-        found: dict[int, list[tuple[str, str]]] = defaultdict(list)
-        for info in sorted(fields_as_of(rows, self.as_of).values(), key=lambda i: i.name):
-            if info.pii_category or info.subject_kind:
-                found[info.dataset_id].append((info.name, info.pii_category or UNCATEGORISED_KIND))
-        return found
-
     def _field_node(self, field_id: int) -> str:
-        info = self.infos[field_id]
-        namespace, name = self.dataset_names[info.dataset_id]
-        return field_node_id(namespace, name, info.name)
+        dataset_id, name, _ = self.field_names[field_id]
+        return field_node_id(*self.dataset_names[dataset_id], name)
 
     def _step_target(self, step: PathStep) -> str:
-        if step.field_id is not None and step.field_id in self.infos:
+        if step.field_id is not None and step.field_id in self.field_names:
             return self._field_node(step.field_id)
         return dataset_node_id(*self.dataset_names[step.dataset_id])
 
@@ -646,62 +821,6 @@ class _HitBuilder:
             )
         seed = path[0].field_id
         return Evidence(self._field_node(seed) if seed is not None else None, tuple(steps), note)
-
-    def _hit(
-        self,
-        dataset: Dataset,
-        relation: str,
-        path: tuple[PathStep, ...],
-        field_ids: list[int],
-        owners: list[dict[str, str]],
-        retention: Retention | None,
-        personal: list[tuple[str, str]],
-    ) -> DatasetHit:
-        fields: list[FieldHit] = []
-        for field_id in field_ids:
-            entry = self.merged[field_id]
-            info = self.infos[field_id]
-            last = entry.path[-1] if len(entry.path) > 1 else None
-            before = entry.path[-2] if last is not None else None
-            fields.append(
-                FieldHit(
-                    name=info.name,
-                    node_id=self._field_node(field_id),
-                    relation=entry.relation,
-                    type=info.type,
-                    pii_category=info.pii_category,
-                    subject_kind=info.subject_kind,
-                    masked=entry.masked,
-                    identifiers=tuple(sorted(entry.identifiers)),
-                    source=(
-                        self._field_node(before.field_id)
-                        if before is not None and before.field_id is not None
-                        else None
-                    ),
-                    job=(
-                        self.jobs.get(last.job_id)
-                        if last is not None and last.job_id is not None
-                        else None
-                    ),
-                )
-            )
-        fields.sort(key=lambda f: (RELATION_RANK[f.relation], f.name))
-        note = "subject flag propagated" if not path and relation != AGGREGATE else ""
-        return DatasetHit(
-            id=dataset.id,
-            namespace=dataset.namespace.name,
-            name=dataset.name,
-            node_id=dataset_node_id(dataset.namespace.name, dataset.name),
-            relation=relation,
-            fields=fields,
-            personal_fields=personal,
-            owners=owners,
-            retention=retention,
-            location=dataset.location,
-            storage_format=dataset.storage_format,
-            lifecycle_state=dataset.lifecycle_state,
-            evidence=self._evidence(path, note),
-        )
 
 
 def as_json_safe(value: Any) -> Any:

@@ -26,6 +26,7 @@ from catalog.auth import SEARCH_SUBJECTS, VIEW_AUDIT, has_perm
 from catalog.errors import ApiError, api_exception_handler
 from privacy import actions, queries
 from privacy.api import (
+    DEFAULT_LIMIT,
     IDENTIFIER_KINDS,
     MAX_IDENTIFIERS,
     hit_json,
@@ -101,6 +102,13 @@ def form_payload(post: QueryDict, rows: list[dict[str, str]]) -> dict[str, Any]:
     return payload
 
 
+def _offset(raw: str | None) -> int:
+    try:
+        return max(0, int(raw or 0))
+    except ValueError:
+        return 0
+
+
 def _form_error(error: APIException) -> dict[str, Any]:
     """Return the error in the API's words (message, field at fault) for the form."""
     response = api_exception_handler(error, {})
@@ -135,7 +143,12 @@ def search(request: HttpRequest) -> HttpResponse:
     except APIException as error:
         context["error"] = _form_error(error)
         return render(request, "privacy/search.html", context, status=400)
-    result, entry = actions.do_subject_search(request.user, subject)
+    offset = _offset(request.POST.get("offset"))
+    result, entry = actions.do_subject_search(
+        request.user, subject, limit=DEFAULT_LIMIT, offset=offset
+    )
+    totals = result.totals
+    holding = totals["direct"] + totals["derived"]
     context.update(
         {
             "result": result,
@@ -143,6 +156,13 @@ def search(request: HttpRequest) -> HttpResponse:
             "datasets": [hit_json(h) for h in result.datasets],
             "aggregates": [hit_json(h) for h in result.aggregates],
             "hidden_rows": [r for r in rows if r["value"].strip()],
+            "holding_total": holding,
+            "next_offset": (
+                offset + DEFAULT_LIMIT
+                if offset + DEFAULT_LIMIT < max(holding, totals["aggregate"])
+                else None
+            ),
+            "previous_offset": max(0, offset - DEFAULT_LIMIT) if offset else None,
         }
     )
     return render(request, "privacy/search.html", context)

@@ -293,3 +293,31 @@ def test_it_links_found_datasets_for_ordering(shop):
         (ORDERS, REVENUE, "job:spark://etl:revenue_report"),
         (REVENUE, FEATURES, "job:spark://etl:features"),
     }
+
+
+def test_it_pages_long_answers_nearest_first(shop, officer):
+    first = _search(officer, value="4242", limit=2)
+    assert first["page"] == {
+        "offset": 0,
+        "limit": 2,
+        "datasetsTotal": 5,
+        "aggregatesTotal": 2,
+        "complete": False,
+    }
+    assert first["counts"] == {"direct": 2, "derived": 3, "aggregate": 2}
+    assert [d["relation"] for d in first["datasets"]] == ["direct", "direct"]
+    rest = _search(officer, value="4242", limit=2, offset=2)
+    last = _search(officer, value="4242", limit=2, offset=4)
+    seen = [d["name"] for d in [*first["datasets"], *rest["datasets"], *last["datasets"]]]
+    assert sorted(seen) == sorted(n for n, r in NOW_TRUTH.items() if r != "aggregate")
+    distances = [d["distance"] for d in [*rest["datasets"], *last["datasets"]]]
+    assert distances == sorted(distances)
+    assert [d["name"] for d in first["aggregates"]] == [REVENUE, FEATURES]  # nearest first
+    assert last["aggregates"] == []
+
+
+@pytest.mark.parametrize(("extra", "field"), [({"limit": 0}, "limit"), ({"offset": -1}, "offset")])
+def test_it_rejects_a_bad_page(shop, officer, extra, field):
+    response = officer.post(URL, {"subjectKind": "customer", "value": "1", **extra}, format="json")
+    assert response.status_code == 400
+    assert response.json()["field"] == field
