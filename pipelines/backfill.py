@@ -33,7 +33,7 @@ if __package__ in (None, ""):
     # Launched as a file (spark-submit): make the repository root importable.
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipelines.fingerprint import canonical_fingerprint, canonical_json
+from pipelines.fingerprint import canonical_json, fingerprint_of_canonical
 
 EVENT_TYPES = frozenset({"START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER"})
 EXCERPT_CHARS = 200
@@ -169,36 +169,49 @@ def check_line(file: str, line_number: int, text: str) -> CheckedLine | None:
     return CheckedLine(
         file,
         line_number,
-        fingerprint=canonical_fingerprint(event),
+        fingerprint=fingerprint_of_canonical(body),
         event_time=moment,
         kind=kind,
         body=body,
     )
 
 
+VALID, REJECTED, BLANK = "valid", "rejected", "blank"
+
+
+def sort_time(moment: datetime) -> str:
+    """Return a UTC instant as fixed-width text whose string order is time order."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def _check_partition(rows: Iterable[tuple[tuple[str, str], int]]) -> Iterator[tuple[Any, ...]]:
+    """Validate lines: ``(valid, time, fingerprint, kind, body)`` or ``(rejected, file, line, reason, excerpt)``."""
     for (file, text), index in rows:
         checked = check_line(file, index + 1, text)
         if checked is None:
-            yield (file, index + 1, "blank", None, None, None, None, None, None)
-            continue
-        yield (
-            checked.file,
-            checked.line,
-            "rejected" if checked.reason else "valid",
-            checked.fingerprint,
-            checked.event_time,
-            checked.kind,
-            checked.body,
-            checked.reason,
-            checked.excerpt,
-        )
+            yield (BLANK,)
+        elif checked.reason is not None or checked.event_time is None:
+            yield (REJECTED, file, index + 1, checked.reason, checked.excerpt)
+        else:
+            yield (
+                VALID,
+                sort_time(checked.event_time),
+                checked.fingerprint,
+                checked.kind,
+                checked.body,
+            )
 
 
-_CHECKED_SCHEMA = (
-    "file STRING, line BIGINT, status STRING, fingerprint STRING, event_time TIMESTAMP, kind STRING, "
-    "body STRING, reason STRING, excerpt STRING"
-)
+def _first_of_each(
+    rows: Iterable[tuple[tuple[str, str], tuple[str, str]]], written: Any
+) -> Iterator[tuple[tuple[str, str], tuple[str, str]]]:
+    """Drop repeats of a key: after a sort on (time, fingerprint) duplicates are neighbours."""
+    previous = None
+    for key, value in rows:
+        if key != previous:
+            written.add(1)
+            yield key, value
+        previous = key
 
 
 def _lines(spark: Any, paths: Sequence[str]) -> Any:
@@ -237,61 +250,64 @@ def run_backfill(
     output_format: str = "ndjson",
     partitions: int | None = None,
 ) -> BackfillSummary:
-    """Validate, fingerprint, de-duplicate and sort the events of ``inputs`` into ``output``."""
-    from pyspark.sql import functions as F
+    """Validate, fingerprint, de-duplicate and sort the events of ``inputs`` into ``output``.
 
-    from pipelines.spark import ship_package
+    Works on RDDs of Python tuples: the JVM only moves pickled batches, and a single shuffle
+    (a sort on eventTime then fingerprint) both orders the events and puts duplicates side
+    by side, where they are dropped.
+    """
+    from pyspark import StorageLevel
+
+    from pipelines.spark import delete_path, ship_package
 
     if output_format not in ("ndjson", "parquet"):
         raise ValueError("output_format must be ndjson or parquet")
     started = time.monotonic()
     ship_package(spark)
-    files = expand_inputs(inputs)
+    context = spark.sparkContext
     out = output.rstrip("/")
-    checked = spark.createDataFrame(
-        _lines(spark, files).mapPartitions(_check_partition), _CHECKED_SCHEMA
-    )
-    checked = checked.persist()
-    counts = (
-        checked.agg(
-            F.count(F.lit(1)).alias("lines"),
-            F.count(F.when(F.col("status") == "blank", 1)).alias("blank"),
-            F.count(F.when(F.col("status") == "valid", 1)).alias("valid"),
-            F.count(F.when(F.col("status") == "rejected", 1)).alias("rejected"),
-            F.countDistinct("fingerprint").alias("unique"),
-        )
-        .collect()[0]
-        .asDict()
-    )
     summary = BackfillSummary(
-        lines=int(counts["lines"]),
-        blank=int(counts["blank"]),
-        valid=int(counts["valid"]),
-        rejected=int(counts["rejected"]),
-        output_format=output_format,
-        events_path=f"{out}/events",
-        rejects_path=f"{out}/rejects",
+        output_format=output_format, events_path=f"{out}/events", rejects_path=f"{out}/rejects"
     )
-    summary.written = int(counts["unique"])
+    for path in (summary.events_path, summary.rejects_path):
+        delete_path(spark, path)
+
+    checked = _lines(spark, expand_inputs(inputs)).mapPartitions(_check_partition)
+    checked = checked.persist(StorageLevel.MEMORY_AND_DISK)
+    counts = checked.map(lambda row: row[0]).countByValue()
+    summary.blank = int(counts.get(BLANK, 0))
+    summary.valid = int(counts.get(VALID, 0))
+    summary.rejected = int(counts.get(REJECTED, 0))
+    summary.lines = summary.blank + summary.valid + summary.rejected
+
+    written = context.accumulator(0)
+    events = (
+        checked.filter(lambda row: row[0] == VALID)
+        .map(lambda row: ((row[1], row[2]), (row[3], row[4])))
+        .sortByKey(numPartitions=partitions or None)
+        .mapPartitions(lambda rows: _first_of_each(rows, written), preservesPartitioning=True)
+    )
+    if output_format == "parquet":
+        frame = spark.createDataFrame(
+            events.map(lambda kv: (kv[0][1], kv[0][0], kv[1][0], kv[1][1])),
+            "fingerprint STRING, event_time STRING, kind STRING, body STRING",
+            verifySchema=False,
+        )
+        frame.selectExpr(
+            "fingerprint", "to_timestamp(event_time) AS event_time", "kind", "body"
+        ).write.parquet(summary.events_path)
+    else:
+        events.map(lambda kv: kv[1][1]).saveAsTextFile(summary.events_path)
+    summary.written = int(written.value)
     summary.duplicates = summary.valid - summary.written
 
-    events = checked.where(F.col("status") == "valid").dropDuplicates(["fingerprint"])
-    if partitions:
-        events = events.repartitionByRange(partitions, "event_time", "fingerprint")
-    events = events.orderBy("event_time", "fingerprint")
-    if output_format == "parquet":
-        events.select("fingerprint", "event_time", "kind", "body").write.mode("overwrite").parquet(
-            summary.events_path
+    # Lines come file by file in order, so one partition keeps them sorted by (file, line).
+    checked.filter(lambda row: row[0] == REJECTED).map(
+        lambda row: json.dumps(
+            {"file": row[1], "line": row[2], "reason": row[3], "excerpt": row[4]},
+            ensure_ascii=False,
         )
-    else:
-        events.select("body").write.mode("overwrite").text(summary.events_path)
-    rejects = (
-        checked.where(F.col("status") == "rejected")
-        .select("file", "line", "reason", "excerpt")
-        .coalesce(1)
-        .sortWithinPartitions("file", "line")
-    )
-    rejects.write.mode("overwrite").json(summary.rejects_path)
+    ).coalesce(1).saveAsTextFile(summary.rejects_path)
     checked.unpersist()
     summary.seconds = round(time.monotonic() - started, 2)
     if "://" not in out:

@@ -14,4 +14,9 @@ def canonical_json(event: Any) -> str:
 
 def canonical_fingerprint(event: Any) -> str:
     """Return the hex sha256 of an event's canonical JSON; the same event always gives the same value."""
-    return hashlib.sha256(canonical_json(event).encode("utf-8")).hexdigest()
+    return fingerprint_of_canonical(canonical_json(event))
+
+
+def fingerprint_of_canonical(text: str) -> str:
+    """Return the fingerprint of an event already rendered by :func:`canonical_json`."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

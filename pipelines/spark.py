@@ -83,3 +83,11 @@ def ship_package(spark: Any) -> None:
             bundle.write(source, source.relative_to(package.parent).as_posix())
     context.addPyFile(str(archive))
     _SHIPPED.add(app)
+
+
+def delete_path(spark: Any, path: str) -> bool:
+    """Delete a file or folder through Hadoop (local or any file system Spark reaches)."""
+    jvm = spark.sparkContext._jvm
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    fs = target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return bool(fs.delete(target, True))
