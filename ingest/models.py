@@ -177,6 +177,9 @@ class SqlLogProblem(models.Model):
         ordering = ["upload", "line", "id"]
         indexes = [models.Index(fields=["upload", "line"])]
 
+    def __str__(self) -> str:
+        return f"SQL log #{self.upload_id} line {self.line}: {self.message[:60]}"
+
 
 class DatasetRead(models.Model):
     """Plain SELECTs from query logs: who read a dataset on a day, how often (never an edge).
@@ -205,3 +208,6 @@ class DatasetRead(models.Model):
             )
         ]
         indexes = [models.Index(fields=["namespace", "name", "last_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.reader or '?'} read {self.namespace}:{self.name} {self.count} times on {self.day}"

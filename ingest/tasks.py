@@ -28,3 +28,12 @@ def sweep_events() -> dict[str, int]:
     """Re-queue events whose task was lost and free those whose worker died."""
     result = actions.sweep()
     return {"requeued": result.requeued, "unstuck": result.unstuck, "gave_up": result.gave_up}
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def process_sql_log(upload_id: int) -> dict[str, Any]:
+    """Turn an uploaded SQL query log into lineage (see ingest.sql_actions)."""
+    from ingest import sql_actions
+
+    upload = sql_actions.process_upload(upload_id)
+    return {"state": upload.state if upload else "missing"}

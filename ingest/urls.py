@@ -7,7 +7,7 @@ hold slashes: the regexes take the namespace up to the first ``/jobs/`` or
 
 from django.urls import URLPattern, URLResolver, path, re_path
 
-from ingest import api, views
+from ingest import api, sql_api, sql_views, views
 
 NS = r"(?P<namespace>.+?)"
 JOB = r"(?P<job>.+)"
@@ -28,9 +28,18 @@ api_urlpatterns: list[URLPattern | URLResolver] = [
         api.DatasetVersionsView.as_view(),
         name="api-dataset-versions",
     ),
+    path("sql-logs", sql_api.SqlLogListView.as_view(), name="api-sql-logs"),
+    path("sql-logs/<int:upload_id>", sql_api.SqlLogDetailView.as_view(), name="api-sql-log"),
 ]
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("ingestion/", views.status, name="ingestion-status"),
     path("ingestion/replay", views.replay, name="ingestion-replay"),
+    path("ingestion/sql-logs/", sql_views.sql_logs, name="sql-logs"),
+    path("ingestion/sql-logs/<int:upload_id>/", sql_views.sql_log_detail, name="sql-log-detail"),
+    path(
+        "ingestion/sql-logs/<int:upload_id>/progress",
+        sql_views.sql_log_progress,
+        name="sql-log-progress",
+    ),
 ]

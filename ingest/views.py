@@ -9,7 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from catalog import auth
-from ingest import actions, queries
+from ingest import actions, queries, sql_queries
 from ingest.models import EventState
 
 read_required = permission_required(auth.READ_LINEAGE, raise_exception=True)
@@ -22,7 +22,11 @@ def status(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "ingest/status.html",
-        {"status": queries.ingestion_status(), "nav": "ingestion"},
+        {
+            "status": queries.ingestion_status(),
+            "sql_logs": sql_queries.status_summary(),
+            "nav": "ingestion",
+        },
     )
 
 

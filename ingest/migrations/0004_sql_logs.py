@@ -7,80 +7,154 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('ingest', '0003_schema_observation'),
+        ("ingest", "0003_schema_observation"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='SqlLogUpload',
+            name="SqlLogUpload",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('namespace', models.CharField(max_length=1024)),
-                ('dialect', models.CharField(max_length=32)),
-                ('format', models.CharField(choices=[('csv', 'CSV'), ('jsonl', 'JSON Lines'), ('pgcsvlog', 'PostgreSQL csvlog')], max_length=12)),
-                ('default_database', models.CharField(blank=True, max_length=255)),
-                ('default_schema', models.CharField(blank=True, max_length=255)),
-                ('path', models.CharField(max_length=2048)),
-                ('original_name', models.CharField(blank=True, max_length=512)),
-                ('size_bytes', models.BigIntegerField(default=0)),
-                ('source', models.CharField(default='upload', max_length=16)),
-                ('state', models.CharField(choices=[('pending', 'Pending'), ('processing', 'Processing'), ('done', 'Done'), ('failed', 'Failed')], default='pending', max_length=12)),
-                ('error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('bytes_read', models.BigIntegerField(default=0)),
-                ('records', models.IntegerField(default=0)),
-                ('statements', models.IntegerField(default=0)),
-                ('events', models.IntegerField(default=0)),
-                ('reads', models.IntegerField(default=0)),
-                ('skipped_failed', models.IntegerField(default=0)),
-                ('line_errors', models.IntegerField(default=0)),
-                ('parse_errors', models.IntegerField(default=0)),
-                ('cache_hits', models.IntegerField(default=0)),
-                ('uploaded_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("namespace", models.CharField(max_length=1024)),
+                ("dialect", models.CharField(max_length=32)),
+                (
+                    "format",
+                    models.CharField(
+                        choices=[
+                            ("csv", "CSV"),
+                            ("jsonl", "JSON Lines"),
+                            ("pgcsvlog", "PostgreSQL csvlog"),
+                        ],
+                        max_length=12,
+                    ),
+                ),
+                ("default_database", models.CharField(blank=True, max_length=255)),
+                ("default_schema", models.CharField(blank=True, max_length=255)),
+                ("path", models.CharField(max_length=2048)),
+                ("original_name", models.CharField(blank=True, max_length=512)),
+                ("size_bytes", models.BigIntegerField(default=0)),
+                ("source", models.CharField(default="upload", max_length=16)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("processing", "Processing"),
+                            ("done", "Done"),
+                            ("failed", "Failed"),
+                        ],
+                        default="pending",
+                        max_length=12,
+                    ),
+                ),
+                ("error", models.TextField(blank=True)),
+                (
+                    "created_at",
+                    models.DateTimeField(db_index=True, default=django.utils.timezone.now),
+                ),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("bytes_read", models.BigIntegerField(default=0)),
+                ("records", models.IntegerField(default=0)),
+                ("statements", models.IntegerField(default=0)),
+                ("events", models.IntegerField(default=0)),
+                ("reads", models.IntegerField(default=0)),
+                ("skipped_failed", models.IntegerField(default=0)),
+                ("line_errors", models.IntegerField(default=0)),
+                ("parse_errors", models.IntegerField(default=0)),
+                ("cache_hits", models.IntegerField(default=0)),
+                (
+                    "uploaded_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='SqlLogProblem',
+            name="SqlLogProblem",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('line', models.IntegerField()),
-                ('statement', models.IntegerField(blank=True, null=True)),
-                ('field', models.CharField(blank=True, max_length=64)),
-                ('message', models.TextField()),
-                ('excerpt', models.TextField(blank=True)),
-                ('upload', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='problems', to='ingest.sqllogupload')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("line", models.IntegerField()),
+                ("statement", models.IntegerField(blank=True, null=True)),
+                ("field", models.CharField(blank=True, max_length=64)),
+                ("message", models.TextField()),
+                ("excerpt", models.TextField(blank=True)),
+                (
+                    "upload",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="problems",
+                        to="ingest.sqllogupload",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['upload', 'line', 'id'],
-                'indexes': [models.Index(fields=['upload', 'line'], name='ingest_sqll_upload__9111b7_idx')],
+                "ordering": ["upload", "line", "id"],
+                "indexes": [
+                    models.Index(fields=["upload", "line"], name="ingest_sqll_upload__9111b7_idx")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='DatasetRead',
+            name="DatasetRead",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('namespace', models.CharField(max_length=1024)),
-                ('name', models.CharField(max_length=1024)),
-                ('reader', models.CharField(blank=True, max_length=255)),
-                ('fingerprint', models.CharField(max_length=32)),
-                ('day', models.DateField()),
-                ('count', models.IntegerField(default=0)),
-                ('first_at', models.DateTimeField()),
-                ('last_at', models.DateTimeField()),
-                ('upload', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='dataset_reads', to='ingest.sqllogupload')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("namespace", models.CharField(max_length=1024)),
+                ("name", models.CharField(max_length=1024)),
+                ("reader", models.CharField(blank=True, max_length=255)),
+                ("fingerprint", models.CharField(max_length=32)),
+                ("day", models.DateField()),
+                ("count", models.IntegerField(default=0)),
+                ("first_at", models.DateTimeField()),
+                ("last_at", models.DateTimeField()),
+                (
+                    "upload",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="dataset_reads",
+                        to="ingest.sqllogupload",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-last_at'],
-                'indexes': [models.Index(fields=['namespace', 'name', 'last_at'], name='ingest_data_namespa_b5ef0a_idx')],
-                'constraints': [models.UniqueConstraint(fields=('upload', 'namespace', 'name', 'reader', 'fingerprint', 'day'), name='dataset_read_once_per_upload')],
+                "ordering": ["-last_at"],
+                "indexes": [
+                    models.Index(
+                        fields=["namespace", "name", "last_at"],
+                        name="ingest_data_namespa_b5ef0a_idx",
+                    )
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("upload", "namespace", "name", "reader", "fingerprint", "day"),
+                        name="dataset_read_once_per_upload",
+                    )
+                ],
             },
         ),
     ]

@@ -288,7 +288,11 @@ def _output(
 ) -> dict[str, Any]:
     out = _dataset(target.dataset, namespace, hidden)
     facets: dict[str, Any] = dict(out.get("facets") or {})
-    if target.fields or target.dataset_inputs:
+    # Which rows an UPDATE, DELETE or MERGE touches depends on the target's own
+    # columns; as lineage that would make each of them read its own output (a
+    # self-loop), so those dataset-level dependencies are left out of events.
+    dataset_inputs = [f for f in target.dataset_inputs if f.source.dataset != target.dataset]
+    if target.fields or dataset_inputs:
         facets["columnLineage"] = {
             "_producer": PRODUCER,
             "_schemaURL": COLUMN_LINEAGE_SCHEMA,
@@ -296,7 +300,7 @@ def _output(
                 column: {"inputFields": _input_fields(sources, namespace)}
                 for column, sources in target.fields.items()
             },
-            "dataset": _input_fields(target.dataset_inputs, namespace),
+            "dataset": _input_fields(dataset_inputs, namespace),
         }
     if target.schema:
         facets["schema"] = _schema_facet(target.schema)

@@ -1,0 +1,402 @@
+"""Writes for SQL query logs: accept an upload, process it into lineage, record reads and problems.
+
+A log is stored (or, for the command, read in place), then processed by one
+task: records are streamed, parsed (ingest.sql), and their OpenLineage
+events go through the same outbox and normaliser as any producer's, so SQL
+lineage lands exactly like OpenLineage lineage. Re-processing a log is
+harmless: run ids are stable, the outbox stores each event once, and reads
+are counted per upload.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import IO, Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from catalog.models import Dataset, DatasetField
+from ingest import actions
+from ingest.models import DatasetRead, SqlLogFormat, SqlLogProblem, SqlLogState, SqlLogUpload
+from ingest.sql.dialects import UnknownDialectError, resolve_dialect
+from ingest.sql.events import HIDDEN_FACET, ReadRecord
+from ingest.sql.pipeline import Problem, SqlLogProcessor
+from ingest.sql.readers import FORMATS, LogFormatError, read_log
+
+logger = logging.getLogger(__name__)
+
+EVENT_SOURCE = "sql-log"
+DEFAULT_MAX_UPLOAD_BYTES = 2 * 1024**3
+MAX_STORED_PROBLEMS = 10_000
+_EVENT_BATCH = 500
+_PROGRESS_EVERY_SECONDS = 1.0
+_STALE_AFTER = timedelta(hours=1)
+
+
+class SqlLogInputError(ValueError):
+    """A request to ingest a log that cannot be accepted; ``field`` names the culprit."""
+
+    def __init__(self, message: str, field: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.status = status
+
+
+def max_upload_bytes() -> int:
+    return int(getattr(settings, "SQL_LOG_MAX_UPLOAD_BYTES", DEFAULT_MAX_UPLOAD_BYTES))
+
+
+def upload_dir() -> Path:
+    return Path(settings.DATA_DIR) / "sql_logs"
+
+
+def check_options(namespace: str, dialect: str, fmt: str) -> str:
+    """Validate the options of a log; return the canonical dialect name."""
+    if not namespace.strip():
+        raise SqlLogInputError("namespace is required", "namespace")
+    if len(namespace) > 1024:
+        raise SqlLogInputError("namespace is longer than 1024 characters", "namespace")
+    if fmt not in FORMATS:
+        raise SqlLogInputError(f"format must be one of {', '.join(FORMATS)}", "format")
+    try:
+        return resolve_dialect(dialect).name
+    except UnknownDialectError as exc:
+        raise SqlLogInputError(str(exc), "dialect") from exc
+
+
+def create_upload(
+    *,
+    namespace: str,
+    dialect: str,
+    fmt: str,
+    stream: IO[bytes] | None = None,
+    path: Path | None = None,
+    original_name: str = "",
+    database: str = "",
+    schema: str = "",
+    user: Any = None,
+    source: str = "upload",
+    enqueue: bool = True,
+) -> SqlLogUpload:
+    """Accept a log (a stream to store, or a path to read in place) and queue its processing."""
+    canonical = check_options(namespace, dialect, fmt)
+    if stream is not None:
+        target = _store(stream)
+        size = target.stat().st_size
+    elif path is not None:
+        if not path.is_file():
+            raise SqlLogInputError(f"no such file: {path}", "path")
+        target, size = path, path.stat().st_size
+    else:
+        raise SqlLogInputError("a file is required", "file")
+    with transaction.atomic():
+        upload = SqlLogUpload.objects.create(
+            namespace=namespace.strip(),
+            dialect=canonical,
+            format=SqlLogFormat(fmt),
+            default_database=database.strip(),
+            default_schema=schema.strip(),
+            path=str(target),
+            original_name=(original_name or target.name)[:512],
+            size_bytes=size,
+            source=source[:16],
+            uploaded_by=user if getattr(user, "is_authenticated", False) else None,
+        )
+        if enqueue:
+            upload_id = upload.pk
+            transaction.on_commit(lambda: _enqueue(upload_id))
+    return upload
+
+
+def _store(stream: IO[bytes]) -> Path:
+    """Copy an uploaded stream to the upload folder, refusing more than the limit."""
+    folder = upload_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{uuid.uuid4().hex}.log"
+    limit = max_upload_bytes()
+    written = 0
+    try:
+        with target.open("wb") as out:
+            while chunk := stream.read(1024 * 1024):
+                written += len(chunk)
+                if written > limit:
+                    raise SqlLogInputError(
+                        f"the log is larger than the {limit:,}-byte limit", "file", 413
+                    )
+                out.write(chunk)
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
+    if written == 0:
+        target.unlink(missing_ok=True)
+        raise SqlLogInputError("the log is empty", "file")
+    return target
+
+
+def _enqueue(upload_id: int) -> None:
+    from ingest import tasks
+
+    try:
+        tasks.process_sql_log.delay(upload_id)
+    except Exception:  # broker errors vary by transport; the upload waits, visibly pending
+        logger.warning("could not queue SQL log %s", upload_id, exc_info=True)
+
+
+def catalog_columns(namespace: str) -> Callable[[str], Sequence[str] | None]:
+    """A schema provider: the current columns of a dataset in ``namespace``, from the catalog."""
+
+    def columns(name: str) -> Sequence[str] | None:
+        found = list(
+            DatasetField.objects.filter(
+                dataset__namespace__name=namespace, dataset__name=name, removed_at__isnull=True
+            )
+            .order_by("ordinal", "id")
+            .values_list("name", flat=True)
+        )
+        return found or None
+
+    return columns
+
+
+def claim(upload_id: int, now: datetime | None = None) -> bool:
+    """Take an upload for processing: pending (or left processing by a dead worker)."""
+    now = now or timezone.now()
+    stale = Q(state=SqlLogState.PROCESSING, started_at__lt=now - _STALE_AFTER)
+    return bool(
+        SqlLogUpload.objects.filter(Q(state=SqlLogState.PENDING) | stale, pk=upload_id).update(
+            state=SqlLogState.PROCESSING, started_at=now, error=""
+        )
+    )
+
+
+def process_upload(
+    upload_id: int, progress: Callable[[int], None] | None = None, force: bool = False
+) -> SqlLogUpload | None:
+    """Turn a claimed upload into lineage; returns it finished (done or failed).
+
+    ``progress`` is called with the number of bytes read since its last call.
+    Returns None when the upload is not there or someone else holds it.
+    """
+    if force:
+        SqlLogUpload.objects.filter(pk=upload_id).update(state=SqlLogState.PENDING, started_at=None)
+    if not claim(upload_id):
+        return SqlLogUpload.objects.filter(pk=upload_id).first()
+    upload = SqlLogUpload.objects.get(pk=upload_id)
+    _forget_previous_results(upload)
+    run = _Run(upload, progress)
+    try:
+        run.process()
+    except (LogFormatError, OSError) as exc:
+        run.fail(str(exc))
+    except Exception as exc:
+        logger.exception("SQL log %s failed", upload_id)
+        run.fail(f"unexpected error: {exc}")
+    else:
+        run.finish()
+    upload.refresh_from_db()
+    return upload
+
+
+def _forget_previous_results(upload: SqlLogUpload) -> None:
+    """A re-processed upload keeps only its latest problems and read counts."""
+    SqlLogProblem.objects.filter(upload=upload).delete()
+    DatasetRead.objects.filter(upload=upload).delete()
+
+
+class _Run:
+    """The state of processing one upload."""
+
+    def __init__(self, upload: SqlLogUpload, progress: Callable[[int], None] | None) -> None:
+        self.upload = upload
+        self.progress = progress
+        self.processor = SqlLogProcessor(
+            upload.namespace,
+            upload.dialect,
+            database=upload.default_database or None,
+            schema=upload.default_schema or None,
+            schema_provider=catalog_columns(upload.namespace),
+            default_time=upload.created_at,
+        )
+        self.events: list[dict[str, Any]] = []
+        self.hidden: set[str] = set()
+        self.problems: list[SqlLogProblem] = []
+        self.stored_problems = 0
+        self.reads: dict[tuple[str, str, str, str, Any], list[Any]] = {}
+        self.bytes_read = 0
+        self.rejected = 0
+        self._last_report = time.monotonic()
+        self._reported_bytes = 0
+
+    def process(self) -> None:
+        with Path(self.upload.path).open("rb") as stream:
+            for processed in self.processor.process(read_log(stream, self.upload.format)):
+                if processed.events:
+                    self.events.extend(processed.events)
+                    self._note_hidden(processed.events)
+                for read in processed.reads:
+                    self._count_read(read)
+                for problem in processed.problems:
+                    self._add_problem(problem)
+                if len(self.events) >= _EVENT_BATCH:
+                    self._flush_events()
+                if time.monotonic() - self._last_report >= _PROGRESS_EVERY_SECONDS:
+                    self._report(stream.tell())
+            self._flush_events()
+            self._flush_problems()
+            self._flush_reads()
+            self._report(stream.tell())
+
+    def _note_hidden(self, events: Iterable[dict[str, Any]]) -> None:
+        for event in events:
+            for dataset in (*event.get("inputs", ()), *event.get("outputs", ())):
+                facets = dataset.get("facets")
+                if facets and HIDDEN_FACET in facets:
+                    self.hidden.add(dataset["name"])
+
+    def _flush_events(self) -> None:
+        if not self.events:
+            return
+        report = actions.ingest_event_dicts(self.events, source=EVENT_SOURCE)
+        for rejected in report.rejected:
+            self.rejected += 1
+            self._add_problem(Problem(0, f"event rejected: {rejected.error}", rejected.field or ""))
+        self.events = []
+        if self.hidden:
+            # Temporary / scratch tables lineage could not follow through: hide them.
+            Dataset.objects.filter(
+                namespace__name=self.upload.namespace, name__in=self.hidden, is_hidden=False
+            ).update(is_hidden=True)
+        self._flush_problems()
+
+    def _add_problem(self, problem: Problem) -> None:
+        if self.stored_problems + len(self.problems) >= MAX_STORED_PROBLEMS:
+            return
+        self.problems.append(
+            SqlLogProblem(
+                upload=self.upload,
+                line=problem.line,
+                statement=problem.statement,
+                field=problem.field[:64],
+                message=problem.message[:2000],
+                excerpt=problem.excerpt[:500],
+            )
+        )
+
+    def _flush_problems(self) -> None:
+        if self.problems:
+            SqlLogProblem.objects.bulk_create(self.problems, batch_size=500)
+            self.stored_problems += len(self.problems)
+            self.problems = []
+
+    def _count_read(self, read: ReadRecord) -> None:
+        day = read.at.date()
+        for namespace, name in read.datasets:
+            key = (namespace, name, read.user[:255], read.fingerprint, day)
+            found = self.reads.get(key)
+            if found is None:
+                self.reads[key] = [1, read.at, read.at]
+            else:
+                found[0] += 1
+                found[1] = min(found[1], read.at)
+                found[2] = max(found[2], read.at)
+        if len(self.reads) >= 20_000:
+            self._flush_reads()
+
+    def _flush_reads(self) -> None:
+        if not self.reads:
+            return
+        rows = []
+        for (namespace, name, reader, fingerprint, day), (count, first, last) in self.reads.items():
+            rows.append(
+                DatasetRead(
+                    upload=self.upload,
+                    namespace=namespace,
+                    name=name,
+                    reader=reader,
+                    fingerprint=fingerprint,
+                    day=day,
+                    count=count,
+                    first_at=first,
+                    last_at=last,
+                )
+            )
+        keys = ["upload", "namespace", "name", "reader", "fingerprint", "day"]
+        existing = {
+            tuple(getattr(r, k) if k != "upload" else r.upload_id for k in keys): r
+            for r in DatasetRead.objects.filter(
+                upload=self.upload, name__in={row.name for row in rows}
+            )
+        }
+        fresh: list[DatasetRead] = []
+        changed: list[DatasetRead] = []
+        for row in rows:
+            key = (self.upload.pk, row.namespace, row.name, row.reader, row.fingerprint, row.day)
+            old = existing.get(key)
+            if old is None:
+                fresh.append(row)
+            else:
+                old.count += row.count
+                old.first_at = min(old.first_at, row.first_at)
+                old.last_at = max(old.last_at, row.last_at)
+                changed.append(old)
+        with transaction.atomic():
+            DatasetRead.objects.bulk_create(fresh, batch_size=500)
+            DatasetRead.objects.bulk_update(
+                changed, ["count", "first_at", "last_at"], batch_size=500
+            )
+        self.reads = {}
+
+    def _report(self, position: int) -> None:
+        if self.progress is not None and position > self._reported_bytes:
+            self.progress(position - self._reported_bytes)
+        self._reported_bytes = max(self._reported_bytes, position)
+        self._last_report = time.monotonic()
+        stats = self.processor.stats
+        SqlLogUpload.objects.filter(pk=self.upload.pk).update(
+            bytes_read=position,
+            records=stats.records,
+            statements=stats.statements,
+            events=stats.events,
+            reads=stats.reads,
+            skipped_failed=stats.skipped_failed,
+            line_errors=stats.line_errors,
+            parse_errors=stats.parse_errors + self.rejected,
+            cache_hits=stats.cache_hits,
+        )
+
+    def finish(self) -> None:
+        SqlLogUpload.objects.filter(pk=self.upload.pk).update(
+            state=SqlLogState.DONE, finished_at=timezone.now()
+        )
+
+    def fail(self, message: str) -> None:
+        SqlLogUpload.objects.filter(pk=self.upload.pk).update(
+            state=SqlLogState.FAILED, finished_at=timezone.now(), error=message[:4000]
+        )
+
+
+def delete_stored_file(upload: SqlLogUpload) -> None:
+    """Remove an uploaded log's stored copy (never a file the command read in place)."""
+    path = Path(upload.path)
+    if upload.source != "command" and upload_dir() in path.parents:
+        path.unlink(missing_ok=True)
+
+
+__all__ = [
+    "EVENT_SOURCE",
+    "SqlLogInputError",
+    "catalog_columns",
+    "check_options",
+    "create_upload",
+    "delete_stored_file",
+    "process_upload",
+]

@@ -1,0 +1,163 @@
+"""API for SQL query logs: ``POST /api/v1/sql-logs`` (multipart or raw body) and status reads.
+
+The log is stored, then turned into lineage by a task; the answer is 202
+with the upload's status URL. Options come as form fields (multipart) or
+query parameters (raw body): namespace, dialect, format, database, schema.
+Errors use the project's shape and name the field at fault.
+"""
+
+from __future__ import annotations
+
+from typing import IO, Any, cast
+
+from django.http import HttpRequest
+from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import permissions, serializers
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from catalog.auth import ADMIN, ENGINEER, STEWARD, has_role
+from catalog.errors import ApiError
+from ingest import sql_actions, sql_queries
+from ingest.sql.readers import FORMATS
+
+
+class CanIngestSqlLogs(permissions.BasePermission):
+    """Engineers, stewards and admins send query logs and read their status."""
+
+    message = "Sending SQL logs needs the engineer, steward or admin role"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        from rest_framework import exceptions
+
+        if not (request.user and request.user.is_authenticated):
+            raise exceptions.NotAuthenticated()
+        return has_role(request.user, ENGINEER, STEWARD, ADMIN)
+
+
+class SqlLogOptions(serializers.Serializer[dict[str, Any]]):
+    namespace = serializers.CharField(max_length=1024)
+    dialect = serializers.CharField(max_length=32)
+    format = serializers.ChoiceField(choices=FORMATS)
+    database = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
+    schema = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
+
+
+class _LogFormatNegotiation(DefaultContentNegotiation):
+    """``?format=`` names the log's format here, not the response's (always JSON)."""
+
+    class settings:  # stands in for DRF's api_settings
+        URL_FORMAT_OVERRIDE = None
+
+
+class _RawBody:
+    """The request body as a binary stream, read in chunks (never whole)."""
+
+    def __init__(self, request: HttpRequest) -> None:
+        self._request = request
+
+    def read(self, size: int = -1) -> bytes:
+        return self._request.read(size)
+
+
+class SqlLogListView(APIView):
+    permission_classes = [CanIngestSqlLogs]
+    parser_classes = [MultiPartParser, FormParser]
+    content_negotiation_class = _LogFormatNegotiation
+
+    @extend_schema(
+        summary="Send a SQL query log (CSV, JSON Lines or PostgreSQL csvlog)",
+        description=(
+            "Multipart with a `file` part and option fields, or the log as the raw body with "
+            "options as query parameters. Answers 202 with the upload; lineage follows."
+        ),
+        parameters=[
+            OpenApiParameter("namespace", str, description="data source, e.g. postgres://db:5432"),
+            OpenApiParameter("dialect", str, description="postgres, redshift, snowflake, …"),
+            OpenApiParameter("format", str, enum=list(FORMATS)),
+            OpenApiParameter("database", str, required=False),
+            OpenApiParameter("schema", str, required=False),
+        ],
+        request={
+            "multipart/form-data": OpenApiTypes.OBJECT,
+            "application/octet-stream": OpenApiTypes.BINARY,
+        },
+        responses={202: OpenApiTypes.OBJECT},
+        operation_id="postSqlLog",
+    )
+    def post(self, request: Request) -> Response:
+        content_type = request.META.get("CONTENT_TYPE", "")
+        multipart = content_type.startswith(
+            ("multipart/form-data", "application/x-www-form-urlencoded")
+        )
+        limit = sql_actions.max_upload_bytes()
+        length = request.META.get("CONTENT_LENGTH") or "0"
+        if not length.isdigit():
+            raise ApiError("Content-Length is not a number", "Content-Length")
+        if int(length) > limit:
+            raise ApiError(f"the log is larger than the {limit:,}-byte limit", "file", 413)
+        source = dict(request.query_params.items())
+        stream: IO[bytes]
+        if multipart:
+            source.update({k: v for k, v in request.data.items() if k != "file"})
+            upload = request.FILES.get("file")
+            if upload is None:
+                raise ApiError("file is required", "file")
+            stream = cast(IO[bytes], upload)
+            name = upload.name or ""
+        else:
+            stream = cast(IO[bytes], _RawBody(request._request))
+            name = source.pop("name", "")
+        options = SqlLogOptions(data=source)
+        options.is_valid(raise_exception=True)
+        data = options.validated_data
+        try:
+            log = sql_actions.create_upload(
+                namespace=data["namespace"],
+                dialect=data["dialect"],
+                fmt=data["format"],
+                stream=stream,
+                original_name=name,
+                database=data["database"],
+                schema=data["schema"],
+                user=request.user,
+                source="api",
+            )
+        except sql_actions.SqlLogInputError as exc:
+            raise ApiError(exc.message, exc.field, exc.status) from exc
+        log.refresh_from_db()
+        url = reverse("api-sql-log", args=[log.pk])
+        return Response(
+            sql_queries.upload_json(log, problems=0) | {"statusUrl": url},
+            status=202,
+            headers={"Location": url},
+        )
+
+    @extend_schema(summary="Recent SQL log uploads", responses={200: OpenApiTypes.OBJECT})
+    def get(self, request: Request) -> Response:
+        return Response(
+            {
+                "sqlLogs": [
+                    sql_queries.upload_json(u, problems=0) for u in sql_queries.recent_uploads()
+                ]
+            }
+        )
+
+
+class SqlLogDetailView(APIView):
+    permission_classes = [CanIngestSqlLogs]
+
+    @extend_schema(
+        summary="A SQL log upload: state, progress, counts and problems",
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request: Request, upload_id: int) -> Response:
+        log = sql_queries.upload(upload_id)
+        if log is None:
+            raise ApiError("No such SQL log", "id", 404)
+        return Response(sql_queries.upload_json(log))

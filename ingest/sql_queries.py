@@ -1,0 +1,101 @@
+"""Reads for SQL query logs: uploads, their problems, and dataset reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Q
+
+from catalog.api import iso
+from ingest.models import DatasetRead, SqlLogProblem, SqlLogState, SqlLogUpload
+
+ACTIVE_STATES = (SqlLogState.PENDING, SqlLogState.PROCESSING)
+
+
+@dataclass
+class SqlLogSummary:
+    """What the ingestion status page shows about SQL logs."""
+
+    uploads: list[SqlLogUpload] = field(default_factory=list)
+    problems: list[SqlLogProblem] = field(default_factory=list)
+    active: int = 0
+
+
+def recent_uploads(limit: int = 50) -> list[SqlLogUpload]:
+    return list(
+        SqlLogUpload.objects.select_related("uploaded_by").order_by("-created_at", "-id")[:limit]
+    )
+
+
+def upload(upload_id: int) -> SqlLogUpload | None:
+    return SqlLogUpload.objects.select_related("uploaded_by").filter(pk=upload_id).first()
+
+
+def problems_of(log: SqlLogUpload, limit: int = 200) -> list[SqlLogProblem]:
+    return list(SqlLogProblem.objects.filter(upload=log).order_by("line", "id")[:limit])
+
+
+def status_summary(uploads: int = 10, problems: int = 50) -> SqlLogSummary:
+    """Recent uploads, and the latest problems (unparseable statements, bad lines) of any."""
+    recent = recent_uploads(uploads)
+    latest = list(
+        SqlLogProblem.objects.select_related("upload").order_by("-upload_id", "line", "id")[
+            :problems
+        ]
+    )
+    active = SqlLogUpload.objects.filter(state__in=ACTIVE_STATES).count()
+    return SqlLogSummary(recent, latest, active)
+
+
+def reads_of(namespace: str, name: str, limit: int = 50) -> list[DatasetRead]:
+    """Who read a dataset, newest first (plain SELECTs from query logs)."""
+    return list(
+        DatasetRead.objects.filter(Q(namespace=namespace) & Q(name=name)).order_by("-last_at")[
+            :limit
+        ]
+    )
+
+
+def upload_json(log: SqlLogUpload, problems: int = 100) -> dict[str, Any]:
+    """An upload as the API shows it."""
+    return {
+        "id": log.pk,
+        "state": log.state,
+        "namespace": log.namespace,
+        "dialect": log.dialect,
+        "format": log.format,
+        "defaultDatabase": log.default_database or None,
+        "defaultSchema": log.default_schema or None,
+        "name": log.original_name,
+        "sizeBytes": log.size_bytes,
+        "source": log.source,
+        "createdAt": iso(log.created_at),
+        "startedAt": iso(log.started_at),
+        "finishedAt": iso(log.finished_at),
+        "progress": round(log.progress, 4),
+        "bytesRead": log.bytes_read,
+        "counts": {
+            "records": log.records,
+            "statements": log.statements,
+            "events": log.events,
+            "reads": log.reads,
+            "skippedFailed": log.skipped_failed,
+            "lineErrors": log.line_errors,
+            "parseErrors": log.parse_errors,
+            "cacheHits": log.cache_hits,
+        },
+        "error": log.error or None,
+        "problems": [
+            {
+                "line": p.line,
+                "statement": p.statement,
+                "field": p.field or None,
+                "message": p.message,
+                "excerpt": p.excerpt or None,
+            }
+            for p in problems_of(log, problems)
+        ]
+        if problems
+        else [],
+    }

@@ -1,0 +1,346 @@
+"""SQL query logs into the graph: the command, the API, the pages and the task."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.urls import reverse
+
+from catalog.models import Dataset, DatasetField, Namespace
+from graph.models import ColumnEdge, Job, Run, RunState, TableEdge
+from ingest import sql_actions
+from ingest.models import DatasetRead, RawEvent, SqlLogProblem, SqlLogState, SqlLogUpload
+from ingest.tasks import process_sql_log
+
+LOGS = Path(__file__).parent / "fixtures" / "sql_logs"
+NS = "postgres://warehouse:5432"
+
+pytestmark = pytest.mark.django_db
+
+
+def ingest(name: str, fmt: str = "csv", dialect: str = "postgres", **options) -> str:
+    out, err = io.StringIO(), io.StringIO()
+    call_command(
+        "ingest_sql_log",
+        str(LOGS / name),
+        namespace=NS,
+        dialect=dialect,
+        fmt=fmt,
+        no_progress=True,
+        stdout=out,
+        stderr=err,
+        **options,
+    )
+    return out.getvalue() + err.getvalue()
+
+
+def edges(job_prefix: str) -> set[tuple[str, str]]:
+    return {
+        (e.direction, e.dataset.name)
+        for e in TableEdge.objects.filter(job__name__startswith=job_prefix, valid_to__isnull=True)
+    }
+
+
+def test_it_turns_a_csv_log_into_lineage_at_the_queries_own_times():
+    output = ingest("warehouse.csv")
+    assert "7 records: 9 events, 1 reads, 1 failed queries skipped, 0 problems" in output
+    (job,) = Job.objects.filter(name__startswith="insert.shop.mart.daily_revenue.")
+    assert job.sql.startswith("INSERT INTO mart.daily_revenue")
+    assert (job.processing_type, job.integration, job.job_type) == ("BATCH", "SQL", "QUERY")
+    runs = Run.objects.filter(job=job).order_by("started_at")
+    assert [r.started_at for r in runs] == [
+        datetime(2026, 1, 5, 2, tzinfo=UTC),
+        datetime(2026, 1, 6, 2, tzinfo=UTC),
+    ]
+    assert {r.state for r in runs} == {RunState.COMPLETED}
+    assert edges("insert.shop.mart.daily_revenue.") == {
+        ("in", "shop.public.orders"),
+        ("out", "shop.mart.daily_revenue"),
+    }
+    edge = TableEdge.objects.get(job=job, direction="out")
+    assert edge.valid_from == datetime(2026, 1, 5, 2, tzinfo=UTC)  # time travel works for SQL
+    revenue = ColumnEdge.objects.get(job=job, target_field__name="revenue")
+    assert (
+        revenue.source_field.name,
+        revenue.transformation_type,
+        revenue.transformation_subtype,
+    ) == (
+        "amount",
+        "DIRECT",
+        "AGGREGATION",
+    )
+    assert ColumnEdge.objects.filter(
+        job=job,
+        target_field__isnull=True,
+        source_field__name="created_at",
+        transformation_subtype="FILTER",
+    ).exists()
+
+
+def test_it_follows_temp_tables_and_folds_date_suffixes_and_drops():
+    ingest("warehouse.csv")
+    assert edges("insert.shop.mart.customer_summary.") == {
+        ("in", "shop.public.orders"),
+        ("out", "shop.mart.customer_summary"),
+    }
+    assert not Dataset.objects.filter(name__contains="tmp_paid").exists()
+    assert Dataset.objects.filter(name="shop.mart.events_*").exists()
+    assert Dataset.objects.get(name="shop.mart.old_report").lifecycle_state == "DROPPED"
+
+
+def test_it_records_selects_as_reads_not_edges():
+    ingest("warehouse.csv")
+    reads = {(r.name, r.reader, r.count) for r in DatasetRead.objects.all()}
+    assert reads == {("shop.public.customers", "analyst", 1), ("shop.public.orders", "analyst", 1)}
+    assert not TableEdge.objects.filter(dataset__name="shop.public.customers").exists()
+
+
+def test_it_is_harmless_to_ingest_a_log_twice():
+    ingest("warehouse.csv")
+    counts = (
+        Job.objects.count(),
+        Run.objects.count(),
+        TableEdge.objects.count(),
+        ColumnEdge.objects.count(),
+    )
+    events = RawEvent.objects.count()
+    ingest("warehouse.csv")
+    assert (
+        Job.objects.count(),
+        Run.objects.count(),
+        TableEdge.objects.count(),
+        ColumnEdge.objects.count(),
+    ) == counts
+    # Only the CTAS run's events differ: the catalog now knows the table's columns, so
+    # they no longer carry a schema facet (which would override a typed schema).
+    assert RawEvent.objects.count() == events + 2
+
+
+def test_it_lists_bad_lines_and_unparseable_statements_and_goes_on():
+    output = ingest("bad.csv")
+    assert "bad.csv:3: binary data (NUL bytes) in line" in output
+    assert "bad.csv:4: not UTF-8 text" in output
+    assert "bad.csv:8 (statement 1): sqlglot: Expecting )" in output
+    upload = SqlLogUpload.objects.get()
+    assert upload.state == SqlLogState.DONE
+    assert (upload.line_errors, upload.parse_errors, upload.skipped_failed) == (4, 1, 1)
+    assert sorted(SqlLogProblem.objects.values_list("line", flat=True)) == [3, 4, 5, 6, 8]
+    assert edges("insert.shop.mart.a.") == {("in", "shop.public.orders"), ("out", "shop.mart.a")}
+
+
+def test_it_reads_postgres_csvlogs_and_follows_session_temp_tables():
+    output = ingest("postgresql.csv", fmt="pgcsvlog", schema="public")
+    assert "1 failed queries skipped" in output
+    (job,) = Job.objects.filter(name__startswith="insert.shop.mart.recent_totals.")
+    assert edges(job.name) == {("in", "shop.public.orders"), ("out", "shop.mart.recent_totals")}
+    run = Run.objects.get(job__name__startswith="insert.shop.mart.daily_revenue.")
+    assert run.duration_ms == 1250
+    assert not Dataset.objects.filter(name="shop.mart.missing").exists()
+
+
+def test_it_reads_json_lines_in_several_dialects():
+    ingest("warehouse.jsonl", fmt="jsonl", dialect="snowflake")
+    assert Job.objects.filter(name="dbt.customer_ltv").exists()  # the query tag names the job
+    assert edges("dbt.customer_ltv") == {
+        ("in", "ANALYTICS.PUBLIC.ORDERS"),
+        ("out", "ANALYTICS.MART.CUSTOMER_LTV"),
+    }
+    assert edges("create_table_as.acme-data.analytics.daily_kpis.") == {
+        ("in", "acme-data.sales.orders"),
+        ("out", "acme-data.analytics.daily_kpis"),
+    }
+    assert Dataset.objects.filter(name="mart.daily_events").exists()
+
+
+def test_it_expands_select_star_from_the_catalog():
+    namespace = Namespace.objects.create(name=NS)
+    orders = Dataset.objects.create(namespace=namespace, name="shop.public.orders")
+    for ordinal, name in enumerate(["id", "amount"]):
+        DatasetField.objects.create(dataset=orders, name=name, ordinal=ordinal)
+    log = LOGS.parent / "sql_logs_star.jsonl"
+    log.write_text(
+        '{"query": "CREATE TABLE mart.copy AS SELECT * FROM orders", "start_time": "2026-01-01T00:00:00Z"}\n'
+    )
+    try:
+        call_command(
+            "ingest_sql_log", str(log), namespace=NS, dialect="postgres", fmt="jsonl",
+            database="shop", schema="public", no_progress=True, stdout=io.StringIO(), stderr=io.StringIO(),
+        )  # fmt: skip
+    finally:
+        log.unlink()
+    targets = {
+        (e.source_field.name, e.target_field.name)
+        for e in ColumnEdge.objects.filter(target_field__isnull=False)
+    }
+    assert targets == {("id", "id"), ("amount", "amount")}
+
+
+def test_it_fails_a_log_without_a_query_column_and_applies_nothing(tmp_path):
+    log = tmp_path / "no_query.csv"
+    log.write_text("id,start_time\n1,2026-01-01\n")
+    with pytest.raises(CommandError, match="no 'query' column"):
+        call_command(
+            "ingest_sql_log", str(log), namespace=NS, dialect="postgres", fmt="csv",
+            no_progress=True, stdout=io.StringIO(), stderr=io.StringIO(),
+        )  # fmt: skip
+    assert SqlLogUpload.objects.get().state == SqlLogState.FAILED
+    assert RawEvent.objects.count() == 0
+
+
+def test_it_refuses_an_unknown_dialect_or_a_missing_file():
+    with pytest.raises(CommandError, match="--dialect: unknown SQL dialect 'oracle'"):
+        ingest("warehouse.csv", dialect="oracle")
+    with pytest.raises(CommandError, match="no such file"):
+        call_command(
+            "ingest_sql_log",
+            "/nope.csv",
+            namespace=NS,
+            dialect="postgres",
+            fmt="csv",
+            no_progress=True,
+        )
+    assert SqlLogUpload.objects.count() == 0
+
+
+# -- API --------------------------------------------------------------------------------
+
+
+def post_log(client, body: bytes, **params):
+    return client.post(f"/api/v1/sql-logs?{urlencode(params)}", data=body, content_type="text/csv")
+
+
+def test_it_accepts_a_raw_body_log_from_an_engineer(
+    api, engineer, django_capture_on_commit_callbacks
+):
+    body = (LOGS / "warehouse.csv").read_bytes()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post_log(api(engineer), body, namespace=NS, dialect="postgres", format="csv")
+    assert response.status_code == 202, response.content
+    assert response["Location"] == response.json()["statusUrl"]
+    status = api(engineer).get(response.json()["statusUrl"]).json()
+    assert status["state"] == "done"
+    assert status["counts"]["events"] == 9
+    assert status["progress"] == 1.0
+    assert Job.objects.filter(name__startswith="insert.shop.mart.daily_revenue.").exists()
+
+
+def test_it_accepts_a_multipart_upload_from_a_steward(
+    api, steward, django_capture_on_commit_callbacks
+):
+    log = io.BytesIO((LOGS / "bad.csv").read_bytes())
+    log.name = "bad.csv"
+    data = {"file": log, "namespace": NS, "dialect": "postgres", "format": "csv"}
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api(steward).post("/api/v1/sql-logs", data=data, format="multipart")
+    assert response.status_code == 202, response.content
+    status = api(steward).get(response.json()["statusUrl"]).json()
+    assert status["name"] == "bad.csv"
+    assert [p["line"] for p in status["problems"]] == [3, 4, 5, 6, 8]
+    assert status["problems"][4]["statement"] == 0
+
+
+@pytest.mark.parametrize(
+    ("params", "field", "status"),
+    [
+        ({"dialect": "postgres", "format": "csv"}, "namespace", 400),
+        ({"namespace": NS, "dialect": "oracle", "format": "csv"}, "dialect", 400),
+        ({"namespace": NS, "dialect": "postgres", "format": "xml"}, "format", 400),
+    ],
+)
+def test_it_names_the_option_at_fault(api, admin_user, params, field, status):
+    response = post_log(api(admin_user), b"query\nSELECT 1\n", **params)
+    assert response.status_code == status
+    assert response.json()["field"] == field
+    assert SqlLogUpload.objects.count() == 0
+
+
+def test_it_refuses_empty_and_oversized_logs(api, engineer, settings):
+    response = post_log(api(engineer), b"", namespace=NS, dialect="postgres", format="csv")
+    assert (response.status_code, response.json()["field"]) == (400, "file")
+    settings.SQL_LOG_MAX_UPLOAD_BYTES = 100
+    response = post_log(
+        api(engineer),
+        b"query\n" + b"SELECT 1\n" * 50,
+        namespace=NS,
+        dialect="postgres",
+        format="csv",
+    )
+    assert response.status_code == 413
+    assert response.json()["field"] == "file"
+    assert SqlLogUpload.objects.count() == 0
+    assert not list((Path(settings.DATA_DIR) / "sql_logs").glob("*"))
+
+
+def test_it_requires_an_engineer_steward_or_admin(api, viewer, producer, compliance):
+    body = b"query\nSELECT 1\n"
+    assert (
+        post_log(api(None), body, namespace=NS, dialect="postgres", format="csv").status_code == 401
+    )
+    for user in (viewer, producer, compliance):
+        response = post_log(api(user), body, namespace=NS, dialect="postgres", format="csv")
+        assert response.status_code == 403
+        assert "engineer, steward or admin" in response.json()["error"]
+
+
+def test_it_answers_404_for_an_unknown_log(api, engineer):
+    response = api(engineer).get("/api/v1/sql-logs/999")
+    assert response.status_code == 404
+    assert response.json()["field"] == "id"
+
+
+# -- pages ------------------------------------------------------------------------------
+
+
+def test_it_uploads_a_log_from_the_page_and_shows_its_progress(
+    client, engineer, django_capture_on_commit_callbacks
+):
+    client.force_login(engineer)
+    assert client.get(reverse("sql-logs")).status_code == 200
+    with django_capture_on_commit_callbacks(execute=True), (LOGS / "bad.csv").open("rb") as f:
+        response = client.post(
+            reverse("sql-logs"),
+            {"file": f, "namespace": NS, "dialect": "postgres", "format": "csv"},
+        )
+    upload = SqlLogUpload.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == reverse("sql-log-detail", args=[upload.pk])
+    page = client.get(response["Location"]).content.decode()
+    assert "binary data (NUL bytes) in line" in page
+    assert 'data-progress-url="' + reverse("sql-log-progress", args=[upload.pk]) in page
+    progress = json.loads(client.get(reverse("sql-log-progress", args=[upload.pk])).content)
+    assert progress["state"] == "done"
+    status_page = client.get(reverse("ingestion-status")).content.decode()
+    assert "Expecting )" in status_page  # unparseable statements are listed on the status page
+
+
+def test_it_shows_form_errors_and_keeps_viewers_out(client, engineer, viewer):
+    client.force_login(engineer)
+    response = client.post(
+        reverse("sql-logs"), {"namespace": "", "dialect": "postgres", "format": "csv"}
+    )
+    assert response.status_code == 400
+    assert SqlLogUpload.objects.count() == 0
+    client.force_login(viewer)
+    assert client.get(reverse("sql-logs")).status_code == 403
+
+
+# -- the task ---------------------------------------------------------------------------
+
+
+def test_the_task_takes_json_ids_and_does_nothing_twice(tmp_path):
+    log = tmp_path / "q.csv"
+    log.write_text("query,start_time\nINSERT INTO a SELECT x FROM b,2026-01-01T00:00:00Z\n")
+    upload = sql_actions.create_upload(
+        namespace=NS, dialect="postgres", fmt="csv", path=log, enqueue=False
+    )
+    (arg,) = json.loads(json.dumps([upload.pk]))
+    assert process_sql_log.apply(args=[arg]).get() == {"state": "done"}
+    runs = Run.objects.count()
+    assert process_sql_log.apply(args=[arg]).get() == {"state": "done"}  # already done: no work
+    assert Run.objects.count() == runs == 1
