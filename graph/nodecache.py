@@ -14,6 +14,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 
@@ -28,7 +29,13 @@ SYNC_LIMIT = 20_000
 class Entry:
     namespace: str
     name: str
-    data: str | None = None
+    # The node's Marquez ``data`` as JSON text.
+    data: str
+    # A small summary object (graph.details.DatasetInfo with personal fields only, or JobInfo).
+    info: Any
+
+
+Render = Callable[[list[int]], dict[int, Entry]]
 
 
 class NodeCache:
@@ -36,13 +43,13 @@ class NodeCache:
         self.max_entries = max_entries
         self.lock = threading.Lock()
         self.revision: rev.Revision | None = None
-        self.entries: OrderedDict[tuple[str, int], Entry] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, int], Entry] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
     def clear(self) -> None:
         with self.lock:
-            self.entries.clear()
+            self._entries.clear()
             self.revision = None
 
     def sync(self) -> None:
@@ -65,11 +72,11 @@ class NodeCache:
             if changes is None or any(
                 kind in (rev.KIND_RESET, rev.KIND_ALL_DATA) for kind, _ in changes
             ):
-                self.entries.clear()
+                self._entries.clear()
             else:
                 for kind, obj in changes:
                     if obj is not None:
-                        self.entries.pop((kind, obj), None)
+                        self._entries.pop((kind, obj), None)
             self.revision = current
 
     def _get(self, kind: str, pks: Iterable[int]) -> tuple[dict[int, Entry], list[int]]:
@@ -77,11 +84,11 @@ class NodeCache:
         missing: list[int] = []
         with self.lock:
             for pk in pks:
-                entry = self.entries.get((kind, pk))
+                entry = self._entries.get((kind, pk))
                 if entry is None:
                     missing.append(pk)
                 else:
-                    self.entries.move_to_end((kind, pk))
+                    self._entries.move_to_end((kind, pk))
                     found[pk] = entry
         self.hits += len(found)
         self.misses += len(missing)
@@ -90,51 +97,23 @@ class NodeCache:
     def _put(self, kind: str, items: dict[int, Entry]) -> None:
         with self.lock:
             for pk, entry in items.items():
-                self.entries[(kind, pk)] = entry
-                self.entries.move_to_end((kind, pk))
-            while len(self.entries) > self.max_entries:
-                self.entries.popitem(last=False)
+                self._entries[(kind, pk)] = entry
+                self._entries.move_to_end((kind, pk))
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
 
-    def names(
-        self,
-        kind: str,
-        pks: Iterable[int],
-        render: Callable[[list[int]], dict[int, tuple[str, str, str]]],
-    ) -> dict[int, tuple[str, str]]:
-        """(namespace, name) by pk; misses are rendered in full by ``render`` (one call), so
-        the data asked for next is already cached."""
+    def entries(self, kind: str, pks: Iterable[int], render: Render) -> dict[int, Entry]:
+        """Entries by pk; misses are rendered by ``render`` in one call and kept."""
         self.sync()
         found, missing = self._get(kind, pks)
-        out = {pk: (e.namespace, e.name) for pk, e in found.items()}
         if missing:
             rendered = render(missing)
-            out.update({pk: (ns, name) for pk, (ns, name, _) in rendered.items()})
-            self._put(
-                kind, {pk: Entry(ns, name, text) for pk, (ns, name, text) in rendered.items()}
-            )
-        return out
-
-    def data(
-        self,
-        kind: str,
-        pks: Iterable[int],
-        render: Callable[[list[int]], dict[int, tuple[str, str, str]]],
-    ) -> dict[int, str]:
-        """Rendered data text by pk; misses come from ``render`` as (namespace, name, text)."""
-        self.sync()
-        found, _ = self._get(kind, pks)
-        out = {pk: e.data for pk, e in found.items() if e.data is not None}
-        missing = [pk for pk in pks if pk not in out]
-        if missing:
-            rendered = render(missing)
-            out.update({pk: text for pk, (_, _, text) in rendered.items()})
-            self._put(
-                kind, {pk: Entry(ns, name, text) for pk, (ns, name, text) in rendered.items()}
-            )
-        return out
+            found.update(rendered)
+            self._put(kind, rendered)
+        return found
 
     def stats(self) -> dict[str, int]:
-        return {"entries": len(self.entries), "hits": self.hits, "misses": self.misses}
+        return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses}
 
 
 cache = NodeCache(int(getattr(settings, "GRAPH_NODE_CACHE_SIZE", 50_000)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,7 +28,7 @@ from graph.details import (
     load_datasets,
     load_jobs,
 )
-from graph.nodecache import DATASET, JOB, cache
+from graph.nodecache import DATASET, JOB, Entry, cache
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -151,19 +152,18 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def _render_datasets(
-    pks: list[int], as_of: datetime | None = None
-) -> dict[int, tuple[str, str, str]]:
-    return {
-        pk: (info.namespace, info.name, _dumps(dataset_data(info)))
-        for pk, info in load_datasets(pks, as_of).items()
-    }
+def _render_datasets(pks: list[int], as_of: datetime | None = None) -> dict[int, Entry]:
+    out = {}
+    for pk, info in load_datasets(pks, as_of).items():
+        personal = replace(info, fields=info.pii_fields)
+        out[pk] = Entry(info.namespace, info.name, _dumps(dataset_data(info)), personal)
+    return out
 
 
-def _render_jobs(pks: list[int]) -> dict[int, tuple[str, str, str]]:
-    # Cached with the current latest run; run changes evict the job (graph_run is watched).
+def _render_jobs(pks: list[int]) -> dict[int, Entry]:
+    # Kept with the current latest run; run changes evict the job (graph_run is watched).
     return {
-        pk: (info.namespace, info.name, _dumps(job_data(info)))
+        pk: Entry(info.namespace, info.name, _dumps(job_data(info)), info)
         for pk, info in load_jobs(pks).items()
     }
 
@@ -176,13 +176,34 @@ def dataset_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int,
     the others show their current data.
     """
     wanted = sorted({int(pk) for pk in pks})
-    if as_of is None:
-        return cache.data(DATASET, wanted, _render_datasets)
-    changed = _changed_since(wanted, as_of)
-    out = cache.data(DATASET, [pk for pk in wanted if pk not in changed], _render_datasets)
-    for pk, (_, _, text) in _render_datasets(sorted(changed), as_of).items():
-        out[pk] = text
+    changed = set() if as_of is None else _changed_since(wanted, as_of)
+    current = cache.entries(DATASET, [pk for pk in wanted if pk not in changed], _render_datasets)
+    out = {pk: entry.data for pk, entry in current.items()}
+    if changed:
+        out.update({pk: e.data for pk, e in _render_datasets(sorted(changed), as_of).items()})
     return out
+
+
+def dataset_infos(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, DatasetInfo]:
+    """Datasets with their personal-data fields only (what impact and taint lists show),
+    from the node cache; as of a past instant, rewound where they changed since."""
+    wanted = sorted({int(pk) for pk in pks})
+    changed = set() if as_of is None else _changed_since(wanted, as_of)
+    current = cache.entries(DATASET, [pk for pk in wanted if pk not in changed], _render_datasets)
+    out: dict[int, DatasetInfo] = {pk: entry.info for pk, entry in current.items()}
+    if changed:
+        out.update(load_datasets(sorted(changed), as_of, "personal"))
+    return out
+
+
+def job_infos(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, JobInfo]:
+    """Jobs with their latest run (as of ``as_of``), from the node cache."""
+    wanted = sorted({int(pk) for pk in pks})
+    current = {pk: e.info for pk, e in cache.entries(JOB, wanted, _render_jobs).items()}
+    if as_of is None:
+        return current
+    runs = latest_runs(wanted, as_of)
+    return {pk: replace(info, latest_run=runs.get(pk)) for pk, info in current.items()}
 
 
 def _run(run: RunInfo | None) -> dict[str, Any] | None:
@@ -202,7 +223,7 @@ def job_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, str
     """JSON text of each job's node ``data`` with its latest run (as of ``as_of``; without
     inputs/outputs, which the caller adds), by pk."""
     wanted = sorted({int(pk) for pk in pks})
-    current = cache.data(JOB, wanted, _render_jobs)
+    current = {pk: e.data for pk, e in cache.entries(JOB, wanted, _render_jobs).items()}
     if as_of is None:
         return current
     # Seen from the past, the run differs: splice the run as of then over the cached one.
@@ -216,8 +237,10 @@ def job_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, str
 
 def dataset_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
     """(namespace, name) by pk from the node cache (misses are rendered in full)."""
-    return cache.names(DATASET, sorted({int(pk) for pk in pks}), _render_datasets)
+    entries = cache.entries(DATASET, sorted({int(pk) for pk in pks}), _render_datasets)
+    return {pk: (e.namespace, e.name) for pk, e in entries.items()}
 
 
 def job_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
-    return cache.names(JOB, sorted({int(pk) for pk in pks}), _render_jobs)
+    entries = cache.entries(JOB, sorted({int(pk) for pk in pks}), _render_jobs)
+    return {pk: (e.namespace, e.name) for pk, e in entries.items()}

@@ -617,8 +617,8 @@ def impact(
     for edge in edges:
         if edge.origin.startswith("job:"):
             writers[edge.destination].append(edge.origin)
-    details = load_datasets((n.pk for n in nodes if n.kind == "DATASET"), as_of, "personal")
-    jobs = load_jobs((n.pk for n in nodes if n.kind == "JOB"), as_of)
+    details = nodedata.dataset_infos((n.pk for n in nodes if n.kind == "DATASET"), as_of)
+    jobs = nodedata.job_infos((n.pk for n in nodes if n.kind == "JOB"), as_of)
     datasets = tuple(
         ImpactedDataset(details[n.pk], n.distance, tuple(sorted(writers.get(n.node_id, ()))))
         for n in sorted(nodes, key=lambda n: (n.distance, n.node_id))
@@ -678,8 +678,8 @@ def _column_impact(
             d = field_dist.get(src, 0) + 1
             job_dist[job] = min(job_dist.get(job, d), d)
     ds_pks = set(by_dataset) | set(ds_dist)
-    details = load_datasets(ds_pks, as_of, "personal")
-    jobs = load_jobs(job_dist, as_of)
+    details = nodedata.dataset_infos(ds_pks, as_of)
+    jobs = nodedata.job_infos(job_dist, as_of)
     field_ids = {pk: field_node_id(*row[1:4]) for pk, row in info.items()}
     ds_ids = {pk: d.node_id for pk, d in details.items()}
     job_ids = {pk: j.node_id for pk, j in jobs.items()}
@@ -760,7 +760,11 @@ class UpstreamJob:
 
 @dataclass(frozen=True)
 class RootCause:
-    """Everything upstream of a node, with the latest run of each job (as of ``as_of``)."""
+    """Everything upstream of a node, with the latest run of each job (as of ``as_of``).
+
+    ``graph`` nodes carry names, distances and sides but no details (``jobs`` has the
+    job details and runs).
+    """
 
     root: str
     depth: int
@@ -783,7 +787,10 @@ def root_cause(
     max_nodes: int = DEFAULT_MAX_NODES,
 ) -> RootCause:
     """Upstream lineage with each producing job's latest run state; failures first."""
-    graph = lineage(node, depth=depth, as_of=as_of, direction="upstream", max_nodes=max_nodes)
+    graph = lineage(
+        node, depth=depth, as_of=as_of, direction="upstream", max_nodes=max_nodes, details=False
+    )
+    infos = nodedata.job_infos((n.pk for n in graph.nodes if n.kind == "JOB"), as_of)
     outputs: dict[str, list[str]] = defaultdict(list)
     downstream: dict[str, list[str]] = defaultdict(list)
     for edge in graph.edges:
@@ -791,9 +798,9 @@ def root_cause(
         if edge.origin.startswith("job:"):
             outputs[edge.origin].append(edge.destination)
     jobs = [
-        UpstreamJob(n.job, n.distance, tuple(sorted(outputs.get(n.node_id, ()))))
+        UpstreamJob(infos[n.pk], n.distance, tuple(sorted(outputs.get(n.node_id, ()))))
         for n in graph.nodes
-        if n.kind == "JOB" and n.job is not None
+        if n.kind == "JOB" and n.pk in infos
     ]
     jobs.sort(key=lambda j: (not j.failed, j.distance, j.node_id))
     # Suspects: what a failed job's output flows into, within the upstream graph.
@@ -1373,8 +1380,8 @@ def taint_impact(
     shown_ds = ordered_ds[:max_nodes]
     order, cyclic = _topological_jobs(snap, active, ds_best, job_best)
     shown_jobs = order[:max_nodes]
-    details = load_datasets(shown_ds)
-    jobs = load_jobs(shown_jobs)
+    details = nodedata.dataset_infos(shown_ds)
+    jobs = nodedata.job_infos(shown_jobs)
     datasets = tuple(
         AtRiskDataset(details[pk], ds_best[pk], tuple(sorted(ds_taints[pk])))
         for pk in shown_ds
