@@ -449,10 +449,17 @@ def _link_parents_and_children(new_runs: list[Run]) -> None:
     linked = [r for r in new_runs if r.parent_id is not None]
     if linked:
         Run.objects.bulk_update(linked, ["parent"])
-    for run in new_runs:
-        Run.objects.filter(parent_run_uuid=run.run_uuid, parent__isnull=True).update(
-            parent_id=run.pk
+    by_uuid = {r.run_uuid: r.pk for r in new_runs}
+    children = list(
+        Run.objects.filter(parent_run_uuid__in=list(by_uuid), parent__isnull=True).only(
+            "pk", "parent_run_uuid"
         )
+    )
+    for child in children:
+        assert child.parent_run_uuid is not None
+        child.parent_id = by_uuid[child.parent_run_uuid]
+    if children:
+        Run.objects.bulk_update(children, ["parent"])
 
 
 def _run_time_key(run: Run) -> tuple[datetime, str]:

@@ -143,7 +143,6 @@ class _Batch:
         self.specs: dict[tuple[int, str], tuple[list[dict[str, str]], str]] = {}
         self.versions_changed: dict[int, datetime] = {}
         self.all_versions: dict[int, list[DatasetVersion]] = {}
-        self.version_at_cache: dict[tuple[int, datetime], int | None] = {}
         self.dataset_names: dict[int, tuple[str, str]] = {}
         self.closures: list[tuple[int, datetime]] = []
         self.pending_runs: list[_PendingRun] = []
@@ -534,7 +533,7 @@ class _Batch:
             self.latest[d] = newest or before
         if create:
             DatasetVersion.objects.bulk_create(create)
-        self.version_at_cache.clear()
+        self.all_versions.clear()
 
     def _version_id(self, dataset_id: int, digest: str, at: datetime) -> uuid.UUID:
         """A version id that depends only on the dataset's name, schema and start."""
@@ -549,6 +548,8 @@ class _Batch:
         latest = self.latest.get(dataset_id)
         if latest is not None and latest.created_at < at:
             return latest
+        if dataset_id in self.latest and latest is None:
+            return None  # it had no versions before this batch
         return (
             DatasetVersion.objects.filter(dataset_id=dataset_id, created_at__lt=at)
             .order_by("-created_at", "-schema_hash")
@@ -562,6 +563,18 @@ class _Batch:
             found = (list(row.fields or []), row.lifecycle_state) if row else ([], "")
             self.specs[(dataset_id, digest)] = found
         return found
+
+    def _preload_versions(self, ids: Iterable[int]) -> None:
+        """Load the version lists of many datasets in one query."""
+        missing = [d for d in ids if d not in self.all_versions]
+        if not missing:
+            return
+        for d in missing:
+            self.all_versions[d] = []
+        for version in DatasetVersion.objects.filter(dataset_id__in=missing).order_by(
+            "dataset_id", "created_at", "schema_hash"
+        ):
+            self.all_versions[version.dataset_id].append(version)
 
     def _versions_of(self, dataset_id: int) -> list[DatasetVersion]:
         if dataset_id not in self.all_versions:
@@ -605,7 +618,9 @@ class _Batch:
         lineage stay current unless the dataset's newest version closed it.
         """
         created = {key[0] for key, row in self.fields.items() if row.pk is None}
-        for dataset_id in sorted(set(self.versions_changed) | created):
+        syncing = sorted(set(self.versions_changed) | created)
+        self._preload_versions(syncing)
+        for dataset_id in syncing:
             versions = self._versions_of(dataset_id)
             newest: dict[str, tuple[int, int, dict[str, str]]] = {}
             earliest: dict[str, datetime] = {}
@@ -660,40 +675,33 @@ class _Batch:
         latest = self.latest.get(dataset_id)
         if latest is not None and latest.created_at <= at:
             return latest.pk
-        key = (dataset_id, at)
-        if key not in self.version_at_cache:
-            self.version_at_cache[key] = (
-                DatasetVersion.objects.filter(dataset_id=dataset_id, created_at__lte=at)
-                .order_by("-created_at", "-schema_hash")
-                .values_list("pk", flat=True)
-                .first()
-            )
-        return self.version_at_cache[key]
+        if dataset_id in self.latest and latest is None:
+            return None
+        found = None
+        for version in self._versions_of(dataset_id):
+            if version.created_at > at:
+                break
+            found = version
+        return found.pk if found is not None else None
 
     def _repoint_run_io(self) -> None:
         """Run io rows point at the version in force at their event time: re-point the rows
         from the first instant where this batch changed a dataset's versions."""
-        for dataset_id, changed_at in sorted(self.versions_changed.items()):
-            versions = self._versions_of(dataset_id)
-            if not versions:
-                RunDataset.objects.filter(dataset_id=dataset_id).exclude(
-                    dataset_version__isnull=True
-                ).update(dataset_version=None)
-                continue
-            first = max(
-                (i for i, v in enumerate(versions) if v.created_at <= changed_at), default=0
-            )
-            for index in range(first, len(versions)):
-                version = versions[index]
-                span = RunDataset.objects.filter(
-                    dataset_id=dataset_id, event_time__gte=version.created_at
-                )
-                if index + 1 < len(versions):
-                    span = span.filter(event_time__lt=versions[index + 1].created_at)
-                span.exclude(dataset_version_id=version.pk).update(dataset_version_id=version.pk)
-            RunDataset.objects.filter(
-                dataset_id=dataset_id, event_time__lt=versions[0].created_at
-            ).exclude(dataset_version__isnull=True).update(dataset_version=None)
+        if not self.versions_changed:
+            return
+        query = Q()
+        for dataset_id, changed_at in self.versions_changed.items():
+            query |= Q(dataset_id=dataset_id, event_time__gte=changed_at)
+        stale = []
+        for row in RunDataset.objects.filter(query).only(
+            "pk", "dataset_id", "event_time", "dataset_version_id"
+        ):
+            wanted = self._version_at(row.dataset_id, row.event_time)
+            if row.dataset_version_id != wanted:
+                row.dataset_version_id = wanted
+                stale.append(row)
+        if stale:
+            RunDataset.objects.bulk_update(stale, ["dataset_version"])
 
     # -- writing it all down -----------------------------------------------------------------
 
