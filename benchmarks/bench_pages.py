@@ -35,6 +35,7 @@ from urllib.parse import urlencode
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "pages.json"
+SHOTS = ROOT / "test-artifacts"
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/lineage_pages_100k"
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -368,6 +369,9 @@ def browser_times(
                 if auto and dagre:
                     entry["dagre_over_auto"] = round(dagre["p50_ms"] / auto["p50_ms"], 2)
                 out["sizes"][str(size)] = entry
+                SHOTS.mkdir(exist_ok=True)
+                graph_timing(page, url, 120_000)
+                page.screenshot(path=str(SHOTS / f"bench-graph-{size}.png"))
                 print(f"  graph {size:5d} nodes: {json.dumps(entry)}", flush=True)
             browser.close()
     finally:

@@ -347,6 +347,9 @@ def explorer(request: HttpRequest) -> HttpResponse:
                 "compare": _iso(state.compare),
                 "focus": request.GET.get("focus", ""),
                 "limit": state.limit,
+                # The first drawing's data URL, preloaded by the page head so the
+                # request runs while the graph library loads.
+                "firstData": f"{reverse('graph-data')}?{state.query(limit=state.limit)}",
             },
         )
     return render(request, "graph/explorer.html", context)

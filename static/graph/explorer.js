@@ -96,11 +96,15 @@
   }
 
   // --- data -----------------------------------------------------------------------------
+  let firstLoad = true;
   async function fetchGraph(overrides) {
     const params = query(overrides);
     params.delete("focus");
     params.set("limit", String((overrides && overrides.limit) || state.limit));
-    const response = await fetch(config.dataUrl + "?" + params.toString(), { credentials: "same-origin" });
+    // The first request is exactly the URL the page head preloaded, so it is reused.
+    const url = firstLoad && !overrides ? config.firstData : config.dataUrl + "?" + params.toString();
+    firstLoad = false;
+    const response = await fetch(url);
     const body = await response.json();
     if (!response.ok) throw new Error(body.error || "The graph could not be loaded");
     return body;
@@ -126,11 +130,29 @@
     return classes.join(" ");
   }
 
+  // Labels are shortened here rather than by Cytoscape's ellipsis, which measures
+  // text again and again and makes the first frame of a large graph slow. The
+  // tail of a name (table, then schema) is what tells nodes apart.
+  const MAX_LABEL = 27;
+  function shortLabel(text) {
+    const label = String(text);
+    if (label.length <= MAX_LABEL) return label;
+    const parts = label.split(/(?<=[./:])/);
+    let tail = "";
+    for (let i = parts.length - 1; i >= 0; i -= 1) {
+      if ((parts[i] + tail).length > MAX_LABEL - 1) break;
+      tail = parts[i] + tail;
+    }
+    if (!tail) tail = label.slice(-(MAX_LABEL - 1));
+    return "…" + tail;
+  }
+
   function toElements(body) {
     if (body.pages) pages = body.pages;
     const elements = [];
     body.nodes.forEach((n) => {
-      elements.push({ group: "nodes", data: { ...n, display: n.label }, classes: nodeClasses(n, body.root) });
+      const short = shortLabel(n.label);
+      elements.push({ group: "nodes", data: { ...n, short, display: short }, classes: nodeClasses(n, body.root) });
     });
     body.edges.forEach((e) => {
       const classes = [];
@@ -171,30 +193,44 @@
   }
 
   // --- derived marks: hidden neighbours, personal-data flow -----------------------------------
+  // Counted over plain edge data in one pass: Cytoscape's per-node traversals
+  // (incomers, outgoers) cost too much at thousands of nodes.
   function refreshMarks() {
+    const ins = new Map();
+    const outs = new Map();
+    const piiNodes = new Set();
+    cy.nodes(".pii").forEach((n) => { piiNodes.add(n.id()); });
+    const piiInputs = new Set();
+    const edges = [];
+    cy.edges().forEach((edge) => {
+      const source = edge.data("source");
+      const target = edge.data("target");
+      edges.push([edge, source, target]);
+      if (source === target) return;
+      if (!outs.has(source)) outs.set(source, new Set());
+      if (!ins.has(target)) ins.set(target, new Set());
+      outs.get(source).add(target);
+      ins.get(target).add(source);
+      if (piiNodes.has(source)) piiInputs.add(target);
+    });
     cy.batch(() => {
       cy.nodes().forEach((node) => {
-        if (node.hasClass("compound")) {
-          node.data("display", node.data("label"));
+        const d = node.data();
+        if (d.compound) {
+          node.data("display", d.short);
           return;
         }
-        const visibleIn = node.incomers("node").length;
-        const visibleOut = node.outgoers("node").length;
-        const hiddenIn = Math.max((node.data("degIn") || 0) - visibleIn, 0);
-        const hiddenOut = Math.max((node.data("degOut") || 0) - visibleOut, 0);
-        node.data({ hiddenIn, hiddenOut });
+        const hiddenIn = Math.max((d.degIn || 0) - (ins.has(d.id) ? ins.get(d.id).size : 0), 0);
+        const hiddenOut = Math.max((d.degOut || 0) - (outs.has(d.id) ? outs.get(d.id).size : 0), 0);
         const more = hiddenIn + hiddenOut;
-        node.data("display", more ? node.data("label") + "  +" + more : node.data("label"));
+        node.data({ hiddenIn, hiddenOut, display: more ? d.short + "  +" + more : d.short });
       });
       if (state.level === "table") {
         // Personal data flows out of a dataset holding it, through the job, into outputs holding it.
-        cy.edges().forEach((edge) => {
-          const source = edge.source();
-          const target = edge.target();
-          let pii = false;
-          if (source.hasClass("dataset")) pii = source.hasClass("pii");
-          else pii = target.hasClass("pii") && source.incomers("node.pii").length > 0;
-          edge.toggleClass("pii", pii);
+        edges.forEach(([edge, source, target]) => {
+          const fromDataset = source.startsWith("dataset:");
+          const pii = fromDataset ? piiNodes.has(source) : piiNodes.has(target) && piiInputs.has(source);
+          if (pii !== edge.hasClass("pii")) edge.toggleClass("pii", pii);
         });
       }
     });
@@ -336,6 +372,15 @@
       });
       x += colGap;
     });
+    let bounds = null;
+    placed.forEach(({ unit, x: ux, y: uy, h: uh }) => {
+      const w = unitSize(unit).w;
+      const box = { x1: ux - w / 2, x2: ux + w / 2, y1: uy - uh / 2, y2: uy + uh / 2 };
+      bounds = bounds ? {
+        x1: Math.min(bounds.x1, box.x1), x2: Math.max(bounds.x2, box.x2),
+        y1: Math.min(bounds.y1, box.y1), y2: Math.max(bounds.y2, box.y2),
+      } : box;
+    });
     cy.batch(() => {
       placed.forEach(({ unit, x: ux, y: uy, h: uh }) => {
         if (unit.hasClass("compound")) {
@@ -350,6 +395,7 @@
         }
       });
     });
+    return bounds;
   }
 
   function runLayout() {
@@ -358,24 +404,33 @@
     const small = n <= DAGRE_MAX && !cy.nodes(".compound").length;
     if (dagreReady && forcedLayout !== "layered" && (small || forcedLayout === "dagre")) {
       cy.layout({ name: "dagre", rankDir: "LR", nodeSep: 16, rankSep: 50, edgeSep: 8, fit: false, animate: false }).run();
+      frame(null);
     } else {
-      layered();
+      frame(layered());
     }
-    frame();
   }
 
-  function frame() {
-    const n = cy.nodes().length;
-    if (n <= 300) {
+  // Start from the whole graph: on a large one labels appear as you zoom in
+  // (drawing none at first also keeps the first frame fast).
+  // ``bounds`` (from the layered layout) spares Cytoscape measuring every label.
+  function frame(bounds) {
+    if (!bounds) {
       cy.fit(cy.elements(), 30);
       if (cy.zoom() > 1.25) cy.zoom({ level: 1.25, renderedPosition: { x: cy.width() / 2, y: cy.height() / 2 } });
       cy.center();
-    } else {
-      const root = cy.getElementById(rootId);
-      cy.zoom(0.75);
-      if (root.length) cy.center(root);
-      else cy.center();
+      return;
     }
+    const pad = 30;
+    const width = Math.max(bounds.x2 - bounds.x1, 1);
+    const height = Math.max(bounds.y2 - bounds.y1, 1);
+    const zoom = Math.min((cy.width() - 2 * pad) / width, (cy.height() - 2 * pad) / height, 1.25);
+    cy.viewport({
+      zoom,
+      pan: {
+        x: (cy.width() - width * zoom) / 2 - bounds.x1 * zoom,
+        y: (cy.height() - height * zoom) / 2 - bounds.y1 * zoom,
+      },
+    });
   }
 
   // --- drawing -------------------------------------------------------------------------------
@@ -383,13 +438,13 @@
     return [
       { selector: "node", style: {
         label: "data(display)", "font-size": 12, "font-family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif",
-        "text-valign": "center", "text-halign": "center", "text-wrap": "ellipsis", "text-max-width": 172,
+        "text-valign": "center", "text-halign": "center", "text-wrap": "none",
         color: "#1b2330", "min-zoomed-font-size": 7, "border-width": 1.5, "background-color": "#ffffff",
       } },
       { selector: "node.dataset", style: { shape: "round-rectangle", width: 190, height: 34, "border-color": "#4a6fb5" } },
       { selector: "node.job", style: {
         shape: "round-rectangle", width: 170, height: 26, "background-color": "#efeafb", "border-color": "#6b4fbb",
-        "font-size": 11, color: "#33246b", "text-max-width": 156,
+        "font-size": 11, color: "#33246b",
       } },
       { selector: "node.compound", style: {
         shape: "round-rectangle", "background-color": "#f3f6fc", "border-color": "#4a6fb5", "text-valign": "top",
@@ -402,7 +457,7 @@
       { selector: "node.dropped", style: { "border-style": "dotted", color: "#586174" } },
       { selector: "edge", style: {
         width: 1.4, "line-color": "#a3adbf", "target-arrow-color": "#a3adbf", "target-arrow-shape": "triangle",
-        "arrow-scale": 0.8, "curve-style": large ? "straight" : "bezier",
+        "arrow-scale": 0.8, "curve-style": large ? "haystack" : "bezier", "haystack-radius": 0,
       } },
       { selector: "edge.masked", style: { "line-style": "dashed" } },
       { selector: ".faded-pii", style: { opacity: 0.28 } },
@@ -484,7 +539,7 @@
       text += ` · compared with ${fmtInstant(state.compare)}: ${added} edges added, ${removed} removed`;
     }
     if (body.truncated) text += ` · cut at ${body.limit} nodes (nearest shown; expand nodes for more)`;
-    if (nodes > 300) text += " · zoom in for labels, Fit for the whole graph";
+    if (nodes > 300) text += " · zoom in (wheel or pinch) to read labels";
     setStatus(text, body.truncated);
   }
 
@@ -655,6 +710,10 @@
   // --- find in graph -------------------------------------------------------------------------
   function runFind() {
     const q = ui.find.value.trim().toLowerCase();
+    if (!q && !matches.length && !cy.$(".match").length) {
+      ui.findStatus.textContent = "";
+      return;
+    }
     cy.batch(() => {
       cy.nodes().removeClass("match");
       if (!state.focus) cy.elements().removeClass("dim");
@@ -796,7 +855,7 @@
     }
   });
   ui.canvas.addEventListener("keydown", onKey);
-  $("btn-fit").addEventListener("click", () => cy && cy.fit(cy.elements(), 30));
+  $("btn-fit").addEventListener("click", () => cy && frame(null));
   $("btn-relayout").addEventListener("click", () => cy && runLayout());
   $("btn-png").addEventListener("click", () => {
     if (!cy) return;

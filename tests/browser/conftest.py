@@ -81,15 +81,17 @@ def shot(request: pytest.FixtureRequest) -> Callable[[Any, str], Path]:
 
 
 @pytest.fixture(autouse=True)
-def _drop_edges_before_flush(live_server: Any) -> Iterator[None]:
-    """Delete lineage edges while the revision row still exists.
+def _flush_without_lineage_triggers(live_server: Any) -> Iterator[None]:
+    """Remove the lineage revision triggers before the live server's flush.
 
-    The live server's flush empties ``graph_revision`` before the edge tables
-    on SQLite, and the edge triggers then restart the revision count and
-    collide with ``graph_revision_log``; deleting edges first avoids that.
+    The flush empties ``graph_revision`` before the tables the triggers watch
+    on SQLite; their deletes would then restart the revision count and collide
+    with ``graph_revision_log``. The flush's post_migrate puts the triggers back.
     """
     yield
-    from graph.models import ColumnEdge, TableEdge
+    from django.db import connection
 
-    ColumnEdge.objects.all().delete()
-    TableEdge.objects.all().delete()
+    from graph import revision
+
+    if connection.vendor == "sqlite":
+        revision.uninstall_triggers(connection)
