@@ -79,6 +79,18 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds used so far by these processes."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -291,6 +303,8 @@ def run_load(
 
 
 def scenarios(nodes: dict[str, Any]) -> dict[str, list[str]]:
+    """Paths per scenario; ``baseline_namespaces`` is the cheapest authenticated API call
+    (token, role, one query), timed the same way as a reference for this machine."""
     rnd = [nid for _, nid in nodes["random"]]
     hubs = [nid for _, nid, _ in nodes["hubs"]]
     fields = [nid for _, nid in nodes["fields"]]
@@ -306,6 +320,7 @@ def scenarios(nodes: dict[str, Any]) -> dict[str, list[str]]:
 
     down = {"direction": "downstream"}
     return {
+        "baseline_namespaces": ["/api/v1/namespaces"],
         "table_down_d2_random": lineage(rnd, depth=2, **down),
         "table_down_d5_random": lineage(rnd, depth=5, **down),
         "table_down_closure_random": lineage(rnd, depth=1000, **down),
@@ -469,6 +484,38 @@ def peer_queries(nodes: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def engine_traversal(nodes: dict[str, Any]) -> dict[str, Any]:
+    """The engine's traversal alone (ids only, no details, no HTTP), in this process, over
+    the same nodes as the floor: what the in-memory snapshot design costs per query."""
+    import numpy as np
+
+    from graph import snapshot, traverse
+
+    snap = snapshot.table()
+    instants = [datetime.fromisoformat(t.replace("Z", "+00:00")) for t in nodes["instants"]]
+    out: dict[str, Any] = {}
+    for label, roots in (
+        ("random", [pk for pk, _ in nodes["random"]]),
+        ("hub", [pk for pk, _, _ in nodes["hubs"]] * 5),
+    ):
+        for depth_label, depth in (("d2", 2), ("d5", 5), ("closure", 1000)):
+            for when in ("now", "asof"):
+                times, sizes = [], []
+                for i, root in enumerate(roots):
+                    tf = snapshot.TimeFilter.at(
+                        instants[i % len(instants)] if when == "asof" else None
+                    )
+                    t = time.perf_counter()
+                    reach = traverse.table_reach(snap, "down", depth, tf, np.asarray([root]))
+                    times.append((time.perf_counter() - t) * 1000)
+                    sizes.append(reach.size)
+                out[f"down_{depth_label}_{label}_{when}"] = {
+                    **summary(times),
+                    "median_nodes": int(statistics.median(sizes)),
+                }
+    return out
+
+
 def snapshot_costs() -> dict[str, Any]:
     from graph import revision, snapshot
 
@@ -513,6 +560,7 @@ def bench_scale(scale: int, reuse: bool, per_client: int) -> dict[str, Any]:
     result["snapshots"] = snapshot_costs()
     print(f"[{scale}] floor…", flush=True)
     result["floor_in_memory_bfs"] = floor_bfs(nodes)
+    result["engine_traversal_in_process"] = engine_traversal(nodes)
     port = free_port()
     server = start_server(db, port)
     try:
@@ -520,17 +568,28 @@ def bench_scale(scale: int, reuse: bool, per_client: int) -> dict[str, Any]:
         # Warm every worker: snapshots are built lazily, once per process.
         warm = paths["table_down_d2_random"][:8] + paths["column_d5_random"][:8]
         run_load(port, token, warm, 4, 6)
+        workers = worker_pids(server.pid)
         result["api"] = {}
+        result["api_first_request"] = {}
         for name, scenario_paths in paths.items():
+            if "hub" in name:
+                # Hubs are asked for again and again: time the first (cold node cache) request
+                # of each apart, then the steady state.
+                client = Client(port, token)
+                cold = [client.get(p)[0] for p in scenario_paths[:3]]
+                result["api_first_request"][name] = summary(cold)
+                for p in scenario_paths:
+                    client.get(p)
             for clients in (1, 4):
                 count = per_client if clients == 1 else max(per_client // 2, 10)
                 if "hub" in name:
                     count = max(count // 2, 10)
                 print(f"[{scale}] {name} x{clients}…", flush=True)
-                result["api"][f"{name}/c{clients}"] = run_load(
-                    port, token, scenario_paths, clients, count
-                )
-        workers = worker_pids(server.pid)
+                before = cpu_seconds(workers)
+                stats = run_load(port, token, scenario_paths, clients, count)
+                used = cpu_seconds(workers) - before
+                stats["server_cpu_ms_per_request"] = round(used * 1000 / max(stats["n"], 1), 2)
+                result["api"][f"{name}/c{clients}"] = stats
         result["memory_mb"] = {
             "gunicorn_master": rss_mb(server.pid),
             "gunicorn_workers": [rss_mb(pid) for pid in workers],

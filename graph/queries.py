@@ -52,6 +52,9 @@ from graph.snapshot import SUBTYPES, IntArray, TimeFilter
 __all__ = [
     "DEFAULT_MAX_NODES",
     "MAX_DEPTH",
+    "MAX_NODES_LIMIT",
+    "AtRiskDataset",
+    "ColumnDiffEdge",
     "ColumnGraph",
     "ColumnLink",
     "ColumnNode",
@@ -74,6 +77,7 @@ __all__ = [
     "PathStep",
     "ReachedDataset",
     "ReachedField",
+    "RerunJob",
     "RetentionInfo",
     "RootCause",
     "RunInfo",
@@ -94,6 +98,7 @@ __all__ = [
     "root_cause",
     "sources",
     "taint_impact",
+    "taint_info",
 ]
 
 DEFAULT_MAX_NODES = 2000
