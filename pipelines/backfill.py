@@ -184,15 +184,24 @@ def sort_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _check_partition(rows: Iterable[tuple[tuple[str, str], int]]) -> Iterator[tuple[Any, ...]]:
-    """Validate lines: ``(valid, time, fingerprint, kind, body)`` or ``(rejected, file, line, reason, excerpt)``."""
+def _check_partition(
+    rows: Iterable[tuple[tuple[str, str], int]], counters: dict[str, Any]
+) -> Iterator[tuple[Any, ...]]:
+    """Validate lines: ``(valid, time, fingerprint, kind, body)`` or ``(rejected, file, line, reason, excerpt)``.
+
+    Counts go to the ``counters`` accumulators, once per partition.
+    """
+    seen = dict.fromkeys(counters, 0)
     for (file, text), index in rows:
         checked = check_line(file, index + 1, text)
         if checked is None:
-            yield (BLANK,)
-        elif checked.reason is not None or checked.event_time is None:
+            seen[BLANK] += 1
+            continue
+        if checked.reason is not None or checked.event_time is None:
+            seen[REJECTED] += 1
             yield (REJECTED, file, index + 1, checked.reason, checked.excerpt)
         else:
+            seen[VALID] += 1
             yield (
                 VALID,
                 sort_time(checked.event_time),
@@ -200,6 +209,8 @@ def _check_partition(rows: Iterable[tuple[tuple[str, str], int]]) -> Iterator[tu
                 checked.kind,
                 checked.body,
             )
+    for status, count in seen.items():
+        counters[status].add(count)
 
 
 def _first_of_each(
@@ -272,14 +283,12 @@ def run_backfill(
     for path in (summary.events_path, summary.rejects_path):
         delete_path(spark, path)
 
-    checked = _lines(spark, expand_inputs(inputs)).mapPartitions(_check_partition)
+    counters = {status: context.accumulator(0) for status in (VALID, REJECTED, BLANK)}
+    checked = _lines(spark, expand_inputs(inputs)).mapPartitions(
+        lambda rows: _check_partition(rows, counters)
+    )
+    # Checked once (the counters count once), then read by the sort and by the rejects.
     checked = checked.persist(StorageLevel.MEMORY_AND_DISK)
-    counts = checked.map(lambda row: row[0]).countByValue()
-    summary.blank = int(counts.get(BLANK, 0))
-    summary.valid = int(counts.get(VALID, 0))
-    summary.rejected = int(counts.get(REJECTED, 0))
-    summary.lines = summary.blank + summary.valid + summary.rejected
-
     written = context.accumulator(0)
     events = (
         checked.filter(lambda row: row[0] == VALID)
@@ -298,6 +307,10 @@ def run_backfill(
         ).write.parquet(summary.events_path)
     else:
         events.map(lambda kv: kv[1][1]).saveAsTextFile(summary.events_path)
+    summary.blank = int(counters[BLANK].value)
+    summary.valid = int(counters[VALID].value)
+    summary.rejected = int(counters[REJECTED].value)
+    summary.lines = summary.blank + summary.valid + summary.rejected
     summary.written = int(written.value)
     summary.duplicates = summary.valid - summary.written
 
