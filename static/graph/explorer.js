@@ -254,7 +254,8 @@
   function unitSize(node) {
     if (node.hasClass("compound")) {
       const rows = node.children().length;
-      return { w: 190, h: Math.max(rows, 1) * 28 + 34 };
+      // Children plus padding, and room above the box for the dataset's name.
+      return { w: 190, h: Math.max(rows, 1) * 28 + 40 };
     }
     return node.hasClass("job") ? { w: 170, h: 26 } : { w: 190, h: 34 };
   }
@@ -385,7 +386,7 @@
       placed.forEach(({ unit, x: ux, y: uy, h: uh }) => {
         if (unit.hasClass("compound")) {
           const children = unit.children().sort((a, b) => (a.data("label") < b.data("label") ? -1 : 1));
-          let cyy = uy - uh / 2 + 30;
+          let cyy = uy - uh / 2 + 28;
           children.forEach((child) => {
             child.position({ x: ux, y: cyy + 11 });
             cyy += 28;
@@ -448,7 +449,7 @@
       } },
       { selector: "node.compound", style: {
         shape: "round-rectangle", "background-color": "#f3f6fc", "border-color": "#4a6fb5", "text-valign": "top",
-        "text-halign": "center", "font-weight": 600, padding: 8, "text-margin-y": 22, "min-zoomed-font-size": 6,
+        "text-halign": "center", "font-weight": 600, padding: 8, "text-margin-y": -3, "min-zoomed-font-size": 6,
       } },
       { selector: "node.field", style: { shape: "round-rectangle", width: 160, height: 22, "border-color": "#9fb3d9", "font-size": 10.5 } },
       { selector: "node.field.pii", style: { "border-color": "#c2410c" } },
@@ -590,6 +591,7 @@
     const d = node.data();
     ui.panel.dataset.node = d.id;
     const kindLabel = d.compound ? "dataset" : d.kind === "field" ? "column" : d.kind;
+    const pageLabel = d.kind === "job" ? "job" : "dataset";
     const badges = [];
     if (d.subject) badges.push(badge(typeof d.subject === "string" ? "identifies " + d.subject : "subject identifiers", "badge-subject"));
     if (d.pii) badges.push(badge(d.piiCategory ? "PII · " + d.piiCategory : "personal data", "badge-pii" + (d.propagated ? " badge-propagated" : "")));
@@ -611,7 +613,7 @@
     const impactParams = new URLSearchParams({ node: d.id, level: d.kind === "field" ? "column" : "table" });
     if (state.asOf) impactParams.set("asOf", state.asOf);
     const actions = [
-      h("a", { class: "btn", href: nodeUrl(d) }, "Open " + kindLabel + " page"),
+      h("a", { class: "btn", href: nodeUrl(d) }, "Open " + pageLabel + " page"),
       h("a", { class: "btn btn-secondary", href: config.impactUrl + "?" + impactParams.toString() }, "Impact"),
     ];
     if (d.id !== rootId) {

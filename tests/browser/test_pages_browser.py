@@ -193,3 +193,44 @@ def test_it_moves_between_nodes_with_the_keyboard(page_as, viewer, shot):
     page.press("#graph-find", "Enter")
     assert "revenue" in page.locator("#node-panel h2").inner_text()
     shot(page, "keyboard")
+
+
+def test_it_expands_and_collapses_a_node(page_as, viewer, shot):
+    shop = pb.build_shop()
+    page = page_as(viewer)
+    start = quote(f"dataset:{pb.LAKE}:{shop.raw.name}", safe="")
+    page.goto(f"/graph/?node={start}&direction=downstream&depth=1")
+    wait_for_graph(page)
+    before = page.evaluate("window.lineageExplorer.nodeIds()")
+    clean = f"dataset:{pb.LAKE}:lake/clean/customers"
+    assert clean in before
+    assert f"dataset:{pb.LAKE}:lake/marts/revenue_by_country" not in before
+    click_node(page, clean)
+    page.get_by_role("button", name=re.compile(r"Expand downstream \(\+2\)")).click()
+    page.wait_for_function(
+        "window.lineageExplorer.nodeIds().includes("
+        f"{f'dataset:{pb.LAKE}:lake/marts/revenue_by_country'!r})"
+    )
+    shot(page, "expanded")
+    click_node(page, clean)
+    page.get_by_role("button", name="Collapse beyond this node").click()
+    page.wait_for_function(f"window.lineageExplorer.nodeIds().length === {len(before)}")
+    assert page.evaluate("window.lineageExplorer.nodeIds()") == before
+
+
+def test_it_focuses_one_columns_path_at_column_level(page_as, viewer, shot):
+    pb.build_shop()
+    page = page_as(viewer)
+    email = f"datasetField:{pb.SHOP}:shop.public.customers:email"
+    page.goto(f"/graph/?node={quote(email, safe='')}&direction=downstream&depth=5")
+    wait_for_graph(page)
+    ids = page.evaluate("window.lineageExplorer.nodeIds()")
+    masked = f"datasetField:{pb.LAKE}:lake/clean/customers:email_hash"
+    assert masked in ids
+    click_node(page, masked)
+    page.get_by_role("button", name="Focus this column's path").click()
+    page.wait_for_function("location.search.includes('focus=')")
+    dimmed = page.evaluate("window.lineageExplorer.cy.nodes('.dim').map((n) => n.id())")
+    assert email not in dimmed and masked not in dimmed
+    page.check("#hl-pii")
+    shot(page, "column-path")
