@@ -13,11 +13,11 @@ details come from the database in a fixed number of queries per answer.
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import IntEnum
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 from django.db.models import Exists, OuterRef, Q, QuerySet
@@ -101,6 +101,7 @@ __all__ = [
     "taint_info",
 ]
 
+T = TypeVar("T")
 DEFAULT_MAX_NODES = 2000
 MAX_NODES_LIMIT = 20_000
 MAX_DEPTH = 1000
@@ -1084,7 +1085,7 @@ def diff(
             origin, destination, job_node_id(*job_names[job]) if job in job_names else None
         )
 
-    def collect(rows: np.ndarray, make) -> tuple:  # type: ignore[no-untyped-def, type-arg]
+    def collect(rows: np.ndarray, make: Callable[[np.ndarray], T | None]) -> tuple[T, ...]:
         return tuple(x for x in (make(r) for r in rows[:limit]) if x is not None)
 
     return GraphDiff(

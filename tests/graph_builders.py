@@ -131,10 +131,12 @@ class LineageBuilder:
         A ``target`` without a field part after the dataset name ("ds.") is a
         dataset-level dependency.
         """
+        subtype: str
+        ttype: str
         if isinstance(source, str):
             spec, subtype, ttype = source, TransformationSubtype.IDENTITY, TransformationType.DIRECT
         elif len(source) == 2:
-            spec, subtype = source  # type: ignore[misc]
+            spec, subtype = source[0], source[1]
             ttype = (
                 TransformationType.INDIRECT
                 if subtype
@@ -149,7 +151,7 @@ class LineageBuilder:
                 else TransformationType.DIRECT
             )
         else:
-            spec, subtype, ttype = source  # type: ignore[misc]
+            spec, subtype, ttype = source[0], source[1], source[2]
         target_ds, _, target_field = target.rpartition(".")
         return ColumnEdge.objects.create(
             job=self.jobs[job] if job else None,
