@@ -769,6 +769,7 @@ class TaintListView(GraphView):
     @extend_schema(
         responses=OpenApiTypes.OBJECT,
         summary="Active taints (all with ?all=true) and what they put at risk",
+        operation_id="listTaints",
         parameters=[OpenApiParameter("all", bool)],
     )
     def get(self, request: Request) -> HttpResponse:
@@ -789,6 +790,7 @@ class TaintListView(GraphView):
         request=TaintInput,
         responses={201: OpenApiTypes.OBJECT},
         summary="Mark a dataset as bad (optionally for a window); downstream is at risk",
+        operation_id="createTaint",
     )
     def post(self, request: Request) -> Response:
         if not isinstance(request.data, dict):
@@ -828,7 +830,11 @@ class TaintDetailView(GraphView):
             raise ApiError(f"Taint {taint_id} not found", "taint_id", 404)
         return taint
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One taint and what it puts at risk")
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="One taint and what it puts at risk",
+        operation_id="getTaint",
+    )
     def get(self, request: Request, taint_id: int) -> Response:
         taint = self._taint(taint_id)
         impact = queries.taint_impact([taint])
@@ -836,7 +842,9 @@ class TaintDetailView(GraphView):
             {"taint": taint_json(queries.taint_info(taint)), "atRisk": at_risk_json(impact)}
         )
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="Clear a taint")
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT, summary="Clear a taint", operation_id="clearTaint"
+    )
     def delete(self, request: Request, taint_id: int) -> Response:
         taint = clear_taint(self._taint(taint_id), actor=request.user)
         return Response({"taint": taint_json(queries.taint_info(taint))})
