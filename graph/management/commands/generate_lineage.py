@@ -235,7 +235,9 @@ class Command(BaseCommand):
             )
 
         total = (
-            config.datasets * (2 + config.columns)
+            config.owners
+            + config.datasets * (2 + config.columns)
+            + int((gen.ds_owner2 >= 0).sum())
             + gen.stats["jobs"] * 2
             + gen.stats["table_edges"]
             + gen.stats["column_edges"]
