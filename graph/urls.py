@@ -29,6 +29,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("graph/data", views.explorer_json, name="graph-data"),
     path("impact/", views.impact, name="impact"),
     path("impact/export", views.impact_export, name="impact-export"),
+    path("root-cause/", views.root_cause, name="root-cause"),
     path("datasets/lineage", views.dataset_lineage_fragment, name="dataset-lineage"),
     path("datasets/runs", views.dataset_runs_fragment, name="dataset-runs"),
     path("stewardship/orphans", views.orphans_fragment, name="orphans-fragment"),

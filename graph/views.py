@@ -42,6 +42,7 @@ MAX_DEPTH = 20
 DEFAULT_NODE_LIMIT = 2000
 # Orphans change with lineage, not with steward edits, and finding them scans
 # every dataset: the worklist is recomputed at most every five minutes.
+ROOT_CAUSE_LIMIT = 1000
 ORPHANS_CACHE_KEY = "explorer:orphans:v1"
 ORPHANS_CACHE_SECONDS = 300
 KIND_CHOICES = [
@@ -410,6 +411,61 @@ def impact(request: HttpRequest) -> HttpResponse:
             "node_page": _node_page(state.node),
             "export_query": state.query(direction="downstream"),
             "graph_query": state.query(direction="downstream"),
+            "nav": "graph",
+        },
+    )
+
+
+@login_required
+@read_required
+@require_GET
+def root_cause(request: HttpRequest) -> HttpResponse:
+    """Everything upstream of a node with each job's latest run: failures first, then suspects."""
+    if not request.GET.get("node"):
+        return render(request, "graph/root_cause.html", {"result": None, "nav": "graph"})
+    try:
+        state = parse_state(request.GET, default_depth=MAX_DEPTH, default_direction="upstream")
+    except PageError as exc:
+        return _error_page(request, exc)
+    start = state.node.dataset_ref() if state.node.kind == "field" else state.node
+    result = queries.root_cause(
+        start.resolved, depth=state.depth, as_of=state.as_of, max_nodes=ROOT_CAUSE_LIMIT
+    )
+    names = {n.node_id: n for n in result.graph.nodes}
+    return render(
+        request,
+        "graph/root_cause.html",
+        {
+            "state": state,
+            "start": start,
+            "result": result,
+            "jobs": [
+                {
+                    "job": j.job,
+                    "distance": j.distance,
+                    "run": j.run,
+                    "url": job_page_url(j.job.namespace, j.job.name),
+                    "run_url": reverse("run-detail", args=[uuid.UUID(j.run.run_uuid)])
+                    if j.run
+                    else "",
+                    "outputs": [
+                        {
+                            "name": names[o].name,
+                            "url": dataset_page_url(names[o].namespace, names[o].name),
+                        }
+                        for o in j.outputs
+                        if o in names
+                    ],
+                }
+                for j in result.jobs
+            ],
+            "suspects": [
+                {"name": names[s].name, "url": dataset_page_url(names[s].namespace, names[s].name)}
+                for s in result.suspects
+                if s in names
+            ],
+            "node_page": _node_page(start),
+            "graph_query": state.query(direction="upstream"),
             "nav": "graph",
         },
     )

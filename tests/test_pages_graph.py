@@ -395,3 +395,20 @@ def test_it_lists_orphaned_datasets(shop, viewer):
     html = client_for(viewer).get("/stewardship/orphans").content.decode()
     assert "lake/tmp/scratch" in html
     assert "lake/raw/customers" not in html
+
+
+def test_it_puts_failed_upstream_jobs_first_in_the_root_cause(shop, viewer):
+    html = (
+        client_for(viewer)
+        .get(f"/root-cause/?{urlencode({'node': node(shop.revenue)})}")
+        .content.decode()
+    )
+    jobs = html.split('id="jobs-h"')[1]
+    assert jobs.index("ingest_customers") < jobs.index("clean_customers")
+    assert "Connection refused" in jobs
+    suspects = html.split('id="suspects-h"')[1].split('id="jobs-h"')[0]
+    assert "lake/raw/customers" in suspects and "lake/clean/customers" in suspects
+
+
+def test_it_renders_the_root_cause_page_without_a_node(viewer):
+    assert client_for(viewer).get("/root-cause/").status_code == 200
