@@ -44,7 +44,7 @@ from catalog.models import (
     SubjectKind,
 )
 from catalog.queries import value_as_of
-from graph import snapshot, traverse
+from graph import revision, snapshot, traverse
 from graph.details import FieldInfo as GraphFieldInfo
 from graph.details import field_rows, load_dataset_names, load_datasets, load_job_names
 from graph.models import ColumnEdge
@@ -153,15 +153,19 @@ def subject_fields(kind: SubjectKind, as_of: datetime | None) -> list[FieldInfo]
     """Return the fields flagged with the subject kind at ``as_of`` (declared or propagated)."""
     current = DatasetField.objects.filter(subject_kind=kind).select_related("subject_kind")
     if as_of is None:
-        rows = (
-            current.filter(removed_at__isnull=True)
-            .exclude(dataset__lifecycle_state=LifecycleState.DROPPED)
-            .order_by("id")
-            .values_list("id", "dataset_id", "name", "type", "pii_category", "flag_source")
-        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id, dataset_id, name, type, pii_category, flag_source "
+                "FROM catalog_datasetfield WHERE subject_kind_id = %s AND removed_at IS NULL "
+                "ORDER BY id",
+                [kind.pk],
+            )
+            rows = cursor.fetchall()
+        gone = set(_excluded_datasets(None).tolist())
         return [
             FieldInfo(pk, ds, name, ftype, pii, kind.name, source == FlagSource.DECLARED)
             for pk, ds, name, ftype, pii, source in rows
+            if ds not in gone
         ]
     # A field flagged then but not now appears in the flag's history.
     flagged_once = ChangeRecord.objects.filter(attribute="subject_kind").filter(
@@ -406,34 +410,33 @@ def _best_per_field(groups: list[_Group], extra: list[FieldInfo]) -> _Best:
     return _Best(*(c[first] for c in sorted_cols))
 
 
-def _alive_datasets(
-    ids: npt.NDArray[np.int64], as_of: datetime | None
-) -> dict[int, tuple[str, str]]:
-    """Return (namespace, name) of the datasets that existed at ``as_of`` and are not hidden."""
-    found: dict[int, tuple[str, str]] = {}
-    wanted = sorted(int(i) for i in ids.tolist())
-    for chunk in _chunks(wanted, _BIG_CHUNK if connection.vendor == "postgresql" else _CHUNK):
-        where, params = _where_in("d.id", list(chunk))
-        more: list[Any]
-        if as_of is None:
-            alive, more = "d.lifecycle_state <> %s", [LifecycleState.DROPPED.value]
-        else:
-            stamp = connection.ops.adapt_datetimefield_value(as_of)
-            alive = "d.first_seen <= %s AND (d.dropped_at IS NULL OR d.dropped_at > %s)"
-            more = [stamp, stamp]
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT d.id, n.name, d.name FROM catalog_dataset d "
-                "JOIN catalog_namespace n ON n.id = d.namespace_id "
-                f"WHERE {where} AND {alive} AND NOT d.is_hidden",
-                [*params, *more],
-            )
-            for pk, namespace, name in cursor.fetchall():
-                found[pk] = (namespace, name)
+_EXCLUDED: dict[str, tuple[Any, npt.NDArray[np.int64]]] = {}
+
+
+def _excluded_datasets(as_of: datetime | None) -> npt.NDArray[np.int64]:
+    """Return the sorted ids of datasets never listed: hidden, or absent (dropped) at ``as_of``.
+
+    Lineage already hides most of them (a drop closes a dataset's edges); this
+    also catches seeds and stray open edges. Now-answers are cached until the
+    graph revision moves (any dataset change moves it).
+    """
+    params: list[Any]
+    if as_of is None:
+        current = revision.current()
+        cached = _EXCLUDED.get("now")
+        if cached is not None and cached[0] == current:
+            return cached[1]
+        where, params = "is_hidden OR lifecycle_state = %s", [LifecycleState.DROPPED.value]
+    else:
+        stamp = connection.ops.adapt_datetimefield_value(as_of)
+        where = "is_hidden OR first_seen > %s OR (dropped_at IS NOT NULL AND dropped_at <= %s)"
+        params = [stamp, stamp]
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id FROM catalog_dataset WHERE {where}", params)
+        found = np.sort(np.fromiter((row[0] for row in cursor.fetchall()), dtype=np.int64))
+    if as_of is None:
+        _EXCLUDED["now"] = (current, found)
     return found
-
-
-_BIG_CHUNK = 20_000
 
 
 def _where_in(column: str, values: list[int]) -> tuple[str, list[Any]]:
@@ -463,16 +466,19 @@ def search_subject(
     flagged = subject_fields(kind, as_of)
     declared = [f for f in flagged if f.declared]
     names: dict[int, tuple[str, str]] = {}
+    if any(i.field and ":" in i.field for i in identifiers):
+        names.update(load_dataset_names(f.dataset_id for f in flagged))
 
     def node(info: FieldInfo) -> str:
         if info.dataset_id not in names:
-            names.update(load_dataset_names(f.dataset_id for f in flagged))
+            names.update(load_dataset_names([info.dataset_id]))
         return field_node_id(*names[info.dataset_id], info.name)
 
     matches: list[IdentifierMatch] = []
     groups_by_seeds: dict[frozenset[int], _Group] = {}
-    for identifier in identifiers:
-        seeds = [f for f in declared if identifier.matches(f, node)]
+    picked = [[f for f in declared if i.matches(f, node)] for i in identifiers]
+    names.update(load_dataset_names(f.dataset_id for seeds in picked for f in seeds[:SHOWN_SEEDS]))
+    for identifier, seeds in zip(identifiers, picked, strict=True):
         shown = tuple(sorted(node(f) for f in seeds[:SHOWN_SEEDS]))
         matches.append(IdentifierMatch(identifier, shown, len(seeds)))
         if seeds:
@@ -514,30 +520,36 @@ def search_subject(
     datasets, first = np.unique(cols[0], return_index=True)
     ds_code, ds_dist, ds_field, ds_group = (c[first] for c in cols[1:])
 
-    alive = _alive_datasets(datasets, as_of)
-    holding: list[tuple[int, int, str, str, int]] = []
-    aggregates: list[tuple[int, int, str, str, int]] = []
-    for k, dataset_id in enumerate(datasets.tolist()):
-        if dataset_id not in alive:
-            continue
-        namespace, name = alive[dataset_id]
-        entry = (int(ds_code[k]), int(ds_dist[k]), namespace, name, k)
-        (aggregates if entry[0] == _AGGREGATE_CODE else holding).append(entry)
-    holding.sort()
-    aggregates.sort()
-    totals = {DIRECT: 0, DERIVED: 0, AGGREGATE: len(aggregates)}
-    for entry in holding:
-        totals[_RELATIONS[entry[0]]] += 1
+    keep = ~np.isin(datasets, _excluded_datasets(as_of))
+    datasets, ds_code, ds_dist, ds_field, ds_group = (
+        c[keep] for c in (datasets, ds_code, ds_dist, ds_field, ds_group)
+    )
+    # Nearest first: by relation, then distance from a declared field (then id, for stability).
+    order = np.lexsort((datasets, ds_dist, ds_code))
+    holding = order[ds_code[order] != _AGGREGATE_CODE]
+    aggregates = order[ds_code[order] == _AGGREGATE_CODE]
+    totals = {
+        DIRECT: int(np.count_nonzero(ds_code == _SEED_CODE)),
+        DERIVED: int(np.count_nonzero(ds_code == _DERIVED_CODE)),
+        AGGREGATE: int(aggregates.size),
+    }
     end = None if limit is None else offset + limit
-    page = [*holding[offset:end], *aggregates[offset:end]]
+    page = np.concatenate([holding[offset:end], aggregates[offset:end]])
 
-    hydrator = _Hydrator(as_of, groups, best, alive, extra_identifiers)
+    hydrator = _Hydrator(as_of, groups, best, extra_identifiers)
     hits = hydrator.hits(
         [
-            (int(datasets[k]), _RELATIONS[code], dist, int(ds_field[k]), int(ds_group[k]))
-            for code, dist, _, _, k in page
+            (
+                int(datasets[k]),
+                _RELATIONS[int(ds_code[k])],
+                int(ds_dist[k]),
+                int(ds_field[k]),
+                int(ds_group[k]),
+            )
+            for k in page.tolist()
         ]
     )
+    hits.sort(key=lambda h: (RELATION_RANK[h.relation], h.distance, h.namespace, h.name))
     return SubjectSearch(
         subject_kind=kind.name,
         as_of=as_of,
@@ -598,14 +610,13 @@ class _Hydrator:
         as_of: datetime | None,
         groups: list[_Group],
         best: _Best,
-        names: dict[int, tuple[str, str]],
         extra_identifiers: dict[int, set[int]],
     ) -> None:
         self.as_of = as_of
         self.extra_identifiers = extra_identifiers
         self.groups = groups
         self.best = best
-        self.dataset_names = dict(names)
+        self.dataset_names: dict[int, tuple[str, str]] = {}
         self.field_names: dict[int, tuple[int, str, str]] = {}
         self.jobs: dict[int, str] = {}
         self.validity: dict[_EdgeKey, tuple[datetime, datetime | None]] = {}
@@ -615,6 +626,7 @@ class _Hydrator:
             return []
         ids = [p[0] for p in page]
         infos = load_datasets(ids, self.as_of, fields="personal")
+        self.dataset_names.update({pk: (i.namespace, i.name) for pk, i in infos.items()})
         formats = dict(Dataset.objects.filter(id__in=ids).values_list("id", "storage_format"))
         in_page = np.isin(self.best.dataset, np.asarray(ids, dtype=np.int64))
         field_ids = self.best.field[in_page].tolist()
@@ -691,9 +703,16 @@ class _Hydrator:
         for field_id in field_ids:
             found[field_id].update(self.extra_identifiers.get(field_id, ()))
         wanted = np.asarray(field_ids, dtype=np.int64)
+        if len(self.groups) == 1:  # one traversal: its identifiers hold every field it keeps
+            keeps = self.best.code[np.searchsorted(self.best.field, wanted)] != _AGGREGATE_CODE
+            for field_id in wanted[keeps].tolist():
+                found[field_id].update(self.groups[0].indexes)
+            return found
         for g in self.groups:
             holding = g.arrays.field[g.codes != _AGGREGATE_CODE]
-            for field_id in wanted[np.isin(wanted, holding)].tolist():
+            if holding.size == 0 or wanted.size == 0:
+                continue
+            for field_id in wanted[np.isin(wanted, holding, kind="table")].tolist():
                 found[field_id].update(g.indexes)
         return found
 
