@@ -234,3 +234,28 @@ def test_it_focuses_one_columns_path_at_column_level(page_as, viewer, shot):
     assert email not in dimmed and masked not in dimmed
     page.check("#hl-pii")
     shot(page, "column-path")
+
+
+def test_it_shows_every_page_with_its_heading(page_as, steward, shot):
+    shop = pb.build_shop()
+    page = page_as(steward)
+    job = shop.ingest
+    tour = {
+        "home": ("/", "Overview"),
+        "datasets": ("/datasets/?pii=1", "Datasets"),
+        "stewardship": ("/stewardship/", "Stewardship"),
+        "job": (
+            f"/jobs/show?namespace={quote(job.namespace.name, safe='')}&name={job.name}",
+            job.name,
+        ),
+        "run": (f"/runs/{shop.runs['ingest-2'].run_uuid}", str(shop.runs["ingest-2"].run_uuid)),
+        "root-cause": (
+            f"/root-cause/?node={quote(f'dataset:{pb.LAKE}:{shop.revenue.name}', safe='')}",
+            "Where",
+        ),
+    }
+    for name, (url, heading) in tour.items():
+        page.goto(url)
+        expect(page.get_by_role("heading", level=1)).to_contain_text(heading)
+        page.wait_for_load_state("networkidle")
+        shot(page, name)
