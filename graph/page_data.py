@@ -519,10 +519,14 @@ class Neighbour:
     url: str
 
 
+SIDES = ("upstream", "downstream")
+
+
 @dataclass
 class LineageSummary:
     producers: list[JobInfo]
     consumers: list[JobInfo]
+    consumer_count: int
     upstream: list[Neighbour]
     downstream: list[Neighbour]
     upstream_reach: int
@@ -542,12 +546,15 @@ def lineage_summary(
         max_nodes=limit,
         details=False,
     )
-    near_jobs = [n for n in graph.nodes if n.kind == "JOB" and n.distance == 1]
-    jobs = queries.load_jobs([n.pk for n in near_jobs], as_of)
+    near_jobs = sorted(
+        (n for n in graph.nodes if n.kind == "JOB" and n.distance == 1), key=lambda n: n.name
+    )
+    # Only the jobs listed need their latest run: a hub has thousands of readers.
+    shown = {side: [n for n in near_jobs if n.side == side][:20] for side in SIDES}
+    jobs = queries.load_jobs([n.pk for side in SIDES for n in shown[side]], as_of)
 
     def job_list(side: str) -> list[JobInfo]:
-        found = [jobs[n.pk] for n in near_jobs if n.side == side and n.pk in jobs]
-        return sorted(found, key=lambda j: j.name)[:20]
+        return [jobs[n.pk] for n in shown[side] if n.pk in jobs]
 
     def neighbours(side: str) -> list[Neighbour]:
         found = [
@@ -560,6 +567,7 @@ def lineage_summary(
     return LineageSummary(
         producers=job_list("upstream"),
         consumers=job_list("downstream"),
+        consumer_count=sum(1 for n in near_jobs if n.side == "downstream"),
         upstream=neighbours("upstream"),
         downstream=neighbours("downstream"),
         upstream_reach=sum(1 for n in graph.nodes if n.kind == "DATASET" and n.side == "upstream"),

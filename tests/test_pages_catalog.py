@@ -279,3 +279,19 @@ def test_it_filters_the_dataset_list(shop, viewer):
     assert "shop.public.orders" in html and "lake/raw/customers" not in html
     html = client.get("/datasets/?tag=gold").content.decode()
     assert "shop.public.customers" in html and "shop.public.orders" not in html
+
+
+def test_it_pages_the_dataset_list_by_name_and_caps_the_count(viewer, monkeypatch):
+    from catalog import views
+
+    for i in range(60):
+        pb.make_dataset(pb.LAKE, f"lake/t{i:02d}")
+    client = client_for(viewer)
+    first = client.get("/datasets/").content.decode()
+    assert "lake/t00" in first and "lake/t49" in first and "lake/t50" not in first
+    assert "60 datasets" in first
+    second = client.get("/datasets/?page=2").content.decode()
+    assert "lake/t50" in second and "lake/t59" in second
+    monkeypatch.setattr(views, "LIST_COUNT_CAP", 20)
+    capped = client.get("/datasets/?page=2").content.decode()
+    assert "more than 20 datasets" in capped and "lake/t50" in capped
