@@ -642,10 +642,11 @@
     try {
       const body = await fetchGraph({ node: node.id(), direction, depth: 1, compare: "", limit: 500 });
       const fresh = toElements({ ...body, root: rootId }).filter((el) => !cy.getElementById(el.data.id).length);
+      // Distances came relative to the expanded node: make them relative to the start.
+      const base = node.data("distance");
       fresh.forEach((el) => {
-        if (el.group === "nodes" && typeof node.data("distance") === "number") {
-          const step = direction === "upstream" ? -1 : 1;
-          el.data.distance = node.data("distance") + (el.data.kind === "job" ? step : step);
+        if (el.group === "nodes" && typeof base === "number" && typeof el.data.distance === "number") {
+          el.data.distance += base;
         }
       });
       cy.add(fresh);
