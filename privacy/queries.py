@@ -38,7 +38,6 @@ from catalog.models import (
     ChangeRecord,
     ChangeSource,
     Dataset,
-    DatasetField,
     FlagSource,
     LifecycleState,
     SubjectKind,
@@ -81,23 +80,6 @@ class FieldInfo:
     declared: bool
 
 
-def _existed(first_seen: datetime, gone_at: datetime | None, as_of: datetime) -> bool:
-    return first_seen <= as_of and (gone_at is None or gone_at > as_of)
-
-
-def _records_by_field(
-    dataset_ids: Sequence[int], attributes: Sequence[str], field_level: bool = True
-) -> dict[tuple[int, str, str], list[ChangeRecord]]:
-    """Return change records in time order, keyed (dataset id, field name, attribute)."""
-    found: dict[tuple[int, str, str], list[ChangeRecord]] = defaultdict(list)
-    for chunk in _chunks(dataset_ids):
-        qs = ChangeRecord.objects.filter(dataset_id__in=chunk, attribute__in=attributes)
-        qs = qs.exclude(field_name="") if field_level else qs.filter(field_name="")
-        for record in qs.order_by("at", "id"):
-            found[(record.dataset_id, record.field_name, record.attribute)].append(record)
-    return found
-
-
 def _declared_as_of(records: list[ChangeRecord], as_of: datetime, current: str) -> bool:
     """Whether the subject flag in force at ``as_of`` was set by a person (not propagation)."""
     before = [r for r in records if r.at <= as_of]
@@ -108,104 +90,66 @@ def _declared_as_of(records: list[ChangeRecord], as_of: datetime, current: str) 
     return current == FlagSource.DECLARED
 
 
-def fields_as_of(rows: Iterable[DatasetField], as_of: datetime | None) -> dict[int, FieldInfo]:
-    """Return each field's PII category and subject kind at ``as_of``; fields absent then are left out."""
-    rows = list(rows)
-    if as_of is None:
-        return {
-            f.id: FieldInfo(
-                f.id,
-                f.dataset_id,
-                f.name,
-                f.type,
-                f.pii_category,
-                f.subject_kind.name if f.subject_kind else None,
-                f.flag_source == FlagSource.DECLARED,
-            )
-            for f in rows
-            if f.removed_at is None
-        }
-    records = _records_by_field(
-        sorted({f.dataset_id for f in rows}), ("subject_kind", "pii_category")
-    )
-    found: dict[int, FieldInfo] = {}
-    for f in rows:
-        if not _existed(f.first_seen, f.removed_at, as_of):
-            continue
-        kind_records = records.get((f.dataset_id, f.name, "subject_kind"), [])
-        current_kind = f.subject_kind.name if f.subject_kind else None
-        found[f.id] = FieldInfo(
-            f.id,
-            f.dataset_id,
-            f.name,
-            f.type,
-            value_as_of(
-                records.get((f.dataset_id, f.name, "pii_category"), []), as_of, f.pii_category
-            )
-            or "",
-            value_as_of(kind_records, as_of, current_kind),
-            _declared_as_of(kind_records, as_of, f.flag_source),
-        )
-    return found
+_FIELD_COLUMNS = "id, dataset_id, name, type, pii_category, flag_source"
 
 
 def subject_fields(kind: SubjectKind, as_of: datetime | None) -> list[FieldInfo]:
-    """Return the fields flagged with the subject kind at ``as_of`` (declared or propagated)."""
-    current = DatasetField.objects.filter(subject_kind=kind).select_related("subject_kind")
+    """Return the fields flagged with the subject kind at ``as_of`` (declared or propagated).
+
+    Fields of datasets that are hidden, or absent at ``as_of``, are left out.
+    """
+    gone = set(_excluded_datasets(as_of).tolist())
     if as_of is None:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT id, dataset_id, name, type, pii_category, flag_source "
-                "FROM catalog_datasetfield WHERE subject_kind_id = %s AND removed_at IS NULL "
-                "ORDER BY id",
-                [kind.pk],
-            )
-            rows = cursor.fetchall()
-        gone = set(_excluded_datasets(None).tolist())
+        rows = _field_rows("subject_kind_id = %s AND removed_at IS NULL ORDER BY id", [kind.pk])
         return [
             FieldInfo(pk, ds, name, ftype, pii, kind.name, source == FlagSource.DECLARED)
             for pk, ds, name, ftype, pii, source in rows
             if ds not in gone
         ]
+    stamp = connection.ops.adapt_datetimefield_value(as_of)
+    existed = "first_seen <= %s AND (removed_at IS NULL OR removed_at > %s)"
+    candidates: dict[int, tuple[tuple[Any, ...], str | None]] = {
+        row[0]: (row, kind.name)
+        for row in _field_rows(f"subject_kind_id = %s AND {existed}", [kind.pk, stamp, stamp])
+    }
     # A field flagged then but not now appears in the flag's history.
-    flagged_once = ChangeRecord.objects.filter(attribute="subject_kind").filter(
-        Q(new=kind.name) | Q(old=kind.name)
-    )
-    named = set(flagged_once.values_list("dataset_id", "field_name"))
-    candidates = list(current)
-    seen = {(f.dataset_id, f.name) for f in candidates}
-    wanted = named - seen
-    if wanted:
-        by_dataset: dict[int, set[str]] = defaultdict(set)
-        for dataset_id, name in wanted:
-            by_dataset[dataset_id].add(name)
-        for dataset_id, names in by_dataset.items():
-            candidates.extend(
-                DatasetField.objects.filter(dataset_id=dataset_id, name__in=names).select_related(
-                    "subject_kind"
-                )
-            )
-    infos = fields_as_of(candidates, as_of)
-    alive = _datasets_alive({i.dataset_id for i in infos.values()}, as_of)
-    return sorted(
-        (i for i in infos.values() if i.subject_kind == kind.name and i.dataset_id in alive),
-        key=lambda f: f.id,
-    )
-
-
-def _datasets_alive(ids: Iterable[int], as_of: datetime | None) -> set[int]:
-    alive: set[int] = set()
-    for chunk in _chunks(sorted(set(ids))):
-        qs = Dataset.objects.filter(id__in=chunk)
-        if as_of is None:
-            alive.update(
-                qs.exclude(lifecycle_state=LifecycleState.DROPPED).values_list("id", flat=True)
-            )
+    named: dict[int, set[str]] = defaultdict(set)
+    for dataset_id, name in (
+        ChangeRecord.objects.filter(attribute="subject_kind")
+        .filter(Q(new=kind.name) | Q(old=kind.name))
+        .values_list("dataset_id", "field_name")
+    ):
+        named[dataset_id].add(name)
+    current_kinds = dict(SubjectKind.objects.values_list("id", "name"))
+    for dataset_id, names in named.items():
+        for row in _field_rows(
+            f"dataset_id = %s AND {existed}", [dataset_id, stamp, stamp], with_kind=True
+        ):
+            if row[2] in names and row[0] not in candidates:
+                candidates[row[0]] = (row[:6], current_kinds.get(row[6]) if row[6] else None)
+    records: dict[tuple[int, str, str], list[ChangeRecord]] = defaultdict(list)
+    datasets = sorted({row[1] for row, _ in candidates.values()})
+    for chunk in _chunks(datasets, 5000 if connection.vendor == "postgresql" else _CHUNK):
+        for record in ChangeRecord.objects.filter(
+            dataset_id__in=chunk, attribute__in=("subject_kind", "pii_category")
+        ).order_by("at", "id"):
+            records[(record.dataset_id, record.field_name, record.attribute)].append(record)
+    found = []
+    for (pk, ds, name, ftype, pii, source), current_kind in candidates.values():
+        kind_records = records.get((ds, name, "subject_kind"), [])
+        if ds in gone or value_as_of(kind_records, as_of, current_kind) != kind.name:
             continue
-        for pk, first_seen, dropped_at in qs.values_list("id", "first_seen", "dropped_at"):
-            if _existed(first_seen, dropped_at, as_of):
-                alive.add(pk)
-    return alive
+        pii_then = value_as_of(records.get((ds, name, "pii_category"), []), as_of, pii) or ""
+        declared = _declared_as_of(kind_records, as_of, source)
+        found.append(FieldInfo(pk, ds, name, ftype, pii_then, kind.name, declared))
+    return sorted(found, key=lambda f: f.id)
+
+
+def _field_rows(where: str, params: list[Any], with_kind: bool = False) -> list[tuple[Any, ...]]:
+    columns = _FIELD_COLUMNS + (", subject_kind_id" if with_kind else "")
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {columns} FROM catalog_datasetfield WHERE {where}", params)
+        return list(cursor.fetchall())
 
 
 # -- subject search ------------------------------------------------------------------------------
