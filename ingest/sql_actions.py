@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 EVENT_SOURCE = "sql-log"
 DEFAULT_MAX_UPLOAD_BYTES = 2 * 1024**3
 MAX_STORED_PROBLEMS = 10_000
-_EVENT_BATCH = 500
+_EVENT_BATCH = 5000
 _PROGRESS_EVERY_SECONDS = 1.0
 _STALE_AFTER = timedelta(hours=1)
 
@@ -265,7 +265,9 @@ class _Run:
     def _flush_events(self) -> None:
         if not self.events:
             return
-        report = actions.ingest_event_dicts(self.events, source=EVENT_SOURCE)
+        report = actions.ingest_event_dicts(
+            self.events, source=EVENT_SOURCE, batch_size=_EVENT_BATCH
+        )
         for rejected in report.rejected:
             self.rejected += 1
             self._add_problem(Problem(0, f"event rejected: {rejected.error}", rejected.field or ""))

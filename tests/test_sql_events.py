@@ -51,7 +51,10 @@ def test_it_makes_one_job_per_normalised_statement_and_one_run_per_execution():
 
 def test_it_carries_the_sql_and_job_type_facets():
     _, lines = process("warehouse.csv", "csv")
-    job = lines[0].events[0]["job"]
+    start, complete = lines[0].events
+    assert start["job"] == {"namespace": NS, "name": complete["job"]["name"]}
+    assert "inputs" not in start  # datasets travel once, with the COMPLETE
+    job = complete["job"]
     assert job["namespace"] == NS
     assert job["facets"]["sql"]["query"].startswith("INSERT INTO mart.daily_revenue")
     assert job["facets"]["sql"]["dialect"] == "postgres"
@@ -154,8 +157,8 @@ def test_it_uses_the_query_tag_as_job_name_and_marks_hidden_inputs():
         datetime(2026, 1, 1, tzinfo=UTC), query_tag="nightly.x",
     )  # fmt: skip
     events = EventBuilder().build(record, execution).events
-    assert events[0]["job"]["name"] == "nightly.x"
-    (source,) = events[0]["inputs"]
+    assert events[0]["job"]["name"] == events[1]["job"]["name"] == "nightly.x"
+    (source,) = events[1]["inputs"]
     assert source["facets"][HIDDEN_FACET]["hidden"] is True
     assert job_name(record.statements[0]).startswith("insert.d.mart.x.")
 

@@ -203,6 +203,8 @@ class EventBuilder:
         }
         started = iso(execution.start_time)
         ended = iso(execution.end_time or execution.start_time)
+        # The START only opens the run: datasets, column lineage and job facets travel
+        # once, with the COMPLETE, so the normaliser reads them once per execution.
         return [
             {
                 "eventType": "START",
@@ -210,9 +212,7 @@ class EventBuilder:
                 "producer": PRODUCER,
                 "schemaURL": RUN_EVENT_SCHEMA,
                 "run": run,
-                "job": job,
-                "inputs": parts["inputs"],
-                "outputs": parts["outputs"],
+                "job": {"namespace": job["namespace"], "name": job["name"]},
             },
             {
                 "eventType": "COMPLETE",
