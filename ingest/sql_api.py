@@ -138,7 +138,11 @@ class SqlLogListView(APIView):
             headers={"Location": url},
         )
 
-    @extend_schema(summary="Recent SQL log uploads", responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(
+        summary="Recent SQL log uploads",
+        responses={200: OpenApiTypes.OBJECT},
+        operation_id="listSqlLogs",
+    )
     def get(self, request: Request) -> Response:
         return Response(
             {
@@ -155,6 +159,7 @@ class SqlLogDetailView(APIView):
     @extend_schema(
         summary="A SQL log upload: state, progress, counts and problems",
         responses={200: OpenApiTypes.OBJECT},
+        operation_id="getSqlLog",
     )
     def get(self, request: Request, upload_id: int) -> Response:
         log = sql_queries.upload(upload_id)
