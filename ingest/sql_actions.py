@@ -26,8 +26,11 @@ from django.utils import timezone
 from catalog.models import Dataset, DatasetField
 from ingest import actions
 from ingest.models import DatasetRead, SqlLogFormat, SqlLogProblem, SqlLogState, SqlLogUpload
+from ingest.sql import guards
 from ingest.sql.dialects import UnknownDialectError, resolve_dialect
 from ingest.sql.events import HIDDEN_FACET, ReadRecord
+from ingest.sql.folding import DEFAULT_FOLD_PATTERNS
+from ingest.sql.parser import DEFAULT_SCRATCH_PATTERNS, SqlLineageParser
 from ingest.sql.pipeline import Problem, SqlLogProcessor
 from ingest.sql.readers import FORMATS, LogFormatError, read_log
 
@@ -151,6 +154,20 @@ def _enqueue(upload_id: int) -> None:
         logger.warning("could not queue SQL log %s", upload_id, exc_info=True)
 
 
+def parser_options() -> dict[str, Any]:
+    """Parser knobs from settings (SQL_LOG_*), each with the parser's own default."""
+    return {
+        "fold_patterns": tuple(getattr(settings, "SQL_LOG_FOLD_PATTERNS", DEFAULT_FOLD_PATTERNS)),
+        "scratch_patterns": tuple(
+            getattr(settings, "SQL_LOG_SCRATCH_PATTERNS", DEFAULT_SCRATCH_PATTERNS)
+        ),
+        "max_statement_chars": int(
+            getattr(settings, "SQL_LOG_MAX_STATEMENT_CHARS", guards.DEFAULT_MAX_STATEMENT_CHARS)
+        ),
+        "max_nesting": int(getattr(settings, "SQL_LOG_MAX_NESTING", guards.DEFAULT_MAX_NESTING)),
+    }
+
+
 def catalog_columns(namespace: str) -> Callable[[str], Sequence[str] | None]:
     """A schema provider: the current columns of a dataset in ``namespace``, from the catalog."""
 
@@ -223,7 +240,11 @@ class _Run:
             upload.dialect,
             database=upload.default_database or None,
             schema=upload.default_schema or None,
-            schema_provider=catalog_columns(upload.namespace),
+            parser=SqlLineageParser(
+                upload.dialect,
+                schema_provider=catalog_columns(upload.namespace),
+                **parser_options(),
+            ),
             default_time=upload.created_at,
         )
         self.events: list[dict[str, Any]] = []
@@ -386,19 +407,12 @@ class _Run:
         )
 
 
-def delete_stored_file(upload: SqlLogUpload) -> None:
-    """Remove an uploaded log's stored copy (never a file the command read in place)."""
-    path = Path(upload.path)
-    if upload.source != "command" and upload_dir() in path.parents:
-        path.unlink(missing_ok=True)
-
-
 __all__ = [
     "EVENT_SOURCE",
     "SqlLogInputError",
     "catalog_columns",
     "check_options",
     "create_upload",
-    "delete_stored_file",
+    "parser_options",
     "process_upload",
 ]

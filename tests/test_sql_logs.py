@@ -344,3 +344,28 @@ def test_the_task_takes_json_ids_and_does_nothing_twice(tmp_path):
     runs = Run.objects.count()
     assert process_sql_log.apply(args=[arg]).get() == {"state": "done"}  # already done: no work
     assert Run.objects.count() == runs == 1
+
+
+def test_it_takes_parser_knobs_from_settings(settings, tmp_path):
+    settings.SQL_LOG_FOLD_PATTERNS = [r"_v(\d+)$"]
+    settings.SQL_LOG_MAX_STATEMENT_CHARS = 60
+    log = tmp_path / "q.jsonl"
+    log.write_text(
+        '{"query": "INSERT INTO t_v2 SELECT a FROM s", "start_time": "2026-01-01T00:00:00Z"}\n'
+        '{"query": "INSERT INTO u SELECT a, b, c, d, e, f, g, h FROM s WHERE x = 1", '
+        '"start_time": "2026-01-01T00:00:00Z"}\n'
+    )
+    upload = sql_actions.create_upload(
+        namespace=NS,
+        dialect="postgres",
+        fmt="jsonl",
+        path=log,
+        database="d",
+        schema="p",
+        enqueue=False,
+    )
+    done = sql_actions.process_upload(upload.pk)
+    assert Dataset.objects.filter(name="d.p.t_v*").exists()
+    (problem,) = SqlLogProblem.objects.filter(upload=done)
+    assert (problem.line, problem.field) == (2, "query")
+    assert "the limit is 60" in problem.message
