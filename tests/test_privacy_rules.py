@@ -132,7 +132,7 @@ def test_it_writes_key_and_personal_columns_into_an_anonymise_step():
     class Search:
         all_hits = [found]
 
-    step = erasure.plan_steps(Search(), [])[0]  # type: ignore[arg-type]
+    step = erasure.plan_steps(Search(), [])[0]
     assert step["operation"] == "anonymise"
     assert step["execution"] == "spark"
     assert step["anonymiseColumns"] == ["customer_id", "phone"]
