@@ -387,3 +387,13 @@ def test_it_never_raises_on_junk(parser):
         record = parse(parser, junk)
         assert isinstance(record, ParsedRecord)
         assert record.lineage == ()
+
+
+def test_it_turns_a_parser_bug_into_an_error_for_that_record(parser, monkeypatch):
+    def broken(*args, **kwargs):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(SqlLineageParser, "_parse_script", broken)
+    record = parse(parser, "INSERT INTO a SELECT b FROM c")
+    (error,) = record.errors
+    assert error.reason == "internal parser error: 'boom'"

@@ -53,6 +53,7 @@ from ingest.sql.session import LineageSession, compose
 from ingest.sql.tablescan import count_set_operations, scan_tables
 
 logging.getLogger("sqlglot").setLevel(logging.CRITICAL)
+logger = logging.getLogger(__name__)
 
 SchemaProvider = Callable[[str], "Sequence[str] | None"]
 
@@ -223,19 +224,28 @@ class SqlLineageParser:
         self, sql: str, normalized: str, fp: str, spec: DialectSpec, defaults: Defaults
     ) -> _Cached:
         try:
+            return self._parse_bounded(sql, normalized, fp, spec, defaults)
+        except RecursionError:
+            reason = "statement nests too deeply to parse"
+        except Exception as exc:  # a parser bug must cost one record, never the log
+            logger.exception("SQL lineage failed on a statement")
+            reason = f"internal parser error: {_short(exc)}"
+        return _Cached((), (StatementError(0, reason, sql[:200]),))
+
+    def _parse_bounded(
+        self, sql: str, normalized: str, fp: str, spec: DialectSpec, defaults: Defaults
+    ) -> _Cached:
+        try:
             depth = guards.nesting_depth(normalized)
             guards.check_depth(depth, self.max_nesting)
         except guards.InputRejected as exc:
             return _Cached((), (StatementError(0, str(exc), sql[:200]),))
         set_operations = count_set_operations(normalized)
-        if (
-            len(sql) > self.max_column_pass_chars
-            or set_operations > self.max_column_pass_set_operations
-        ):
-            if len(sql) > self.max_column_pass_chars:
-                reason = f"statement longer than {self.max_column_pass_chars:,} characters"
-            else:
-                reason = f"{set_operations} set operations"
+        if len(sql) > self.max_column_pass_chars:
+            reason = f"statement longer than {self.max_column_pass_chars:,} characters"
+            return self._scan_script(normalized, fp, self._context(spec, defaults), reason)
+        if set_operations > self.max_column_pass_set_operations:
+            reason = f"{set_operations} set operations"
             return self._scan_script(normalized, fp, self._context(spec, defaults), reason)
         if depth + set_operations > guards.INLINE_NESTING:
             return guards.run_deep(lambda: self._parse_script(sql, fp, spec, defaults))
@@ -296,7 +306,12 @@ class SqlLineageParser:
     def _parse_statement(
         self, text: str, tokens: list[Token], ctx: ScriptContext
     ) -> StatementLineage | StatementError | None:
-        special = self._special(text, ctx)
+        try:
+            special = self._special(text, ctx)
+        except RecursionError:
+            raise
+        except Exception as exc:  # odd names in RENAME / LOAD DATA: let the fallback try
+            return self._fallback(text, ctx, f"sqlglot: {_short(exc)}")
         if not isinstance(special, _NotSpecial):
             return special
         extractor = StatementExtractor(ctx)
@@ -397,9 +412,12 @@ class SqlLineageParser:
         if len(parsed) != 1 or not isinstance(parsed[0], exp.Query):
             return StatementError(0, "inner query is not a SELECT", sql[:200])
         # Trace it as a CTAS into a placeholder to get its output columns.
-        probe = exp.Create(this=exp.to_table("__unload__"), kind="TABLE", expression=parsed[0])
-        found = StatementExtractor(ctx).extract(probe)
-        ctx.created.pop(DatasetRef(self._name("__unload__", ctx).name), None)
+        placeholder = exp.to_table("__unload__")
+        extractor = StatementExtractor(ctx)
+        found = extractor.extract(exp.Create(this=placeholder, kind="TABLE", expression=parsed[0]))
+        probe = extractor.dataset(placeholder)
+        if probe is not None:
+            ctx.created.pop(probe, None)
         return replace(found, outputs=())
 
     def _name(self, raw: str, ctx: ScriptContext) -> DatasetRef:

@@ -297,7 +297,7 @@ _PG_SEVERITY, _PG_MESSAGE, _PG_QUERY, _PG_QUERY_ID = 11, 13, 19, 25
 _PG_MIN_COLUMNS = 14
 _PG_STATEMENT = re.compile(
     r"(?s)^(?:duration: (?P<duration>[\d.]+) ms\s+)?"
-    r"(?:statement|execute [^:]*|bind [^:]*): (?P<sql>.*)$"
+    r"(?:statement|execute [^:]*): (?P<sql>.*)$"
 )
 _PG_DURATION_ONLY = re.compile(r"^duration: (?P<duration>[\d.]+) ms\s*$")
 _PG_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?)\s*(\S+)?$")
