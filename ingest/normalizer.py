@@ -144,6 +144,7 @@ class _Batch:
         self.versions_changed: dict[int, datetime] = {}
         self.all_versions: dict[int, list[DatasetVersion]] = {}
         self.dataset_names: dict[int, tuple[str, str]] = {}
+        self.dataset_states: dict[int, tuple[Any, ...]] = {}
         self.closures: list[tuple[int, datetime]] = []
         self.pending_runs: list[_PendingRun] = []
         self.steward_descriptions: set[tuple[int, str]] | None = None
@@ -214,6 +215,7 @@ class _Batch:
                 job.created_at = parent_times[pk]
                 self.touched_jobs.add(pk)
         self.datasets = lock_datasets(self.dataset_ids.values())
+        self.dataset_states = {pk: _dataset_state(ds) for pk, ds in self.datasets.items()}
         if closures and not graph_actions.jobs_with_edges_open_at(closures) <= set(self.jobs):
             raise RetryBatch("edges were added to a closing dataset meanwhile")
         self._load_fields()
@@ -701,7 +703,7 @@ class _Batch:
                 row.dataset_version_id = wanted
                 stale.append(row)
         if stale:
-            RunDataset.objects.bulk_update(stale, ["dataset_version"])
+            graph_actions.bulk_set(RunDataset, stale, ["dataset_version"])
 
     # -- writing it all down -----------------------------------------------------------------
 
@@ -751,35 +753,22 @@ class _Batch:
         changed = [
             self.fields[key] for key in self.dirty_fields if id(self.fields[key]) not in created
         ]
-        if changed:
-            DatasetField.objects.bulk_update(
-                changed, ["type", "ordinal", "description", "removed_at", "first_seen"]
-            )
+        graph_actions.bulk_set(
+            DatasetField, changed, ["type", "ordinal", "description", "removed_at", "first_seen"]
+        )
 
     def _flush_datasets(self) -> None:
+        changed = []
         for ds in self.datasets.values():
             closing = (ds.lineage_facets.get("closing") or {}).get("value", "")
             if ds.dropped_at is not None and ds.dropped_at >= ds.last_seen and closing:
                 ds.lifecycle_state = CLOSING_KINDS[closing]
             else:
                 ds.lifecycle_state = LifecycleState.ACTIVE
-            ds.updated_at = self.now
-        if self.datasets:
-            Dataset.objects.bulk_update(
-                list(self.datasets.values()),
-                [
-                    "first_seen",
-                    "last_seen",
-                    "dropped_at",
-                    "lifecycle_state",
-                    "lineage_facets",
-                    "source_name",
-                    "platform",
-                    "storage_format",
-                    "alias_of",
-                    "updated_at",
-                ],
-            )
+            if _dataset_state(ds) != self.dataset_states.get(ds.pk):
+                ds.updated_at = self.now
+                changed.append(ds)
+        graph_actions.bulk_set(Dataset, changed, [*DATASET_FIELDS, "updated_at"])
 
     def _flush_jobs(self) -> None:
         changed = []
@@ -796,7 +785,8 @@ class _Batch:
             job.updated_at = self.now
             changed.append(job)
         if changed:
-            Job.objects.bulk_update(
+            graph_actions.bulk_set(
+                Job,
                 changed,
                 [
                     "facets",
@@ -812,6 +802,29 @@ class _Batch:
                     "updated_at",
                 ],
             )
+
+
+DATASET_FIELDS = [
+    "first_seen",
+    "last_seen",
+    "dropped_at",
+    "lifecycle_state",
+    "lineage_facets",
+    "source_name",
+    "platform",
+    "storage_format",
+    "alias_of",
+]
+
+
+def _dataset_state(ds: Dataset) -> tuple[Any, ...]:
+    """What the normaliser may change on a dataset, comparable before and after a batch."""
+    return tuple(
+        json.dumps(ds.lineage_facets, sort_keys=True)
+        if name == "lineage_facets"
+        else getattr(ds, "alias_of_id" if name == "alias_of" else name)
+        for name in DATASET_FIELDS
+    )
 
 
 def ensure_namespaces(names: Iterable[str]) -> dict[str, int]:
