@@ -613,7 +613,7 @@ class SearchResults:
         )
 
 
-CANDIDATES = 400
+CANDIDATES = 150
 
 
 def name_rank(name: str, q: str) -> tuple[int, int, str]:
