@@ -36,7 +36,7 @@ from catalog.params import (
     optional_instant,
     parse_instant,
 )
-from graph import exports, nodedata, queries, revision
+from graph import exports, nodedata, queries, responses, revision
 from graph.models import Taint
 from graph.nodedata import iso
 from graph.nodeids import (
@@ -248,6 +248,9 @@ class LineageView(GraphView):
         direction = choice_param(params, "direction", "both", DIRECTIONS)
         max_nodes = _max_nodes(params)
         fmt = params.get("format") or "json"
+        key = ("lineage", node.kind, node.pk, depth, as_of, direction, max_nodes)
+        if fmt == "json" and (cached := responses.cache.get(key)) is not None:
+            return _json(cached)
         graph = queries.lineage(
             node,
             depth=depth,
@@ -256,11 +259,14 @@ class LineageView(GraphView):
             max_nodes=max_nodes,
             details=False,
         )
+        if fmt == "json":
+            body = lineage_body(graph)
+            if len(graph.nodes) >= responses.MIN_NODES:
+                responses.cache.put(key, body, *graph.reached)
+            return _json(body)
         if fmt == "csv":
             return _text(exports.lineage_csv(graph), "text/csv", "lineage.csv")
-        if fmt == "mermaid":
-            return _text(exports.lineage_mermaid(graph), "text/vnd.mermaid")
-        return _json(lineage_body(graph))
+        return _text(exports.lineage_mermaid(graph), "text/vnd.mermaid")
 
 
 # --- column lineage ----------------------------------------------------------------------

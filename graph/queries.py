@@ -166,6 +166,11 @@ class LineageGraph:
     edges: tuple[GraphEdge, ...]
     truncated: bool = False
     cut: Cut = Cut()
+    # Every dataset and job pk the traversal reached, before the cap (sorted arrays):
+    # what a change must touch to change this answer.
+    reached: tuple[IntArray, IntArray] = field(
+        default=(snapshot.EMPTY, snapshot.EMPTY), repr=False, compare=False
+    )
 
     def node(self, node_id: str) -> GraphNode | None:
         return next((n for n in self.nodes if n.node_id == node_id), None)
@@ -265,6 +270,10 @@ def lineage(
     ds_pks = sel.pks[sel.kinds == KIND_DS]
     job_pks = sel.pks[sel.kinds == KIND_JOB]
     edges = traverse.table_edges(snap, ds_pks, job_pks, tf)
+    reached = (
+        np.unique(np.concatenate([roots_ds, *(r.ds for _, r in reaches)])),
+        np.unique(np.concatenate([roots_job, *(r.job for _, r in reaches)])),
+    )
     return _graph(
         root=str(node),
         direction=direction,
@@ -274,6 +283,7 @@ def lineage(
         sel=sel,
         edges=edges,
         details=details,
+        reached=reached,
     )
 
 
@@ -287,6 +297,7 @@ def _graph(
     sel: _Selection,
     edges: traverse.TableEdges,
     details: bool,
+    reached: tuple[IntArray, IntArray] = (snapshot.EMPTY, snapshot.EMPTY),
 ) -> LineageGraph:
     ds_pks = sel.pks[sel.kinds == KIND_DS].tolist()
     job_pks = sel.pks[sel.kinds == KIND_JOB].tolist()
@@ -357,6 +368,7 @@ def _graph(
         edges=tuple(links),
         truncated=sel.truncated,
         cut=sel.cut,
+        reached=reached,
     )
 
 

@@ -7,7 +7,7 @@ from urllib.parse import urlencode
 import pytest
 
 from catalog.models import DatasetOwnership, Owner, PiiCategory
-from graph import nodecache
+from graph import nodecache, responses
 from graph.models import Direction, RunState, Taint, TransformationSubtype
 from tests.graph_builders import T1, T2, T3, LineageBuilder
 
@@ -347,3 +347,36 @@ def test_graph_endpoints_run_a_fixed_number_of_queries(
     client.get(path)
     with django_assert_max_num_queries(6):
         assert client.get(path).status_code == 200
+
+
+# Committed writes: each in its own transaction, as in production (one test transaction would
+# make every change share one transaction id, which invalidates conservatively).
+@pytest.mark.django_db(transaction=True)
+def test_large_answers_are_served_from_the_response_cache_until_a_change_touches_them(
+    api, viewer, steward, shop, monkeypatch
+):
+    monkeypatch.setattr(responses, "MIN_NODES", 1)
+    shop.dataset("elsewhere.a")
+    shop.dataset("elsewhere.b")
+    client = api(viewer)
+    path = url("lineage", nodeId=shop.id("raw.orders"), depth=5, direction="downstream")
+    first = client.get(path).json()
+    hits = responses.cache.hits
+    assert client.get(path).json() == first and responses.cache.hits == hits + 1
+    # A change away from this answer keeps it cached.
+    shop.job("unrelated", reads=["elsewhere.a"], writes=["elsewhere.b"])
+    assert client.get(path).json() == first and responses.cache.hits == hits + 2
+    # An edge from a node it reached changes it.
+    shop.dataset("mart.weekly")
+    shop.job("weekly", reads=["mart.daily"], writes=["mart.weekly"])
+    changed = {n["id"] for n in client.get(path).json()["graph"]}
+    assert shop.id("mart.weekly") in changed
+    # So does an edit of a dataset it shows.
+    from catalog import actions
+
+    actions.update_dataset(
+        shop.ds["mart.daily"], {"description": "Daily totals"}, actions.Actor(user=steward)
+    )
+    body = client.get(path).json()
+    daily = next(n for n in body["graph"] if n["id"] == shop.id("mart.daily"))
+    assert daily["data"]["description"] == "Daily totals"

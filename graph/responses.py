@@ -1,0 +1,144 @@
+"""A per-process cache of large lineage responses, kept valid precisely.
+
+Hub answers (thousands of nodes, megabytes of JSON) are asked for again and
+again, and rebuilding one costs tens of milliseconds of Python. A cached
+body stays valid until a change touches it: when the revision has moved,
+the change log since the body was built is read (graph/revision.py) and the
+body is dropped if any changed edge has an endpoint among the nodes its
+traversal reached, or any shown dataset or job changed — or if the log
+cannot say. Otherwise the body is served as is.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from graph import revision as rev
+from graph import snapshot
+
+# Answers smaller than this rebuild faster than they validate; leave them out.
+MIN_NODES = 200
+MAX_ENTRIES = 64
+CHANGE_LIMIT = 5000
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass
+class Cached:
+    body: str
+    revision: rev.Revision
+    datasets: IntArray  # sorted pks reached (and shown)
+    jobs: IntArray
+
+
+def _touches(values: set[int], members: IntArray) -> bool:
+    if not values or members.size == 0:
+        return False
+    probe = np.fromiter(values, dtype=np.int64)
+    return bool(np.isin(probe, members).any())
+
+
+def _edge_endpoints(edge_ids: list[int]) -> tuple[set[int], set[int]] | None:
+    """(jobs, datasets) at either end of these table edges, from the current snapshot —
+    including rows since deleted or closed; None when an edge is unknown."""
+    snap = snapshot.table()
+    jobs: set[int] = set()
+    datasets: set[int] = set()
+    wanted = np.asarray(sorted(set(edge_ids)), dtype=np.int64)
+    found = np.zeros(wanted.size, dtype=bool)
+    for store in (snap.base, snap.overlay):
+        ids = store.cols["id"]
+        if ids.size == 0 or wanted.size == 0:
+            continue
+        at = np.minimum(np.searchsorted(ids, wanted), ids.size - 1)
+        hit = ids[at] == wanted
+        jobs.update(store.cols["job"][at[hit]].tolist())
+        datasets.update(store.cols["ds"][at[hit]].tolist())
+        found |= hit
+    if not found.all():
+        return None
+    return jobs, datasets
+
+
+class ResponseCache:
+    def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
+        self.max_entries = max_entries
+        self.lock = threading.Lock()
+        self.entries: OrderedDict[Hashable, Cached] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+
+    def get(self, key: Hashable) -> str | None:
+        with self.lock:
+            entry = self.entries.get(key)
+        if entry is None:
+            self.misses += 1
+            return None
+        current = rev.current()
+        if entry.revision != current:
+            if not self._still_valid(entry, current):
+                with self.lock:
+                    self.entries.pop(key, None)
+                self.misses += 1
+                return None
+            entry.revision = current
+        with self.lock:
+            if key in self.entries:
+                self.entries.move_to_end(key)
+        self.hits += 1
+        return entry.body
+
+    def put(self, key: Hashable, body: str, datasets: IntArray, jobs: IntArray) -> None:
+        entry = Cached(body, rev.current(), datasets, jobs)
+        with self.lock:
+            self.entries[key] = entry
+            self.entries.move_to_end(key)
+            while len(self.entries) > self.max_entries:
+                self.entries.popitem(last=False)
+
+    def _still_valid(self, entry: Cached, current: rev.Revision) -> bool:
+        known = entry.revision
+        if current.value < known.value or not rev.on_timeline(known):
+            return False
+        changes = rev.changes_between(
+            known.value,
+            current.value,
+            (rev.KIND_TABLE, rev.KIND_DATASET, rev.KIND_JOB, rev.KIND_ALL_DATA),
+            CHANGE_LIMIT,
+        )
+        if changes is None or any(k in (rev.KIND_RESET, rev.KIND_ALL_DATA) for k, _ in changes):
+            return False
+        by_kind: dict[str, set[int]] = {}
+        for kind, obj in changes:
+            if obj is not None:
+                by_kind.setdefault(kind, set()).add(obj)
+        if _touches(by_kind.get(rev.KIND_DATASET, set()), entry.datasets):
+            return False
+        if _touches(by_kind.get(rev.KIND_JOB, set()), entry.jobs):
+            return False
+        edges = by_kind.get(rev.KIND_TABLE, set())
+        if edges:
+            ends = _edge_endpoints(list(edges))
+            if ends is None:
+                return False
+            jobs, datasets = ends
+            if _touches(jobs, entry.jobs) or _touches(datasets, entry.datasets):
+                return False
+        return True
+
+    def stats(self) -> dict[str, int]:
+        return {"entries": len(self.entries), "hits": self.hits, "misses": self.misses}
+
+
+cache = ResponseCache()
