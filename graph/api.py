@@ -462,17 +462,22 @@ class ImpactView(GraphView):
         params = request.query_params
         node = node_param(params)
         fmt = params.get("format") or "json"
-        impact = queries.impact(
-            node,
-            depth=_depth(params, queries.MAX_DEPTH),
-            as_of=optional_instant(params),
-            max_nodes=_max_nodes(params),
-        )
+        depth = _depth(params, queries.MAX_DEPTH)
+        as_of = optional_instant(params)
+        max_nodes = _max_nodes(params)
+        key = ("impact", node.kind, node.pk, depth, as_of, max_nodes)
+        if fmt == "json" and (cached := responses.cache.get(key)) is not None:
+            return _json(cached)
+        impact = queries.impact(node, depth=depth, as_of=as_of, max_nodes=max_nodes)
         if fmt == "csv":
             return _text(exports.impact_csv(impact), "text/csv", "impact.csv")
         if fmt == "mermaid":
             return _text(exports.impact_mermaid(impact), "text/vnd.mermaid")
-        return _json(_dumps(impact_json(impact)))
+        body = _dumps(impact_json(impact))
+        shown = len(impact.datasets) + len(impact.jobs)
+        if impact.level == "table" and shown >= responses.MIN_NODES:
+            responses.cache.put(key, body, *impact.reached)
+        return _json(body)
 
 
 class RootCauseView(GraphView):

@@ -575,6 +575,10 @@ class Impact:
     edges: tuple[GraphEdge, ...] = ()
     truncated: bool = False
     cut: Cut = Cut()
+    # Table level: every dataset and job pk reached before the cap (see LineageGraph).
+    reached: tuple[IntArray, IntArray] = field(
+        default=(snapshot.EMPTY, snapshot.EMPTY), repr=False, compare=False
+    )
 
     @property
     def pii_datasets(self) -> tuple[ImpactedDataset, ...]:
@@ -657,6 +661,7 @@ def impact(
         edges=edges,
         truncated=truncated,
         cut=cut,
+        reached=graph.reached,
     )
 
 
