@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from datetime import time as day_time
@@ -21,6 +21,8 @@ from pipelines.demo.jobs import JOBS, OWNERS, SQL_USER, DemoDay, DemoJob
 from pipelines.lineage import DatasetId, EmitterConfig, LineageEmitter, SimulatedClock
 
 log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int, str, str], None]
 
 JOB_NAMESPACE = "lakehouse-demo"
 PARENT_JOB = "lakehouse.daily"
@@ -77,6 +79,7 @@ def run_demo(
     inner_transport: Transport | None = None,
     retries: int = 3,
     backoff: float = 0.5,
+    progress: Progress | None = None,
 ) -> DemoSummary:
     """Run the demo's jobs for each simulated day in ``days``; return a summary.
 
@@ -109,9 +112,16 @@ def run_demo(
     )
     for schema in SCHEMAS:
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {schema}")
+    planned = planned_runs(days)
     try:
         for day_number in days:
-            summary.jobs_run += run_day(spark, emitter, root, day_number, seed)
+
+            def step(job: str, day: int = day_number) -> None:
+                summary.jobs_run += 1
+                if progress is not None:
+                    progress(summary.jobs_run, planned, data.simulated_day(day).isoformat(), job)
+
+            run_day(spark, emitter, root, day_number, seed, step)
             summary.days.append(data.simulated_day(day_number).isoformat())
     finally:
         emitter.close()
@@ -121,7 +131,19 @@ def run_demo(
     return summary
 
 
-def run_day(spark: Any, emitter: LineageEmitter, root: str, day_number: int, seed: int) -> int:
+def planned_runs(days: Sequence[int]) -> int:
+    """Return how many job runs the demo makes over these days."""
+    return sum(1 for day in days for job in JOBS if job.runs_on(day))
+
+
+def run_day(
+    spark: Any,
+    emitter: LineageEmitter,
+    root: str,
+    day_number: int,
+    seed: int,
+    done: Callable[[str], None] | None = None,
+) -> int:
     """Run one simulated day under a parent run; return how many jobs ran."""
     start = day_start(day_number)
     emitter.clock = SimulatedClock(start, step=timedelta(seconds=20))
@@ -140,6 +162,8 @@ def run_day(spark: Any, emitter: LineageEmitter, root: str, day_number: int, see
             if job.runs_on(day_number):
                 run_job(ctx, job, run_key)
                 ran += 1
+                if done is not None:
+                    done(job.name)
     return ran
 
 
@@ -165,6 +189,11 @@ def write_catalog(root: str) -> str:
     return str(target)
 
 
+def print_progress(done: int, total: int, day: str, job: str) -> None:
+    """Print one progress line (JSON) for whoever runs the demo as a subprocess."""
+    print(json.dumps({"progress": done, "total": total, "day": day, "job": job}), flush=True)
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m pipelines.demo",
@@ -178,6 +207,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--master", help="Spark master (default: $SPARK_MASTER or local[*])")
     parser.add_argument("--job-namespace", default=JOB_NAMESPACE)
     parser.add_argument("--retries", type=int, default=3, help="delivery retries per event")
+    parser.add_argument(
+        "--progress", action="store_true", help="print a JSON progress line after each job"
+    )
     parser.add_argument("--verbose", action="store_true")
     return parser.parse_args(argv)
 
@@ -207,6 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         job_namespace=args.job_namespace,
         retries=args.retries,
+        progress=print_progress if args.progress else None,
     )
-    print(json.dumps(summary.__dict__, sort_keys=True))
+    print(json.dumps(summary.__dict__, sort_keys=True), flush=True)
     return 0

@@ -201,8 +201,9 @@ class LineageEmitter:
 
     def delete_path(self, path: str) -> bool:
         """Delete a file or folder through Hadoop (any file system Spark can reach)."""
-        jvm_path, fs = self._hadoop_path(path)
-        return bool(fs.delete(jvm_path, True))
+        from pipelines.spark import delete_path
+
+        return delete_path(self.spark, path)
 
     def _hadoop_path(self, path: str) -> tuple[Any, Any]:
         jvm = self.spark.sparkContext._jvm

@@ -3,27 +3,35 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import call_command
 
 from catalog.models import ApiToken, Dataset
-from ingest.models import RawEvent
+from graph.models import ColumnEdge
+from ingest.models import EventState, RawEvent
 
-pytestmark = [pytest.mark.spark, pytest.mark.django_db(transaction=True)]
+# Not transactional: the server thread shares this test's in-memory SQLite connection.
+pytestmark = [pytest.mark.spark, pytest.mark.django_db]
 
 
-def test_it_loads_the_demo_over_http_and_applies_its_catalog(tmp_path: Path) -> None:
+def test_it_loads_the_demo_over_http_and_applies_its_catalog(
+    tmp_path: Path, django_capture_on_commit_callbacks: Callable[..., Any]
+) -> None:
     lake = tmp_path / "lakehouse"
     out = io.StringIO()
-    call_command("run_demo", "--days", "1", "--data-dir", str(lake), stdout=out)
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("run_demo", "--days", "1", "--data-dir", str(lake), stdout=out)
 
-    assert "events sent" in out.getvalue()
-    events = RawEvent.objects.count()
-    assert events == 2 * 14  # 13 jobs and the day's parent run, START and COMPLETE each
+    assert "28 events sent" in out.getvalue()  # 13 jobs and the day's parent, START + COMPLETE
+    assert RawEvent.objects.count() == 28
+    assert set(RawEvent.objects.values_list("state", flat=True)) == {EventState.DONE}
+    assert ColumnEdge.objects.filter(job__name="marts.customer_360").exists()
     assert not (lake / "lineage-spool.ndjson").exists()
-    customers = Dataset.objects.get(name=str(lake / "raw/customers"))
+    customers = Dataset.objects.get(namespace__name="file", name=str(lake / "raw/customers"))
     email = customers.fields.get(name="email")
     assert email.subject_kind is not None  # the demo's catalog file was applied
     assert not ApiToken.objects.filter(revoked_at__isnull=True, name="run_demo").exists()

@@ -15,8 +15,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -30,6 +32,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
 from django.core.wsgi import get_wsgi_application
 from django.db import connections, transaction
+from tqdm import tqdm
 
 from catalog import actions
 from catalog.auth import PRODUCER
@@ -57,16 +60,16 @@ def _host_fixing(app: WSGIApp) -> WSGIApp:
     return wrapped
 
 
+def _in_memory_sqlite(conn: Any) -> bool:
+    return conn.vendor == "sqlite" and bool(conn.is_in_memory_db())
+
+
 @contextmanager
 def serve_app() -> Iterator[str]:
     """Serve the app on a free local port in a background thread; yield its base URL."""
     # An in-memory SQLite database (tests) exists only in this thread's connection: share it
     # with the request threads, as Django's live test server does.
-    shared = {
-        conn.alias: conn
-        for conn in connections.all()
-        if conn.vendor == "sqlite" and conn.is_in_memory_db()
-    }
+    shared = {conn.alias: conn for conn in connections.all() if _in_memory_sqlite(conn)}
     for conn in shared.values():
         conn.inc_thread_sharing()
     server = ThreadedWSGIServer(
@@ -151,6 +154,8 @@ class Command(BaseCommand):
     def _run_pipeline(
         self, url: str, key: str, data_dir: Path, options: dict[str, Any]
     ) -> dict[str, Any]:
+        if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+            raise CommandError("the demo pipeline needs Java 17 (no java on PATH, no JAVA_HOME)")
         command = [
             sys.executable,
             "-m",
@@ -161,26 +166,48 @@ class Command(BaseCommand):
             str(data_dir),
             "--days",
             str(options["days"]),
+            "--progress",
         ]
         # The token travels in the environment, never on a command line others can list.
         env = {**os.environ, "LINEAGE_API_KEY": key, "SPARK_MASTER": settings.SPARK_MASTER}
-        try:
-            done = subprocess.run(
+        summary: dict[str, Any] | None = None
+        with tempfile.TemporaryFile("w+", encoding="utf-8") as errors:
+            process = subprocess.Popen(
                 command,
                 cwd=settings.BASE_DIR,
                 env=env,
-                capture_output=True,
+                stdout=subprocess.PIPE,
+                stderr=errors,
                 text=True,
-                timeout=options["timeout"],
-                check=False,
             )
-        except subprocess.TimeoutExpired as error:
-            raise CommandError(f"the demo pipeline took longer than {error.timeout} s") from None
-        if done.returncode != 0:
-            tail = "\n".join(done.stderr.strip().splitlines()[-25:])
-            raise CommandError(f"the demo pipeline failed (exit {done.returncode}):\n{tail}")
-        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-        if not lines:
+            timer = threading.Timer(options["timeout"], process.kill)
+            timer.start()
+            try:
+                summary = self._follow(process, options["verbosity"] > 0)
+                returncode = process.wait()
+            finally:
+                timer.cancel()
+            if returncode != 0:
+                errors.seek(0)
+                tail = "\n".join(errors.read().strip().splitlines()[-25:])
+                raise CommandError(f"the demo pipeline failed (exit {returncode}):\n{tail}")
+        if summary is None:
             raise CommandError("the demo pipeline printed no summary")
-        summary: dict[str, Any] = json.loads(lines[-1])
+        return summary
+
+    def _follow(self, process: subprocess.Popen[str], show: bool) -> dict[str, Any] | None:
+        """Show the pipeline's progress lines as a bar; return its final summary."""
+        summary = None
+        assert process.stdout is not None
+        with tqdm(unit=" jobs", disable=not show, file=self.stderr) as bar:
+            for line in process.stdout:
+                if not line.startswith("{"):
+                    continue
+                message = json.loads(line)
+                if "progress" in message:
+                    bar.total = message["total"]
+                    bar.set_description(f"{message['day']} {message['job']}"[:48])
+                    bar.update(message["progress"] - bar.n)
+                else:
+                    summary = message
         return summary
