@@ -170,9 +170,16 @@
     instants = Array.from(all).sort();
     ui.slider.max = String(instants.length);
     ui.slider.value = String(positionOf(state.asOf));
-    ui.compareSlider.max = String(Math.max(instants.length - 1, 0));
+    limitCompare();
     ui.compareSlider.value = String(Math.max(positionOf(state.compare), 0));
     showTimeLabels();
+  }
+
+  // The instant compared with is always earlier than the one drawn, so "added"
+  // and "removed" read forwards in time.
+  function limitCompare() {
+    const end = state.asOf ? positionOf(state.asOf) - 1 : instants.length - 1;
+    ui.compareSlider.max = String(Math.max(end, 0));
   }
 
   // Slider position of an instant: the last change at or before it; "now" is the end.
@@ -813,6 +820,7 @@
       state.compare = before.length ? before[before.length - 1] : "";
       ui.compareSlider.value = String(Math.max(positionOf(state.compare), 0));
     }
+    limitCompare();
     showTimeLabels();
     clearTimeout(timeTimer);
     timeTimer = setTimeout(() => { syncUrl(); load(); }, 120);
