@@ -412,3 +412,15 @@ def test_it_puts_failed_upstream_jobs_first_in_the_root_cause(shop, viewer):
 
 def test_it_renders_the_root_cause_page_without_a_node(viewer):
     assert client_for(viewer).get("/root-cause/").status_code == 200
+
+
+def test_it_shows_the_columns_an_impact_reaches_at_column_level(shop, viewer):
+    email = f"datasetField:{pb.SHOP}:shop.public.customers:email"
+    html = (
+        client_for(viewer)
+        .get(f"/impact/?{urlencode({'node': email, 'level': 'column'})}")
+        .content.decode()
+    )
+    assert "Columns reached" in html
+    assert "email_hash" in html and "lake/clean/customers" in html
+    assert "lake/marts/revenue_by_country" not in html  # country and amount only
