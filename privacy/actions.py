@@ -207,9 +207,11 @@ def _enqueue(run: PrivacyRun) -> None:
 
 
 def request_scan(user: Any, request: SubjectRequest, lineage_url: str = "") -> PrivacyRun:
-    """Create a Spark scan of the subject's candidate datasets and queue it; audited."""
-    search = search_subject(request.subject_kind, request.identifiers, request.as_of)
-    targets = [_target(hit) for hit in search.datasets]
+    """Queue a Spark scan of the subject's candidate datasets; audited.
+
+    The candidates are found by the task (a subject reaching thousands of
+    datasets takes a while to list), so the request returns at once.
+    """
     with transaction.atomic():
         run = PrivacyRun.objects.create(
             kind=RunKind.SCAN,
@@ -218,9 +220,6 @@ def request_scan(user: Any, request: SubjectRequest, lineage_url: str = "") -> P
             as_of=request.as_of,
             created_by=user,
             created_by_name=_actor_name(user),
-            progress_total=sum(1 for t in targets if t["runnable"]),
-            targets=targets,
-            results=_not_runnable(targets, "not_scannable"),
             sealed=seal(request.values),
         )
         log_audit(
@@ -230,11 +229,25 @@ def request_scan(user: Any, request: SubjectRequest, lineage_url: str = "") -> P
             subject_kind=request.subject_kind.name,
             hashes=run.value_hashes,
             as_of=request.as_of,
-            result_count=len(targets),
             reference=run.id,
         )
         _enqueue(run)
     return run
+
+
+def _scan_targets(run: PrivacyRun) -> list[dict[str, Any]]:
+    """Find and keep a scan's candidate datasets (every dataset holding the subject's rows)."""
+    kind = SubjectKind.objects.get(name=run.subject_kind)
+    identifiers = [Identifier(h["index"], h["kind"], h["field"]) for h in run.value_hashes]
+    search = search_subject(kind, identifiers, run.as_of)
+    targets = [_target(hit) for hit in search.datasets]
+    run.targets = targets
+    run.results = _not_runnable(targets, "not_scannable")
+    run.progress_total = sum(1 for t in targets if t["runnable"])
+    PrivacyRun.objects.filter(pk=run.pk).update(
+        targets=run.targets, results=run.results, progress_total=run.progress_total
+    )
+    return targets
 
 
 def create_erasure_plan(user: Any, request: SubjectRequest) -> ErasurePlan:
@@ -431,6 +444,9 @@ def run_privacy_job(run_id: str) -> None:
     token = None
     try:
         values = unseal(run.sealed)
+        if run.kind == RunKind.SCAN and not run.targets:
+            _scan_targets(run)
+            results = dict(run.results)
         runnable = [t for t in run.targets if t["runnable"]]
         data_dir = Path(settings.DATA_DIR)
         data_dir.mkdir(parents=True, exist_ok=True)

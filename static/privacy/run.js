@@ -1,12 +1,18 @@
-// Run page: poll the run's status endpoint until it is done or failed; fill in the counts.
+// Run page: poll the run's status endpoint until it is done or failed; show each dataset's result.
 (function () {
   "use strict";
   const box = document.getElementById("run");
   if (!box) return;
   const url = box.dataset.statusUrl;
+  const kind = box.dataset.kind;
+  const body = document.querySelector("#run-results tbody");
   const $ = function (name) { return box.querySelector('[data-field="' + name + '"]'); };
 
-  function resultText(result) {
+  function resultText(target) {
+    const result = target.result;
+    if (!target.runnable) {
+      return (kind === "scan" ? "not scannable" : "by the owners") + (target.reason ? ": " + target.reason : "");
+    }
     if (!result) return "waiting";
     if (result.status === "error") return "error: " + (result.error || "");
     if (result.rowsFound !== undefined && result.rowsFound !== null) {
@@ -21,6 +27,33 @@
     return result.status + (result.reason ? ": " + result.reason : "");
   }
 
+  function cell(row, text, className) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    if (className) td.className = className;
+    row.appendChild(td);
+    return td;
+  }
+
+  function renderRows(run) {
+    if (!run.datasets.length) return;
+    body.replaceChildren();
+    run.datasets.forEach(function (target) {
+      const row = document.createElement("tr");
+      const name = cell(row, target.name, "mono");
+      const where = document.createElement("div");
+      where.className = "muted small";
+      where.textContent = target.location || "no location";
+      name.appendChild(where);
+      cell(row, target.relation);
+      cell(row, target.columns.join(", "), "mono small");
+      if (kind !== "scan") cell(row, target.operation || "");
+      cell(row, resultText(target));
+      cell(row, target.owners.map(function (o) { return o.name; }).join(", ") || "—");
+      body.appendChild(row);
+    });
+  }
+
   function render(run) {
     box.dataset.state = run.state;
     $("state").textContent = run.state;
@@ -28,11 +61,7 @@
     $("progress").value = run.progress.done;
     $("progress-text").textContent = run.progress.done + " of " + run.progress.total + " datasets done";
     if (run.error) { $("error").hidden = false; $("error").textContent = run.error; }
-    run.datasets.forEach(function (target) {
-      const row = document.querySelector('#run-results tr[data-key="' + CSS.escape(target.nodeId) + '"]');
-      if (!row || !target.runnable) return;
-      row.querySelector('[data-field="result"]').textContent = resultText(target.result);
-    });
+    renderRows(run);
   }
 
   function poll() {
