@@ -22,8 +22,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, OperationalError, transaction
-from django.db.models import F, Q
+from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db.models import F, Field, Q
 from django.utils import timezone
 
 from ingest.events import EventError, ParsedEvent, parse_event
@@ -78,38 +78,89 @@ def store_events(events: list[ParsedEvent], source: str, enqueue: bool = True) -
     unique = list({e.fingerprint: e for e in events}.values())
     now = timezone.now()
     with transaction.atomic():
-        result.duplicates = dict(
-            RawEvent.objects.filter(fingerprint__in=[e.fingerprint for e in unique]).values_list(
-                "fingerprint", "pk"
+        rows = [raw_event_for(e, source, now) for e in unique]
+        if connection.vendor == "postgresql":
+            result.stored = _insert_new(rows)
+        else:
+            result.stored = _insert_new_portably(rows)
+        missing = [e.fingerprint for e in unique if e.fingerprint not in result.stored]
+        if missing:
+            result.duplicates = dict(
+                RawEvent.objects.filter(fingerprint__in=missing).values_list("fingerprint", "pk")
             )
-        )
-        fresh = [e for e in unique if e.fingerprint not in result.duplicates]
-        if fresh:
-            try:
-                with transaction.atomic():
-                    rows = RawEvent.objects.bulk_create(
-                        [raw_event_for(e, source, now) for e in fresh]
-                    )
-                result.stored = {row.fingerprint: row.pk for row in rows}
-            except IntegrityError:
-                # Another request stored some of them meanwhile: the first one wins.
-                RawEvent.objects.bulk_create(
-                    [raw_event_for(e, source, now) for e in fresh], ignore_conflicts=True
-                )
-                result.stored = dict(
-                    RawEvent.objects.filter(
-                        fingerprint__in=[e.fingerprint for e in fresh], received_at=now
-                    ).values_list("fingerprint", "pk")
-                )
-                for e in fresh:
-                    if e.fingerprint not in result.stored:
-                        found = RawEvent.objects.filter(fingerprint=e.fingerprint).first()
-                        if found is not None:
-                            result.duplicates[e.fingerprint] = found.pk
         if enqueue and result.stored:
             ids = sorted(result.stored.values())
             transaction.on_commit(lambda: enqueue_processing(ids))
     return result
+
+
+INSERT_FIELDS = (
+    "fingerprint",
+    "kind",
+    "body",
+    "event_type",
+    "event_time",
+    "run_uuid",
+    "job_namespace",
+    "job_name",
+    "source",
+    "state",
+    "attempts",
+    "error",
+    "received_at",
+    "queued_at",
+)
+
+
+def _insert_new(rows: list[RawEvent]) -> dict[str, int]:
+    """INSERT … ON CONFLICT DO NOTHING RETURNING: one round trip, the first writer wins."""
+    fields: list[Field[Any, Any]] = []
+    for name in INSERT_FIELDS:
+        found = RawEvent._meta.get_field(name)
+        assert isinstance(found, Field)
+        fields.append(found)
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    stored: dict[str, int] = {}
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), 500):
+            part = rows[start : start + 500]
+            params: list[Any] = []
+            for row in part:
+                params.extend(
+                    f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields
+                )
+            values = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(part))
+            cursor.execute(
+                f"INSERT INTO {RawEvent._meta.db_table} ({columns}) VALUES {values} "
+                "ON CONFLICT (fingerprint) DO NOTHING RETURNING fingerprint, id",
+                params,
+            )
+            stored.update({fingerprint: pk for fingerprint, pk in cursor.fetchall()})
+    return stored
+
+
+def _insert_new_portably(rows: list[RawEvent]) -> dict[str, int]:
+    known = set(
+        RawEvent.objects.filter(fingerprint__in=[r.fingerprint for r in rows]).values_list(
+            "fingerprint", flat=True
+        )
+    )
+    fresh = [r for r in rows if r.fingerprint not in known]
+    if not fresh:
+        return {}
+    try:
+        with transaction.atomic():
+            created = RawEvent.objects.bulk_create(fresh)
+        return {row.fingerprint: row.pk for row in created}
+    except IntegrityError:
+        # Another writer stored some of them meanwhile: the first one wins.
+        received = fresh[0].received_at
+        RawEvent.objects.bulk_create(fresh, ignore_conflicts=True)
+        return dict(
+            RawEvent.objects.filter(
+                fingerprint__in=[r.fingerprint for r in fresh], received_at=received
+            ).values_list("fingerprint", "pk")
+        )
 
 
 _broker_down_until = 0.0

@@ -195,16 +195,15 @@ def broker(settings: Any) -> Iterator[str]:
     subprocess.run(["redis-cli", "-p", redis_port(), "-n", str(REDIS_DB), "flushdb"], check=True)
     saved = (app.conf.broker_url, app.conf.task_always_eager)
     settings.CELERY_TASK_ALWAYS_EAGER = False
+    # Set before this process first publishes; kombu keeps pools by URL, so none is closed.
     app.conf.broker_url = redis_url()
     app.conf.task_always_eager = False
-    app.pool.force_close_all()
     actions._broker_down_until = 0.0
     try:
         yield redis_url()
     finally:
         start_redis()
         app.conf.broker_url, app.conf.task_always_eager = saved
-        app.pool.force_close_all()
         actions._broker_down_until = 0.0
 
 
