@@ -30,8 +30,9 @@ def event(minute: int, event_type: str = "START", run_id: str = RUN_ID) -> dict[
     }
 
 
-@pytest.fixture
-def archive(tmp_path: Path) -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp_path = tmp_path_factory.mktemp("archive")
     plain = [
         json.dumps(event(30, "COMPLETE")),
         "this is not json",
@@ -54,10 +55,15 @@ def archive(tmp_path: Path) -> dict[str, Any]:
     return {"dir": tmp_path, "files": [str(tmp_path / "a.ndjson"), str(tmp_path / "b.ndjson.gz")]}
 
 
+@pytest.fixture(scope="module")
+def backfilled(spark: Any, archive: dict[str, Any]) -> Any:
+    return run_backfill(spark, archive["files"], str(archive["dir"] / "out"))
+
+
 def test_it_rejects_bad_lines_with_their_line_numbers_and_keeps_going(
-    spark: Any, archive: dict[str, Any]
+    archive: dict[str, Any], backfilled: Any
 ) -> None:
-    summary = run_backfill(spark, archive["files"], str(archive["dir"] / "out"))
+    summary = backfilled
 
     assert (summary.lines, summary.blank, summary.valid, summary.rejected) == (10, 1, 5, 4)
     rejects_dir = archive["dir"] / "out" / "rejects"
@@ -78,9 +84,9 @@ def test_it_rejects_bad_lines_with_their_line_numbers_and_keeps_going(
 
 
 def test_it_deduplicates_by_fingerprint_and_sorts_by_event_time(
-    spark: Any, archive: dict[str, Any]
+    archive: dict[str, Any], backfilled: Any
 ) -> None:
-    summary = run_backfill(spark, archive["files"], str(archive["dir"] / "out"))
+    summary = backfilled
 
     lines = [
         line
