@@ -46,7 +46,6 @@ from catalog.queries import value_as_of
 from graph import revision, snapshot, traverse
 from graph.details import FieldInfo as GraphFieldInfo
 from graph.details import field_rows, load_dataset_names, load_datasets, load_job_names
-from graph.models import ColumnEdge
 from graph.nodeids import dataset_node_id, field_node_id, job_node_id
 from graph.queries import FieldReach, PathStep
 from graph.snapshot import STRENGTH_TRANSFORMATION, TimeFilter
@@ -265,8 +264,9 @@ class SubjectSearch:
     totals: dict[str, int] = field(default_factory=dict)
     offset: int = 0
     limit: int | None = None
-    # Every field reached (for the dataset links an erasure plan orders by).
+    # Every field reached and its dataset (for the links an erasure plan orders by).
     reached_fields: Any = field(default=None, repr=False)
+    reached_datasets: Any = field(default=None, repr=False)
 
     @property
     def all_hits(self) -> list[DatasetHit]:
@@ -504,6 +504,7 @@ def search_subject(
         offset=offset,
         limit=limit,
         reached_fields=best.field,
+        reached_datasets=best.dataset,
     )
 
 
@@ -512,16 +513,29 @@ SHOWN_SEEDS = 50
 
 def dataset_links(search: SubjectSearch) -> list[DatasetLink]:
     """Return the lineage between the datasets a search found (source → target, by job)."""
-    listed = {h.id for h in search.all_hits}
-    reached = [] if search.reached_fields is None else [int(f) for f in search.reached_fields]
+    listed = sorted({h.id for h in search.all_hits})
+    if search.reached_fields is None or not listed:
+        return []
+    fields, datasets = search.reached_fields, search.reached_datasets
+    sources = fields[np.isin(datasets, np.asarray(listed, dtype=np.int64))].tolist()
+    dataset_of = dict(zip(fields.tolist(), datasets.tolist(), strict=True))
     found: set[tuple[int, int, int | None]] = set()
-    for chunk in _chunks(reached):
-        qs = _valid_at(ColumnEdge.objects.filter(source_field_id__in=chunk), search.as_of)
-        for source, target, job in qs.values_list(
-            "source_field__dataset_id", "target_dataset_id", "job_id"
-        ):
-            if source != target and source in listed and target in listed:
-                found.add((source, target, job))
+    size = 20_000 if connection.vendor == "postgresql" else _CHUNK // 2
+    for chunk in _chunks(sources, size):
+        where_source, params = _where_in("source_field_id", list(chunk))
+        for target_chunk in _chunks(listed, size):
+            where_target, more = _where_in("target_dataset_id", list(target_chunk))
+            valid, stamps = _valid_sql(search.as_of)
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT DISTINCT source_field_id, target_dataset_id, job_id "
+                    f"FROM graph_columnedge WHERE {where_source} AND {where_target} AND {valid}",
+                    [*params, *more, *stamps],
+                )
+                for source_field, target, job in cursor.fetchall():
+                    source = dataset_of[source_field]
+                    if source != target:
+                        found.add((source, target, job))
     jobs = load_job_names(j for _, _, j in found if j is not None)
     return [
         DatasetLink(source, target, job_node_id(*jobs[job]) if job in jobs else None)
@@ -529,10 +543,12 @@ def dataset_links(search: SubjectSearch) -> list[DatasetLink]:
     ]
 
 
-def _valid_at(qs: QuerySet[ColumnEdge], as_of: datetime | None) -> QuerySet[ColumnEdge]:
+def _valid_sql(as_of: datetime | None) -> tuple[str, list[Any]]:
+    """SQL keeping the edges valid at ``as_of`` (None: the open ones)."""
     if as_of is None:
-        return qs.filter(valid_to__isnull=True)
-    return qs.filter(Q(valid_to__isnull=True) | Q(valid_to__gt=as_of), valid_from__lte=as_of)
+        return "valid_to IS NULL", []
+    stamp = connection.ops.adapt_datetimefield_value(as_of)
+    return "valid_from <= %s AND (valid_to IS NULL OR valid_to > %s)", [stamp, stamp]
 
 
 _EdgeKey = tuple[int, int | None, int, int | None, str, str]
@@ -718,12 +734,8 @@ class _Hydrator:
         where_source, params = _where_in("source_field_id", sources)
         where_target, more = _where_in("target_dataset_id", targets)
         params += more
-        if self.as_of is None:
-            valid = "valid_to IS NULL"
-        else:
-            stamp = connection.ops.adapt_datetimefield_value(self.as_of)
-            valid = "valid_from <= %s AND (valid_to IS NULL OR valid_to > %s)"
-            params += [stamp, stamp]
+        valid, stamps = _valid_sql(self.as_of)
+        params += stamps
         text = "::text" if connection.vendor == "postgresql" else ""
         with connection.cursor() as cursor:
             cursor.execute(
