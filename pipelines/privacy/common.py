@@ -239,9 +239,12 @@ def column_condition(
 def row_condition(
     schema: Any, columns: Sequence[dict[str, Any]], values: Sequence[str]
 ) -> tuple[Any | None, list[str]]:
-    """Return (condition, notes): a row matches when any mapped column does; nulls never match."""
-    from pyspark.sql import functions as F
+    """Return (condition, notes): a row matches when any mapped column does.
 
+    The condition is null where the columns are null; as a filter that drops
+    the row, as Spark pushes it to the files. Negate it only through
+    ``matches_not``.
+    """
     condition = None
     notes: list[str] = []
     for spec in columns:
@@ -250,9 +253,14 @@ def row_condition(
             notes.append(note)
         if part is not None:
             condition = part if condition is None else (condition | part)
-    if condition is None:
-        return None, notes
-    return F.coalesce(condition, F.lit(False)), notes
+    return condition, notes
+
+
+def matches_not(condition: Any) -> Any:
+    """Return the rows a condition does not match, rows with null keys included."""
+    from pyspark.sql import functions as F
+
+    return ~F.coalesce(condition, F.lit(False))
 
 
 def print_progress(done: int, total: int, key: str) -> None:

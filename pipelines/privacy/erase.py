@@ -41,6 +41,7 @@ from pipelines.privacy.common import (
     detect_format,
     load_plan,
     local_path,
+    matches_not,
     print_progress,
     quiet_loggers,
     read_values,
@@ -109,7 +110,7 @@ def erased_frame(frame: Any, condition: Any, target: dict[str, Any]) -> Any:
     from pyspark.sql import functions as F
 
     if target.get("operation", DELETE) == DELETE:
-        return frame.filter(~condition)
+        return frame.filter(matches_not(condition))
     nulled = set(target.get("anonymiseColumns") or []) | {c["name"] for c in target["columns"]}
     columns = []
     for struct_field in frame.schema.fields:
