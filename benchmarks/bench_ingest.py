@@ -35,6 +35,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -178,9 +179,9 @@ def service_env(db_url: str, redis_url: str) -> dict[str, str]:
 def flush_redis(redis_url: str) -> None:
     parsed = urlparse(redis_url)
     db = parsed.path.lstrip("/") or "0"
+    host, port = parsed.hostname or "127.0.0.1", str(parsed.port or 6379)
     subprocess.run(
-        ["redis-cli", "-h", parsed.hostname or "127.0.0.1", "-p", str(parsed.port or 6379)]
-        + ["-n", db, "flushdb"],
+        ["redis-cli", "-h", host, "-p", port, "-n", db, "flushdb"],
         check=True,
         capture_output=True,
     )
@@ -489,9 +490,10 @@ def main() -> None:
         stop(server)
 
     print("inline reference …", flush=True)
-    workdir = Path(os.environ.get("TMPDIR", "/tmp")) / "bench_ingest"
-    workdir.mkdir(parents=True, exist_ok=True)
-    results["inline_reference"] = inline_reference(options.database_url, single + batch, workdir)
+    with tempfile.TemporaryDirectory(prefix="bench_ingest") as workdir:
+        results["inline_reference"] = inline_reference(
+            options.database_url, single + batch, Path(workdir)
+        )
     results["inline_reference"]["loadavg"] = loadavg()
     print(f"  {results['inline_reference']['per_s']} events/s in-process", flush=True)
     results["machine"]["loadavg_at_end"] = loadavg()
