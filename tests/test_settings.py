@@ -11,11 +11,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "DEBUG", "SECRET_KEY"}
+    # Browser tests set DJANGO_ALLOW_ASYNC_UNSAFE in this process; a deployment never has it.
+    dropped = {
+        "DATABASE_URL",
+        "CELERY_BROKER_URL",
+        "DEBUG",
+        "SECRET_KEY",
+        "DJANGO_ALLOW_ASYNC_UNSAFE",
     }
+    clean = {k: v for k, v in os.environ.items() if k not in dropped}
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
