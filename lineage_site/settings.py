@@ -175,6 +175,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "PiiCategoryEnum": "catalog.models.PiiCategory",
+        "OwnerKindEnum": "catalog.models.OwnerKind",
+        "SensitivityEnum": "catalog.models.Sensitivity",
+    },
 }
 
 # Celery: without a broker, tasks run in-process (eagerly) — the embedded default.
