@@ -316,9 +316,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-search", action="store_true")
     parser.add_argument("--skip-scan", action="store_true")
     parser.add_argument("--output", default=str(RESULTS))
+    parser.add_argument(
+        "--update", action="store_true", help="keep the other part's results already in --output"
+    )
     args = parser.parse_args(argv)
 
+    previous: dict[str, Any] = {}
+    if args.update and Path(args.output).exists():
+        previous = json.loads(Path(args.output).read_text())
     results: dict[str, Any] = {
+        **previous,
         "benchmark": "privacy",
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {
@@ -327,9 +334,10 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
         },
         "targets": {"search_p95_ms": 500, "scan_overhead_ratio": 1.2},
-        "load_average_at_start": list(os.getloadavg()),
     }
+    load = [round(x, 2) for x in os.getloadavg()]
     if not args.skip_search:
+        results["search_load_average_at_start"] = load
         os.environ["DATABASE_URL"] = args.database_url
         os.environ.pop("CELERY_BROKER_URL", None)
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lineage_site.settings")
@@ -343,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         results["search"] = bench_search(args.requests)
         results["search_process_max_rss_mb"] = rss_mb()
     if not args.skip_scan:
+        results["scan_load_average_at_start"] = load
         results["scan"] = bench_scan(args.rows, args.repeat)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(results, indent=2) + "\n")

@@ -321,3 +321,32 @@ def test_it_rejects_a_bad_page(shop, officer, extra, field):
     response = officer.post(URL, {"subjectKind": "customer", "value": "1", **extra}, format="json")
     assert response.status_code == 400
     assert response.json()["field"] == field
+
+
+@pytest.mark.parametrize("as_of", [None, datetime(2024, 4, 1, tzinfo=UTC)])
+@pytest.mark.parametrize("depth", [None, 1, 2])
+def test_it_classifies_fields_as_the_graph_engine_does(shop, as_of, depth):
+    import numpy as np
+
+    from graph import snapshot, traverse
+    from graph.snapshot import TimeFilter
+    from privacy.queries import holding_reach
+
+    seeds = [
+        shop.f(CUSTOMERS, "customer_id"),
+        shop.f(CUSTOMERS, "email"),
+        shop.f(ORDERS, "customer_id"),
+    ]
+    ids = np.asarray([f.id for f in seeds])
+    datasets = np.asarray([f.dataset_id for f in seeds])
+    snap = snapshot.columns()
+    engine = traverse.ranked_field_reach(snap, ids, datasets, TimeFilter.at(as_of), depth)
+    ours = holding_reach(snap, ids, datasets, TimeFilter.at(as_of), depth)
+
+    def classes(reach):
+        holds = reach.strength >= 2
+        return dict(zip(reach.field.tolist(), holds.tolist(), strict=True)), sorted(
+            reach.ds_only.tolist()
+        )
+
+    assert classes(ours) == classes(engine)
