@@ -420,6 +420,23 @@
 
   // Start from the whole graph: on a large one labels appear as you zoom in
   // (drawing none at first also keeps the first frame fast).
+  // Below this zoom labels would be too small to read. Dropping them (rather
+  // than letting Cytoscape skip drawing them) also spares measuring thousands of
+  // labels for the first frame of a large graph.
+  const LABEL_ZOOM = 7 / 12;
+  let labelsShown = true;
+  function syncLabels() {
+    const show = cy.zoom() >= LABEL_ZOOM || cy.nodes().length <= DAGRE_MAX;
+    if (show) {
+      if (!labelsShown) cy.nodes(".nolabel").removeClass("nolabel");
+      labelsShown = true;
+      return;
+    }
+    const missing = cy.nodes().not(".compound").not(".nolabel");
+    if (missing.length) missing.addClass("nolabel");
+    labelsShown = false;
+  }
+
   // ``bounds`` (from the layered layout) spares Cytoscape measuring every label.
   function frame(bounds) {
     if (!bounds) {
@@ -439,6 +456,7 @@
         y: (cy.height() - height * zoom) / 2 - bounds.y1 * zoom,
       },
     });
+    syncLabels();
   }
 
   // --- drawing -------------------------------------------------------------------------------
@@ -449,9 +467,9 @@
         "text-valign": "center", "text-halign": "center", "text-wrap": "none",
         color: "#1b2330", "min-zoomed-font-size": 7, "border-width": 1.5, "background-color": "#ffffff",
       } },
-      { selector: "node.dataset", style: { shape: "round-rectangle", width: 190, height: 34, "border-color": "#4a6fb5" } },
+      { selector: "node.dataset", style: { shape: large ? "rectangle" : "round-rectangle", width: 190, height: 34, "border-color": "#4a6fb5" } },
       { selector: "node.job", style: {
-        shape: "round-rectangle", width: 170, height: 26, "background-color": "#efeafb", "border-color": "#6b4fbb",
+        shape: large ? "rectangle" : "round-rectangle", width: 170, height: 26, "background-color": "#efeafb", "border-color": "#6b4fbb",
         "font-size": 11, color: "#33246b",
       } },
       { selector: "node.compound", style: {
@@ -478,6 +496,7 @@
       { selector: "edge.diff-added", style: { "line-color": "#1e7b34", "target-arrow-color": "#1e7b34", width: 2.6 } },
       { selector: "edge.diff-removed", style: { "line-color": "#b42318", "target-arrow-color": "#b42318", "line-style": "dashed", width: 2.2, opacity: 0.8 } },
       { selector: ".dim", style: { opacity: 0.18 } },
+      { selector: "node.nolabel", style: { label: "" } },
       { selector: "node.match", style: { "border-color": "#f4b400", "border-width": 4, opacity: 1 } },
       { selector: ".path", style: { opacity: 1 } },
       { selector: "edge.path", style: { "line-color": "#1a56c4", "target-arrow-color": "#1a56c4", width: 2.6 } },
@@ -503,6 +522,11 @@
       pixelRatio: large ? 1 : "auto",
     });
     cy.on("tap", "node", (event) => select(event.target));
+    let zoomTimer = null;
+    cy.on("zoom", () => {
+      clearTimeout(zoomTimer);
+      zoomTimer = setTimeout(syncLabels, 120);
+    });
     cy.on("dbltap", "node", (event) => {
       window.location.href = nodeUrl(event.target.data());
     });
@@ -514,6 +538,13 @@
   function draw(body) {
     const elements = toElements(body);
     const large = body.nodes.length > 400;
+    // A large graph opens zoomed out, where labels are unreadable anyway: start
+    // without them so the first frame measures none (syncLabels restores them).
+    if (body.nodes.length > DAGRE_MAX) {
+      elements.forEach((el) => {
+        if (el.group === "nodes" && !el.data.compound) el.classes += " nolabel";
+      });
+    }
     if (!cy) createCy(large);
     else cy.style(styles(large));
     rootId = body.root;
@@ -521,6 +552,7 @@
       cy.elements().remove();
       cy.add(elements);
     });
+    labelsShown = body.nodes.length <= DAGRE_MAX;
     refreshMarks();
     runLayout();
     draws += 1;
