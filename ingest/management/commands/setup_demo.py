@@ -2,7 +2,8 @@
 
 Creates one login per role (the password is generated once and kept in the
 data folder), runs the demo Spark pipeline so there is real lineage to
-explore, applies the demo's catalog file, and prints the logins last.
+explore (run_demo also applies the demo's catalog file), and prints the
+logins last.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def demo_password(data_dir: Path) -> str:
 
 
 class Command(BaseCommand):
-    help = "Create demo logins, run the demo Spark pipeline and import its catalog."
+    help = "Create demo logins and run the demo Spark pipeline."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -64,10 +65,6 @@ class Command(BaseCommand):
                 call_command("run_demo")
             else:
                 self.stderr.write("The demo pipeline is not available; skipping it.")
-
-        catalog_yaml = Path(settings.BASE_DIR) / "pipelines" / "demo" / "catalog.yaml"
-        if catalog_yaml.exists():
-            call_command("catalog_import", str(catalog_yaml))
 
         self.stdout.write("")
         self.stdout.write(self.style.SUCCESS("Lineage Explorer is ready."))
