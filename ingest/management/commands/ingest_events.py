@@ -11,6 +11,7 @@ workers. Each engine is one function in ENGINES taking the files and options.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -48,10 +49,16 @@ def parsed_events(paths: list[Path], problems: Problems) -> Iterator[ParsedEvent
                 problems.add(where, f"{exc.field}: {exc.message}" if exc.field else exc.message)
 
 
+def progress_bar(command: BaseCommand, options: dict[str, Any]) -> Any:
+    # tqdm redraws its line in place: give it the raw stream, not Django's line-ending wrapper.
+    stream = getattr(command.stderr, "_out", sys.stderr)
+    return tqdm(unit=" events", disable=options["no_progress"], file=stream)
+
+
 def run_inline(command: BaseCommand, paths: list[Path], options: dict[str, Any]) -> dict[str, int]:
     """Store and normalise in this process, one transaction per batch."""
     problems = Problems()
-    with tqdm(unit=" events", disable=options["no_progress"], file=command.stderr) as bar:
+    with progress_bar(command, options) as bar:
         report = actions.bulk_load(
             parsed_events(paths, problems),
             source=options["source"],
@@ -65,7 +72,7 @@ def run_celery(command: BaseCommand, paths: list[Path], options: dict[str, Any])
     """Store the events and queue them for the workers."""
     problems = Problems()
     report = actions.IngestReport()
-    with tqdm(unit=" events", disable=options["no_progress"], file=command.stderr) as bar:
+    with progress_bar(command, options) as bar:
         for chunk in actions.chunked(parsed_events(paths, problems), options["batch_size"]):
             stored = actions.store_events(chunk, options["source"])
             report.stored += len(stored.stored)
