@@ -472,13 +472,21 @@ def bulk_load(
     source: str = "backfill",
     batch_size: int = 1000,
     progress: Callable[[int], None] | None = None,
+    quiet_graph: bool = False,
 ) -> IngestReport:
     """Store and normalise many events in-process, ``batch_size`` per transaction.
 
     Takes event dicts (validated here; invalid ones are rejected) or already
     parsed events. Resumable: events stored by an earlier, interrupted load are
     recognised by fingerprint, and those not yet normalised are normalised now.
+    ``quiet_graph`` skips the graph's per-row change log during the load (one
+    reset at the end makes readers rebuild their snapshot): for big backfills.
     """
+    if quiet_graph:
+        from graph import revision
+
+        with revision.bulk_load():
+            return bulk_load(events, source, batch_size, progress)
     report = IngestReport()
 
     def parsed_stream() -> Iterator[ParsedEvent]:

@@ -296,3 +296,13 @@ def test_replay_events_command_normalises_failed_events():
     out, _ = call("replay_events")
     assert "1 normalised, 0 failed again" in out
     assert RawEvent.objects.get().state == "done"
+
+
+def test_bulk_load_can_skip_the_graph_change_log_for_backfills():
+    from graph import revision
+
+    before = revision.current()
+    report = actions.bulk_load(all_fixture_events(), quiet_graph=True)
+    assert report.processed == report.stored > 0
+    assert revision.current() != before
+    assert TableEdge.objects.exists()
