@@ -20,6 +20,7 @@ that output would call everything downstream of a join "personal".
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -92,12 +93,19 @@ def _declared_as_of(records: list[ChangeRecord], as_of: datetime, current: str) 
 _FIELD_COLUMNS = "id, dataset_id, name, type, pii_category, flag_source"
 
 
-def subject_fields(kind: SubjectKind, as_of: datetime | None) -> list[FieldInfo]:
+def subject_fields(
+    kind: SubjectKind,
+    as_of: datetime | None,
+    excluded: npt.NDArray[np.int64] | None = None,
+) -> list[FieldInfo]:
     """Return the fields flagged with the subject kind at ``as_of`` (declared or propagated).
 
-    Fields of datasets that are hidden, or absent at ``as_of``, are left out.
+    Fields of datasets that are hidden, or absent at ``as_of``, are left out
+    (``excluded``: those datasets' ids, when the caller has them).
     """
-    gone = set(_excluded_datasets(as_of).tolist())
+    if excluded is None:
+        excluded = _excluded_datasets(as_of)
+    gone = set(excluded.tolist())
     if as_of is None:
         rows = _field_rows("subject_kind_id = %s AND removed_at IS NULL ORDER BY id", [kind.pk])
         return [
@@ -126,13 +134,7 @@ def subject_fields(kind: SubjectKind, as_of: datetime | None) -> list[FieldInfo]
         ):
             if row[2] in names and row[0] not in candidates:
                 candidates[row[0]] = (row[:6], current_kinds.get(row[6]) if row[6] else None)
-    records: dict[tuple[int, str, str], list[ChangeRecord]] = defaultdict(list)
-    datasets = sorted({row[1] for row, _ in candidates.values()})
-    for chunk in _chunks(datasets, 5000 if connection.vendor == "postgresql" else _CHUNK):
-        for record in ChangeRecord.objects.filter(
-            dataset_id__in=chunk, attribute__in=("subject_kind", "pii_category")
-        ).order_by("at", "id"):
-            records[(record.dataset_id, record.field_name, record.attribute)].append(record)
+    records = _flag_history(sorted({row[1] for row, _ in candidates.values()}))
     found = []
     for (pk, ds, name, ftype, pii, source), current_kind in candidates.values():
         kind_records = records.get((ds, name, "subject_kind"), [])
@@ -142,6 +144,40 @@ def subject_fields(kind: SubjectKind, as_of: datetime | None) -> list[FieldInfo]
         declared = _declared_as_of(kind_records, as_of, source)
         found.append(FieldInfo(pk, ds, name, ftype, pii_then, kind.name, declared))
     return sorted(found, key=lambda f: f.id)
+
+
+def _flag_history(dataset_ids: list[int]) -> dict[tuple[int, str, str], list[ChangeRecord]]:
+    """Return the subject-kind and PII-category changes of these datasets' fields, in time order."""
+    found: dict[tuple[int, str, str], list[ChangeRecord]] = defaultdict(list)
+    size = 20_000 if connection.vendor == "postgresql" else _CHUNK
+    for chunk in _chunks(dataset_ids, size):
+        where, params = _where_in("dataset_id", list(chunk))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT dataset_id, field_name, attribute, at, source, old, new "
+                f"FROM catalog_changerecord WHERE {where} "
+                "AND attribute IN ('subject_kind', 'pii_category') AND field_name <> '' "
+                "ORDER BY at, id",
+                params,
+            )
+            rows = cursor.fetchall()
+        for dataset_id, name, attribute, at, source, old, new in rows:
+            record = ChangeRecord(
+                dataset_id=dataset_id,
+                field_name=name,
+                attribute=attribute,
+                at=_moment(at) or at,
+                source=source,
+                old=_json_value(old),
+                new=_json_value(new),
+            )
+            found[(dataset_id, name, attribute)].append(record)
+    return found
+
+
+def _json_value(raw: Any) -> Any:
+    # PostgreSQL hands jsonb back decoded; SQLite hands the JSON text.
+    return json.loads(raw) if isinstance(raw, str) else raw
 
 
 def _field_rows(where: str, params: list[Any], with_kind: bool = False) -> list[tuple[Any, ...]]:
@@ -534,7 +570,8 @@ def search_subject(
     ordered by relation, then distance from the declared fields, then name.
     ``depth`` limits how many jobs downstream of a declared field to look.
     """
-    flagged = subject_fields(kind, as_of)
+    excluded = _excluded_datasets(as_of)
+    flagged = subject_fields(kind, as_of, excluded)
     declared = [f for f in flagged if f.declared]
     names: dict[int, tuple[str, str]] = {}
     if any(i.field and ":" in i.field for i in identifiers):
@@ -591,7 +628,7 @@ def search_subject(
     datasets, first = np.unique(cols[0], return_index=True)
     ds_code, ds_dist, ds_field, ds_group = (c[first] for c in cols[1:])
 
-    keep = ~np.isin(datasets, _excluded_datasets(as_of))
+    keep = ~np.isin(datasets, excluded)
     datasets, ds_code, ds_dist, ds_field, ds_group = (
         c[keep] for c in (datasets, ds_code, ds_dist, ds_field, ds_group)
     )
