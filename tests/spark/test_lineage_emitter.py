@@ -194,3 +194,21 @@ def test_it_gives_the_same_run_id_for_the_same_job_and_day() -> None:
     assert first == deterministic_run_id("ns", "job", "2026-03-02")
     assert first != deterministic_run_id("ns", "job", "2026-03-03")
     assert first != deterministic_run_id("ns", "other", "2026-03-02")
+
+
+@pytest.mark.django_db
+def test_it_spools_events_that_ingest_events_loads_later(
+    spark: Any, tmp_path: Path, sleeps: list[float], small_df: Any
+) -> None:
+    from django.core.management import call_command
+
+    from ingest.models import RawEvent
+
+    emitter = _emitter(spark, tmp_path, sleeps, url=_closed_port_url(), retries=0)
+    with emitter.job("copy", run_key="2026-03-02") as run:
+        run.write(small_df, str(tmp_path / "copy"))
+
+    call_command("ingest_events", str(tmp_path / "spool.ndjson"), "--no-progress")
+    assert RawEvent.objects.count() == 2
+    call_command("ingest_events", str(tmp_path / "spool.ndjson"), "--no-progress")
+    assert RawEvent.objects.count() == 2
