@@ -334,6 +334,7 @@ class _Group:
     reach: FieldReach
     arrays: traverse.RankedReach
     codes: npt.NDArray[np.int64]
+    masked: npt.NDArray[np.int64]
 
 
 @dataclass
@@ -345,11 +346,14 @@ class _Best:
     code: npt.NDArray[np.int64]
     dist: npt.NDArray[np.int64]
     group: npt.NDArray[np.int64]
+    masked: npt.NDArray[np.int64]
+    parent: npt.NDArray[np.int64]
+    job: npt.NDArray[np.int64]
 
 
 def _traverse(seeds: list[FieldInfo], as_of: datetime | None, depth: int | None) -> _Group:
     snap = snapshot.columns()
-    arrays = holding_reach(
+    arrays, masked = holding_reach(
         snap,
         np.asarray([s.id for s in seeds], dtype=np.int64),
         np.asarray([s.dataset_id for s in seeds], dtype=np.int64),
@@ -361,7 +365,7 @@ def _traverse(seeds: list[FieldInfo], as_of: datetime | None, depth: int | None)
         _SEED_CODE,
         np.where(arrays.strength >= STRENGTH_TRANSFORMATION, _DERIVED_CODE, _AGGREGATE_CODE),
     ).astype(np.int64)
-    return _Group([], FieldReach(snap, arrays), arrays, codes)
+    return _Group([], FieldReach(snap, arrays), arrays, codes, masked)
 
 
 _UNSEEN = -1
@@ -373,7 +377,7 @@ def holding_reach(
     seed_datasets: npt.NDArray[np.int64],
     tf: TimeFilter,
     max_depth: int | None = None,
-) -> traverse.RankedReach:
+) -> tuple[traverse.RankedReach, npt.NDArray[np.int64]]:
     """Fields downstream of the seeds, split in two: rows still held, or only contributed to.
 
     The graph engine's ``ranked_field_reach`` ranks four strengths in four
@@ -382,12 +386,14 @@ def holding_reach(
     first pass follows DIRECT identity/transformation edges (strength 2 in
     the answer) and keeps the weaker edges aside; the second starts from
     those and follows everything (strength 0: aggregation or indirect). The
-    answer has the engine's shape, so its ``FieldReach`` rebuilds the paths.
+    answer has the engine's shape, so its ``FieldReach`` rebuilds the paths;
+    alongside, per field, whether a masking edge lies on its path (1) or not.
     """
     limit = max_depth if max_depth is not None else 1 << 30
     size = snap.size_of("field", seeds)
     klass = np.full(size, _UNSEEN, dtype=np.int8)
     dist = np.full(size, _UNSEEN, dtype=np.int32)
+    masked = np.zeros(size, dtype=np.int8)
     seeds, first = np.unique(seeds.astype(np.int64), return_index=True)
     klass[seeds] = 3
     dist[seeds] = 0
@@ -423,6 +429,7 @@ def holding_reach(
         parents = chosen.src.astype(np.int64)
         klass[targets] = strength
         dist[targets] = dist[parents] + 1
+        masked[targets] = masked[parents] | snap.column("mask", chosen).astype(np.int8)
         found.append(
             (
                 targets,
@@ -459,7 +466,7 @@ def holding_reach(
     outside = ~np.isin(targets, np.unique(cols[1]))
     targets, pick = np.unique(targets[outside], return_index=True)
     picked = _rows(ds_batch, np.flatnonzero(outside)[pick])
-    return traverse.RankedReach(
+    reach = traverse.RankedReach(
         field=cols[0],
         dataset=cols[1],
         strength=cols[2],
@@ -474,6 +481,7 @@ def holding_reach(
         ds_only_parent_layer=picked.layer.astype(np.int64),
         ds_only_parent_pos=picked.pos.astype(np.int64),
     )
+    return reach, masked[cols[0]].astype(np.int64)
 
 
 def _rows(batch: EdgeBatch, index: npt.NDArray[np.int64]) -> EdgeBatch:
@@ -494,23 +502,29 @@ def _concat(batches: list[EdgeBatch]) -> EdgeBatch:
 def _best_per_field(groups: list[_Group], extra: list[FieldInfo]) -> _Best:
     """Merge the traversals: each field keeps its strongest relation, then its nearest path."""
     parts = [
-        (g.arrays.field, g.arrays.dataset, g.codes, g.arrays.dist, np.full(g.codes.size, i))
+        (
+            g.arrays.field,
+            g.arrays.dataset,
+            g.codes,
+            g.arrays.dist,
+            np.full(g.codes.size, i),
+            g.masked,
+            g.arrays.parent_field,
+            g.arrays.parent_job,
+        )
         for i, g in enumerate(groups)
     ]
     if extra:  # flagged by propagation, reached by nothing: derived, without a path
         ids = np.asarray([f.id for f in extra], dtype=np.int64)
+        none = np.full(ids.size, -1)
+        datasets = np.asarray([f.dataset_id for f in extra], dtype=np.int64)
+        zero = np.zeros(ids.size, dtype=np.int64)
         parts.append(
-            (
-                ids,
-                np.asarray([f.dataset_id for f in extra], dtype=np.int64),
-                np.full(ids.size, _DERIVED_CODE),
-                np.zeros(ids.size, dtype=np.int64),
-                np.full(ids.size, -1),
-            )
+            (ids, datasets, np.full(ids.size, _DERIVED_CODE), zero, none, zero, none, none)
         )
     if not parts:
-        return _Best(_EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY)
-    cols = [np.concatenate([p[i] for p in parts]).astype(np.int64) for i in range(5)]
+        return _Best(*([_EMPTY] * 8))
+    cols = [np.concatenate([p[i] for p in parts]).astype(np.int64) for i in range(8)]
     order = np.lexsort((cols[3], cols[2], cols[0]))
     sorted_cols = [c[order] for c in cols]
     _, first = np.unique(sorted_cols[0], return_index=True)
@@ -760,20 +774,22 @@ class _Hydrator:
         ):
             by_dataset[dataset_id].append(k)
         identifiers = self._identifiers(field_ids)
-        paths = {k: self._path(k) for ks in by_dataset.values() for k in ks}
+        # One path per dataset (its evidence); a field shows only its last step.
         evidence_paths: dict[int, tuple[PathStep, ...]] = {}
         for dataset_id, _, _, field_id, group in page:
             if field_id >= 0:
-                evidence_paths[dataset_id] = paths[self._index(field_id)]
+                evidence_paths[dataset_id] = self._path(self._index(field_id))
             else:
                 evidence_paths[dataset_id] = self.groups[group].reach.dataset_path(dataset_id)
-        self._load_details([*paths.values(), *evidence_paths.values()], field_ids)
+        parents = [p for p in self.best.parent[in_page].tolist() if p >= 0]
+        jobs = [j for j in self.best.job[in_page].tolist() if j >= 0]
+        self._load_details(list(evidence_paths.values()), [*field_ids, *parents], jobs)
         hits = []
         for dataset_id, relation, distance, _, _ in page:
             info = infos[dataset_id]
             fields_by_id = {f.pk: f for f in info.fields}
             found = [
-                self._field_hit(k, fields_by_id, paths[k], identifiers)
+                self._field_hit(k, fields_by_id, identifiers)
                 for k in by_dataset.get(dataset_id, [])
             ]
             found.sort(key=lambda f: (RELATION_RANK[f.relation], f.name))
@@ -844,14 +860,12 @@ class _Hydrator:
         self,
         k: int,
         fields_by_id: dict[int, GraphFieldInfo],
-        path: tuple[PathStep, ...],
         identifiers: dict[int, set[int]],
     ) -> FieldHit:
         field_id = int(self.best.field[k])
         info = fields_by_id.get(field_id)  # personal fields, as of the search's instant
         dataset_id, name, ftype = self.field_names[field_id]
-        last = path[-1] if len(path) > 1 else None
-        before = path[-2] if last is not None else None
+        parent, job = int(self.best.parent[k]), int(self.best.job[k])
         return FieldHit(
             name=name,
             node_id=field_node_id(*self.dataset_names[dataset_id], name),
@@ -859,17 +873,19 @@ class _Hydrator:
             type=ftype,
             pii_category=info.pii_category if info else "",
             subject_kind=info.subject_kind if info else None,
-            masked=any(step.masking for step in path),
+            masked=bool(self.best.masked[k]),
             identifiers=tuple(sorted(identifiers.get(field_id, ()))),
-            source=self._field_node(before.field_id) if before and before.field_id else None,
-            job=self.jobs.get(last.job_id) if last and last.job_id is not None else None,
+            source=self._field_node(parent) if parent >= 0 else None,
+            job=self.jobs.get(job) if job >= 0 else None,
         )
 
-    def _load_details(self, paths: list[tuple[PathStep, ...]], shown: list[int]) -> None:
+    def _load_details(
+        self, paths: list[tuple[PathStep, ...]], shown: list[int], shown_jobs: list[int]
+    ) -> None:
         """Load field, dataset and job names and edge validity for the fields and paths shown."""
         fields: set[int] = set(shown)
         datasets: set[int] = set()
-        jobs: set[int] = set()
+        jobs: set[int] = set(shown_jobs)
         wanted: set[_EdgeKey] = set()
         for path in paths:
             for step in path:

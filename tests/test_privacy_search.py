@@ -341,7 +341,8 @@ def test_it_classifies_fields_as_the_graph_engine_does(shop, as_of, depth):
     datasets = np.asarray([f.dataset_id for f in seeds])
     snap = snapshot.columns()
     engine = traverse.ranked_field_reach(snap, ids, datasets, TimeFilter.at(as_of), depth)
-    ours = holding_reach(snap, ids, datasets, TimeFilter.at(as_of), depth)
+    ours, masked = holding_reach(snap, ids, datasets, TimeFilter.at(as_of), depth)
+    assert masked.size == ours.field.size
 
     def classes(reach):
         holds = reach.strength >= 2
