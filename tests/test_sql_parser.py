@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -397,3 +400,41 @@ def test_it_turns_a_parser_bug_into_an_error_for_that_record(parser, monkeypatch
     record = parse(parser, "INSERT INTO a SELECT b FROM c")
     (error,) = record.errors
     assert error.reason == "internal parser error: 'boom'"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "INSERT INTO t SELECT " + "(" * 256 + "a" + ")" * 256 + " FROM s",
+        "INSERT INTO t " + "SELECT a FROM (" * 250 + "SELECT a FROM s" + ") x" * 250,
+        "SELECT a FROM s WHERE " + "NOT " * 24_000 + "a",
+        "INSERT INTO t SELECT " + "- " * 49_000 + "a FROM s",
+        "INSERT INTO t SELECT " + "CASE WHEN a THEN " * 2_000 + "1" + " END" * 2_000 + " FROM s",
+        "SELECT " + "(" * 100_000,
+    ],
+    ids=["parens", "subqueries", "not-chain", "minus-chain", "case", "unclosed"],
+)
+def test_it_never_crashes_the_process_on_absurd_nesting(sql, tmp_path):
+    """Run in a child process: a C-stack overflow would kill it, not just fail."""
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import sys\n"
+        "from ingest.sql import SqlLineageParser\n"
+        "sql = open(sys.argv[1]).read()\n"
+        "record = SqlLineageParser('postgres').parse(sql, database='d', schema='p')\n"
+        "print(len(record.statements), len(record.errors))\n"
+    )
+    query = tmp_path / "query.sql"
+    query.write_text(sql)
+    root = str(Path(__file__).resolve().parent.parent)
+    done = subprocess.run(
+        [sys.executable, str(script), str(query)],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": root},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    statements, errors = map(int, done.stdout.split())
+    assert statements + errors >= 1
