@@ -399,6 +399,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--browser-runs", type=int, default=5)
     parser.add_argument("--sizes", default="100,500,2000")
     parser.add_argument("--skip-browser", action="store_true")
+    parser.add_argument(
+        "--skip-server",
+        action="store_true",
+        help="keep the server figures already in --out (re-measure the browser only)",
+    )
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
 
@@ -410,8 +415,12 @@ def main(argv: list[str] | None = None) -> None:
     inputs = pick_inputs()
     started = time.time()
     load_at_start = [round(v, 2) for v in os.getloadavg()]
-    print(f"server time per page ({connection.vendor}, {count} datasets)", flush=True)
-    server = server_times(inputs, user, args.repeat)
+    out = Path(args.out)
+    if args.skip_server and out.exists():
+        server = json.loads(out.read_text()).get("server", {})
+    else:
+        print(f"server time per page ({connection.vendor}, {count} datasets)", flush=True)
+        server = server_times(inputs, user, args.repeat)
     browser: dict[str, Any] = {}
     if not args.skip_browser:
         print("browser: navigation to interactive graph", flush=True)
@@ -433,7 +442,6 @@ def main(argv: list[str] | None = None) -> None:
         "server": server,
         "browser": browser,
     }
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
