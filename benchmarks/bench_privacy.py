@@ -147,22 +147,27 @@ def bench_search(requests: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, make in variants.items():
         timings: list[float] = []
+        cpu: list[float] = []
         sizes: list[int] = []
         counts: dict[str, int] = {}
         for i in range(requests + 3):
             body = make()
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             response = client.post(
                 "/api/v1/privacy/subject-search", json.dumps(body), content_type="application/json"
             )
             elapsed = (time.perf_counter() - started) * 1000
+            cpu_ms = (time.process_time() - cpu_started) * 1000
             assert response.status_code == 200, response.content[:300]
             if i >= 3:  # warm-up: snapshot build, caches
                 timings.append(elapsed)
+                cpu.append(cpu_ms)
                 sizes.append(len(response.content))
                 counts = response.json()["counts"]
         out[name] = {
             **summary(timings),
+            "app_cpu_p50_ms": round(statistics.median(cpu), 1),
+            "app_cpu_p95_ms": round(percentile(cpu, 95), 1),
             "response_kb": round(statistics.median(sizes) / 1024),
             **counts,
         }
