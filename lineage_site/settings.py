@@ -110,6 +110,9 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{DATA_DIR / 'lineage.sqlite3'}")
+if "DATABASE_URL" not in os.environ:
+    # The embedded database lives in the data folder, which a fresh clone does not have yet.
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL and a busy timeout let the web process and in-process tasks share the file.
