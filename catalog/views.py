@@ -550,24 +550,27 @@ def field_edit(request: HttpRequest) -> HttpResponse:
 # --- stewardship -----------------------------------------------------------
 
 
+PERSONAL_DATA = Q(pii_category__gt="") | Q(subject_kind__isnull=False)
+MAX_LITERAL_IDS = 5000
+
+
+def with_fields(condition: Q) -> Q:
+    """Datasets having a current field that meets ``condition``.
+
+    The field indexes find those fields quickly; when they belong to few
+    datasets the keys go into the query as a list, so the planner fetches the
+    candidates by key instead of walking every dataset (by name, say) and
+    probing each. Many datasets: a subquery.
+    """
+    fields = DatasetField.objects.filter(condition, removed_at__isnull=True).order_by()
+    ids = list(fields.values_list("dataset_id", flat=True).distinct()[: MAX_LITERAL_IDS + 1])
+    if len(ids) <= MAX_LITERAL_IDS:
+        return Q(pk__in=ids)
+    return Q(pk__in=fields.values("dataset_id"))
+
+
 def _has_personal_data() -> Q:
-    # An IN over the few fields the PII and subject indexes find, rather than
-    # EXISTS per dataset: the planner then checks candidates against a hash.
-    return Q(
-        pk__in=DatasetField.objects.filter(
-            Q(pii_category__gt="") | Q(subject_kind__isnull=False), removed_at__isnull=True
-        ).values("dataset_id")
-    )
-
-
-def _dataset_ids_with_fields(condition: Q) -> list[int]:
-    """Datasets having a current field that meets ``condition`` (served by the field indexes)."""
-    return list(
-        DatasetField.objects.filter(condition, removed_at__isnull=True)
-        .order_by()
-        .values_list("dataset_id", flat=True)
-        .distinct()
-    )
+    return with_fields(PERSONAL_DATA)
 
 
 @dataclass
@@ -588,28 +591,12 @@ def _worklist(key: str, title: str, explanation: str, qs: QuerySet[Dataset], mor
     return Worklist(key, title, explanation, count, rows, more)
 
 
-def _among(ids: list[int]) -> Q:
-    # A literal id list lets the planner fetch the few candidates by key; a huge
-    # one (most datasets qualify) is better left as a join.
-    if len(ids) <= 20_000:
-        return Q(pk__in=ids)
-    return Q(pk__in=DatasetField.objects.filter(dataset_id__in=ids).values("dataset_id"))
-
-
 def stewardship_worklists() -> dict[str, Any]:
     """The stewardship lists and counts, recomputed at most once a minute (and after edits)."""
 
     def compute() -> dict[str, Any]:
         active = Dataset.objects.filter(is_hidden=False, lifecycle_state="ACTIVE")
         list_url = reverse("dataset-list")
-        personal = _dataset_ids_with_fields(Q(pii_category__gt="") | Q(subject_kind__isnull=False))
-        subject_rows = list(
-            DatasetField.objects.filter(subject_kind__isnull=False, removed_at__isnull=True)
-            .order_by()
-            .values_list("dataset_id")
-            .annotate(n=Count("id"))
-        )
-        subject_counts = dict(subject_rows)
         owned = DatasetOwnership.objects.filter(dataset=OuterRef("pk"))
         worklists = [
             _worklist(
@@ -623,17 +610,27 @@ def stewardship_worklists() -> dict[str, Any]:
                 "pii-no-retention",
                 "Personal data without a retention policy",
                 "Fields hold personal data, but nothing says how long rows may be kept.",
-                active.filter(_among(personal), retention_policy__isnull=True),
+                active.filter(with_fields(PERSONAL_DATA), retention_policy__isnull=True),
                 f"{list_url}?pii=1&retention=-",
             ),
             _worklist(
                 "subjects",
                 "Datasets with subject identifiers",
                 "A field identifies a data subject: these answer erasure and access requests.",
-                active.filter(_among(list(subject_counts))),
+                active.filter(with_fields(Q(subject_kind__isnull=False))),
                 "",
             ),
         ]
+        subject_counts = dict(
+            DatasetField.objects.filter(
+                dataset__in=[ds.pk for ds in worklists[2].rows],
+                subject_kind__isnull=False,
+                removed_at__isnull=True,
+            )
+            .order_by()
+            .values_list("dataset_id")
+            .annotate(n=Count("id"))
+        )
         for ds in worklists[2].rows:
             ds.subject_field_count = subject_counts.get(ds.pk, 0)
         return {"worklists": worklists, "at": timezone.now()}
