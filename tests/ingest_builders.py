@@ -24,7 +24,9 @@ def schema(*fields: str | tuple[str, str]) -> dict[str, Any]:
     return {"fields": out}
 
 
-def columns(mapping: dict[str, list[tuple[str, str]]], ns: str = PG, **extra: Any) -> dict[str, Any]:
+def columns(
+    mapping: dict[str, list[tuple[str, str]]], ns: str = PG, **extra: Any
+) -> dict[str, Any]:
     """columnLineage facet: {output field: [(input dataset, input field), …]} (DIRECT IDENTITY)."""
     return {
         "fields": {
@@ -82,7 +84,9 @@ def dataset_event(when: str, ds: dict[str, Any]) -> dict[str, Any]:
 
 
 def drop(name: str, when: str, ns: str = PG) -> dict[str, Any]:
-    return dataset_event(when, dataset(name, ns, lifecycleStateChange={"lifecycleStateChange": "DROP"}))
+    return dataset_event(
+        when, dataset(name, ns, lifecycleStateChange={"lifecycleStateChange": "DROP"})
+    )
 
 
 def run_id(n: int) -> str:
