@@ -180,8 +180,52 @@ def bench_search(requests: int) -> dict[str, Any]:
         search_subject(kind, [Identifier(0)], None, limit=DEFAULT_LIMIT)
         query_only.append((time.perf_counter() - started) * 1000)
     out["search_only_no_http"] = summary(query_only)
+    out["traversal"] = compare_traversals(kind)
     out["page_limit"] = DEFAULT_LIMIT
     print(f"search only: {out['search_only_no_http']}", flush=True)
+    return out
+
+
+def compare_traversals(kind: Any) -> dict[str, Any]:
+    """The graph engine's four-pass ranked reach against the two-class reach, same seeds."""
+    import numpy as np
+
+    from graph import snapshot, traverse
+    from graph.snapshot import TimeFilter
+    from privacy.queries import holding_reach, subject_fields
+
+    seeds = [f for f in subject_fields(kind, None) if f.declared]
+    ids = np.asarray([f.id for f in seeds], dtype=np.int64)
+    datasets = np.asarray([f.dataset_id for f in seeds], dtype=np.int64)
+    snap = snapshot.columns()
+    tf = TimeFilter.at(None)
+    engine = traverse.ranked_field_reach(snap, ids, datasets, tf, None)
+    ours, _ = holding_reach(snap, ids, datasets, tf, None)
+
+    def classes(reach: Any) -> tuple[Any, Any]:
+        order = np.argsort(reach.field)
+        return reach.field[order], (reach.strength >= 2)[order]
+
+    same = all(np.array_equal(a, b) for a, b in zip(classes(engine), classes(ours), strict=True))
+    timings: dict[str, list[float]] = {"engine_four_pass": [], "two_class": []}
+    for _ in range(9):
+        for name, run in (
+            (
+                "engine_four_pass",
+                lambda: traverse.ranked_field_reach(snap, ids, datasets, tf, None),
+            ),
+            ("two_class", lambda: holding_reach(snap, ids, datasets, tf, None)),
+        ):
+            started = time.perf_counter()
+            run()
+            timings[name].append((time.perf_counter() - started) * 1000)
+    out = {
+        "seeds": int(ids.size),
+        "fields_reached": int(engine.field.size),
+        "same_classes": bool(same),
+        **{f"{k}_median_ms": round(statistics.median(v), 1) for k, v in timings.items()},
+    }
+    print(f"traversal: {out}", flush=True)
     return out
 
 
