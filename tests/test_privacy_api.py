@@ -422,3 +422,54 @@ def test_it_keeps_the_value_out_of_error_reports(
     assert "search backend down" in text
     assert SECRET not in text
     sys.stderr.flush()
+
+
+def test_it_lends_the_erasure_job_a_producer_token_for_its_own_lineage(
+    shop, officer, monkeypatch, settings, django_capture_on_commit_callbacks
+):
+    from catalog.models import ApiToken
+
+    settings.PRIVACY_RUNS_INLINE = True
+    seen: dict[str, object] = {}
+
+    def execute(run, plan_path, result_path, values, progress, api_key):
+        token = ApiToken.objects.get(key_hash=ApiToken.hash_key(api_key))
+        seen["user"] = token.user
+        seen["active"] = token.is_active
+        seen["lineage"] = json.loads(plan_path.read_text()).get("lineage")
+        result_path.write_text(json.dumps({"datasets": []}))
+
+    monkeypatch.setattr(actions, "_execute", execute)
+    monkeypatch.setattr(actions, "_same_identifiers", lambda plan, request: True)
+    plan = ErasurePlan.objects.create(created_by_name="carl", subject_kind="customer")
+    PrivacyRun.objects.create(
+        kind="dry_run", plan=plan, subject_kind="customer", created_by_name="carl", state="done"
+    )
+    plan.steps = [
+        {
+            "order": 1,
+            "namespace": "file",
+            "name": "/lake/x",
+            "nodeId": "dataset:file:/lake/x",
+            "relation": "direct",
+            "operation": "delete",
+            "execution": "spark",
+            "keyColumns": [{"name": "id", "identifiers": [0]}],
+            "anonymiseColumns": [],
+            "location": "/lake/x",
+            "format": "parquet",
+            "owners": [],
+            "notes": [""],
+        }
+    ]
+    plan.save()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = officer.post(
+            f"{PLANS}/{plan.id}/apply", body(value=SECRET, confirm=True), format="json"
+        )
+    assert response.status_code == 202
+    assert seen["user"].username == "privacy-erasure"
+    assert seen["user"].groups.filter(name="producer").exists()
+    assert seen["active"] is True
+    assert seen["lineage"]["url"] == "http://testserver"
+    assert not ApiToken.objects.filter(user=seen["user"], revoked_at__isnull=True).exists()
