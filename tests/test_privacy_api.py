@@ -7,6 +7,7 @@ import hmac
 import json
 import logging
 import sys
+from typing import Any
 
 import pytest
 import time_machine
@@ -430,7 +431,7 @@ def test_it_lends_the_erasure_job_a_producer_token_for_its_own_lineage(
     from catalog.models import ApiToken
 
     settings.PRIVACY_RUNS_INLINE = True
-    seen: dict[str, object] = {}
+    seen: dict[str, Any] = {}
 
     def execute(run, plan_path, result_path, values, progress, api_key):
         token = ApiToken.objects.get(key_hash=ApiToken.hash_key(api_key))
