@@ -8,7 +8,8 @@
     ``pipelines/backfill.py`` (validate, fingerprint, de-duplicate, sort by eventTime, write
     NDJSON + rejects) on Spark; events per second. Baseline measured in the same run: the
     same work (``pipelines.backfill.check_line`` + de-duplication + sort + write) in one plain
-    Python process over the same files.
+    Python process over the same files. CPU seconds of both (Spark: driver, JVM and Python
+    workers, read from /proc) are recorded too: they depend far less on other load.
 
     TODO: the issue's comparison is the Spark path against the Celery path
     (``manage.py ingest_events --engine celery``) on the same archive, both ending in the
@@ -207,6 +208,29 @@ def plain_python_backfill(files: list[Path], out: Path) -> dict[str, int]:
     return {"written": len(ordered), "rejected": len(rejects)}
 
 
+def tree_cpu_seconds(root: int) -> float:
+    """Return the CPU seconds (user + system, reaped children too) of a process tree (Linux)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    used: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        used[int(entry)] = sum(int(x) for x in fields[11:15])
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += used.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total / tick
+
+
 def bench_backfill(events: int, shards: int, keep: bool) -> dict[str, Any]:
     from pipelines.backfill import run_backfill
     from pipelines.spark import get_spark
@@ -224,18 +248,22 @@ def bench_backfill(events: int, shards: int, keep: bool) -> dict[str, Any]:
 
     spark = get_spark("bench-backfill", master=MASTER)
     run_backfill(spark, [str(files[0])], str(folder / "warmup"))  # JIT and Python workers warm
+    cpu_before = tree_cpu_seconds(os.getpid())
     started = time.perf_counter()
     summary = run_backfill(spark, [str(f) for f in files], str(folder / "spark-out"))
     spark_seconds = time.perf_counter() - started
+    spark_cpu = tree_cpu_seconds(os.getpid()) - cpu_before
     spark.stop()
     print(
         f"(b) Spark backfill: {spark_seconds:.1f} s, {events / spark_seconds:,.0f} events/s, "
         f"{summary.written} written, {summary.duplicates} duplicates, {summary.rejected} rejected"
     )
 
+    cpu_before = time.process_time()
     started = time.perf_counter()
     plain = plain_python_backfill(files, folder / "python-out")
     python_seconds = time.perf_counter() - started
+    python_cpu = time.process_time() - cpu_before
     print(
         f"(b) one Python process: {python_seconds:.1f} s, {events / python_seconds:,.0f} events/s"
     )
@@ -251,6 +279,8 @@ def bench_backfill(events: int, shards: int, keep: bool) -> dict[str, Any]:
         "python_seconds": round(python_seconds, 2),
         "python_events_per_second": round(events / python_seconds),
         "speedup_vs_one_python_process": round(python_seconds / spark_seconds, 2),
+        "spark_cpu_seconds": round(spark_cpu, 1),
+        "python_cpu_seconds": round(python_cpu, 1),
         "written": summary.written,
         "duplicates": summary.duplicates,
         "rejected": summary.rejected,

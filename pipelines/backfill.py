@@ -19,6 +19,7 @@ A malformed line never aborts the job; it is counted and written to the rejects.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import sys
 import time
@@ -177,6 +178,11 @@ def check_line(file: str, line_number: int, text: str) -> CheckedLine | None:
 
 
 VALID, REJECTED, BLANK = "valid", "rejected", "blank"
+SAMPLE_FRACTION = 0.01
+SAMPLES_PER_PARTITION = 50
+
+# Shuffle keys: (0, time, fingerprint) for events, (1, file number, line) for rejects.
+Key = tuple[int, Any, Any]
 
 
 def sort_time(moment: datetime) -> str:
@@ -184,54 +190,85 @@ def sort_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _check_partition(
-    rows: Iterable[tuple[tuple[str, str], int]], counters: dict[str, Any]
-) -> Iterator[tuple[Any, ...]]:
-    """Validate lines: ``(valid, time, fingerprint, kind, body)`` or ``(rejected, file, line, reason, excerpt)``.
+def _keyed_partition(
+    rows: Iterable[tuple[tuple[int, str], int]], files: Sequence[str], counters: dict[str, Any]
+) -> Iterator[tuple[Key, str]]:
+    """Validate lines into shuffle records: event bodies, or rejects as JSON lines.
 
     Counts go to the ``counters`` accumulators, once per partition.
     """
     seen = dict.fromkeys(counters, 0)
-    for (file, text), index in rows:
-        checked = check_line(file, index + 1, text)
+    for (number, text), index in rows:
+        checked = check_line(files[number], index + 1, text)
         if checked is None:
             seen[BLANK] += 1
-            continue
-        if checked.reason is not None or checked.event_time is None:
+        elif checked.reason is not None or checked.event_time is None or checked.body is None:
             seen[REJECTED] += 1
-            yield (REJECTED, file, index + 1, checked.reason, checked.excerpt)
+            reject = {
+                "file": checked.file,
+                "line": checked.line,
+                "reason": checked.reason,
+                "excerpt": checked.excerpt,
+            }
+            yield (1, number, index), json.dumps(reject, ensure_ascii=False)
         else:
             seen[VALID] += 1
-            yield (
-                VALID,
-                sort_time(checked.event_time),
-                checked.fingerprint,
-                checked.kind,
-                checked.body,
-            )
+            yield (0, sort_time(checked.event_time), checked.fingerprint), checked.body
     for status, count in seen.items():
         counters[status].add(count)
 
 
-def _first_of_each(
-    rows: Iterable[tuple[tuple[str, str], tuple[str, str]]], written: Any
-) -> Iterator[tuple[tuple[str, str], tuple[str, str]]]:
-    """Drop repeats of a key: after a sort on (time, fingerprint) duplicates are neighbours."""
+def _partition_of(key: Key, boundaries: Sequence[str]) -> int:
+    """Events by time range (partitions 0…n-1); rejects all in the last partition (n)."""
+    if key[0]:
+        return len(boundaries) + 1
+    return bisect.bisect_right(boundaries, key[1])
+
+
+def _rendered(rows: Iterable[tuple[Key, str]], written: Any) -> Iterator[str]:
+    """Return output lines, dropping repeated events (after the sort they are neighbours)."""
     previous = None
-    for key, value in rows:
-        if key != previous:
-            written.add(1)
-            yield key, value
-        previous = key
+    count = 0
+    for key, text in rows:
+        if key[0] == 0:
+            if key == previous:
+                continue
+            previous = key
+            count += 1
+        yield text
+    written.add(count)
+
+
+def _sample_time(text: str) -> str | None:
+    try:
+        return sort_time(parse_event_time(json.loads(text).get("eventTime")))
+    except (ValueError, AttributeError, RecursionError):
+        return None
+
+
+def time_boundaries(spark: Any, files: Sequence[str], partitions: int) -> list[str]:
+    """Return eventTime split points for about ``partitions`` even ranges, from a 1 % sample.
+
+    The sample is taken by the JVM (no Python pass over the data); small inputs give one range.
+    """
+    sampled = (
+        spark.read.text(list(files))
+        .sample(withReplacement=False, fraction=SAMPLE_FRACTION, seed=17)
+        .limit(partitions * SAMPLES_PER_PARTITION * 20)
+        .collect()
+    )
+    times = sorted(t for t in (_sample_time(row[0]) for row in sampled) if t)
+    ranges = max(1, min(partitions, len(times) // SAMPLES_PER_PARTITION))
+    return sorted({times[len(times) * i // ranges] for i in range(1, ranges)})
 
 
 def _lines(spark: Any, paths: Sequence[str]) -> Any:
-    """Return an RDD of ((file, text), index) with each file's own 0-based line index."""
+    """Return an RDD of ((file number, text), index) with each file's own 0-based line index."""
     context = spark.sparkContext
-    per_file = []
-    for path in paths:
-        name = str(path)
-        per_file.append(context.textFile(name).map(lambda text, n=name: (n, text)).zipWithIndex())
+    per_file = [
+        context.textFile(str(path)).map(lambda text, n=number: (n, text)).zipWithIndex()
+        for number, path in enumerate(paths)
+    ]
     return context.union(per_file)
 
 
@@ -263,12 +300,10 @@ def run_backfill(
 ) -> BackfillSummary:
     """Validate, fingerprint, de-duplicate and sort the events of ``inputs`` into ``output``.
 
-    Works on RDDs of Python tuples: the JVM only moves pickled batches, and a single shuffle
-    (a sort on eventTime then fingerprint) both orders the events and puts duplicates side
-    by side, where they are dropped.
+    One Python pass validates every line; one shuffle, range-partitioned on eventTime and
+    sorted on (eventTime, fingerprint), orders the events and puts duplicates side by side,
+    where they are dropped. Rejects ride in the same shuffle to a partition of their own.
     """
-    from pyspark import StorageLevel
-
     from pipelines.spark import delete_path, ship_package
 
     if output_format not in ("ndjson", "parquet"):
@@ -280,52 +315,80 @@ def run_backfill(
     summary = BackfillSummary(
         output_format=output_format, events_path=f"{out}/events", rejects_path=f"{out}/rejects"
     )
-    for path in (summary.events_path, summary.rejects_path):
+    staging = f"{out}/_staging"
+    for path in (summary.events_path, summary.rejects_path, staging):
         delete_path(spark, path)
 
+    files = expand_inputs(inputs)
+    boundaries = time_boundaries(spark, files, partitions or 4 * context.defaultParallelism)
     counters = {status: context.accumulator(0) for status in (VALID, REJECTED, BLANK)}
-    checked = _lines(spark, expand_inputs(inputs)).mapPartitions(
-        lambda rows: _check_partition(rows, counters)
-    )
-    # Checked once (the counters count once), then read by the sort and by the rejects.
-    checked = checked.persist(StorageLevel.MEMORY_AND_DISK)
     written = context.accumulator(0)
-    events = (
-        checked.filter(lambda row: row[0] == VALID)
-        .map(lambda row: ((row[1], row[2]), (row[3], row[4])))
-        .sortByKey(numPartitions=partitions or None)
-        .mapPartitions(lambda rows: _first_of_each(rows, written), preservesPartitioning=True)
-    )
+    _lines(spark, files).mapPartitions(
+        lambda rows: _keyed_partition(rows, files, counters)
+    ).repartitionAndSortWithinPartitions(
+        len(boundaries) + 2, partitionFunc=lambda key: _partition_of(key, boundaries)
+    ).mapPartitions(lambda rows: _rendered(rows, written)).saveAsTextFile(staging)
+    _publish(spark, staging, len(boundaries) + 1, summary.events_path, summary.rejects_path)
     if output_format == "parquet":
-        frame = spark.createDataFrame(
-            events.map(lambda kv: (kv[0][1], kv[0][0], kv[1][0], kv[1][1])),
-            "fingerprint STRING, event_time STRING, kind STRING, body STRING",
-            verifySchema=False,
-        )
-        frame.selectExpr(
-            "fingerprint", "to_timestamp(event_time) AS event_time", "kind", "body"
-        ).write.parquet(summary.events_path)
-    else:
-        events.map(lambda kv: kv[1][1]).saveAsTextFile(summary.events_path)
+        _to_parquet(spark, summary.events_path)
+
     summary.blank = int(counters[BLANK].value)
     summary.valid = int(counters[VALID].value)
     summary.rejected = int(counters[REJECTED].value)
     summary.lines = summary.blank + summary.valid + summary.rejected
     summary.written = int(written.value)
     summary.duplicates = summary.valid - summary.written
-
-    # Lines come file by file in order, so one partition keeps them sorted by (file, line).
-    checked.filter(lambda row: row[0] == REJECTED).map(
-        lambda row: json.dumps(
-            {"file": row[1], "line": row[2], "reason": row[3], "excerpt": row[4]},
-            ensure_ascii=False,
-        )
-    ).coalesce(1).saveAsTextFile(summary.rejects_path)
-    checked.unpersist()
     summary.seconds = round(time.monotonic() - started, 2)
     if "://" not in out:
         Path(out, "_summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
     return summary
+
+
+def _publish(spark: Any, staging: str, rejects_part: int, events: str, rejects: str) -> None:
+    """Move the staged part files into place: the last one holds the rejects."""
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    source = jvm.org.apache.hadoop.fs.Path(staging)
+    fs = source.getFileSystem(conf)
+    for folder in (events, rejects):
+        fs.mkdirs(jvm.org.apache.hadoop.fs.Path(folder))
+    for status in fs.listStatus(source):
+        name = str(status.getPath().getName())
+        if not name.startswith("part-"):
+            continue
+        target = rejects if int(name.split("-")[1]) == rejects_part else events
+        fs.rename(status.getPath(), jvm.org.apache.hadoop.fs.Path(f"{target}/{name}"))
+    fs.delete(source, True)
+
+
+def _to_parquet(spark: Any, events: str) -> None:
+    """Rewrite the NDJSON events as Parquet (fingerprint, event_time, kind, body) in the JVM.
+
+    Each line is the canonical JSON, so the SHA-256 of its UTF-8 text is the fingerprint.
+    """
+    from pyspark.sql import functions as F
+
+    body = F.col("value")
+    kind = (
+        F.when(F.get_json_object(body, "$.run").isNotNull(), F.lit("RunEvent"))
+        .when(F.get_json_object(body, "$.dataset").isNotNull(), F.lit("DatasetEvent"))
+        .otherwise(F.lit("JobEvent"))
+    )
+    frame = spark.read.text(events).select(
+        F.sha2(body, 256).alias("fingerprint"),
+        F.try_to_timestamp(F.get_json_object(body, "$.eventTime")).alias("event_time"),
+        kind.alias("kind"),
+        body.alias("body"),
+    )
+    target = f"{events}_parquet"
+    frame.orderBy("event_time", "fingerprint").write.mode("overwrite").parquet(target)
+    from pipelines.spark import delete_path
+
+    delete_path(spark, events)
+    jvm = spark.sparkContext._jvm
+    source = jvm.org.apache.hadoop.fs.Path(target)
+    fs = source.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    fs.rename(source, jvm.org.apache.hadoop.fs.Path(events))
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
