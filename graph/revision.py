@@ -79,7 +79,7 @@ WATCHED = (
 def _pg_log_function(watch: Watch) -> str:
     rows = f"SELECT DISTINCT tx, '{watch.kind}', {watch.ref} FROM {{rows}} r"
     if watch.ref == "NULL":
-        rows = f"SELECT tx, '{watch.kind}', NULL WHERE EXISTS (SELECT 1 FROM {{rows}})"
+        rows = f"SELECT tx, '{watch.kind}', NULL::bigint WHERE EXISTS (SELECT 1 FROM {{rows}})"
     return f"""
 CREATE OR REPLACE FUNCTION graph_log_{watch.table}() RETURNS trigger LANGUAGE plpgsql AS $f$
 DECLARE
