@@ -2,12 +2,23 @@
 
 Roles are Django groups carrying permissions (see ROLE_PERMISSIONS); checks go
 through permissions, so a superuser passes every check.
+
+A user's roles and permissions, and what a bearer token resolves to, are kept
+in the process for AUTH_CACHE_SECONDS: the lineage endpoint and the graph API
+would otherwise spend most of a request on these lookups. Changes made in this
+process (groups, users, revoked tokens) clear the cache at once; other
+processes see them within AUTH_CACHE_SECONDS.
 """
 
 from __future__ import annotations
 
+import copy
+import time
+from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions
@@ -51,26 +62,104 @@ ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
 User = AbstractBaseUser | AnonymousUser
 
 
+# -- the grants cache ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Grants:
+    """What one user may do: role group names and permission names."""
+
+    roles: frozenset[str]
+    perms: frozenset[str]
+    expires: float
+
+
+@dataclass(frozen=True)
+class _TokenGrant:
+    user: Any
+    token: ApiToken
+    expires: float
+
+
+_GRANTS: dict[int, Grants] = {}
+_TOKENS: dict[str, _TokenGrant] = {}
+_MAX_ENTRIES = 10_000
+
+
+def cache_seconds() -> float:
+    return float(getattr(settings, "AUTH_CACHE_SECONDS", 5))
+
+
+def forget_grants(*args: Any, **kwargs: Any) -> None:
+    """Drop every cached grant and token (connected to the signals that change them)."""
+    _GRANTS.clear()
+    _TOKENS.clear()
+
+
+def grants(user: Any) -> Grants:
+    """The user's roles and permissions, from the cache when fresh."""
+    now = time.monotonic()
+    found = _GRANTS.get(user.pk)
+    if found is not None and found.expires > now:
+        return found
+    roles: set[str] = set()
+    perms: set[str] = set()
+    if user.is_superuser:
+        roles.add(ADMIN)
+        perms.update(ModelBackend().get_all_permissions(_uncached(user)))
+    else:
+        # Groups and their permissions in one query, the user's own permissions in another.
+        rows = user.groups.values_list(
+            "name", "permissions__content_type__app_label", "permissions__codename"
+        )
+        for group, app_label, codename in rows:
+            if group in ROLES:
+                roles.add(group)
+            if codename:
+                perms.add(f"{app_label}.{codename}")
+        own = user.user_permissions.values_list("content_type__app_label", "codename")
+        perms.update(f"{app_label}.{codename}" for app_label, codename in own)
+    found = Grants(frozenset(roles), frozenset(perms), now + cache_seconds())
+    if len(_GRANTS) >= _MAX_ENTRIES:
+        _GRANTS.clear()
+    _GRANTS[user.pk] = found
+    return found
+
+
+def _uncached(user: Any) -> Any:
+    """A copy of the user without Django's per-object permission cache."""
+    fresh = copy.copy(user)
+    for name in ("_perm_cache", "_user_perm_cache", "_group_perm_cache"):
+        fresh.__dict__.pop(name, None)
+    return fresh
+
+
+class CachedModelBackend(ModelBackend):
+    """Django's model backend, with permissions read through the grants cache."""
+
+    def get_all_permissions(self, user_obj: Any, obj: Any = None) -> set[str]:
+        if not user_obj.is_active or user_obj.is_anonymous or obj is not None:
+            return set()
+        return set(grants(user_obj).perms)
+
+
 def has_perm(user: Any, perm: str) -> bool:
-    return bool(user and user.is_authenticated and user.is_active and user.has_perm(perm))
+    if not (user and user.is_authenticated and user.is_active):
+        return False
+    return bool(user.is_superuser or perm in grants(user).perms)
 
 
 def has_role(user: Any, *roles: str) -> bool:
     """Whether the user is in one of the named role groups (superusers count as admin)."""
     if not (user and user.is_authenticated and user.is_active):
         return False
-    if user.is_superuser and ADMIN in roles:
-        return True
-    return bool(user.groups.filter(name__in=roles).exists())
+    return not grants(user).roles.isdisjoint(roles)
 
 
 def role_names(user: Any) -> list[str]:
     if not (user and user.is_authenticated):
         return []
-    names = list(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
-    if user.is_superuser and ADMIN not in names:
-        names.append(ADMIN)
-    return sorted(names)
+    return sorted(grants(user).roles)
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
@@ -92,18 +181,29 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         return self.authenticate_key(parts[1])
 
     def authenticate_key(self, key: str) -> tuple[Any, ApiToken]:
-        token = (
-            ApiToken.objects.select_related("user")
-            .filter(key_hash=ApiToken.hash_key(key), revoked_at__isnull=True)
-            .first()
-        )
-        if token is None or not token.user.is_active:
-            raise exceptions.AuthenticationFailed("Invalid or revoked token")
+        key_hash = ApiToken.hash_key(key)
+        clock = time.monotonic()
+        cached = _TOKENS.get(key_hash)
+        if cached is None or cached.expires <= clock:
+            token = (
+                ApiToken.objects.select_related("user")
+                .filter(key_hash=key_hash, revoked_at__isnull=True)
+                .first()
+            )
+            if token is None or not token.user.is_active:
+                raise exceptions.AuthenticationFailed("Invalid or revoked token")
+            cached = _TokenGrant(token.user, token, clock + cache_seconds())
+            if len(_TOKENS) >= _MAX_ENTRIES:
+                _TOKENS.clear()
+            _TOKENS[key_hash] = cached
+        token = cached.token
         now = timezone.now()
         # Touch at most once a minute: the lineage endpoint is hot.
         if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+            token.last_used_at = now
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-        return token.user, token
+        # Each request gets its own copies: views may set attributes on them.
+        return copy.copy(cached.user), copy.copy(token)
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="api"'

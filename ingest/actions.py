@@ -12,8 +12,11 @@ until someone replays it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
@@ -77,7 +80,9 @@ def store_events(events: list[ParsedEvent], source: str, enqueue: bool = True) -
         return result
     unique = list({e.fingerprint: e for e in events}.values())
     now = timezone.now()
-    with transaction.atomic():
+    # One INSERT is atomic by itself: no transaction round trips around it.
+    single = connection.vendor == "postgresql" and len(unique) <= INSERT_CHUNK
+    with contextlib.nullcontext() if single else transaction.atomic():
         rows = [raw_event_for(e, source, now) for e in unique]
         if connection.vendor == "postgresql":
             result.stored = _insert_new(rows)
@@ -94,6 +99,7 @@ def store_events(events: list[ParsedEvent], source: str, enqueue: bool = True) -
     return result
 
 
+INSERT_CHUNK = 500
 INSERT_FIELDS = (
     "fingerprint",
     "kind",
@@ -122,8 +128,8 @@ def _insert_new(rows: list[RawEvent]) -> dict[str, int]:
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     stored: dict[str, int] = {}
     with connection.cursor() as cursor:
-        for start in range(0, len(rows), 500):
-            part = rows[start : start + 500]
+        for start in range(0, len(rows), INSERT_CHUNK):
+            part = rows[start : start + INSERT_CHUNK]
             params: list[Any] = []
             for row in part:
                 params.extend(
@@ -169,12 +175,25 @@ _broker_down_until = 0.0
 def enqueue_processing(ids: list[int]) -> bool:
     """Queue tasks for these events; False if the broker is unreachable (the sweep catches up).
 
-    After a failure the broker is not tried again for a few seconds, so an
-    outage does not slow every request down.
+    With a real broker the ids go to a background publisher, so a request does
+    not wait on the broker and events accepted together share a task; in-process
+    (eager) tasks run here and now.
     """
-    global _broker_down_until
     if not ids:
         return True
+    if settings.CELERY_TASK_ALWAYS_EAGER or not setting("INGEST_PUBLISH_IN_BACKGROUND", 1):
+        return send_tasks(ids)
+    _publisher.submit(ids)
+    return True
+
+
+def send_tasks(ids: list[int]) -> bool:
+    """Send ``process_batch`` tasks for these ids now; False if the broker is unreachable.
+
+    After a failure the broker is not tried again for a few seconds, so an
+    outage does not slow everything down; the events wait in the outbox.
+    """
+    global _broker_down_until
     if time.monotonic() < _broker_down_until:
         return False
     from ingest import tasks
@@ -199,6 +218,73 @@ def enqueue_processing(ids: list[int]) -> bool:
         logger.warning("could not queue %d events; the sweep will retry", len(ids), exc_info=True)
         return False
     return True
+
+
+class Publisher:
+    """A daemon thread that sends queued ids to the broker, as many per task as have gathered.
+
+    Ids handed over but not yet sent when the process dies are not lost: their
+    events are in the outbox, and the sweep re-queues them.
+    """
+
+    def __init__(self, send: Callable[[list[int]], bool]) -> None:
+        self._send = send
+        self._pid = 0
+        self._start()
+
+    def _start(self) -> None:
+        self._pid = os.getpid()
+        self._ids: list[int] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._sending = False
+        self._thread: threading.Thread | None = None
+
+    def submit(self, ids: list[int]) -> None:
+        if self._pid != os.getpid():  # forked (a server's worker process): start afresh
+            self._start()
+        with self._lock:
+            self._ids.extend(ids)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="ingest-publisher", daemon=True
+                )
+                self._thread.start()
+        self._wake.set()
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until everything submitted has been handed to the broker (for tests, shutdown)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._ids and not self._sending:
+                    return True
+            time.sleep(0.01)
+        return False
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            with self._lock:
+                ids, self._ids = self._ids, []
+                self._wake.clear()
+                self._sending = bool(ids)
+            try:
+                if ids:
+                    self._send(sorted(set(ids)))
+            except Exception:  # never let the thread die; the sweep re-queues
+                logger.exception("publishing %d events failed", len(ids))
+            finally:
+                with self._lock:
+                    self._sending = False
+
+
+_publisher = Publisher(lambda ids: send_tasks(ids))
+
+
+def flush_published(timeout: float = 5.0) -> bool:
+    """Wait for the background publisher to hand everything to the broker."""
+    return _publisher.flush(timeout)
 
 
 # -- claiming and processing --------------------------------------------------------------

@@ -124,6 +124,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+AUTHENTICATION_BACKENDS = ["catalog.auth.CachedModelBackend"]
+# Roles, permissions and bearer tokens are cached in each process for this long.
+AUTH_CACHE_SECONDS = env_int("AUTH_CACHE_SECONDS", 5)
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
@@ -209,6 +213,8 @@ INGEST_STUCK_AFTER_SECONDS = env_int("INGEST_STUCK_AFTER_SECONDS", 600)
 INGEST_MAX_ATTEMPTS = env_int("INGEST_MAX_ATTEMPTS", 5)
 INGEST_DRAIN_BATCH = env_int("INGEST_DRAIN_BATCH", 200)
 INGEST_TASK_BATCH = env_int("INGEST_TASK_BATCH", 100)
+# With a real broker, tasks are sent from a background thread (1) or by the request (0).
+INGEST_PUBLISH_IN_BACKGROUND = env_int("INGEST_PUBLISH_IN_BACKGROUND", 1)
 CELERY_BEAT_SCHEDULE["ingest-sweep"] = {
     "task": "ingest.tasks.sweep_events",
     "schedule": float(INGEST_SWEEP_INTERVAL_SECONDS),

@@ -167,8 +167,11 @@ def _isolated_data_dir(tmp_path_factory: pytest.TempPathFactory, settings: Any) 
 
 @pytest.fixture(autouse=True)
 def _fresh_cache() -> Iterator[None]:
-    """Pages cache catalog-wide counts for a minute: every test starts without them."""
+    """Pages cache catalog-wide counts, auth caches grants: every test starts without them."""
     from django.core.cache import cache
 
+    from catalog.auth import forget_grants
+
     cache.clear()
+    forget_grants()
     yield

@@ -306,3 +306,52 @@ def test_bulk_load_can_skip_the_graph_change_log_for_backfills():
     assert report.processed == report.stored > 0
     assert revision.current() != before
     assert TableEdge.objects.exists()
+
+
+def test_the_background_publisher_sends_every_id_from_many_threads():
+    import threading
+
+    sent: list[list[int]] = []
+    publisher = actions.Publisher(lambda ids: sent.append(ids) or True)
+
+    def submit(start: int) -> None:
+        for i in range(start, start + 100):
+            publisher.submit([i])
+
+    threads = [threading.Thread(target=submit, args=(n * 100,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert publisher.flush()
+    assert sorted(i for ids in sent for i in ids) == list(range(400))
+    assert len(sent) < 400  # ids that gathered while a send was under way share it
+
+
+def test_the_background_publisher_survives_a_failing_send():
+    calls: list[list[int]] = []
+
+    def send(ids: list[int]) -> bool:
+        calls.append(ids)
+        if len(calls) == 1:
+            raise ConnectionError("broker gone")
+        return True
+
+    publisher = actions.Publisher(send)
+    publisher.submit([1])
+    assert publisher.flush()
+    publisher.submit([2])
+    assert publisher.flush()
+    assert calls == [[1], [2]]
+
+
+def test_with_a_real_broker_the_request_hands_ids_to_the_publisher(
+    api, producer, settings, django_capture_on_commit_callbacks
+):
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    client = api(producer)
+    with mock.patch.object(actions._publisher, "submit") as submit:
+        with django_capture_on_commit_callbacks(execute=True):
+            assert client.post("/api/v1/lineage", event(1), format="json").status_code == 201
+    (ids,) = submit.call_args.args
+    assert ids == list(RawEvent.objects.values_list("pk", flat=True))

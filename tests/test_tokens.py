@@ -74,3 +74,54 @@ def test_it_rejects_a_malformed_authorization_header():
 def test_it_refuses_an_unknown_role():
     with pytest.raises(Exception, match="role"):
         issue("--user", "x", "--role", "wizard")
+
+
+# -- the grants cache ---------------------------------------------------------------------
+
+
+def bearer(key: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return client
+
+
+def test_a_cached_token_costs_no_query_after_the_first_request(django_assert_num_queries):
+    client = bearer(issue("--user", "vic", "--role", "viewer"))
+    assert client.get("/api/v1/namespaces").status_code == 200
+    with django_assert_num_queries(1):  # the namespaces themselves
+        assert client.get("/api/v1/namespaces").status_code == 200
+
+
+def test_revoking_in_this_process_refuses_the_token_at_once():
+    key = issue("--user", "vic", "--role", "viewer")
+    client = bearer(key)
+    assert client.get("/api/v1/namespaces").status_code == 200
+    call_command("revoke_token", str(ApiToken.objects.get().pk), stdout=StringIO())
+    assert client.get("/api/v1/namespaces").status_code == 401
+
+
+def test_a_change_made_elsewhere_is_seen_within_the_cache_time(settings, monkeypatch):
+    """Another process's change sends no signal here: the cache entry runs out instead."""
+    import time
+
+    from django.utils import timezone
+
+    settings.AUTH_CACHE_SECONDS = 5
+    key = issue("--user", "vic", "--role", "viewer")
+    client = bearer(key)
+    assert client.get("/api/v1/namespaces").status_code == 200
+    ApiToken.objects.update(revoked_at=timezone.now())  # an UPDATE sends no signal
+    assert client.get("/api/v1/namespaces").status_code == 200
+    later = time.monotonic() + 6
+    monkeypatch.setattr(time, "monotonic", lambda: later)
+    assert client.get("/api/v1/namespaces").status_code == 401
+
+
+def test_a_role_change_takes_effect_at_once(viewer, api):
+    from django.contrib.auth.models import Group
+
+    client = api(viewer)
+    assert client.post("/api/v1/lineage", {}, format="json").status_code == 403
+    viewer.groups.add(Group.objects.get(name="producer"))
+    response = client.post("/api/v1/lineage", {}, format="json")
+    assert response.status_code in (400, 422), response.content
