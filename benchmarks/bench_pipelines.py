@@ -11,13 +11,16 @@
     Python process over the same files. CPU seconds of both (Spark: driver, JVM and Python
     workers, read from /proc) are recorded too: they depend far less on other load.
 
-    TODO: the issue's comparison is the Spark path against the Celery path
-    (``manage.py ingest_events --engine celery``) on the same archive, both ending in the
-    database. It needs ``ingest_events --engine spark`` (the bulk loader of the backfill's
-    output), which the ingestion side provides; add it here as (c) when it exists.
+(c) Into the database, on PostgreSQL + Redis: an archive of ``--db-events`` events,
+    loaded into a fresh database by ``manage.py ingest_events --engine spark`` (Spark
+    cleans, then the bulk load normalises in one process) and, in another fresh database,
+    by the Celery path (``ingest_events --engine celery`` stores and queues, ``--workers``
+    real ``celery worker`` processes normalise); wall time from the command's start until
+    every event is normalised, events per second and the ratio. Both end in the same
+    normaliser, which sets the pace of both.
 
 Usage: python benchmarks/bench_pipelines.py [--days N] [--repeat K] [--events E] [--shards S]
-           [--skip-demo] [--skip-backfill] [--keep]
+           [--db-events D] [--workers W] [--skip-demo] [--skip-backfill] [--skip-db] [--keep]
 Writes benchmarks/results/pipelines.json.
 """
 
@@ -284,8 +287,85 @@ def bench_backfill(events: int, shards: int, keep: bool) -> dict[str, Any]:
         "written": summary.written,
         "duplicates": summary.duplicates,
         "rejected": summary.rejected,
-        "celery_comparison": "TODO: needs ingest_events --engine spark (bulk load into the DB)",
     }
+
+
+def bench_into_db(events: int, workers: int) -> dict[str, Any]:
+    """Spark path against the Celery path, both from the same archive into PostgreSQL."""
+    from benchmarks.bench_ingest import (
+        DEFAULT_REDIS,
+        flush_redis,
+        prepare_database,
+        service_env,
+        start_worker,
+        stop,
+    )
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-into-db-"))
+    made = write_archive(folder, events, 2)
+    files = [str(f) for f in sorted(folder.glob("*.gz"))]
+    base = "postgres://postgres@127.0.0.1:5432/lineage_bench_backfill_"
+    result: dict[str, Any] = {"archive": made, "master": MASTER, "celery_workers": workers}
+
+    def normalised(url: str) -> int:
+        import psycopg
+
+        with psycopg.connect(url.replace("postgres://", "postgresql://", 1)) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM ingest_rawevent WHERE state IN ('done', 'failed')"
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def stored(url: str) -> int:
+        import psycopg
+
+        with psycopg.connect(url.replace("postgres://", "postgresql://", 1)) as conn:
+            row = conn.execute("SELECT count(*) FROM ingest_rawevent").fetchone()
+        return int(row[0]) if row else 0
+
+    for engine in ("spark", "celery"):
+        url = base + engine
+        prepare_database(url)
+        flush_redis(DEFAULT_REDIS)
+        env = service_env(url, DEFAULT_REDIS)
+        env["SPARK_MASTER"] = MASTER
+        procs = [start_worker(env) for _ in range(workers)] if engine == "celery" else []
+        time.sleep(5 if procs else 0)  # workers up before the clock starts
+        started = time.perf_counter()
+        subprocess.run(
+            [
+                sys.executable,
+                "manage.py",
+                "ingest_events",
+                *files,
+                "--engine",
+                engine,
+                "--no-progress",
+                "--batch-size",
+                "1000",
+            ],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        total = stored(url)
+        while normalised(url) < total:
+            time.sleep(0.5)
+        seconds = time.perf_counter() - started
+        for proc in procs:
+            stop(proc)
+        result[engine] = {
+            "seconds": round(seconds, 1),
+            "events_per_second": round(events / seconds),
+            "stored": total,
+        }
+        print(f"(c) {engine}: {seconds:.1f} s, {events / seconds:,.0f} events/s into the database")
+    result["spark_over_celery"] = round(
+        result["spark"]["events_per_second"] / result["celery"]["events_per_second"], 2
+    )
+    shutil.rmtree(folder, ignore_errors=True)
+    return result
 
 
 def main() -> None:
@@ -296,6 +376,9 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--skip-demo", action="store_true")
     parser.add_argument("--skip-backfill", action="store_true")
+    parser.add_argument("--db-events", type=int, default=20_000)
+    parser.add_argument("--workers", type=int, default=2, help="celery workers in (c)")
+    parser.add_argument("--skip-db", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     args = parser.parse_args()
 
@@ -315,6 +398,11 @@ def main() -> None:
         previous.get("backfill")
         if args.skip_backfill
         else bench_backfill(args.events, args.shards, args.keep)
+    )
+    results["into_database"] = (
+        previous.get("into_database")
+        if args.skip_db
+        else bench_into_db(args.db_events, args.workers)
     )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")

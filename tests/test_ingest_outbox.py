@@ -312,7 +312,12 @@ def test_the_background_publisher_sends_every_id_from_many_threads():
     import threading
 
     sent: list[list[int]] = []
-    publisher = actions.Publisher(lambda ids: sent.append(ids) or True)
+
+    def send(ids: list[int]) -> bool:
+        sent.append(ids)
+        return True
+
+    publisher = actions.Publisher(send)
 
     def submit(start: int) -> None:
         for i in range(start, start + 100):
@@ -350,8 +355,10 @@ def test_with_a_real_broker_the_request_hands_ids_to_the_publisher(
 ):
     settings.CELERY_TASK_ALWAYS_EAGER = False
     client = api(producer)
-    with mock.patch.object(actions._publisher, "submit") as submit:
-        with django_capture_on_commit_callbacks(execute=True):
-            assert client.post("/api/v1/lineage", event(1), format="json").status_code == 201
+    with (
+        mock.patch.object(actions._publisher, "submit") as submit,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        assert client.post("/api/v1/lineage", event(1), format="json").status_code == 201
     (ids,) = submit.call_args.args
     assert ids == list(RawEvent.objects.values_list("pk", flat=True))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -24,6 +25,11 @@ def field_names() -> dict[int, str]:
     }
 
 
+def canonical(value: Any) -> str:
+    """JSON with sorted keys: facets compare by content, whatever order their keys came in."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
 def snapshot() -> dict[str, Any]:
     """Everything the normaliser derives, by natural keys (ids and arrival times left out)."""
     fields = field_names()
@@ -40,7 +46,7 @@ def snapshot() -> dict[str, Any]:
                 d.description,
                 d.source_name,
                 d.alias_of.name if d.alias_of else None,
-                repr(sorted(d.lineage_facets.items())),
+                canonical(d.lineage_facets),
             )
             for d in Dataset.objects.select_related("namespace", "alias_of")
         ),
@@ -59,7 +65,7 @@ def snapshot() -> dict[str, Any]:
         "jobs": sorted(
             (
                 j.name,
-                repr(sorted(j.facets.items())),
+                canonical(j.facets),
                 j.sql,
                 j.job_type,
                 j.parent.name if j.parent else None,
@@ -78,7 +84,7 @@ def snapshot() -> dict[str, Any]:
                 r.ended_at,
                 r.nominal_start_time,
                 r.error_message,
-                repr(sorted(r.facets.items())),
+                canonical(r.facets),
                 str(r.parent_run_uuid),
                 r.edges_applied,
                 r.created_at,

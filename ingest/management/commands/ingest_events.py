@@ -1,4 +1,4 @@
-"""`manage.py ingest_events PATH… [--engine inline|celery]`: load OpenLineage event files.
+"""`manage.py ingest_events PATH… [--engine inline|celery|spark]`: load OpenLineage event files.
 
 Reads JSON (one event or a list), NDJSON and gzip of either, with a progress
 bar. Resumable: every event is stored once by fingerprint, so a re-run skips
@@ -6,12 +6,19 @@ what is already there and finishes what was left half-way.
 
 Engines: ``inline`` normalises in this process in batches (the default
 without a broker); ``celery`` stores the events and leaves normalising to the
-workers. Each engine is one function in ENGINES taking the files and options.
+workers; ``spark`` validates, fingerprints, de-duplicates and sorts NDJSON
+archives on Spark (``pipelines/backfill.py``), then loads what Spark kept here
+in bulk, through the same normaliser. Each engine is one function in ENGINES
+taking the files and options.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -81,6 +88,65 @@ def run_celery(command: BaseCommand, paths: list[Path], options: dict[str, Any])
     return _summary(command, report, problems)
 
 
+def run_spark(command: BaseCommand, paths: list[Path], options: dict[str, Any]) -> dict[str, int]:
+    """Clean the archives on Spark, then store and normalise what it kept, in eventTime order."""
+    from pipelines.backfill import run_backfill
+    from pipelines.spark import get_spark
+
+    work = options["work_dir"]
+    keep = work is not None
+    out = Path(work) if keep else Path(tempfile.mkdtemp(prefix="backfill-", dir=settings.DATA_DIR))
+    problems = Problems()
+    try:
+        from pyspark.sql import SparkSession
+
+        ours = SparkSession.getActiveSession() is None
+        spark = get_spark("lineage-explorer-backfill", master=options["master"])
+        try:
+            cleaned = run_backfill(spark, [str(p) for p in paths], str(out))
+        finally:
+            if ours:
+                spark.stop()
+        command.stderr.write(
+            f"Spark: {cleaned.valid:,} valid, {cleaned.duplicates:,} duplicates dropped, "
+            f"{cleaned.rejected:,} rejected in {cleaned.seconds:.1f} s"
+        )
+        for part in sorted(Path(cleaned.rejects_path).glob("part-*")):
+            for line in part.read_text(encoding="utf-8").splitlines():
+                reject = json.loads(line)
+                problems.add(f"{reject['file']}:{reject['line']}", reject["reason"])
+        with progress_bar(command, options) as bar:
+            bar.total = cleaned.written
+            report = actions.bulk_load(
+                cleaned_events(Path(cleaned.events_path), problems),
+                source=options["source"],
+                batch_size=options["batch_size"],
+                progress=bar.update,
+                quiet_graph=True,
+            )
+    finally:
+        if not keep:
+            shutil.rmtree(out, ignore_errors=True)
+    return _summary(command, report, problems)
+
+
+def cleaned_events(folder: Path, problems: Problems) -> Iterator[ParsedEvent]:
+    """The events Spark kept: canonical JSON lines, part files in eventTime order."""
+    for part in sorted(folder.glob("part-*")):
+        with part.open(encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                text = line.rstrip("\n")
+                if not text:
+                    continue
+                # Each line is the canonical JSON, so its SHA-256 is the event's fingerprint.
+                fingerprint = hashlib.sha256(text.encode("utf-8")).hexdigest()
+                try:
+                    yield parse_event(json.loads(text), fingerprint)
+                except EventError as exc:
+                    where = f"{part.name}:{number}"
+                    problems.add(where, f"{exc.field}: {exc.message}" if exc.field else exc.message)
+
+
 def _summary(
     command: BaseCommand, report: actions.IngestReport, problems: Problems
 ) -> dict[str, int]:
@@ -98,7 +164,7 @@ def _summary(
 
 
 Engine = Callable[[BaseCommand, list[Path], dict[str, Any]], dict[str, int]]
-ENGINES: dict[str, Engine] = {"inline": run_inline, "celery": run_celery}
+ENGINES: dict[str, Engine] = {"inline": run_inline, "celery": run_celery, "spark": run_spark}
 
 
 class Command(BaseCommand):
@@ -110,7 +176,12 @@ class Command(BaseCommand):
             "--engine",
             choices=sorted(ENGINES),
             default=None,
-            help="inline (normalise here; default without a broker) or celery (queue for workers)",
+            help="inline (normalise here; default without a broker), celery (queue for "
+            "workers) or spark (clean NDJSON archives on Spark, then load here in bulk)",
+        )
+        parser.add_argument("--master", help="Spark master for --engine spark (default local[*])")
+        parser.add_argument(
+            "--work-dir", help="--engine spark: keep Spark's output (events, rejects) here"
         )
         parser.add_argument("--batch-size", type=int, default=500, help="events per transaction")
         parser.add_argument("--source", default="file", help="recorded as the events' source")
@@ -124,6 +195,8 @@ class Command(BaseCommand):
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
         engine = options["engine"] or ("inline" if settings.CELERY_TASK_ALWAYS_EAGER else "celery")
+        if engine != "spark" and (options["master"] or options["work_dir"]):
+            raise CommandError("--master and --work-dir go with --engine spark")
         summary = ENGINES[engine](self, paths, options)
         self.stdout.write(
             self.style.SUCCESS(
