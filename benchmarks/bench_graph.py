@@ -4,7 +4,7 @@
 
 For each scale: a PostgreSQL database ``lineage_bench_<N>`` is created and
 filled with ``manage.py generate_lineage`` (kept for ``--reuse``); the app is
-served by gunicorn on 127.0.0.1 (2 workers x 2 threads); clients on
+served by gunicorn on 127.0.0.1 (``--workers`` x ``--threads``, default 4 x 1); clients on
 keep-alive connections time full JSON responses (P50/P95) with 1 and 4
 concurrent clients. In the same run, over the same data:
 
@@ -45,6 +45,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "graph.json"
 PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
 ANCHOR = datetime(2026, 1, 1, tzinfo=UTC)
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
+SERVER = {"workers": 4, "threads": 1}  # gunicorn; set from the command line
 
 
 def pg_url(db: str) -> str:
@@ -211,11 +212,11 @@ def start_server(db: str, port: int) -> subprocess.Popen[bytes]:
             "--bind",
             f"127.0.0.1:{port}",
             "--workers",
-            "2",
+            str(SERVER["workers"]),
             "--worker-class",
             "gthread",
             "--threads",
-            "2",
+            str(SERVER["threads"]),
             "--timeout",
             "300",
             "--log-level",
@@ -567,7 +568,7 @@ def bench_scale(scale: int, reuse: bool, per_client: int) -> dict[str, Any]:
         paths = scenarios(nodes)
         # Warm every worker: snapshots are built lazily, once per process.
         warm = paths["table_down_d2_random"][:8] + paths["column_d5_random"][:8]
-        run_load(port, token, warm, 4, 6)
+        run_load(port, token, warm, 2 * SERVER["workers"], 6)
         workers = worker_pids(server.pid)
         result["api"] = {}
         result["api_first_request"] = {}
@@ -578,8 +579,8 @@ def bench_scale(scale: int, reuse: bool, per_client: int) -> dict[str, Any]:
                 client = Client(port, token)
                 cold = [client.get(p)[0] for p in scenario_paths[:3]]
                 result["api_first_request"][name] = summary(cold)
-                for p in scenario_paths:
-                    client.get(p)
+                # Steady state: every worker has answered these hubs once.
+                run_load(port, token, scenario_paths, 2 * SERVER["workers"], len(scenario_paths))
             for clients in (1, 4):
                 count = per_client if clients == 1 else max(per_client // 2, 10)
                 if "hub" in name:
@@ -609,11 +610,14 @@ def main() -> None:
     parser.add_argument("--scales", default="10000,100000")
     parser.add_argument("--reuse", action="store_true", help="reuse generated databases")
     parser.add_argument("--per-client", type=int, default=60, help="requests per client")
+    parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
+    parser.add_argument("--threads", type=int, default=1, help="threads per gunicorn worker")
     args = parser.parse_args()
     report: dict[str, Any] = {
         "benchmark": "graph",
         "started_at": datetime.now(UTC).isoformat(),
-        "machine": {"cpus": os.cpu_count(), "note": "2 cores shared with other work"},
+        "machine": {"cpus": os.cpu_count(), "loadavg_at_start": loadavg()},
+        "server": {"workers": args.workers, "threads": args.threads},
         "scales": [],
     }
     for scale in (int(s) for s in args.scales.split(",")):
@@ -628,6 +632,10 @@ def main() -> None:
                 *(["--reuse"] if args.reuse else []),
                 "--per-client",
                 str(args.per_client),
+                "--workers",
+                str(args.workers),
+                "--threads",
+                str(args.threads),
             ],
             cwd=ROOT,
             capture_output=False,
@@ -648,7 +656,10 @@ if __name__ == "__main__":
         parser.add_argument("--one-scale", type=int)
         parser.add_argument("--reuse", action="store_true")
         parser.add_argument("--per-client", type=int, default=60)
+        parser.add_argument("--workers", type=int, default=4)
+        parser.add_argument("--threads", type=int, default=1)
         ns = parser.parse_args()
+        SERVER.update(workers=ns.workers, threads=ns.threads)
         real_stdout = sys.stdout
         sys.stdout = sys.stderr  # progress to stderr; the last stdout line is the JSON
         data = bench_scale(ns.one_scale, ns.reuse, ns.per_client)

@@ -29,7 +29,7 @@ from django.db.models import (
 from django.urls import reverse
 
 from catalog.errors import ApiError
-from catalog.models import Dataset, DatasetField, LifecycleState, Owner, Tag
+from catalog.models import ChangeRecord, Dataset, DatasetField, LifecycleState, Owner, Tag
 from graph import nodeids, queries
 from graph.details import DatasetInfo, JobInfo
 from graph.models import Job, Taint
@@ -168,28 +168,69 @@ def _chunks(pks: list[int]) -> list[list[int]]:
 
 
 def personal_data_flags(pks: list[int], as_of: datetime | None) -> dict[int, dict[str, bool]]:
-    """For each dataset: whether a field holds personal data, whether one identifies a subject.
-
-    Fields count when they existed at ``as_of``; their classification is today's.
-    """
+    """For each dataset: whether a field holds personal data, whether one identifies a subject,
+    whether it is dropped — all as they were at ``as_of`` (fields that existed then, with the
+    classification stewards had given them then), or now."""
     flags: dict[int, dict[str, bool]] = {}
     exists = Q(removed_at__isnull=True)
     if as_of is not None:
         exists = Q(first_seen__lte=as_of) & (Q(removed_at__isnull=True) | Q(removed_at__gt=as_of))
     for chunk in _chunks(pks):
+        reclassified = _reclassified_since(chunk, as_of) if as_of is not None else {}
         rows = (
             DatasetField.objects.filter(_personal_data(), exists, dataset_id__in=chunk)
+            .exclude(dataset_id__in=list(reclassified))
             .order_by()
             .values_list("dataset_id", "subject_kind_id")
         )
         for dataset_pk, subject in rows:
             entry = flags.setdefault(dataset_pk, {"pii": True, "subject": False})
             entry["subject"] = entry["subject"] or subject is not None
-        for dataset_pk in Dataset.objects.filter(
-            pk__in=chunk, lifecycle_state=LifecycleState.DROPPED
-        ).values_list("pk", flat=True):
+        if reclassified:
+            _flags_as_classified_then(reclassified, exists, flags)
+        dropped = Dataset.objects.filter(pk__in=chunk, lifecycle_state=LifecycleState.DROPPED)
+        if as_of is not None:
+            dropped = dropped.filter(dropped_at__lte=as_of)
+        for dataset_pk in dropped.values_list("pk", flat=True):
             flags.setdefault(dataset_pk, {"pii": False, "subject": False})["dropped"] = True
     return flags
+
+
+CLASSIFICATION = ("pii_category", "subject_kind")
+
+
+def _reclassified_since(pks: list[int], as_of: datetime) -> dict[int, dict[tuple[str, str], Any]]:
+    """Datasets whose fields were classified differently at ``as_of``: the values then.
+
+    The value of an attribute at ``as_of`` is the ``old`` of its first change after it.
+    """
+    then: dict[int, dict[tuple[str, str], Any]] = defaultdict(dict)
+    records = (
+        ChangeRecord.objects.filter(dataset_id__in=pks, attribute__in=CLASSIFICATION, at__gt=as_of)
+        .exclude(field_name="")
+        .order_by("at", "id")
+        .values_list("dataset_id", "field_name", "attribute", "old")
+    )
+    for dataset_pk, field_name, attribute, old in records:
+        then[dataset_pk].setdefault((field_name, attribute), old)
+    return then
+
+
+def _flags_as_classified_then(
+    then: dict[int, dict[tuple[str, str], Any]], exists: Q, flags: dict[int, dict[str, bool]]
+) -> None:
+    rows = (
+        DatasetField.objects.filter(exists, dataset_id__in=list(then))
+        .order_by()
+        .values_list("dataset_id", "name", "pii_category", "subject_kind_id")
+    )
+    for dataset_pk, name, pii_category, subject_kind in rows:
+        past = then[dataset_pk]
+        pii = past.get((name, "pii_category"), pii_category)
+        subject = past.get((name, "subject_kind"), subject_kind)
+        if pii or subject:
+            entry = flags.setdefault(dataset_pk, {"pii": True, "subject": False})
+            entry["subject"] = entry["subject"] or bool(subject)
 
 
 def latest_run_states(pks: list[int]) -> dict[int, str]:
@@ -372,13 +413,14 @@ def build_view(
         for edge_id, edge in old_edges.items():
             if edge_id not in edges:
                 edges[edge_id] = {**edge, "diff": "removed"}
-    # The slider's instants: when the table graph around the node ever changed.
+    # The slider's instants: when the graph around the node ever changed (at this level).
     anchor = root.dataset_ref() if root.kind == "field" else root
     instants = queries.change_instants(
         anchor.resolved,
         depth=depth,
         direction=direction,  # type: ignore[arg-type]
         limit=MAX_INSTANTS,
+        level=level,
     )
     return {
         "root": root.id,

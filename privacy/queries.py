@@ -690,30 +690,34 @@ SHOWN_SEEDS = 50
 
 
 def dataset_links(search: SubjectSearch) -> list[DatasetLink]:
-    """Return the lineage between the datasets a search found (source → target, by job)."""
-    listed = sorted({h.id for h in search.all_hits})
-    if search.reached_fields is None or not listed:
+    """Return the lineage between the datasets a search found (source → target, by job).
+
+    Read from the same column snapshot the search walked: one vectorised pass
+    over the edges valid at the search's instant, however many datasets.
+    """
+    listed = np.asarray(sorted({h.id for h in search.all_hits}), dtype=np.int64)
+    if search.reached_fields is None or not listed.size:
         return []
     fields, datasets = search.reached_fields, search.reached_datasets
-    sources = fields[np.isin(datasets, np.asarray(listed, dtype=np.int64))].tolist()
-    dataset_of = dict(zip(fields.tolist(), datasets.tolist(), strict=True))
+    keep = np.isin(datasets, listed)
+    sources, source_datasets = fields[keep], datasets[keep]
+    order = np.argsort(sources)
+    sources, source_datasets = sources[order], source_datasets[order]
+    snap = snapshot.columns()
     found: set[tuple[int, int, int | None]] = set()
-    size = 20_000 if connection.vendor == "postgresql" else _CHUNK // 2
-    for chunk in _chunks(sources, size):
-        where_source, params = _where_in("source_field_id", list(chunk))
-        for target_chunk in _chunks(listed, size):
-            where_target, more = _where_in("target_dataset_id", list(target_chunk))
-            valid, stamps = _valid_sql(search.as_of)
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT DISTINCT source_field_id, target_dataset_id, job_id "
-                    f"FROM graph_columnedge WHERE {where_source} AND {where_target} AND {valid}",
-                    [*params, *more, *stamps],
-                )
-                for source_field, target, job in cursor.fetchall():
-                    source = dataset_of[source_field]
-                    if source != target:
-                        found.add((source, target, job))
+    for layer, pos in snap.all_valid(TimeFilter.at(search.as_of)):
+        cols = snap.store(layer).cols
+        src, tds = cols["src"][pos], cols["tds"][pos]
+        hit = np.isin(src, sources, kind="table") & np.isin(tds, listed, kind="table")
+        if not hit.any():
+            continue
+        src, tds, job = src[hit], tds[hit], cols["job"][pos][hit]
+        origin = source_datasets[np.searchsorted(sources, src)]
+        for source, target, job_id in set(
+            zip(origin.tolist(), tds.tolist(), job.tolist(), strict=True)
+        ):
+            if source != target:
+                found.add((source, target, job_id if job_id >= 0 else None))
     jobs = load_job_names(j for _, _, j in found if j is not None)
     return [
         DatasetLink(source, target, job_node_id(*jobs[job]) if job in jobs else None)

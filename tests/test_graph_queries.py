@@ -9,7 +9,7 @@ import pytest
 
 from catalog.models import ChangeRecord, DatasetOwnership, Owner, PiiCategory, RetentionPolicy
 from graph import queries
-from graph.models import Direction, RunState, TransformationSubtype
+from graph.models import ColumnEdge, Direction, RunState, TransformationSubtype
 from graph.nodeids import resolve_node_id
 from tests.graph_builders import T0, T1, T2, T3, LineageBuilder
 
@@ -344,6 +344,17 @@ def test_diff_lists_edges_datasets_and_fields_added_and_removed(chain):
 def test_change_instants_lists_when_the_graph_changed(chain):
     chain.close_read("job_0", "a", T2)
     assert queries.change_instants(node(chain, "b"), depth=1) == (T0, T2)
+
+
+def test_change_instants_at_column_level_count_a_mapping_that_changed_alone(chain):
+    ColumnEdge.objects.filter(
+        job=chain.jobs["job_0"], source_field=chain.fields["a.value"], valid_to=None
+    ).update(valid_to=T3)
+    chain.column("job_0", "a.id", "b.value", at=T3)
+    b = node(chain, "b")
+    assert queries.change_instants(b, depth=1) == (T0,)
+    assert queries.change_instants(b, depth=1, level="column") == (T0, T3)
+    assert queries.change_instants(node(chain, "e"), depth=1, level="column") == (T0,)
 
 
 # --- orphans and sources -----------------------------------------------------------------

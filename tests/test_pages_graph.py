@@ -424,3 +424,20 @@ def test_it_shows_the_columns_an_impact_reaches_at_column_level(shop, viewer):
     assert "Columns reached" in html
     assert "email_hash" in html and "lake/clean/customers" in html
     assert "lake/marts/revenue_by_country" not in html  # country and amount only
+
+
+def test_it_draws_personal_data_flags_as_classified_at_the_instant(shop, steward, viewer):
+    from catalog import actions as catalog_actions
+
+    country = shop.revenue.fields.get(name="country")
+    catalog_actions.update_field(
+        country, {"pii_category": "location"}, catalog_actions.Actor(user=steward)
+    )
+    client = client_for(viewer)
+
+    def revenue_flag(**params: str) -> bool:
+        body = data(client, node=node(shop.clean), depth=1, direction="downstream", **params)
+        return {n["id"]: n for n in body["nodes"]}[node(shop.revenue)]["pii"]
+
+    assert revenue_flag() is True
+    assert revenue_flag(asOf="2025-06-01T00:00:00Z") is False  # classified only today
