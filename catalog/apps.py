@@ -10,7 +10,7 @@ class CatalogConfig(AppConfig):
         from django.contrib.auth import get_user_model
         from django.contrib.auth.models import Group
 
-        from catalog import schema  # noqa: F401  (registers the OpenAPI auth extension)
+        from catalog import lookups, schema  # noqa: F401  (register __any_of, the OpenAPI auth)
         from catalog.auth import forget_grants
         from catalog.models import ApiToken
         from catalog.roles import ensure_roles

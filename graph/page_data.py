@@ -178,8 +178,8 @@ def personal_data_flags(pks: list[int], as_of: datetime | None) -> dict[int, dic
     for chunk in _chunks(pks):
         reclassified = _reclassified_since(chunk, as_of) if as_of is not None else {}
         rows = (
-            DatasetField.objects.filter(_personal_data(), exists, dataset_id__in=chunk)
-            .exclude(dataset_id__in=list(reclassified))
+            DatasetField.objects.filter(_personal_data(), exists, dataset_id__any_of=chunk)
+            .exclude(dataset_id__any_of=list(reclassified))
             .order_by()
             .values_list("dataset_id", "subject_kind_id")
         )
@@ -188,7 +188,7 @@ def personal_data_flags(pks: list[int], as_of: datetime | None) -> dict[int, dic
             entry["subject"] = entry["subject"] or subject is not None
         if reclassified:
             _flags_as_classified_then(reclassified, exists, flags)
-        dropped = Dataset.objects.filter(pk__in=chunk, lifecycle_state=LifecycleState.DROPPED)
+        dropped = Dataset.objects.filter(pk__any_of=chunk, lifecycle_state=LifecycleState.DROPPED)
         if as_of is not None:
             dropped = dropped.filter(dropped_at__lte=as_of)
         for dataset_pk in dropped.values_list("pk", flat=True):
@@ -206,7 +206,9 @@ def _reclassified_since(pks: list[int], as_of: datetime) -> dict[int, dict[tuple
     """
     then: dict[int, dict[tuple[str, str], Any]] = defaultdict(dict)
     records = (
-        ChangeRecord.objects.filter(dataset_id__in=pks, attribute__in=CLASSIFICATION, at__gt=as_of)
+        ChangeRecord.objects.filter(
+            dataset_id__any_of=pks, attribute__in=CLASSIFICATION, at__gt=as_of
+        )
         .exclude(field_name="")
         .order_by("at", "id")
         .values_list("dataset_id", "field_name", "attribute", "old")
@@ -220,7 +222,7 @@ def _flags_as_classified_then(
     then: dict[int, dict[tuple[str, str], Any]], exists: Q, flags: dict[int, dict[str, bool]]
 ) -> None:
     rows = (
-        DatasetField.objects.filter(exists, dataset_id__in=list(then))
+        DatasetField.objects.filter(exists, dataset_id__any_of=list(then))
         .order_by()
         .values_list("dataset_id", "name", "pii_category", "subject_kind_id")
     )
@@ -237,7 +239,7 @@ def latest_run_states(pks: list[int]) -> dict[int, str]:
     states: dict[int, str] = {}
     for chunk in _chunks(pks):
         states.update(
-            Job.objects.filter(pk__in=chunk, latest_run__isnull=False).values_list(
+            Job.objects.filter(pk__any_of=chunk, latest_run__isnull=False).values_list(
                 "pk", "latest_run__state"
             )
         )

@@ -437,7 +437,9 @@ def test_it_draws_personal_data_flags_as_classified_at_the_instant(shop, steward
 
     def revenue_flag(**params: str) -> bool:
         body = data(client, node=node(shop.clean), depth=1, direction="downstream", **params)
-        return {n["id"]: n for n in body["nodes"]}[node(shop.revenue)]["pii"]
+        flag = {n["id"]: n for n in body["nodes"]}[node(shop.revenue)]["pii"]
+        assert isinstance(flag, bool)
+        return flag
 
     assert revenue_flag() is True
     assert revenue_flag(asOf="2025-06-01T00:00:00Z") is False  # classified only today
