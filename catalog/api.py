@@ -24,6 +24,7 @@ from catalog.models import (
     Dataset,
     DatasetField,
     Namespace,
+    OwnerKind,
     PiiCategory,
     RetentionPolicy,
     Sensitivity,
@@ -202,7 +203,7 @@ class DatasetListView(APIView):
 class OwnerInput(serializers.Serializer[Any]):
     name = serializers.CharField(max_length=255)
     type = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
-    kind = serializers.ChoiceField(choices=["person", "team"], required=False, default="team")
+    kind = serializers.ChoiceField(choices=OwnerKind.choices, required=False, default="team")
 
 
 class DatasetPatchInput(serializers.Serializer[Any]):
@@ -284,7 +285,7 @@ class DatasetDetailView(APIView):
 
 class FieldPatchInput(serializers.Serializer[Any]):
     pii = serializers.ChoiceField(
-        choices=PiiCategory.values, required=False, allow_null=True, allow_blank=True
+        choices=PiiCategory.choices, required=False, allow_null=True, allow_blank=True
     )
     subjectKind = serializers.CharField(required=False, allow_null=True, max_length=64)
     sensitivity = serializers.ChoiceField(

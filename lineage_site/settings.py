@@ -186,6 +186,7 @@ SPECTACULAR_SETTINGS = {
         "PiiCategoryEnum": "catalog.models.PiiCategory",
         "OwnerKindEnum": "catalog.models.OwnerKind",
         "SensitivityEnum": "catalog.models.Sensitivity",
+        "IdentifierKindEnum": "privacy.api.IDENTIFIER_KINDS",
     },
 }
 
