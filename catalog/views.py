@@ -565,7 +565,7 @@ def with_fields(condition: Q) -> Q:
     fields = DatasetField.objects.filter(condition, removed_at__isnull=True).order_by()
     ids = list(fields.values_list("dataset_id", flat=True).distinct()[: MAX_LITERAL_IDS + 1])
     if len(ids) <= MAX_LITERAL_IDS:
-        return Q(pk__in=ids)
+        return Q(pk__any_of=ids)
     return Q(pk__in=fields.values("dataset_id"))
 
 

@@ -310,7 +310,7 @@ def _rewind(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, Dataset
     for chunk in _chunks(sorted(found)):
         for ds_pk, field_name, attribute, old in (
             ChangeRecord.objects.filter(
-                dataset_id__in=chunk,
+                dataset_id__any_of=chunk,
                 at__gt=as_of,
                 attribute__in=DATASET_ATTRIBUTES + FIELD_ATTRIBUTES,
             )
