@@ -6,7 +6,10 @@ navigation to an interactive graph in headless Chromium for 100, 500 and 2,000 n
 The database is loaded once with ``manage.py generate_lineage`` (skipped when it
 already holds enough datasets). Server time is measured in-process with
 Django's test client (request → response, templates and queries included, no
-network), after one warm-up request per page so the lineage snapshot is built.
+network), steady state: each URL of a page is requested once before the timed
+rounds (a process's first answer for a node fills caches that later requests
+of every user share); those first answers are reported apart
+(``first_request_p50_ms``, ``first_request_max_ms``).
 Browser time is measured against a gunicorn server on this machine: from the
 start of navigation to the moment the drawn graph answers input (the page
 marks it after layout and two animation frames). The baseline, measured in
@@ -216,11 +219,19 @@ def server_times(inp: dict[str, Any], user: Any, repeat: int) -> dict[str, Any]:
     for name, urls in page_urls(inp).items():
         if not urls:
             continue
-        warm = time.perf_counter()
-        first = client.get(urls[0])
-        cold_ms = (time.perf_counter() - warm) * 1000
-        if first.status_code != 200:
-            out[name] = {"error": f"HTTP {first.status_code} for {urls[0]}"}
+        # Each URL once first: a process's first answer for a node fills caches shared by
+        # every later request (of any user). Those first answers are reported apart.
+        cold: list[float] = []
+        failed = ""
+        for url in urls:
+            warm = time.perf_counter()
+            first = client.get(url)
+            cold.append((time.perf_counter() - warm) * 1000)
+            if first.status_code != 200:
+                failed = f"HTTP {first.status_code} for {url}"
+                break
+        if failed:
+            out[name] = {"error": failed}
             continue
         timings: list[float] = []
         cpu: list[float] = []
@@ -238,7 +249,9 @@ def server_times(inp: dict[str, Any], user: Any, repeat: int) -> dict[str, Any]:
             # This process's CPU only (the database's work is in its own process): less
             # sensitive than wall time to other load on a shared machine.
             "app_cpu_p50_ms": round(statistics.median(cpu), 1),
-            "first_ms": round(cold_ms, 1),
+            "first_ms": round(cold[0], 1),
+            "first_request_p50_ms": round(statistics.median(cold), 1),
+            "first_request_max_ms": round(max(cold), 1),
             "statuses": sorted(statuses),
             "within_target": percentile(timings, 0.95) <= SERVER_TARGET_MS,
         }
