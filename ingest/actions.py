@@ -415,8 +415,11 @@ def _record_failure(events: list[RawEvent], exc: BaseException, permanent: bool 
 
 
 def replay(ids: Iterable[int] | None = None, state: str | None = EventState.FAILED) -> int:
-    """Put events back in the queue (these ids, or every event in ``state``); returns how many."""
-    query = RawEvent.objects.all()
+    """Put events back in the queue (these ids, or every event in ``state``); returns how many.
+
+    Compacted events (their body is a summary now) cannot be normalised again: skipped.
+    """
+    query = RawEvent.objects.filter(compacted_at__isnull=True)
     if ids is not None:
         query = query.filter(pk__in=list(ids))
     if state is not None:

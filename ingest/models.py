@@ -46,6 +46,8 @@ class RawEvent(models.Model):
     queued_at = models.DateTimeField(null=True, blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
     processed_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # Set when retention replaced the body by a summary (ingest.retention); never replayed then.
+    compacted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-received_at", "-id"]

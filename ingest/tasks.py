@@ -24,6 +24,22 @@ def process_batch(event_ids: list[int]) -> dict[str, Any]:
 
 
 @shared_task(ignore_result=True)
+def compact_raw_events(older_than_days: int | None = None) -> dict[str, int]:
+    """Replace bodies of events normalised over INGEST_RAW_RETENTION_DAYS ago by summaries."""
+    from datetime import timedelta
+
+    from ingest import retention
+
+    days = older_than_days if older_than_days is not None else settings.INGEST_RAW_RETENTION_DAYS
+    result = retention.compact_raw_events(timedelta(days=days))
+    return {
+        "events_compacted": result.events_compacted,
+        "bytes_before": result.bytes_before,
+        "bytes_after": result.bytes_after,
+    }
+
+
+@shared_task(ignore_result=True)
 def sweep_events() -> dict[str, int]:
     """Re-queue events whose task was lost and free those whose worker died."""
     result = actions.sweep()

@@ -220,6 +220,13 @@ CELERY_BEAT_SCHEDULE["ingest-sweep"] = {
     "task": "ingest.tasks.sweep_events",
     "schedule": float(INGEST_SWEEP_INTERVAL_SECONDS),
 }
+# Bodies of events normalised longer ago than this are replaced by summaries (daily task);
+# failed and pending events keep theirs.
+INGEST_RAW_RETENTION_DAYS = env_int("INGEST_RAW_RETENTION_DAYS", 30)
+CELERY_BEAT_SCHEDULE["ingest-compact-raw-events"] = {
+    "task": "ingest.tasks.compact_raw_events",
+    "schedule": 24 * 3600.0,
+}
 
 # Lineage graph: run-level detail (facets, error stacks) older than this is compacted into
 # summaries by a daily task; edges and validity intervals stay. Node cache size per process.
