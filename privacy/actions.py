@@ -33,6 +33,7 @@ from privacy.models import (
     AuditOutcome,
     AuditValueHash,
     ErasurePlan,
+    PlanState,
     PrivacyRun,
     RunKind,
     RunState,
@@ -251,8 +252,65 @@ def _scan_targets(run: PrivacyRun) -> list[dict[str, Any]]:
 
 
 def create_erasure_plan(user: Any, request: SubjectRequest) -> ErasurePlan:
-    """Compute and keep the ordered erasure plan for the subject (lineage as of now); audited."""
-    search = search_subject(request.subject_kind, request.identifiers, None)
+    """Make the ordered erasure plan for the subject (lineage as of now); audited.
+
+    Without a broker it is computed here and returned ready. With one, the
+    plan is returned ``building`` and a task computes it: a subject reaching
+    tens of thousands of datasets takes seconds, too long to hold a request.
+    """
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        steps, owners, summary = _plan_contents(request.subject_kind, request.identifiers)
+    with transaction.atomic():
+        plan = ErasurePlan.objects.create(
+            created_by=user,
+            created_by_name=_actor_name(user),
+            subject_kind=request.subject_kind.name,
+            value_hashes=request.hashes(),
+            identifiers=request.describe(),
+        )
+        if settings.CELERY_TASK_ALWAYS_EAGER:
+            _fill_plan(plan, steps, owners, summary)
+        else:
+            plan.state = PlanState.BUILDING
+            plan.save(update_fields=["state"])
+            plan_id = str(plan.id)
+            transaction.on_commit(lambda: _enqueue_plan(plan_id))
+        log_audit(
+            user,
+            AuditAction.ERASURE_PLAN,
+            subject_kind=plan.subject_kind,
+            hashes=plan.value_hashes,
+            result_count=len(plan.steps) if plan.is_ready else None,
+            reference=plan.id,
+        )
+    return plan
+
+
+def build_erasure_plan(plan_id: str) -> ErasurePlan | None:
+    """Compute the steps of a plan left ``building`` (the task's work); a failure is kept."""
+    plan = ErasurePlan.objects.filter(pk=plan_id, state=PlanState.BUILDING).first()
+    if plan is None:
+        return None
+    try:
+        kind = SubjectKind.objects.get(name=plan.subject_kind)
+        identifiers = [Identifier(h["index"], h["kind"], h["field"]) for h in plan.value_hashes]
+        steps, owners, summary = _plan_contents(kind, identifiers)
+    except Exception as exc:
+        log.exception("erasure plan %s could not be built", plan_id)
+        ErasurePlan.objects.filter(pk=plan.pk).update(
+            state=PlanState.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000]
+        )
+        plan.refresh_from_db()
+        return plan
+    with transaction.atomic():
+        _fill_plan(plan, steps, owners, summary)
+    return plan
+
+
+def _plan_contents(
+    kind: SubjectKind, identifiers: list[Identifier]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    search = search_subject(kind, identifiers, None)
     steps = erasure.plan_steps(search, dataset_links(search))
     owners = erasure.owners_to_notify(steps)
     summary = {
@@ -266,26 +324,35 @@ def create_erasure_plan(user: Any, request: SubjectRequest) -> ErasurePlan:
             for ex in (erasure.SPARK, erasure.SPARK_DRY_RUN, erasure.MANUAL)
         },
     }
-    with transaction.atomic():
-        plan = ErasurePlan.objects.create(
-            created_by=user,
-            created_by_name=_actor_name(user),
-            subject_kind=request.subject_kind.name,
-            value_hashes=request.hashes(),
-            identifiers=request.describe(),
-            steps=as_json_safe(steps),
-            owners=owners,
-            summary=summary,
-        )
-        log_audit(
-            user,
-            AuditAction.ERASURE_PLAN,
-            subject_kind=plan.subject_kind,
-            hashes=plan.value_hashes,
-            result_count=len(steps),
-            reference=plan.id,
-        )
-    return plan
+    return steps, owners, summary
+
+
+def _fill_plan(
+    plan: ErasurePlan,
+    steps: list[dict[str, Any]],
+    owners: list[dict[str, Any]],
+    summary: dict[str, Any],
+) -> None:
+    plan.steps = as_json_safe(steps)
+    plan.owners = owners
+    plan.summary = summary
+    plan.state = PlanState.READY
+    plan.error = ""
+    plan.save(update_fields=["steps", "owners", "summary", "state", "error"])
+
+
+def _enqueue_plan(plan_id: str) -> None:
+    from privacy.tasks import build_plan
+
+    build_plan.delay(plan_id)
+
+
+def require_ready(plan: ErasurePlan) -> None:
+    """Refuse to export or run a plan whose steps are not computed (yet)."""
+    if plan.state == PlanState.BUILDING:
+        raise PrivacyError("The plan is still being built; try again shortly", "state", status=409)
+    if plan.state == PlanState.FAILED:
+        raise PrivacyError(f"The plan could not be built: {plan.error}", "state", status=409)
 
 
 def log_export(user: Any, plan: ErasurePlan, fmt: str) -> None:
@@ -321,6 +388,7 @@ def request_erasure_run(
     The identifiers must be given again and match the plan's; apply needs a
     finished dry run of the same plan first.
     """
+    require_ready(plan)
     if not _same_identifiers(plan, request):
         raise PrivacyError(
             "The identifiers do not match this erasure plan", "identifiers", status=422

@@ -274,6 +274,8 @@ def plan_json(plan: ErasurePlan) -> dict[str, Any]:
         "createdAt": iso(plan.created_at),
         "createdBy": plan.created_by_name,
         "identifiers": plan.identifiers,
+        "state": plan.state,
+        "error": plan.error or None,
         "summary": plan.summary,
         "ownersToNotify": plan.owners,
         "steps": plan.steps,
@@ -412,7 +414,11 @@ class ErasurePlanListView(PrivacyView):
     def post(self, request: Request) -> Response:
         subject = parse_subject_request(request.data, allow_as_of=False)
         plan = actions.create_erasure_plan(request.user, subject)
-        return Response(plan_json(plan), status=status.HTTP_201_CREATED)
+        body = plan_json(plan)
+        if not plan.is_ready:  # computed by a task: poll the plan until "state" is "ready"
+            body["statusUrl"] = reverse("privacy-api-plan", args=[plan.id])
+            return Response(body, status=status.HTTP_202_ACCEPTED)
+        return Response(body, status=status.HTTP_201_CREATED)
 
 
 class ErasurePlanDetailView(PrivacyView):
@@ -449,6 +455,10 @@ class ErasurePlanExportView(PrivacyView):
     @extend_schema(responses={(200, "text/csv"): OpenApiTypes.STR}, summary="Plan as CSV or JSON")
     def get(self, request: Request, plan_id: UUID, fmt: str) -> HttpResponse:
         plan = _plan_or_404(request, plan_id)
+        try:
+            actions.require_ready(plan)
+        except actions.PrivacyError as error:
+            _raise(error)
         actions.log_export(request.user, plan, fmt)
         return export_response(plan, fmt)
 

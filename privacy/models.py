@@ -72,8 +72,18 @@ class AuditValueHash(models.Model):
         return f"{self.digest[:12]}… of entry {self.entry_id}"
 
 
+class PlanState(models.TextChoices):
+    BUILDING = "building", "Building"
+    READY = "ready", "Ready"
+    FAILED = "failed", "Failed"
+
+
 class ErasurePlan(models.Model):
-    """Ordered erasure steps for one data subject, computed from lineage at creation time."""
+    """Ordered erasure steps for one data subject, computed from lineage at creation time.
+
+    With a broker the steps are computed by a task (a subject can reach tens of
+    thousands of datasets): the plan is ``building`` until then.
+    """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
@@ -88,12 +98,18 @@ class ErasurePlan(models.Model):
     steps = models.JSONField(default=list)
     owners = models.JSONField(default=list)
     summary = models.JSONField(default=dict)
+    state = models.CharField(max_length=12, choices=PlanState.choices, default=PlanState.READY)
+    error = models.TextField(blank=True)
 
     class Meta:
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"erasure plan {self.id} ({self.subject_kind})"
+
+    @property
+    def is_ready(self) -> bool:
+        return self.state == PlanState.READY
 
 
 class RunKind(models.TextChoices):

@@ -16,6 +16,12 @@ def run_job(run_id: str) -> None:
     actions.run_privacy_job(run_id)
 
 
+@shared_task(name="privacy.build_plan", acks_late=True, ignore_result=True)
+def build_plan(plan_id: str) -> None:
+    """Compute the steps of an erasure plan made with a broker (see create_erasure_plan)."""
+    actions.build_erasure_plan(plan_id)
+
+
 def _run_in_thread(run_id: str) -> None:
     try:
         run_job.apply(args=[run_id])

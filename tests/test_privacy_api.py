@@ -8,6 +8,7 @@ import json
 import logging
 import sys
 from typing import Any
+from unittest import mock
 
 import pytest
 import time_machine
@@ -298,6 +299,59 @@ def test_it_makes_an_ordered_erasure_plan_and_exports_it(shop, officer):
     assert exported["steps"] == plan["steps"]
     assert AuditEntry.objects.filter(action="export").count() == 2
     assert SECRET not in csv_response.content.decode()
+
+
+def test_with_a_broker_the_plan_is_built_by_a_task(
+    shop, officer, compliance, settings, django_capture_on_commit_callbacks
+):
+    from django.test import Client
+
+    from privacy import actions
+
+    inline = officer.post(PLANS, body(value=SECRET), format="json").json()
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    with (
+        mock.patch("privacy.tasks.build_plan.delay") as delay,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        response = officer.post(PLANS, body(value=SECRET), format="json")
+    assert response.status_code == 202
+    building = response.json()
+    assert (building["state"], building["steps"]) == ("building", [])
+    assert building["statusUrl"].endswith(building["id"])
+    delay.assert_called_once_with(building["id"])
+    export = officer.get(f"{PLANS}/{building['id']}/export.csv")
+    assert export.status_code == 409 and export.json()["field"] == "state"
+    browser = Client()
+    browser.force_login(compliance)
+    page = browser.get(f"/privacy/erasure/{building['id']}")
+    assert b"Building the plan" in page.content and b'http-equiv="refresh"' in page.content
+    actions.build_erasure_plan(building["id"])
+    ready = officer.get(f"{PLANS}/{building['id']}").json()
+    assert ready["state"] == "ready" and ready["error"] is None
+    assert ready["steps"] == inline["steps"]
+    assert ready["ownersToNotify"] == inline["ownersToNotify"]
+    assert officer.get(f"{PLANS}/{building['id']}/export.csv").status_code == 200
+
+
+def test_a_plan_whose_task_fails_says_why(
+    shop, officer, settings, django_capture_on_commit_callbacks
+):
+    from privacy import actions
+
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    with (
+        mock.patch("privacy.tasks.build_plan.delay"),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        plan_id = officer.post(PLANS, body(value=SECRET), format="json").json()["id"]
+    with mock.patch("privacy.actions.search_subject", side_effect=RuntimeError("graph gone")):
+        actions.build_erasure_plan(plan_id)
+    failed = officer.get(f"{PLANS}/{plan_id}").json()
+    assert failed["state"] == "failed" and "graph gone" in failed["error"]
+    dry_run = officer.post(f"{PLANS}/{plan_id}/dry-run", body(value=SECRET), format="json")
+    assert dry_run.status_code == 409
+    assert "could not be built" in dry_run.json()["error"]
 
 
 def test_it_guards_dry_run_and_apply(shop, officer, fake_spark, django_capture_on_commit_callbacks):
