@@ -10,10 +10,12 @@ pass the typed value around.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+from django.conf import settings
 from django.db.models import Q
 
 from catalog.models import Dataset, DatasetField, Namespace
@@ -155,12 +157,35 @@ def parse_node_id(raw: str, namespaces: Iterable[str]) -> NodeId:
     raise UnknownNodeId(raw)
 
 
+_RESOLVED: dict[str, tuple[ResolvedNode, float]] = {}
+_MAX_RESOLVED = 50_000
+
+
+def forget_resolved(*args: Any, **kwargs: Any) -> None:
+    """Drop every cached resolution (connected to deletions and new namespaces)."""
+    _RESOLVED.clear()
+
+
 def resolve_node_id(raw: str) -> ResolvedNode:
     """Resolve ``raw`` against the database: one query (two for a field id).
 
     Raises MalformedNodeId when the text is not a node id and UnknownNodeId
-    when no namespace, dataset, job or field matches.
+    when no namespace, dataset, job or field matches. Found ids are kept for
+    NODE_ID_CACHE_SECONDS: rows are never renamed, and a deletion or a new
+    namespace in this process clears the cache (elsewhere it runs out).
     """
+    clock = time.monotonic()
+    hit = _RESOLVED.get(raw) if isinstance(raw, str) else None
+    if hit is not None and hit[1] > clock:
+        return hit[0]
+    resolved = _resolve_node_id(raw)
+    if len(_RESOLVED) >= _MAX_RESOLVED:
+        _RESOLVED.clear()
+    _RESOLVED[raw] = (resolved, clock + float(getattr(settings, "NODE_ID_CACHE_SECONDS", 60)))
+    return resolved
+
+
+def _resolve_node_id(raw: str) -> ResolvedNode:
     if not isinstance(raw, str) or not raw.strip():
         raise MalformedNodeId("nodeId is required")
     if len(raw) > 4096:

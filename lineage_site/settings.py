@@ -232,6 +232,8 @@ CELERY_BEAT_SCHEDULE["ingest-compact-raw-events"] = {
 # summaries by a daily task; edges and validity intervals stay. Node cache size per process.
 LINEAGE_DETAIL_RETENTION_DAYS = env_int("LINEAGE_DETAIL_RETENTION_DAYS", 90)
 GRAPH_NODE_CACHE_SIZE = env_int("GRAPH_NODE_CACHE_SIZE", 50_000)
+# Resolved node ids (dataset:…, job:…, datasetField:…) are kept per process this long.
+NODE_ID_CACHE_SECONDS = env_int("NODE_ID_CACHE_SECONDS", 60)
 CELERY_BEAT_SCHEDULE["graph-compact-lineage-detail"] = {
     "task": "graph.tasks.compact_lineage_detail",
     "schedule": 24 * 3600.0,

@@ -92,3 +92,28 @@ def test_it_raises_unknown_for_missing_datasets_and_fields():
     for raw in ("dataset:file:nope", "datasetField:file:t:nope", "job:file:nope"):
         with pytest.raises(UnknownNodeId):
             resolve_node_id(raw)
+
+
+def test_a_resolution_is_reused_and_forgotten_when_its_row_goes(db):
+    from catalog.models import Dataset
+    from graph import nodeids
+    from tests.factories import dataset
+
+    ds = dataset(namespace="s3://lake", name="raw/orders")
+    raw = "dataset:s3://lake:raw/orders"
+    first = nodeids.resolve_node_id(raw)
+    assert nodeids.resolve_node_id(raw) is first  # from the cache
+    Dataset.objects.filter(pk=ds.pk).delete()
+    with pytest.raises(nodeids.UnknownNodeId):
+        nodeids.resolve_node_id(raw)
+
+
+def test_a_new_longer_namespace_takes_over_the_split(db):
+    from graph import nodeids
+    from tests.factories import dataset
+
+    dataset(namespace="s3://lake", name="zone:orders")
+    raw = "dataset:s3://lake:zone:orders"
+    assert nodeids.resolve_node_id(raw).id.name == "zone:orders"
+    dataset(namespace="s3://lake:zone", name="orders")
+    assert nodeids.resolve_node_id(raw).id.namespace == "s3://lake:zone"
