@@ -94,7 +94,15 @@ class Run(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["job", "-created_at"])]
+        indexes = [
+            models.Index(fields=["job", "-created_at"]),
+            # Runs whose parent arrived later are looked up by the parent's uuid on every batch.
+            models.Index(
+                fields=["parent_run_uuid"],
+                condition=models.Q(parent__isnull=True, parent_run_uuid__isnull=False),
+                name="run_waiting_for_parent",
+            ),
+        ]
 
     def __str__(self) -> str:
         return str(self.run_uuid)
@@ -114,8 +122,12 @@ class Direction(models.TextChoices):
 class RunDataset(models.Model):
     """A dataset one run read or wrote, with the dataset version it saw."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="io")
-    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="run_io")
+    # The unique (run, dataset, direction) and the (dataset, direction, event_time) indexes
+    # serve lookups by run and by dataset: no single-column indexes to keep up on each insert.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="io", db_index=False)
+    dataset = models.ForeignKey(
+        Dataset, on_delete=models.CASCADE, related_name="run_io", db_index=False
+    )
     direction = models.CharField(max_length=3, choices=Direction.choices)
     dataset_version = models.ForeignKey(
         "catalog.DatasetVersion", null=True, blank=True, on_delete=models.SET_NULL
@@ -137,8 +149,11 @@ class RunDataset(models.Model):
 class TableEdge(models.Model):
     """dataset → job (direction=in) or job → dataset (direction=out), valid over an interval."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="edges")
-    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="edges")
+    # Served by the two composite indexes below (edges are rewritten on every wiring change).
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="edges", db_index=False)
+    dataset = models.ForeignKey(
+        Dataset, on_delete=models.CASCADE, related_name="edges", db_index=False
+    )
     direction = models.CharField(max_length=3, choices=Direction.choices)
     valid_from = models.DateTimeField()
     valid_to = models.DateTimeField(null=True, blank=True)
@@ -186,11 +201,18 @@ class ColumnEdge(models.Model):
     target dataset (a filter or join key, say).
     """
 
+    # job, source_field and target_field lead composite indexes (Meta): no single-column
+    # indexes to keep up on each of the many inserts and closings.
     job = models.ForeignKey(
-        Job, null=True, blank=True, on_delete=models.CASCADE, related_name="column_edges"
+        Job,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="column_edges",
+        db_index=False,
     )
     source_field = models.ForeignKey(
-        DatasetField, on_delete=models.CASCADE, related_name="downstream_edges"
+        DatasetField, on_delete=models.CASCADE, related_name="downstream_edges", db_index=False
     )
     target_dataset = models.ForeignKey(
         Dataset, on_delete=models.CASCADE, related_name="incoming_column_edges"
@@ -201,6 +223,7 @@ class ColumnEdge(models.Model):
         blank=True,
         on_delete=models.CASCADE,
         related_name="upstream_edges",
+        db_index=False,
     )
     transformation_type = models.CharField(
         max_length=16, choices=TransformationType.choices, default=TransformationType.DIRECT

@@ -21,6 +21,7 @@ process — web workers, Celery workers — answers from the committed graph.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -32,11 +33,13 @@ import numpy as np
 import numpy.typing as npt
 import psycopg
 from django.conf import settings
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.utils.dateparse import parse_datetime
 
 from graph import revision as rev
 from graph.models import TransformationSubtype, TransformationType
+
+logger = logging.getLogger(__name__)
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -651,6 +654,25 @@ def table() -> Snapshot:
 
 def columns() -> Snapshot:
     return get(COLUMN)
+
+
+def warm() -> bool:
+    """Build this process's snapshots now; True when both were built.
+
+    Called once per server process before it answers requests (lineage_site/wsgi.py,
+    GRAPH_WARM_ON_START), so no user's first graph request waits seconds for a build.
+    A database that is not reachable or not migrated yet is logged, not raised: the
+    first request builds then, as without warming.
+    """
+    started = time.perf_counter()
+    try:
+        table()
+        columns()
+    except DatabaseError as exc:
+        logger.warning("lineage snapshots not built at start: %s", exc)
+        return False
+    logger.info("lineage snapshots built in %.1f s", time.perf_counter() - started)
+    return True
 
 
 def reset() -> None:

@@ -234,6 +234,8 @@ LINEAGE_DETAIL_RETENTION_DAYS = env_int("LINEAGE_DETAIL_RETENTION_DAYS", 90)
 GRAPH_NODE_CACHE_SIZE = env_int("GRAPH_NODE_CACHE_SIZE", 50_000)
 # Resolved node ids (dataset:…, job:…, datasetField:…) are kept per process this long.
 NODE_ID_CACHE_SECONDS = env_int("NODE_ID_CACHE_SECONDS", 60)
+# Server processes (lineage_site/wsgi.py) build the lineage snapshots before serving.
+GRAPH_WARM_ON_START = env_bool("GRAPH_WARM_ON_START", True)
 CELERY_BEAT_SCHEDULE["graph-compact-lineage-detail"] = {
     "task": "graph.tasks.compact_lineage_detail",
     "schedule": 24 * 3600.0,

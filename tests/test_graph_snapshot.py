@@ -134,3 +134,22 @@ def test_one_revision_read_per_pinned_block(chain, django_assert_max_num_queries
         first = revision.current()
         second = revision.current()
     assert first == second
+
+
+def test_warming_builds_both_snapshots_before_any_request(chain):
+    snapshot.reset()
+    assert snapshot.warm() is True
+    built = snapshot.stats()["snapshots"]
+    assert set(built) == {"table", "column"}
+    assert built["table"]["edges"] >= 4
+
+
+def test_warming_without_a_usable_database_is_logged_not_raised(monkeypatch, caplog):
+    from django.db import ProgrammingError
+
+    def broken() -> None:
+        raise ProgrammingError('relation "graph_tableedge" does not exist')
+
+    monkeypatch.setattr(snapshot, "table", broken)
+    assert snapshot.warm() is False
+    assert "not built at start" in caplog.text
