@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connection
-from django.db.models import Field, Model, Q
+from django.db.models import Model, Q
 from django.utils import timezone
 
+from catalog import bulk
 from catalog.models import DatasetField, DatasetVersion
 from graph.models import (
     TERMINAL_RUN_STATES,
@@ -113,47 +113,9 @@ def merge_facets(
     return changed
 
 
-def bulk_set(model: type[Model], rows: list[Any], fields: list[str], chunk: int = 500) -> None:
-    """Write ``fields`` of many rows by primary key, one statement per chunk.
-
-    On PostgreSQL this is ``UPDATE … FROM (VALUES …)``, much cheaper than the
-    CASE expressions of ``bulk_update``, which other databases fall back to.
-    """
-    if not rows:
-        return
-    if connection.vendor != "postgresql":
-        model._default_manager.bulk_update(rows, fields, batch_size=chunk)
-        return
-    meta = model._meta
-    columns: list[Field[Any, Any]] = []
-    for name in fields:
-        found = meta.get_field(name)
-        assert isinstance(found, Field)
-        columns.append(found)
-    pk = meta.pk
-    assert pk is not None
-    quote = connection.ops.quote_name
-    casts = [f"%s::{pk.db_type(connection)}"]
-    casts += [f"%s::{c.db_type(connection)}" for c in columns]
-    row_sql = "(" + ", ".join(casts) + ")"
-    names = ", ".join(quote(c.column) for c in columns)
-    assignments = ", ".join(f"{quote(c.column)} = v.{quote(c.column)}" for c in columns)
-    table = quote(meta.db_table)
-    key = quote(pk.column)
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), chunk):
-            part = rows[start : start + chunk]
-            params: list[Any] = []
-            for row in part:
-                params.append(row.pk)
-                params.extend(
-                    c.get_db_prep_save(getattr(row, c.attname), connection) for c in columns
-                )
-            cursor.execute(
-                f"UPDATE {table} AS t SET {assignments} FROM (VALUES "
-                f"{', '.join([row_sql] * len(part))}) AS v(__pk, {names}) WHERE t.{key} = v.__pk",
-                params,
-            )
+def bulk_set(model: type[Model], rows: list[Any], fields: list[str]) -> None:
+    """Write ``fields`` of many rows by primary key in one statement (catalog.bulk.update)."""
+    bulk.update(model, rows, fields)
 
 
 # -- jobs ---------------------------------------------------------------------------------
@@ -317,7 +279,7 @@ def record_runs(observations: list[RunObservation]) -> dict[int, datetime]:
                     wanted[key] = (obs.event_time, version_id)
 
     if new_runs:
-        Run.objects.bulk_create(list(new_runs.values()))
+        bulk.insert(Run, list(new_runs.values()))
         _link_parents_and_children(list(new_runs.values()))
     _link_parents([runs[u] for u in dirty if u not in new_runs])
     changed_runs = [runs[u] for u in dirty if u not in new_runs]
@@ -351,7 +313,7 @@ def record_runs(observations: list[RunObservation]) -> dict[int, datetime]:
                 existing.dataset_version_id = version_id or existing.dataset_version_id
                 io_update.append(existing)
     if io_create:
-        RunDataset.objects.bulk_create(io_create, ignore_conflicts=True)
+        bulk.insert(RunDataset, io_create, ignore_conflicts=True)
     bulk_set(RunDataset, io_update, ["event_time", "dataset_version"])
 
     since: dict[int, datetime] = {}
@@ -681,9 +643,9 @@ class _WritePlan:
             crows = [e for e in self.column_update if (e.valid_to is not None) == closing]
             bulk_set(ColumnEdge, crows, ["valid_to", "masking", "description"])
         if self.table_insert:
-            TableEdge.objects.bulk_create(self.table_insert)
+            bulk.insert(TableEdge, self.table_insert)
         if self.column_insert:
-            ColumnEdge.objects.bulk_create(self.column_insert)
+            bulk.insert(ColumnEdge, self.column_insert)
         return EdgeChanges(
             inserted=len(self.table_insert) + len(self.column_insert),
             updated=len(self.table_update) + len(self.column_update),

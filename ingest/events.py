@@ -249,6 +249,23 @@ def _name(value: Any, path: str) -> str:
     return _text(value, path, required=True, limit=MAX_NAME_LENGTH)
 
 
+def _valid_text(value: Any, required: bool = False, limit: int | None = None) -> bool:
+    """Whether ``_text`` would accept ``value``: the hot loops check first and build the
+    path naming a field only when something is wrong."""
+    if value is None:
+        return not required
+    return (
+        isinstance(value, str)
+        and (not required or bool(value.strip()))
+        and (limit is None or len(value) <= limit)
+        and "\x00" not in value
+    )
+
+
+def _valid_name(value: Any) -> bool:
+    return _valid_text(value, required=True, limit=MAX_NAME_LENGTH)
+
+
 def _bool(value: Any, path: str) -> bool:
     if value is None:
         return False
@@ -482,53 +499,84 @@ def _schema(facet: dict[str, Any], path: str) -> list[SchemaField]:
     seen: set[str] = set()
 
     def walk(items: Any, items_path: str, prefix: str) -> None:
-        for i, raw in enumerate(_list(items, items_path)):
-            fpath = f"{items_path}[{i}]"
-            item = _obj(raw, fpath)
-            name = _name(item.get("name"), f"{fpath}.name")
+        for i, item in enumerate(_list(items, items_path)):
+            name, kind, description = (
+                (item.get("name"), item.get("type"), item.get("description"))
+                if isinstance(item, dict)
+                else (None, None, None)
+            )
+            if not (
+                isinstance(item, dict)
+                and _valid_name(name)
+                and _valid_text(kind)
+                and _valid_text(description)
+            ):
+                fpath = f"{items_path}[{i}]"
+                _obj(item, fpath)
+                _name(name, f"{fpath}.name")
+                _text(kind, f"{fpath}.type")
+                _text(description, f"{fpath}.description")
             full = f"{prefix}{name}"
             if len(full) > MAX_NAME_LENGTH:
+                fpath = f"{items_path}[{i}]"
                 raise _fail(
                     f"{fpath}.name is longer than {MAX_NAME_LENGTH} characters", f"{fpath}.name"
                 )
             if full not in seen:
                 seen.add(full)
                 result.append(
-                    SchemaField(
-                        name=full,
-                        type=_text(item.get("type"), f"{fpath}.type")[:255],
-                        description=_text(item.get("description"), f"{fpath}.description"),
-                    )
+                    SchemaField(name=full, type=(kind or "")[:255], description=description or "")
                 )
             if item.get("fields") is not None:
-                walk(item["fields"], f"{fpath}.fields", f"{full}.")
+                walk(item["fields"], f"{items_path}[{i}].fields", f"{full}.")
 
     walk(facet.get("fields"), f"{path}.fields", "")
     return result
 
 
 def _transformations(
-    items: Any, path: str, legacy_type: str, legacy_description: str
+    items: Any, owner: str, index: int, legacy_type: str, legacy_description: str
 ) -> list[Transformation]:
-    raw_items = _list(items, path)
-    if not raw_items:
-        kind, subtype = LEGACY_TRANSFORMATIONS.get(legacy_type.upper(), ("DIRECT", ""))
-        return [Transformation(kind, subtype, legacy_type.upper() == "MASKED", legacy_description)]
+    """The transformations of input field ``index`` of ``owner`` (its path, built on error)."""
+    if not isinstance(items, list):
+        items = _list(items, f"{owner}[{index}].transformations")
+    if not items:
+        legacy = LEGACY_TRANSFORMATIONS.get(legacy_type.upper(), ("DIRECT", ""))
+        return [Transformation(*legacy, legacy_type.upper() == "MASKED", legacy_description)]
     found = []
-    for i, raw in enumerate(raw_items):
-        tpath = f"{path}[{i}]"
-        item = _obj(raw, tpath)
-        kind = _text(item.get("type"), f"{tpath}.type", required=True).upper()
-        if kind not in TRANSFORMATION_TYPES:
-            raise _fail(f"{tpath}.type must be DIRECT or INDIRECT", f"{tpath}.type")
-        subtype = _text(item.get("subtype"), f"{tpath}.subtype", limit=64).upper()
+    kind: Any
+    subtype: Any
+    masking: Any
+    description: Any
+    for i, item in enumerate(items):
+        kind, subtype, masking, description = (
+            (item.get("type"), item.get("subtype"), item.get("masking"), item.get("description"))
+            if isinstance(item, dict)
+            else (None, None, None, None)
+        )
+        if not (
+            isinstance(item, dict)
+            and _valid_text(kind, required=True)
+            and kind.upper() in TRANSFORMATION_TYPES
+            and _valid_text(subtype, limit=64)
+            and (masking is None or isinstance(masking, bool))
+            and _valid_text(description)
+        ):
+            tpath = f"{owner}[{index}].transformations[{i}]"
+            _obj(item, tpath)
+            if _text(kind, f"{tpath}.type", required=True).upper() not in TRANSFORMATION_TYPES:
+                raise _fail(f"{tpath}.type must be DIRECT or INDIRECT", f"{tpath}.type")
+            _text(subtype, f"{tpath}.subtype", limit=64)
+            _bool(masking, f"{tpath}.masking")
+            _text(description, f"{tpath}.description")
+        known = (subtype or "").upper()
         found.append(
             Transformation(
-                type=kind,
+                type=kind.upper(),
                 # Subtypes outside the spec's list are kept as unknown rather than refused.
-                subtype=subtype if subtype in TRANSFORMATION_SUBTYPES else "",
-                masking=_bool(item.get("masking"), f"{tpath}.masking"),
-                description=_text(item.get("description"), f"{tpath}.description"),
+                subtype=known if known in TRANSFORMATION_SUBTYPES else "",
+                masking=bool(masking),
+                description=description or "",
             )
         )
     return found
@@ -538,14 +586,32 @@ def _input_fields(
     items: Any, path: str, target: str | None, legacy_type: str = "", legacy_description: str = ""
 ) -> list[ColumnMapping]:
     mappings = []
-    for i, raw in enumerate(_list(items, path)):
-        ipath = f"{path}[{i}]"
-        item = _obj(raw, ipath)
-        namespace = _name(item.get("namespace"), f"{ipath}.namespace")
-        name = _name(item.get("name"), f"{ipath}.name")
-        source_field = _name(item.get("field"), f"{ipath}.field")
+    for i, item in enumerate(_list(items, path)):
+        namespace: Any
+        name: Any
+        source_field: Any
+        namespace, name, source_field = (
+            (item.get("namespace"), item.get("name"), item.get("field"))
+            if isinstance(item, dict)
+            else (None, None, None)
+        )
+        if not (
+            isinstance(item, dict)
+            and _valid_name(namespace)
+            and _valid_name(name)
+            and _valid_name(source_field)
+        ):
+            ipath = f"{path}[{i}]"
+            _obj(item, ipath)
+            _name(namespace, f"{ipath}.namespace")
+            _name(name, f"{ipath}.name")
+            _name(source_field, f"{ipath}.field")
         for transformation in _transformations(
-            item.get("transformations"), f"{ipath}.transformations", legacy_type, legacy_description
+            item.get("transformations"),
+            path,
+            i,
+            legacy_type,
+            legacy_description,
         ):
             mappings.append(ColumnMapping(namespace, name, source_field, target, transformation))
     return mappings

@@ -44,6 +44,7 @@ from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
 from catalog import actions as catalog_actions
+from catalog import bulk
 from catalog.models import (
     ChangeRecord,
     ChangeSource,
@@ -470,7 +471,8 @@ class _Batch:
         """
         if not self.sightings:
             return
-        SchemaObservation.objects.bulk_create(
+        bulk.insert(
+            SchemaObservation,
             [
                 SchemaObservation(dataset_id=d, at=at, schema_hash=h, run_uuid=run)
                 for d in sorted(self.sightings)
@@ -534,7 +536,7 @@ class _Batch:
             newest = max(kept, key=lambda v: v.created_at, default=None)
             self.latest[d] = newest or before
         if create:
-            DatasetVersion.objects.bulk_create(create)
+            bulk.insert(DatasetVersion, create)
         self.all_versions.clear()
 
     def _version_id(self, dataset_id: int, digest: str, at: datetime) -> uuid.UUID:
@@ -748,7 +750,7 @@ class _Batch:
     def _flush_fields(self) -> None:
         new = [row for row in self.fields.values() if row.pk is None]
         if new:
-            DatasetField.objects.bulk_create(new)
+            bulk.insert(DatasetField, new)
         created = {id(row) for row in new}
         changed = [
             self.fields[key] for key in self.dirty_fields if id(self.fields[key]) not in created

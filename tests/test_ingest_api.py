@@ -202,6 +202,82 @@ BAD_INPUTS = [
         "outputs[0].facets.columnLineage.fields.id.inputFields[0].transformations[0].type",
     ),
     (
+        "nested schema field with a numeric name",
+        _with(
+            good_event(),
+            {"fields": [{"name": "a", "fields": [{"name": "b"}, {"name": 5}]}]},
+            "outputs",
+            0,
+            "facets",
+            "schema",
+        ),
+        422,
+        "outputs[0].facets.schema.fields[0].fields[1].name",
+    ),
+    (
+        "column lineage input not an object",
+        _with(
+            good_event(),
+            {"fields": {"id": {"inputFields": [7]}}},
+            "outputs",
+            0,
+            "facets",
+            "columnLineage",
+        ),
+        422,
+        "outputs[0].facets.columnLineage.fields.id.inputFields[0]",
+    ),
+    (
+        "transformations not a list",
+        _with(
+            good_event(),
+            {
+                "fields": {
+                    "id": {
+                        "inputFields": [
+                            {"namespace": PG, "name": "a", "field": "id", "transformations": "x"}
+                        ]
+                    }
+                }
+            },
+            "outputs",
+            0,
+            "facets",
+            "columnLineage",
+        ),
+        422,
+        "outputs[0].facets.columnLineage.fields.id.inputFields[0].transformations",
+    ),
+    (
+        "transformation masking not a boolean",
+        _with(
+            good_event(),
+            {
+                "fields": {
+                    "id": {
+                        "inputFields": [
+                            {
+                                "namespace": PG,
+                                "name": "a",
+                                "field": "id",
+                                "transformations": [
+                                    {"type": "DIRECT", "subtype": "IDENTITY"},
+                                    {"type": "DIRECT", "masking": "yes"},
+                                ],
+                            }
+                        ]
+                    }
+                }
+            },
+            "outputs",
+            0,
+            "facets",
+            "columnLineage",
+        ),
+        422,
+        "outputs[0].facets.columnLineage.fields.id.inputFields[0].transformations[1].masking",
+    ),
+    (
         "lifecycle change unknown",
         _with(
             good_event(),
