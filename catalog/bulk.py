@@ -20,6 +20,12 @@ from django.db.models import Field, Model
 from psycopg.types.json import Jsonb
 
 
+def errors() -> Any:
+    """Driver errors raised through the raw cursor as Django's (IntegrityError, …), as the
+    ORM raises them: callers retry unique-key races and deadlocks by those types."""
+    return connection.wrap_database_errors
+
+
 def _fields(model: type[Model], names: Sequence[str]) -> list[Field[Any, Any]]:
     out: list[Field[Any, Any]] = []
     for name in names:
@@ -73,7 +79,7 @@ def insert(model: type[Model], rows: list[Any], ignore_conflicts: bool = False) 
         model._default_manager.bulk_create(rows, ignore_conflicts=ignore_conflicts)
         return
     table = connection.ops.quote_name(model._meta.db_table)
-    with transaction.atomic(savepoint=False), connection.cursor() as wrapper:
+    with transaction.atomic(savepoint=False), connection.cursor() as wrapper, errors():
         cursor = wrapper.cursor
         if not ignore_conflicts:
             for row, pk in zip(rows, _allocate_ids(cursor, model, len(rows)), strict=True):
@@ -105,7 +111,7 @@ def update(model: type[Model], rows: list[Any], names: Sequence[str]) -> None:
     quote = connection.ops.quote_name
     table = quote(model._meta.db_table)
     assignments = ", ".join(f"{quote(f.column)} = s.{quote(f.column)}" for f in fields)
-    with transaction.atomic(savepoint=False), connection.cursor() as wrapper:
+    with transaction.atomic(savepoint=False), connection.cursor() as wrapper, errors():
         cursor = wrapper.cursor
         scratch = _scratch_table(cursor, model, [pk, *fields])
         _copy(cursor, scratch, [pk, *fields], rows)

@@ -57,7 +57,9 @@ class StoreResult:
         return "duplicate" if fingerprint in self.duplicates else "stored"
 
 
-def raw_event_for(event: ParsedEvent, source: str, now: datetime) -> RawEvent:
+def raw_event_for(
+    event: ParsedEvent, source: str, now: datetime, processed: bool = False
+) -> RawEvent:
     return RawEvent(
         fingerprint=event.fingerprint,
         kind=event.kind,
@@ -70,11 +72,22 @@ def raw_event_for(event: ParsedEvent, source: str, now: datetime) -> RawEvent:
         source=source[:16],
         received_at=now,
         queued_at=now,
+        **(
+            {"state": EventState.DONE, "attempts": 1, "claimed_at": now, "processed_at": now}
+            if processed
+            else {}
+        ),
     )
 
 
-def store_events(events: list[ParsedEvent], source: str, enqueue: bool = True) -> StoreResult:
-    """Store events verbatim (each fingerprint once) and queue their processing on commit."""
+def store_events(
+    events: list[ParsedEvent], source: str, enqueue: bool = True, processed: bool = False
+) -> StoreResult:
+    """Store events verbatim (each fingerprint once) and queue their processing on commit.
+
+    ``processed`` stores them as done: for a caller normalising them in the same
+    transaction (nothing to claim, nothing to queue).
+    """
     result = StoreResult()
     if not events:
         return result
@@ -83,7 +96,7 @@ def store_events(events: list[ParsedEvent], source: str, enqueue: bool = True) -
     # One INSERT is atomic by itself: no transaction round trips around it.
     single = connection.vendor == "postgresql" and len(unique) <= INSERT_CHUNK
     with contextlib.nullcontext() if single else transaction.atomic():
-        rows = [raw_event_for(e, source, now) for e in unique]
+        rows = [raw_event_for(e, source, now, processed) for e in unique]
         if connection.vendor == "postgresql":
             result.stored = _insert_new(rows)
         else:
@@ -115,6 +128,8 @@ INSERT_FIELDS = (
     "error",
     "received_at",
     "queued_at",
+    "claimed_at",
+    "processed_at",
 )
 
 
@@ -596,6 +611,51 @@ def bulk_load(
 
 
 def _store_and_process(chunk: list[ParsedEvent], source: str) -> IngestReport:
+    """Store and normalise in one transaction: events go in as done, with no claim or
+    state updates. If that fails (a bad event, a lost race), the chunk takes the outbox's
+    way — stored pending, claimed, normalised, failures isolated one by one."""
+    try:
+        with transaction.atomic():
+            stored = store_events(chunk, source, enqueue=False, processed=True)
+            fresh = {fp: e for e in chunk if (fp := e.fingerprint) in stored.stored}
+            _normalize_with_retries_inline(list(fresh.values()))
+    except Exception as exc:  # the outbox path below records what failed, event by event
+        logger.info("chunk of %d events takes the outbox path (%s)", len(chunk), exc)
+        return _store_then_process(chunk, source)
+    report = IngestReport(
+        stored=len(stored.stored),
+        duplicates=len(stored.duplicates),
+        processed=len(stored.stored),
+        event_ids=list(stored.stored.values()),
+    )
+    # Duplicates left pending by an interrupted earlier load are normalised now.
+    waiting = list(
+        RawEvent.objects.filter(
+            pk__in=list(stored.duplicates.values()), state=EventState.PENDING
+        ).values_list("pk", flat=True)
+    )
+    if waiting:
+        outcome = process_events(waiting, known={e.fingerprint: e for e in chunk})
+        report.processed += len(outcome.done)
+        report.failed += len(outcome.failed) + len(outcome.retry)
+    return report
+
+
+def _normalize_with_retries_inline(events: list[ParsedEvent]) -> None:
+    """Normalise inside the caller's transaction: a transient error is tried again from a
+    savepoint, anything else is raised."""
+    for attempt in range(IN_PROCESS_RETRIES):
+        try:
+            with transaction.atomic():
+                normalize(events)
+            return
+        except TRANSIENT_ERRORS:
+            if attempt == IN_PROCESS_RETRIES - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+
+
+def _store_then_process(chunk: list[ParsedEvent], source: str) -> IngestReport:
     report = IngestReport()
     stored = store_events(chunk, source, enqueue=False)
     report.stored = len(stored.stored)

@@ -1,0 +1,97 @@
+"""catalog.bulk: COPY-based inserts and updates on PostgreSQL, the ORM elsewhere."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.db import IntegrityError, transaction
+
+from catalog import bulk
+from catalog.models import Dataset, Namespace
+from graph import revision
+from graph.models import Direction, Job, Run, RunState, TableEdge
+from tests.graph_builders import T0, T1, T2
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def wiring():
+    ns = Namespace.objects.create(name="postgres://db:5432")
+    job = Job.objects.create(namespace=ns, name="etl.daily", created_at=T0, updated_at=T0)
+    datasets = [
+        Dataset.objects.create(namespace=ns, name=f"public.t{i}", first_seen=T0, last_seen=T0)
+        for i in range(3)
+    ]
+    return job, datasets
+
+
+def test_it_inserts_rows_and_gives_each_its_primary_key(wiring):
+    job = wiring[0]
+    runs = [
+        Run(
+            run_uuid=uuid.uuid4(),
+            job=job,
+            state=RunState.COMPLETED,
+            created_at=T1,
+            facets={"sql": {"query": "select 1"}, "n": [1, 2]},
+        )
+        for _ in range(3)
+    ]
+    bulk.insert(Run, runs)
+    assert all(run.pk for run in runs)
+    stored = {r.pk: r for r in Run.objects.filter(job=job)}
+    assert set(stored) == {run.pk for run in runs}
+    assert stored[runs[0].pk].facets == {"sql": {"query": "select 1"}, "n": [1, 2]}
+    assert stored[runs[0].pk].run_uuid == runs[0].run_uuid
+
+
+def test_it_skips_rows_that_break_a_unique_constraint_when_asked(wiring):
+    job, datasets = wiring
+    TableEdge.objects.create(job=job, dataset=datasets[0], direction=Direction.INPUT, valid_from=T0)
+    fresh = [
+        TableEdge(job=job, dataset=d, direction=Direction.INPUT, valid_from=T1) for d in datasets
+    ]
+    bulk.insert(TableEdge, fresh, ignore_conflicts=True)
+    # One open edge per (job, dataset, direction): the first dataset's stays as it was.
+    assert TableEdge.objects.count() == 3
+    assert TableEdge.objects.get(dataset=datasets[0]).valid_from == T0
+
+
+def test_a_failed_insert_writes_nothing(wiring):
+    job, datasets = wiring
+    rows = [TableEdge(job=job, dataset=datasets[0], direction=Direction.INPUT, valid_from=T0)] * 2
+    with pytest.raises(IntegrityError), transaction.atomic():
+        bulk.insert(TableEdge, rows)
+    assert not TableEdge.objects.exists()
+
+
+def test_it_updates_the_named_fields_only(wiring):
+    job, datasets = wiring
+    edges = [
+        TableEdge.objects.create(job=job, dataset=d, direction=Direction.OUTPUT, valid_from=T0)
+        for d in datasets
+    ]
+    for edge in edges[:2]:
+        edge.valid_to = T2
+        edge.valid_from = T1  # not named: must not be written
+    bulk.update(TableEdge, edges[:2], ["valid_to"])
+    stored = {e.pk: e for e in TableEdge.objects.all()}
+    assert [stored[e.pk].valid_to for e in edges] == [T2, T2, None]
+    assert {e.valid_from for e in stored.values()} == {T0}
+
+
+def test_bulk_writes_move_the_lineage_revision(wiring):
+    job, datasets = wiring
+    before = revision.current()
+    bulk.insert(
+        TableEdge,
+        [TableEdge(job=job, dataset=datasets[1], direction=Direction.INPUT, valid_from=T0)],
+    )
+    after_insert = revision.current()
+    assert after_insert.value > before.value
+    edge = TableEdge.objects.get()
+    edge.valid_to = T1
+    bulk.update(TableEdge, [edge], ["valid_to"])
+    assert revision.current().value > after_insert.value
