@@ -98,6 +98,30 @@ def insert(model: type[Model], rows: list[Any], ignore_conflicts: bool = False) 
         )
 
 
+def insert_new(
+    model: type[Model], rows: list[Any], names: Sequence[str], returning: Sequence[str]
+) -> list[tuple[Any, ...]]:
+    """Insert the fields ``names`` of rows that break no unique constraint; gives the
+    ``returning`` columns of the rows inserted (PostgreSQL only)."""
+    if not rows:
+        return []
+    assert connection.vendor == "postgresql", "insert_new is for PostgreSQL"
+    fields = _fields(model, names)
+    quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+    columns = ", ".join(quote(f.column) for f in fields)
+    wanted = ", ".join(quote(f.column) for f in _fields(model, returning))
+    with transaction.atomic(savepoint=False), connection.cursor() as wrapper, errors():
+        cursor = wrapper.cursor
+        scratch = _scratch_table(cursor, model, fields)
+        _copy(cursor, scratch, fields, rows)
+        cursor.execute(
+            f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {scratch} "
+            f"ON CONFLICT DO NOTHING RETURNING {wanted}"
+        )
+        return [tuple(row) for row in cursor.fetchall()]
+
+
 def update(model: type[Model], rows: list[Any], names: Sequence[str]) -> None:
     """Write the fields ``names`` of many rows by primary key, in one statement."""
     if not rows:

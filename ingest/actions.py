@@ -29,6 +29,7 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import F, Field, Q
 from django.utils import timezone
 
+from catalog import bulk
 from ingest.events import EventError, ParsedEvent, parse_event
 from ingest.models import EventState, RawEvent
 from ingest.normalizer import NormalizeResult, RetryBatch, normalize
@@ -94,7 +95,7 @@ def store_events(
     unique = list({e.fingerprint: e for e in events}.values())
     now = timezone.now()
     # One INSERT is atomic by itself: no transaction round trips around it.
-    single = connection.vendor == "postgresql" and len(unique) <= INSERT_CHUNK
+    single = connection.vendor == "postgresql" and len(unique) <= COPY_MIN_ROWS
     with contextlib.nullcontext() if single else transaction.atomic():
         rows = [raw_event_for(e, source, now, processed) for e in unique]
         if connection.vendor == "postgresql":
@@ -112,7 +113,8 @@ def store_events(
     return result
 
 
-INSERT_CHUNK = 500
+# Above this many events a store goes through COPY.
+COPY_MIN_ROWS = 20
 INSERT_FIELDS = (
     "fingerprint",
     "kind",
@@ -134,30 +136,31 @@ INSERT_FIELDS = (
 
 
 def _insert_new(rows: list[RawEvent]) -> dict[str, int]:
-    """INSERT … ON CONFLICT DO NOTHING RETURNING: one round trip, the first writer wins."""
+    """INSERT … ON CONFLICT DO NOTHING RETURNING: the first writer wins.
+
+    A few rows (the single-event API) go as one statement, atomic by itself; many
+    go through COPY (catalog.bulk), which needs a transaction but skips the
+    per-value preparation that dominated large batches.
+    """
+    if len(rows) > COPY_MIN_ROWS:
+        return dict(bulk.insert_new(RawEvent, rows, INSERT_FIELDS, ("fingerprint", "id")))
     fields: list[Field[Any, Any]] = []
     for name in INSERT_FIELDS:
         found = RawEvent._meta.get_field(name)
         assert isinstance(found, Field)
         fields.append(found)
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    stored: dict[str, int] = {}
+    params: list[Any] = []
+    for row in rows:
+        params.extend(f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields)
+    values = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(rows))
     with connection.cursor() as cursor:
-        for start in range(0, len(rows), INSERT_CHUNK):
-            part = rows[start : start + INSERT_CHUNK]
-            params: list[Any] = []
-            for row in part:
-                params.extend(
-                    f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields
-                )
-            values = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(part))
-            cursor.execute(
-                f"INSERT INTO {RawEvent._meta.db_table} ({columns}) VALUES {values} "
-                "ON CONFLICT (fingerprint) DO NOTHING RETURNING fingerprint, id",
-                params,
-            )
-            stored.update({fingerprint: pk for fingerprint, pk in cursor.fetchall()})
-    return stored
+        cursor.execute(
+            f"INSERT INTO {RawEvent._meta.db_table} ({columns}) VALUES {values} "
+            "ON CONFLICT (fingerprint) DO NOTHING RETURNING fingerprint, id",
+            params,
+        )
+        return {fingerprint: pk for fingerprint, pk in cursor.fetchall()}
 
 
 def _insert_new_portably(rows: list[RawEvent]) -> dict[str, int]:

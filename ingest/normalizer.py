@@ -624,6 +624,9 @@ class _Batch:
         created = {key[0] for key, row in self.fields.items() if row.pk is None}
         syncing = sorted(set(self.versions_changed) | created)
         self._preload_versions(syncing)
+        rows_of: dict[int, list[DatasetField]] = defaultdict(list)
+        for (ds_id, _), row in self.fields.items():
+            rows_of[ds_id].append(row)
         for dataset_id in syncing:
             versions = self._versions_of(dataset_id)
             newest: dict[str, tuple[int, int, dict[str, str]]] = {}
@@ -647,8 +650,9 @@ class _Batch:
             closing = (
                 versions[-1] if versions and versions[-1].lifecycle_state in CLOSING_KINDS else None
             )
-            for (ds_id, name), row in self.fields.items():
-                if ds_id == dataset_id and name not in newest:
+            # Rows created by _field above for this dataset are all in ``newest``.
+            for row in rows_of[dataset_id]:
+                if row.name not in newest:
                     removed_at = closing.created_at if closing is not None else None
                     self._set_field(
                         row, row.type, row.ordinal, row.description, removed_at, row.first_seen
