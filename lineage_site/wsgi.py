@@ -1,6 +1,5 @@
 """WSGI entry point (gunicorn lineage_site.wsgi)."""
 
-import gc
 import os
 
 from django.conf import settings
@@ -23,9 +22,3 @@ if settings.GRAPH_WARM_ON_START:
     snapshot.warm()
     # Under gunicorn --preload this runs before the fork: no worker may inherit the socket.
     connections.close_all()
-
-# What is loaded by now (Django, the app, the snapshots) lives as long as the process.
-# Frozen, the collector's full passes skip it: unfrozen, each pass paused a request for
-# 50-70 ms every few hundred requests.
-gc.collect()
-gc.freeze()
