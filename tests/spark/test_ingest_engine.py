@@ -118,3 +118,20 @@ def test_spark_options_need_the_spark_engine(archive: Path) -> None:
 
     with pytest.raises(CommandError, match="--engine spark"):
         call_command("ingest_events", str(archive / "a.ndjson"), engine="inline", master="local[1]")
+
+
+def test_it_creates_the_data_folder_it_works_in(
+    spark: Any, archive: Path, tmp_path: Path, settings: Any
+) -> None:
+    # With PostgreSQL nothing else creates the data folder before the first backfill.
+    settings.DATA_DIR = tmp_path / "not-there-yet"
+    call_command(
+        "ingest_events",
+        *map(str, sorted(archive.iterdir())),
+        engine="spark",
+        no_progress=True,
+        stdout=StringIO(),
+        stderr=StringIO(),
+    )
+    assert settings.DATA_DIR.is_dir()
+    assert RawEvent.objects.exists()

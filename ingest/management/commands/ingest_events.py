@@ -95,6 +95,9 @@ def run_spark(command: BaseCommand, paths: list[Path], options: dict[str, Any]) 
 
     work = options["work_dir"]
     keep = work is not None
+    if not keep:
+        # With PostgreSQL nothing else creates the data folder.
+        Path(settings.DATA_DIR).mkdir(parents=True, exist_ok=True)
     out = Path(work) if keep else Path(tempfile.mkdtemp(prefix="backfill-", dir=settings.DATA_DIR))
     problems = Problems()
     try:
