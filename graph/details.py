@@ -15,6 +15,7 @@ from typing import Any, Literal
 from django.db import connection
 
 from catalog.models import ChangeRecord, RetentionPolicy
+from catalog.pgsql import bound_cursor
 from graph.models import RunState
 from graph.nodeids import dataset_node_id, field_node_id, job_node_id
 
@@ -159,7 +160,10 @@ def _ts(value: Any) -> datetime | None:
 
 
 def _rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
+    # On PostgreSQL the statements here have fixed text (ids go as one array): bound, they
+    # are prepared once per connection instead of planned on every request.
+    scope = bound_cursor() if connection.vendor == "postgresql" else connection.cursor()
+    with scope as cursor:
         cursor.execute(sql, list(params))
         rows: list[tuple[Any, ...]] = cursor.fetchall()
     return rows
@@ -497,6 +501,21 @@ def _run_info(
         ):
             state, error = RunState.RUNNING, ""
     return RunInfo(str(uuid), state, started, ended, error)
+
+
+def edge_descriptions(edge_ids: Iterable[int]) -> dict[int, str]:
+    """The transformation description of each column edge that has one."""
+    out: dict[int, str] = {}
+    for chunk in _chunks(sorted({int(pk) for pk in edge_ids})):
+        where, params = _where_in("e.id", chunk)
+        out.update(
+            _rows(
+                f"SELECT e.id, e.description FROM graph_columnedge e WHERE {where} "
+                "AND e.description <> ''",
+                params,
+            )
+        )
+    return out
 
 
 def field_rows(pks: Iterable[int]) -> dict[int, tuple[int, str, str, str, str, str | None]]:

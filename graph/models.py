@@ -332,3 +332,29 @@ class GraphChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.obj_id} in transaction {self.xid}"
+
+
+class NodeDocument(models.Model):
+    """A node's rendered lineage ``data`` (JSON text), shared by every server process.
+
+    A cache, not a fact: ``revision`` is the lineage revision its writer had
+    seen when it rendered it; a reader trusts it only if the change log shows
+    no change to the node after that revision (graph/nodecache.py). Unlogged
+    on PostgreSQL: losing it in a crash costs renders, nothing else.
+    """
+
+    kind = models.CharField(max_length=1)
+    obj_id = models.BigIntegerField()
+    revision = models.BigIntegerField()
+    namespace = models.TextField()
+    name = models.TextField()
+    data = models.TextField()
+
+    class Meta:
+        db_table = "graph_nodedoc"
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "obj_id"], name="graph_nodedoc_node"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.obj_id} at revision {self.revision}"

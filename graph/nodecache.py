@@ -6,23 +6,41 @@ again. Entries are keyed by (kind, pk) and evicted precisely: the revision
 triggers log every change to a dataset, its fields, owners and tags, or a
 job (graph/revision.py), and :meth:`NodeCache.sync` drops the changed
 entries — or everything, when the change log cannot say. Bounded LRU.
+
+On PostgreSQL the rendered text is also shared between processes through
+``graph_nodedoc`` (graph.models.NodeDocument), so a node is rendered once,
+not once per server process: most lineage answers name nodes that the
+answering process has not seen yet. A document carries the revision its
+writer had synced to. A process trusts it when the document is at least as
+new as the moment the process started following the change log (``horizon``)
+and the process saw no change to that node after the document's revision;
+anything else is rendered again and the newer document replaces the old.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError, connection, transaction
 
+from catalog.pgsql import bound_cursor
 from graph import revision as rev
+
+log = logging.getLogger(__name__)
 
 DATASET = "d"
 JOB = "j"
 SYNC_LIMIT = 20_000
+# Nodes whose last change this process remembers (for judging shared documents); past
+# this, it forgets them all and trusts only documents written from then on.
+CHANGED_LIMIT = 200_000
 
 
 @dataclass(slots=True)
@@ -39,18 +57,30 @@ Render = Callable[[list[int]], dict[int, Entry]]
 
 
 class NodeCache:
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, shared: bool | None = None) -> None:
         self.max_entries = max_entries
         self.lock = threading.Lock()
         self.revision: rev.Revision | None = None
         self._entries: OrderedDict[tuple[str, int], Entry] = OrderedDict()
+        # Shared documents: None follows the database (PostgreSQL shares).
+        self.shared = shared
+        # Revision from which this process has seen every change, and the revision at which
+        # it saw each changed node last.
+        self.horizon = 0
+        self.changed: dict[tuple[str, int], int] = {}
         self.hits = 0
         self.misses = 0
+        self.shared_hits = 0
 
     def clear(self) -> None:
         with self.lock:
             self._entries.clear()
             self.revision = None
+            self.changed.clear()
+            self.horizon = 0
+
+    def _sharing(self) -> bool:
+        return connection.vendor == "postgresql" if self.shared is None else self.shared
 
     def sync(self) -> None:
         """Drop entries changed since the cache's revision (one query when nothing moved)."""
@@ -73,10 +103,16 @@ class NodeCache:
                 kind in (rev.KIND_RESET, rev.KIND_ALL_DATA) for kind, _ in changes
             ):
                 self._entries.clear()
+                self.changed.clear()
+                self.horizon = current.value
             else:
                 for kind, obj in changes:
                     if obj is not None:
                         self._entries.pop((kind, obj), None)
+                        self.changed[(kind, obj)] = current.value
+                if len(self.changed) > CHANGED_LIMIT:
+                    self.changed.clear()
+                    self.horizon = current.value
             self.revision = current
 
     def _get(self, kind: str, pks: Iterable[int]) -> tuple[dict[int, Entry], list[int]]:
@@ -102,18 +138,90 @@ class NodeCache:
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
 
-    def entries(self, kind: str, pks: Iterable[int], render: Render) -> dict[int, Entry]:
-        """Entries by pk; misses are rendered by ``render`` in one call and kept."""
+    def entries(
+        self, kind: str, pks: Iterable[int], render: Render, info: bool = False
+    ) -> dict[int, Entry]:
+        """Entries by pk; misses are taken from the shared documents or rendered by
+        ``render`` in one call, and kept. With ``info``, every entry has its summary
+        object (shared documents hold only the text)."""
         self.sync()
         found, missing = self._get(kind, pks)
+        if info:
+            lacking = [pk for pk, entry in found.items() if entry.info is None]
+            for pk in lacking:
+                del found[pk]
+            missing += lacking
+        if not missing:
+            return found
+        sharing = self._sharing()
+        if sharing and not info:
+            shared = self._shared(kind, missing)
+            if shared:
+                found.update(shared)
+                self._put(kind, shared)
+                self.shared_hits += len(shared)
+                missing = [pk for pk in missing if pk not in shared]
         if missing:
             rendered = render(missing)
             found.update(rendered)
             self._put(kind, rendered)
+            if sharing:
+                self._publish(kind, rendered)
         return found
 
+    def _shared(self, kind: str, pks: list[int]) -> dict[int, Entry]:
+        """Shared documents of these nodes that this process can trust."""
+        with bound_cursor() as cursor:
+            cursor.execute(
+                "SELECT obj_id, revision, namespace, name, data FROM graph_nodedoc "
+                "WHERE kind = %s AND obj_id = ANY(%s) AND revision >= %s",
+                [kind, pks, self.horizon],
+            )
+            rows = cursor.fetchall()
+        changed = self.changed
+        return {
+            pk: Entry(namespace, name, data, None)
+            for pk, revision, namespace, name, data in rows
+            if changed.get((kind, pk), 0) <= revision
+        }
+
+    def _publish(self, kind: str, rendered: dict[int, Entry]) -> None:
+        """Store rendered text for the other processes (newer documents win)."""
+        if self.revision is None or not rendered:
+            return
+        pks = sorted(rendered)  # one lock order for concurrent writers
+        # A failed write must not fail the read that rendered: inside a transaction it
+        # rolls back to its own savepoint.
+        scope = transaction.atomic() if connection.in_atomic_block else nullcontext()
+        try:
+            with scope, bound_cursor() as cursor:
+                cursor.execute(
+                    "INSERT INTO graph_nodedoc (kind, obj_id, revision, namespace, name, data) "
+                    "SELECT %s, t.obj_id, %s, t.namespace, t.name, t.data "
+                    "FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[]) "
+                    "AS t(obj_id, namespace, name, data) "
+                    "ON CONFLICT (kind, obj_id) DO UPDATE SET revision = EXCLUDED.revision, "
+                    "namespace = EXCLUDED.namespace, name = EXCLUDED.name, data = EXCLUDED.data "
+                    "WHERE graph_nodedoc.revision < EXCLUDED.revision",
+                    [
+                        kind,
+                        self.revision.value,
+                        pks,
+                        [rendered[pk].namespace for pk in pks],
+                        [rendered[pk].name for pk in pks],
+                        [rendered[pk].data for pk in pks],
+                    ],
+                )
+        except DatabaseError as exc:
+            log.warning("could not share %d rendered nodes: %s", len(pks), exc)
+
     def stats(self) -> dict[str, int]:
-        return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses}
+        return {
+            "entries": len(self._entries),
+            "hits": self.hits,
+            "misses": self.misses,
+            "shared_hits": self.shared_hits,
+        }
 
 
 cache = NodeCache(int(getattr(settings, "GRAPH_NODE_CACHE_SIZE", 50_000)))

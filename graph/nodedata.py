@@ -189,7 +189,9 @@ def dataset_infos(pks: Iterable[int], as_of: datetime | None = None) -> dict[int
     from the node cache; as of a past instant, rewound where they changed since."""
     wanted = sorted({int(pk) for pk in pks})
     changed = set() if as_of is None else _changed_since(wanted, as_of)
-    current = cache.entries(DATASET, [pk for pk in wanted if pk not in changed], _render_datasets)
+    current = cache.entries(
+        DATASET, [pk for pk in wanted if pk not in changed], _render_datasets, info=True
+    )
     out: dict[int, DatasetInfo] = {pk: entry.info for pk, entry in current.items()}
     if changed:
         out.update(load_datasets(sorted(changed), as_of, "personal"))
@@ -199,7 +201,7 @@ def dataset_infos(pks: Iterable[int], as_of: datetime | None = None) -> dict[int
 def job_infos(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, JobInfo]:
     """Jobs with their latest run (as of ``as_of``), from the node cache."""
     wanted = sorted({int(pk) for pk in pks})
-    current = {pk: e.info for pk, e in cache.entries(JOB, wanted, _render_jobs).items()}
+    current = {pk: e.info for pk, e in cache.entries(JOB, wanted, _render_jobs, info=True).items()}
     if as_of is None:
         return current
     runs = latest_runs(wanted, as_of)

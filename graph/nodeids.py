@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Q
 
 from catalog.models import Dataset, DatasetField, Namespace
+from catalog.pgsql import bound_cursor
 from graph.models import Job
 
 DATASET_PREFIX = "dataset:"
@@ -197,17 +199,22 @@ def _resolve_node_id(raw: str) -> ResolvedNode:
         raise UnknownNodeId(raw)
     if kind in ("dataset", "job"):
         # One query for every (namespace, name) split; the longest namespace wins.
-        query = Q()
-        for ns, tail in candidates:
-            query |= Q(namespace__name=ns, name=tail)
         model = Dataset if kind == "dataset" else Job
-        rows = list(model.objects.filter(query).values_list("pk", "namespace__name", "name"))
+        if connection.vendor == "postgresql":
+            rows = _pg_named(model._meta.db_table, candidates)
+        else:
+            query = Q()
+            for ns, tail in candidates:
+                query |= Q(namespace__name=ns, name=tail)
+            rows = list(model.objects.filter(query).values_list("pk", "namespace__name", "name"))
         if not rows:
             raise UnknownNodeId(raw)
         pk, ns, name = max(rows, key=lambda row: len(row[1]))
         if kind == "dataset":
             return ResolvedNode(DatasetNodeId(ns, name), pk, pk)
         return ResolvedNode(JobNodeId(ns, name), pk)
+    if connection.vendor == "postgresql":
+        return _pg_field(raw, candidates)
     found = dict(
         Namespace.objects.filter(name__in=[ns for ns, _ in candidates]).values_list("name", "pk")
     )
@@ -217,6 +224,46 @@ def _resolve_node_id(raw: str) -> ResolvedNode:
             if resolved is not None:
                 return resolved
     raise UnknownNodeId(raw)
+
+
+def _pg_named(table: str, candidates: list[tuple[str, str]]) -> list[tuple[Any, ...]]:
+    """Rows (pk, namespace, name) of ``table`` matching any (namespace, name) pair: one
+    statement of fixed text, prepared once per connection."""
+    with bound_cursor() as cursor:
+        cursor.execute(
+            f"SELECT r.id, n.name, r.name FROM unnest(%s::text[], %s::text[]) AS c(ns, name) "
+            f"JOIN catalog_namespace n ON n.name = c.ns "
+            f"JOIN {table} r ON r.namespace_id = n.id AND r.name = c.name",
+            [[ns for ns, _ in candidates], [name for _, name in candidates]],
+        )
+        return cursor.fetchall()
+
+
+def _pg_field(raw: str, candidates: list[tuple[str, str]]) -> ResolvedNode:
+    """A field id resolved in one prepared statement over every (namespace, dataset, field)
+    split; the longest namespace wins, then the longest dataset name."""
+    triples = [
+        (ns, tail[:i], tail[i + 1 :])
+        for ns, tail in candidates
+        for i, ch in enumerate(tail)
+        if ch == ":" and i > 0 and i < len(tail) - 1
+    ]
+    if not triples:
+        raise UnknownNodeId(raw)
+    with bound_cursor() as cursor:
+        cursor.execute(
+            "SELECT f.id, f.dataset_id, n.name, d.name, f.name "
+            "FROM unnest(%s::text[], %s::text[], %s::text[]) AS c(ns, dataset, field) "
+            "JOIN catalog_namespace n ON n.name = c.ns "
+            "JOIN catalog_dataset d ON d.namespace_id = n.id AND d.name = c.dataset "
+            "JOIN catalog_datasetfield f ON f.dataset_id = d.id AND f.name = c.field",
+            [[t[0] for t in triples], [t[1] for t in triples], [t[2] for t in triples]],
+        )
+        rows = cursor.fetchall()
+    if not rows:
+        raise UnknownNodeId(raw)
+    pk, dataset_pk, ns, dataset, field = max(rows, key=lambda r: (len(r[2]), len(r[3])))
+    return ResolvedNode(FieldNodeId(ns, dataset, field), pk, dataset_pk)
 
 
 def _resolve_field(namespace: str, ns_pk: int, tail: str) -> ResolvedNode | None:

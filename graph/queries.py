@@ -31,13 +31,14 @@ from graph.details import (
     OwnerInfo,
     RetentionInfo,
     RunInfo,
+    edge_descriptions,
     field_rows,
     load_dataset_names,
     load_datasets,
     load_job_names,
     load_jobs,
 )
-from graph.models import ColumnEdge, Direction, TableEdge, Taint
+from graph.models import Direction, TableEdge, Taint
 from graph.nodeids import (
     DatasetNodeId,
     FieldNodeId,
@@ -487,13 +488,9 @@ def column_lineage(
     )
     job_ids = {
         pk: job_node_id(*name)
-        for pk, name in load_job_names(j for j in links.job.tolist() if j >= 0).items()
+        for pk, name in nodedata.job_names(j for j in links.job.tolist() if j >= 0).items()
     }
-    descriptions = dict(
-        ColumnEdge.objects.filter(pk__in=links.edge_id.tolist())
-        .exclude(description="")
-        .values_list("pk", "description")
-    )
+    descriptions = edge_descriptions(links.edge_id.tolist())
     edges = tuple(
         ColumnLink(
             origin=ids[src],

@@ -139,3 +139,83 @@ def test_generate_lineage_loads_a_graph_the_queries_can_walk():
     assert len(graph.nodes) > 3
     impact = queries.impact(resolve_node_id(ds.node_id))
     assert impact.owners
+
+
+# --- node documents shared between processes ----------------------------------------------
+
+
+def rendered_by(calls: list[list[int]]):
+    """nodedata's dataset renderer, recording which pks it was asked for."""
+    from graph import nodedata
+
+    def render(pks):
+        calls.append(list(pks))
+        return nodedata._render_datasets(pks)
+
+    return render
+
+
+def test_a_node_rendered_in_one_process_is_served_to_another_without_rendering():
+    from graph.models import NodeDocument
+    from graph.nodecache import DATASET, NodeCache
+
+    g = LineageBuilder()
+    g.chain("a", "b")
+    pk = g.ds["b"].pk
+    first, second = NodeCache(100, shared=True), NodeCache(100, shared=True)
+    calls: list[list[int]] = []
+    text = first.entries(DATASET, [pk], rendered_by(calls))[pk].data
+    assert calls == [[pk]]
+    assert NodeDocument.objects.filter(kind=DATASET, obj_id=pk).exists()
+    served = second.entries(DATASET, [pk], rendered_by(calls))
+    assert calls == [[pk]]
+    assert served[pk].data == text
+    assert second.stats()["shared_hits"] == 1
+    # Summaries (impact lists) are not in the shared text: asked for, they are rendered.
+    with_info = second.entries(DATASET, [pk], rendered_by(calls), info=True)
+    assert with_info[pk].info is not None
+    assert calls == [[pk], [pk]]
+
+
+def test_a_shared_document_older_than_a_change_to_its_node_is_rendered_again(steward):
+    from catalog import actions
+    from graph.models import NodeDocument
+    from graph.nodecache import DATASET, NodeCache
+
+    g = LineageBuilder()
+    g.chain("a", "b")
+    a, b = g.ds["a"].pk, g.ds["b"].pk
+    writer, reader = NodeCache(100, shared=True), NodeCache(100, shared=True)
+    reader.entries(DATASET, [a], rendered_by([]))  # the reader follows the change log
+    writer.entries(DATASET, [b], rendered_by([]))
+    stale = NodeDocument.objects.get(kind=DATASET, obj_id=b).revision
+    actions.update_dataset(g.ds["b"], {"description": "Bronze orders"}, actions.Actor(user=steward))
+    calls: list[list[int]] = []
+    served = reader.entries(DATASET, [b], rendered_by(calls))
+    assert calls == [[b]]
+    assert '"description":"Bronze orders"' in served[b].data
+    document = NodeDocument.objects.get(kind=DATASET, obj_id=b)
+    assert document.revision > stale
+    assert '"description":"Bronze orders"' in document.data
+    # The writer has not synced since its render: the change log tells it, too.
+    assert '"description":"Bronze orders"' in writer.entries(DATASET, [b], rendered_by([]))[b].data
+
+
+def test_a_process_trusts_no_document_older_than_its_first_look_at_the_change_log(steward):
+    from catalog import actions
+    from graph.nodecache import DATASET, NodeCache
+
+    g = LineageBuilder()
+    g.chain("a", "b")
+    a, b = g.ds["a"].pk, g.ds["b"].pk
+    NodeCache(100, shared=True).entries(DATASET, [b], rendered_by([]))
+    # Something changes before the new process starts: it cannot tell what, so it renders.
+    actions.update_dataset(g.ds["a"], {"description": "Raw"}, actions.Actor(user=steward))
+    late = NodeCache(100, shared=True)
+    calls: list[list[int]] = []
+    late.entries(DATASET, [a, b], rendered_by(calls))
+    assert calls == [[a, b]]
+    # Documents written from then on are trusted by the process that started later.
+    again = NodeCache(100, shared=True)
+    again.entries(DATASET, [a], rendered_by([]))
+    assert again.horizon == late.horizon
