@@ -304,6 +304,29 @@ DATASET_ATTRIBUTES = ("description", "sensitivity", "retention_policy", "owners"
 FIELD_ATTRIBUTES = ("pii_category", "subject_kind", "sensitivity", "description")
 
 
+def changed_since(pks: list[int], as_of: datetime) -> set[int]:
+    """Datasets whose shown data differed at ``as_of``: fields added or removed since, or
+    steward-edited attributes changed since (one query)."""
+    if not pks:
+        return set()
+    attributes = list(DATASET_ATTRIBUTES + FIELD_ATTRIBUTES)
+    attr_marks = ", ".join(["%s"] * len(attributes))
+    when = connection.ops.adapt_datetimefield_value(as_of)
+    out: set[int] = set()
+    for chunk in _chunks(pks):
+        fields_in, params = _where_in("dataset_id", chunk)
+        changes_in, more = _where_in("dataset_id", chunk)
+        rows = _rows(
+            f"SELECT dataset_id FROM catalog_datasetfield WHERE {fields_in} "
+            "AND (first_seen > %s OR removed_at > %s) "
+            f"UNION SELECT dataset_id FROM catalog_changerecord WHERE {changes_in} "
+            f"AND at > %s AND attribute IN ({attr_marks})",
+            [*params, when, when, *more, when, *attributes],
+        )
+        out.update(row[0] for row in rows)
+    return out
+
+
 def _rewind(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, DatasetInfo]:
     """Steward-edited attributes as they were at ``as_of``.
 

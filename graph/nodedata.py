@@ -15,15 +15,11 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import connection
-
 from graph.details import (
-    CHUNK,
-    DATASET_ATTRIBUTES,
-    FIELD_ATTRIBUTES,
     DatasetInfo,
     JobInfo,
     RunInfo,
+    changed_since,
     latest_runs,
     load_datasets,
     load_jobs,
@@ -124,30 +120,6 @@ def job_data(info: JobInfo) -> dict[str, Any]:
     }
 
 
-def _changed_since(pks: list[int], as_of: datetime) -> set[int]:
-    """Datasets whose shown data differed at ``as_of``: fields added or removed since, or
-    steward-edited attributes changed since (one query)."""
-    if not pks:
-        return set()
-    attributes = list(DATASET_ATTRIBUTES + FIELD_ATTRIBUTES)
-    out: set[int] = set()
-    when = connection.ops.adapt_datetimefield_value(as_of)
-    for start in range(0, len(pks), CHUNK):
-        chunk = pks[start : start + CHUNK]
-        marks = ", ".join(["%s"] * len(chunk))
-        attr_marks = ", ".join(["%s"] * len(attributes))
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT dataset_id FROM catalog_datasetfield WHERE dataset_id IN ({marks}) "
-                "AND (first_seen > %s OR removed_at > %s) "
-                f"UNION SELECT dataset_id FROM catalog_changerecord WHERE dataset_id IN ({marks}) "
-                f"AND at > %s AND attribute IN ({attr_marks})",
-                [*chunk, when, when, *chunk, when, *attributes],
-            )
-            out.update(row[0] for row in cursor.fetchall())
-    return out
-
-
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
@@ -176,7 +148,7 @@ def dataset_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int,
     the others show their current data.
     """
     wanted = sorted({int(pk) for pk in pks})
-    changed = set() if as_of is None else _changed_since(wanted, as_of)
+    changed = set() if as_of is None else changed_since(wanted, as_of)
     current = cache.entries(DATASET, [pk for pk in wanted if pk not in changed], _render_datasets)
     out = {pk: entry.data for pk, entry in current.items()}
     if changed:
@@ -188,7 +160,7 @@ def dataset_infos(pks: Iterable[int], as_of: datetime | None = None) -> dict[int
     """Datasets with their personal-data fields only (what impact and taint lists show),
     from the node cache; as of a past instant, rewound where they changed since."""
     wanted = sorted({int(pk) for pk in pks})
-    changed = set() if as_of is None else _changed_since(wanted, as_of)
+    changed = set() if as_of is None else changed_since(wanted, as_of)
     current = cache.entries(
         DATASET, [pk for pk in wanted if pk not in changed], _render_datasets, info=True
     )
