@@ -23,12 +23,11 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import connection
 
 from catalog.pgsql import bound_cursor
 from graph import revision as rev
@@ -146,6 +145,7 @@ class NodeCache:
         object (shared documents hold only the text)."""
         self.sync()
         found, missing = self._get(kind, pks)
+        lacking: list[int] = []
         if info:
             lacking = [pk for pk, entry in found.items() if entry.info is None]
             for pk in lacking:
@@ -166,7 +166,11 @@ class NodeCache:
             found.update(rendered)
             self._put(kind, rendered)
             if sharing:
-                self._publish(kind, rendered)
+                # Entries that lacked only their summary came from shared documents.
+                had = set(lacking)
+                fresh = {pk: e for pk, e in rendered.items() if pk not in had}
+                if fresh and self.revision is not None:
+                    publisher.submit(kind, self.revision.value, fresh)
         return found
 
     def _shared(self, kind: str, pks: list[int]) -> dict[int, Entry]:
@@ -185,36 +189,6 @@ class NodeCache:
             if changed.get((kind, pk), 0) <= revision
         }
 
-    def _publish(self, kind: str, rendered: dict[int, Entry]) -> None:
-        """Store rendered text for the other processes (newer documents win)."""
-        if self.revision is None or not rendered:
-            return
-        pks = sorted(rendered)  # one lock order for concurrent writers
-        # A failed write must not fail the read that rendered: inside a transaction it
-        # rolls back to its own savepoint.
-        scope = transaction.atomic() if connection.in_atomic_block else nullcontext()
-        try:
-            with scope, bound_cursor() as cursor:
-                cursor.execute(
-                    "INSERT INTO graph_nodedoc (kind, obj_id, revision, namespace, name, data) "
-                    "SELECT %s, t.obj_id, %s, t.namespace, t.name, t.data "
-                    "FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[]) "
-                    "AS t(obj_id, namespace, name, data) "
-                    "ON CONFLICT (kind, obj_id) DO UPDATE SET revision = EXCLUDED.revision, "
-                    "namespace = EXCLUDED.namespace, name = EXCLUDED.name, data = EXCLUDED.data "
-                    "WHERE graph_nodedoc.revision < EXCLUDED.revision",
-                    [
-                        kind,
-                        self.revision.value,
-                        pks,
-                        [rendered[pk].namespace for pk in pks],
-                        [rendered[pk].name for pk in pks],
-                        [rendered[pk].data for pk in pks],
-                    ],
-                )
-        except DatabaseError as exc:
-            log.warning("could not share %d rendered nodes: %s", len(pks), exc)
-
     def stats(self) -> dict[str, int]:
         return {
             "entries": len(self._entries),
@@ -224,4 +198,83 @@ class NodeCache:
         }
 
 
+class Publisher:
+    """Writes rendered documents to ``graph_nodedoc`` from one background thread, so that no
+    request waits on sharing what it rendered (a hub answer is megabytes of text).
+
+    The thread opens a connection for each batch and closes it after: nothing stays open
+    between batches. A document is only ever a cache, so a failed or dropped write costs a
+    render elsewhere, nothing else.
+    """
+
+    MAX_PENDING = 20_000
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.wake = threading.Condition(self.lock)
+        self.pending: dict[tuple[str, int], tuple[int, Entry]] = {}
+        self.thread: threading.Thread | None = None
+        self.busy = False
+
+    def submit(self, kind: str, revision: int, rendered: dict[int, Entry]) -> None:
+        with self.lock:
+            for pk, entry in rendered.items():
+                if len(self.pending) >= self.MAX_PENDING:
+                    break
+                self.pending[(kind, pk)] = (revision, entry)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="nodedoc", daemon=True)
+                self.thread.start()
+            self.wake.notify()
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until everything submitted so far is written (tests, shutdown)."""
+        with self.lock:
+            self.wake.wait_for(lambda: not self.pending and not self.busy, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self.lock:
+                self.wake.wait_for(lambda: bool(self.pending))
+                batch, self.pending = self.pending, {}
+                self.busy = True
+            try:
+                _write_documents(batch)
+            except Exception:  # a cache write: never let it kill the thread
+                log.exception("could not share %d rendered nodes", len(batch))
+            finally:
+                connection.close()
+                with self.lock:
+                    self.busy = False
+                    self.wake.notify_all()
+
+
+def _write_documents(batch: dict[tuple[str, int], tuple[int, Entry]]) -> None:
+    """Upsert documents in one lock order per kind; a newer document is never replaced by an
+    older one."""
+    by_kind: dict[str, list[tuple[int, int, Entry]]] = {}
+    for (kind, pk), (revision, entry) in sorted(batch.items()):
+        by_kind.setdefault(kind, []).append((pk, revision, entry))
+    for kind, rows in by_kind.items():
+        with bound_cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO graph_nodedoc (kind, obj_id, revision, namespace, name, data) "
+                "SELECT %s, t.obj_id, t.revision, t.namespace, t.name, t.data FROM "
+                "unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::text[]) "
+                "AS t(obj_id, revision, namespace, name, data) "
+                "ON CONFLICT (kind, obj_id) DO UPDATE SET revision = EXCLUDED.revision, "
+                "namespace = EXCLUDED.namespace, name = EXCLUDED.name, data = EXCLUDED.data "
+                "WHERE graph_nodedoc.revision < EXCLUDED.revision",
+                [
+                    kind,
+                    [pk for pk, _, _ in rows],
+                    [revision for _, revision, _ in rows],
+                    [entry.namespace for _, _, entry in rows],
+                    [entry.name for _, _, entry in rows],
+                    [entry.data for _, _, entry in rows],
+                ],
+            )
+
+
+publisher = Publisher()
 cache = NodeCache(int(getattr(settings, "GRAPH_NODE_CACHE_SIZE", 50_000)))

@@ -157,7 +157,7 @@ def rendered_by(calls: list[list[int]]):
 
 def test_a_node_rendered_in_one_process_is_served_to_another_without_rendering():
     from graph.models import NodeDocument
-    from graph.nodecache import DATASET, NodeCache
+    from graph.nodecache import DATASET, NodeCache, publisher
 
     g = LineageBuilder()
     g.chain("a", "b")
@@ -166,6 +166,7 @@ def test_a_node_rendered_in_one_process_is_served_to_another_without_rendering()
     calls: list[list[int]] = []
     text = first.entries(DATASET, [pk], rendered_by(calls))[pk].data
     assert calls == [[pk]]
+    publisher.flush()
     assert NodeDocument.objects.filter(kind=DATASET, obj_id=pk).exists()
     served = second.entries(DATASET, [pk], rendered_by(calls))
     assert calls == [[pk]]
@@ -180,7 +181,7 @@ def test_a_node_rendered_in_one_process_is_served_to_another_without_rendering()
 def test_a_shared_document_older_than_a_change_to_its_node_is_rendered_again(steward):
     from catalog import actions
     from graph.models import NodeDocument
-    from graph.nodecache import DATASET, NodeCache
+    from graph.nodecache import DATASET, NodeCache, publisher
 
     g = LineageBuilder()
     g.chain("a", "b")
@@ -188,12 +189,14 @@ def test_a_shared_document_older_than_a_change_to_its_node_is_rendered_again(ste
     writer, reader = NodeCache(100, shared=True), NodeCache(100, shared=True)
     reader.entries(DATASET, [a], rendered_by([]))  # the reader follows the change log
     writer.entries(DATASET, [b], rendered_by([]))
+    publisher.flush()
     stale = NodeDocument.objects.get(kind=DATASET, obj_id=b).revision
     actions.update_dataset(g.ds["b"], {"description": "Bronze orders"}, actions.Actor(user=steward))
     calls: list[list[int]] = []
     served = reader.entries(DATASET, [b], rendered_by(calls))
     assert calls == [[b]]
     assert '"description":"Bronze orders"' in served[b].data
+    publisher.flush()
     document = NodeDocument.objects.get(kind=DATASET, obj_id=b)
     assert document.revision > stale
     assert '"description":"Bronze orders"' in document.data
@@ -203,12 +206,13 @@ def test_a_shared_document_older_than_a_change_to_its_node_is_rendered_again(ste
 
 def test_a_process_trusts_no_document_older_than_its_first_look_at_the_change_log(steward):
     from catalog import actions
-    from graph.nodecache import DATASET, NodeCache
+    from graph.nodecache import DATASET, NodeCache, publisher
 
     g = LineageBuilder()
     g.chain("a", "b")
     a, b = g.ds["a"].pk, g.ds["b"].pk
     NodeCache(100, shared=True).entries(DATASET, [b], rendered_by([]))
+    publisher.flush()
     # Something changes before the new process starts: it cannot tell what, so it renders.
     actions.update_dataset(g.ds["a"], {"description": "Raw"}, actions.Actor(user=steward))
     late = NodeCache(100, shared=True)
