@@ -79,7 +79,9 @@ class NodeCache:
             self.horizon = 0
 
     def _sharing(self) -> bool:
-        return connection.vendor == "postgresql" if self.shared is None else self.shared
+        if self.shared is not None:
+            return self.shared
+        return connection.vendor == "postgresql" and bool(settings.GRAPH_SHARED_NODE_DATA)
 
     def sync(self) -> None:
         """Drop entries changed since the cache's revision (one query when nothing moved)."""

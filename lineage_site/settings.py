@@ -232,6 +232,8 @@ CELERY_BEAT_SCHEDULE["ingest-compact-raw-events"] = {
 # summaries by a daily task; edges and validity intervals stay. Node cache size per process.
 LINEAGE_DETAIL_RETENTION_DAYS = env_int("LINEAGE_DETAIL_RETENTION_DAYS", 90)
 GRAPH_NODE_CACHE_SIZE = env_int("GRAPH_NODE_CACHE_SIZE", 50_000)
+# PostgreSQL: server processes share rendered node data through graph_nodedoc.
+GRAPH_SHARED_NODE_DATA = env_bool("GRAPH_SHARED_NODE_DATA", True)
 # Resolved node ids (dataset:…, job:…, datasetField:…) are kept per process this long.
 NODE_ID_CACHE_SECONDS = env_int("NODE_ID_CACHE_SECONDS", 60)
 # Server processes (lineage_site/wsgi.py) build the lineage snapshots before serving.

@@ -162,6 +162,9 @@ def token_for() -> Callable[[User], str]:
 @pytest.fixture(autouse=True)
 def _isolated_data_dir(tmp_path_factory: pytest.TempPathFactory, settings: Any) -> Iterator[None]:
     settings.DATA_DIR = tmp_path_factory.mktemp("data")
+    # Shared node documents are written by a background thread, outside the test's
+    # transaction; the tests of that mechanism ask for it explicitly.
+    settings.GRAPH_SHARED_NODE_DATA = False
     yield
 
 
