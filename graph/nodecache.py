@@ -83,15 +83,16 @@ class NodeCache:
             return self.shared
         return connection.vendor == "postgresql" and bool(settings.GRAPH_SHARED_NODE_DATA)
 
-    def sync(self) -> None:
-        """Drop entries changed since the cache's revision (one query when nothing moved)."""
+    def sync(self) -> rev.Revision:
+        """Drop entries changed since the cache's revision (one query when nothing moved);
+        gives the revision synced to."""
         current = rev.current()
         if current == self.revision:
-            return
+            return current
         with self.lock:
             known = self.revision
             if known == current:
-                return
+                return current
             changes = None
             if known is not None and current.value > known.value and rev.on_timeline(known):
                 changes = rev.changes_between(
@@ -115,6 +116,7 @@ class NodeCache:
                     self.changed.clear()
                     self.horizon = current.value
             self.revision = current
+        return current
 
     def _get(self, kind: str, pks: Iterable[int]) -> tuple[dict[int, Entry], list[int]]:
         found: dict[int, Entry] = {}
@@ -145,7 +147,9 @@ class NodeCache:
         """Entries by pk; misses are taken from the shared documents or rendered by
         ``render`` in one call, and kept. With ``info``, every entry has its summary
         object (shared documents hold only the text)."""
-        self.sync()
+        # What this thread renders is at least as new as this revision (another thread may
+        # move self.revision on meanwhile): documents are stamped with it.
+        synced = self.sync()
         found, missing = self._get(kind, pks)
         lacking: list[int] = []
         if info:
@@ -171,8 +175,8 @@ class NodeCache:
                 # Entries that lacked only their summary came from shared documents.
                 had = set(lacking)
                 fresh = {pk: e for pk, e in rendered.items() if pk not in had}
-                if fresh and self.revision is not None:
-                    publisher.submit(kind, self.revision.value, fresh)
+                if fresh:
+                    publisher.submit(kind, synced.value, fresh)
         return found
 
     def _shared(self, kind: str, pks: list[int]) -> dict[int, Entry]:
