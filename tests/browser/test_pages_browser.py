@@ -22,7 +22,13 @@ def wait_for_graph(page, draws: int = 1) -> None:
 
 
 def click_node(page, node_id: str) -> None:
-    """Click a drawn node where Cytoscape rendered it."""
+    """Click a drawn node where Cytoscape rendered it, as a single tap.
+
+    Two clicks on the canvas within Cytoscape's multi-click window make a double tap,
+    which opens the node's page; on a fast machine a test clicks that quickly.
+    """
+    window_ms = page.evaluate("window.lineageExplorer.cy.multiClickDebounceTime()")
+    page.wait_for_timeout(window_ms + 50)
     box = page.locator("#cy").bounding_box()
     pos = page.evaluate(
         """(id) => { const n = window.lineageExplorer.cy.getElementById(id);
