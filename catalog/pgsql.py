@@ -1,4 +1,4 @@
-"""Statements sent with server-side parameter binding on PostgreSQL.
+"""PostgreSQL specifics: statements with server-side binding, commits that need not wait.
 
 Django's psycopg cursor quotes every parameter into the statement text on the
 client: long text lists cost about a microsecond a character, and a statement
@@ -6,6 +6,9 @@ whose text changes with its parameters is planned anew each time. Bound
 parameters go as they are, and a statement of fixed text is prepared by the
 driver after a few runs on the (persistent) connection, so PostgreSQL stops
 planning it. Only for statements that run on every request.
+
+Normalising transactions commit without waiting for the disk (``relax_commit``):
+what they write is derived from raw events that were stored durably first.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from django.db import connection
+from django.db import connection, transaction
 
 
 @contextmanager
@@ -24,3 +27,25 @@ def bound_cursor() -> Iterator[psycopg.Cursor[tuple[Any, ...]]]:
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         yield cursor
+
+
+def relax_commit() -> None:
+    """Let the current transaction commit without waiting for its WAL to reach disk.
+
+    Only for transactions that write what can be derived again: normalised
+    rows, whose raw events were stored durably first. A crash may undo the
+    last fraction of a second of such commits; the events they normalised are
+    then still pending (or claimed, and freed by the sweep) and are processed
+    again. Call it inside ``transaction.atomic``; no-op elsewhere.
+    """
+    if connection.vendor == "postgresql" and connection.in_atomic_block:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+
+
+def flush_commits() -> None:
+    """Make every commit so far durable: a synchronous commit flushes the WAL before it."""
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        return
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_current_xact_id()")

@@ -29,10 +29,10 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import F, Field, Q
 from django.utils import timezone
 
-from catalog import bulk
+from catalog import bulk, pgsql
 from ingest.events import EventError, ParsedEvent, parse_event
 from ingest.models import EventState, RawEvent
-from ingest.normalizer import NormalizeResult, RetryBatch, normalize
+from ingest.normalizer import NormalizeResult, RetryBatch, collector_paused, normalize
 
 logger = logging.getLogger(__name__)
 
@@ -325,6 +325,7 @@ def claim(ids: Iterable[int], extra: int = 0) -> list[RawEvent]:
     wanted = sorted(set(ids))
     now = timezone.now()
     with transaction.atomic():
+        pgsql.relax_commit()  # a lost claim leaves the events pending: claimed again
         pending = RawEvent.objects.select_for_update(skip_locked=True).filter(
             state=EventState.PENDING
         )
@@ -357,6 +358,13 @@ def normalize_claimed(
     events: list[RawEvent], known: dict[str, ParsedEvent] | None = None
 ) -> ProcessResult:
     """Normalise claimed events together; if the batch fails, each on its own."""
+    with collector_paused():
+        return _normalize_claimed(events, known)
+
+
+def _normalize_claimed(
+    events: list[RawEvent], known: dict[str, ParsedEvent] | None
+) -> ProcessResult:
     result = ProcessResult()
     parsed: list[tuple[RawEvent, ParsedEvent]] = []
     for raw in events:
@@ -368,34 +376,39 @@ def normalize_claimed(
         except (EventError, ValueError) as exc:
             _record_failure([raw], exc, permanent=True)
             result.failed.append(raw.pk)
-    if not parsed:
-        return result
+    if parsed:
+        _normalize_isolating(parsed, result)
+    return result
+
+
+def _normalize_isolating(parsed: list[tuple[RawEvent, ParsedEvent]], result: ProcessResult) -> None:
+    """Normalise the events together; if that fails, each half on its own, down to the
+    event that fails: a bad event costs about two batches per halving, not one per event."""
     try:
-        result.normalized = _normalize_with_retries(parsed)
-        result.done.extend(raw.pk for raw, _ in parsed)
-        return result
+        outcome = _normalize_with_retries(parsed)
     except Exception as exc:
         if len(parsed) == 1:
-            outcome = _record_failure([parsed[0][0]], exc)
-            (result.retry if outcome == EventState.PENDING else result.failed).append(
-                parsed[0][0].pk
-            )
-            return result
-        logger.info("batch of %d events failed (%s); processing one by one", len(parsed), exc)
-    for raw, event in parsed:
-        try:
-            _normalize_with_retries([(raw, event)])
-            result.done.append(raw.pk)
-        except Exception as exc:
-            outcome = _record_failure([raw], exc)
-            (result.retry if outcome == EventState.PENDING else result.failed).append(raw.pk)
-    return result
+            raw = parsed[0][0]
+            state = _record_failure([raw], exc)
+            (result.retry if state == EventState.PENDING else result.failed).append(raw.pk)
+            return
+        logger.info("batch of %d events failed (%s); trying each half", len(parsed), exc)
+        half = len(parsed) // 2
+        _normalize_isolating(parsed[:half], result)
+        _normalize_isolating(parsed[half:], result)
+        return
+    result.done.extend(raw.pk for raw, _ in parsed)
+    if result.normalized is None:
+        result.normalized = outcome
+    else:
+        result.normalized.merge(outcome)
 
 
 def _normalize_with_retries(parsed: list[tuple[RawEvent, ParsedEvent]]) -> NormalizeResult:
     for attempt in range(IN_PROCESS_RETRIES):
         try:
             with transaction.atomic():
+                pgsql.relax_commit()  # a lost commit leaves them claimed: the sweep frees them
                 outcome = normalize([event for _, event in parsed])
                 RawEvent.objects.filter(
                     pk__in=[raw.pk for raw, _ in parsed],
@@ -607,18 +620,23 @@ def bulk_load(
                 report.rejected.append(Rejected(index, exc.message, exc.field))
 
     for chunk in chunked(parsed_stream(), batch_size):
-        report.add(_store_and_process(chunk, source))
+        with collector_paused():
+            report.add(_store_and_process(chunk, source))
         if progress is not None:
             progress(len(chunk))
+    pgsql.flush_commits()
     return report
 
 
 def _store_and_process(chunk: list[ParsedEvent], source: str) -> IngestReport:
     """Store and normalise in one transaction: events go in as done, with no claim or
     state updates. If that fails (a bad event, a lost race), the chunk takes the outbox's
-    way — stored pending, claimed, normalised, failures isolated one by one."""
+    way — stored pending, claimed, normalised, failures isolated by halving."""
     try:
         with transaction.atomic():
+            # Durable once the load ends (``flush_commits``); a crash before that loses whole
+            # chunks, which a re-run of the load stores again.
+            pgsql.relax_commit()
             stored = store_events(chunk, source, enqueue=False, processed=True)
             fresh = {fp: e for e in chunk if (fp := e.fingerprint) in stored.stored}
             _normalize_with_retries_inline(list(fresh.values()))

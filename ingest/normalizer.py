@@ -29,11 +29,13 @@ so two workers on events of the same job or dataset wait, never deadlock.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -79,17 +81,40 @@ class NormalizeResult:
     datasets: set[int] = field(default_factory=set)
     edges: graph_actions.EdgeChanges = field(default_factory=graph_actions.EdgeChanges)
 
+    def merge(self, other: NormalizeResult) -> None:
+        self.jobs |= other.jobs
+        self.datasets |= other.datasets
+        self.edges.add(other.edges)
+
 
 def normalize(events: list[ParsedEvent]) -> NormalizeResult:
     """Apply parsed events to the catalog and the graph in one transaction."""
     if not events:
         return NormalizeResult()
-    with transaction.atomic():
+    with collector_paused(), transaction.atomic():
         batch = _Batch(sorted(events, key=lambda e: e.sort_key))
         batch.prepare()
         for event in batch.events:
             batch.apply(event)
         return batch.finish()
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Keep the cyclic garbage collector out of a batch that builds many short-lived objects.
+
+    A normalising batch holds tens of thousands of rows and model instances
+    until it ends; the collector would walk them again and again (and promote
+    them, triggering full passes) without finding garbage. Reference counting
+    still frees everything; the collector runs again once the batch is over.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def schema_hash(fields: list[dict[str, str]], lifecycle: str, at: datetime | None = None) -> str:

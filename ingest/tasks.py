@@ -18,7 +18,7 @@ from ingest import actions
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def process_batch(event_ids: list[int]) -> dict[str, Any]:
     """Normalise these events (and, on a worker, up to INGEST_DRAIN_BATCH more pending ones)."""
-    extra = 0 if settings.CELERY_TASK_ALWAYS_EAGER else actions.setting("INGEST_DRAIN_BATCH", 200)
+    extra = 0 if settings.CELERY_TASK_ALWAYS_EAGER else actions.setting("INGEST_DRAIN_BATCH", 2000)
     result = actions.process_events(event_ids, extra=extra)
     return {"done": len(result.done), "failed": len(result.failed), "retry": len(result.retry)}
 

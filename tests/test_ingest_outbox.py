@@ -101,6 +101,40 @@ def test_it_isolates_a_bad_event_from_its_batch():
     assert Run.objects.count() == 2
 
 
+def test_it_finds_a_bad_event_in_a_big_batch_by_halving():
+    events = [
+        run_event(
+            "COMPLETE",
+            run_id(n),
+            at(1 + n // 20, n % 20),
+            job="poison" if n == 37 else "etl.orders",
+            inputs=[dataset("a")],
+            outputs=[dataset("b")],
+        )
+        for n in range(1, 65)
+    ]
+    ids = stored(*events)
+    from ingest.normalizer import normalize as real
+
+    sizes = []
+
+    def picky(events):
+        sizes.append(len(events))
+        if any(e.job_name == "poison" for e in events):
+            raise KeyError("poison")
+        return real(events)
+
+    with mock.patch("ingest.actions.normalize", side_effect=picky):
+        result = actions.process_events(ids)
+    assert result.failed == [ids[36]]
+    assert sorted(result.done) == [pk for pk in ids if pk != ids[36]]
+    assert Run.objects.count() == 63
+    # 64 events: the whole batch, then two halves at each of six levels.
+    assert len(sizes) == 1 + 2 * 6
+    assert RawEvent.objects.get(pk=ids[36]).error.startswith("KeyError")
+    assert result.normalized is not None and len(result.normalized.datasets) == 2
+
+
 def test_the_sweep_requeues_events_whose_task_was_lost(django_capture_on_commit_callbacks):
     ids = stored(event(1), event(2))
     RawEvent.objects.update(queued_at=timezone.now() - timedelta(minutes=10))
