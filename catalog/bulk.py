@@ -98,6 +98,50 @@ def insert(model: type[Model], rows: list[Any], ignore_conflicts: bool = False) 
         )
 
 
+def insert_values(
+    model: type[Model],
+    names: Sequence[str],
+    rows: list[tuple[Any, ...]],
+    ignore_conflicts: bool = False,
+) -> None:
+    """Insert rows given as tuples of the fields ``names`` (attribute names, ``run_id``
+    for a foreign key); the primary key comes from its sequence, the other fields get
+    what the model's constructor would give them. No model instances are built: for the many rows whose keys
+    nobody reads back (run io, edges, observations)."""
+    if not rows:
+        return
+    if connection.vendor != "postgresql":
+        instances = [model(**dict(zip(names, row, strict=True))) for row in rows]
+        model._default_manager.bulk_create(instances, ignore_conflicts=ignore_conflicts)
+        return
+    fields = _fields(model, names)
+    given = {f.attname for f in fields}
+    # What the model's constructor would give them: a default, '' or None.
+    defaults = [f for f in _insert_fields(model, with_pk=False) if f.attname not in given]
+    if defaults:
+        fixed = tuple(f.get_default() for f in defaults)
+        fields = [*fields, *defaults]
+        rows = [(*row, *fixed) for row in rows]
+    quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+    converters = [_converter(f) for f in fields]
+    plain = all(not isinstance(f, models.JSONField) for f in fields)
+    columns = ", ".join(quote(f.column) for f in fields)
+    with transaction.atomic(savepoint=False), connection.cursor() as wrapper, errors():
+        cursor = wrapper.cursor
+        target = _scratch_table(cursor, model, fields) if ignore_conflicts else table
+        with cursor.copy(f"COPY {target} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(
+                    row if plain else [c(v) for c, v in zip(converters, row, strict=True)]
+                )
+        if ignore_conflicts:
+            cursor.execute(
+                f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {target} "
+                "ON CONFLICT DO NOTHING"
+            )
+
+
 def insert_new(
     model: type[Model], rows: list[Any], names: Sequence[str], returning: Sequence[str]
 ) -> list[tuple[Any, ...]]:

@@ -222,6 +222,9 @@ def _step_of(run: Run, io: set[TableKey]) -> _Step | None:
     )
 
 
+IO_FIELDS = ("run_id", "dataset_id", "direction", "event_time", "dataset_version_id")
+
+
 def record_runs(observations: list[RunObservation]) -> dict[int, datetime]:
     """Apply run observations; gives the jobs whose timeline changed and the instant from which.
 
@@ -287,7 +290,7 @@ def record_runs(observations: list[RunObservation]) -> dict[int, datetime]:
         run.updated_at = now
 
     # Run io: one row per (run, dataset, direction), at the earliest event that named it.
-    io_create: list[RunDataset] = []
+    io_create: list[tuple[Any, ...]] = []
     io_update: list[RunDataset] = []
     io_after: dict[uuid.UUID, set[TableKey]] = defaultdict(set)
     for run in runs.values():
@@ -299,21 +302,12 @@ def record_runs(observations: list[RunObservation]) -> dict[int, datetime]:
             existing = io_rows.get((run.pk, dataset_id, direction))
             io_after[run_uuid].add((dataset_id, direction))
             if existing is None:
-                io_create.append(
-                    RunDataset(
-                        run_id=run.pk,
-                        dataset_id=dataset_id,
-                        direction=direction,
-                        event_time=at,
-                        dataset_version_id=version_id,
-                    )
-                )
+                io_create.append((run.pk, dataset_id, direction, at, version_id))
             elif at < existing.event_time:
                 existing.event_time = at
                 existing.dataset_version_id = version_id or existing.dataset_version_id
                 io_update.append(existing)
-    if io_create:
-        bulk.insert(RunDataset, io_create, ignore_conflicts=True)
+    bulk.insert_values(RunDataset, IO_FIELDS, io_create, ignore_conflicts=True)
     bulk_set(RunDataset, io_update, ["event_time", "dataset_version"])
 
     since: dict[int, datetime] = {}
@@ -621,14 +615,29 @@ def recompute_jobs(since_by_job: Mapping[int, datetime]) -> EdgeChanges:
     return plan.apply()
 
 
+TABLE_EDGE_FIELDS = ("job_id", "dataset_id", "direction", "valid_from", "valid_to")
+COLUMN_EDGE_FIELDS = (
+    "job_id",
+    "source_field_id",
+    "target_dataset_id",
+    "target_field_id",
+    "transformation_type",
+    "transformation_subtype",
+    "masking",
+    "description",
+    "valid_from",
+    "valid_to",
+)
+
+
 @dataclass
 class _WritePlan:
     table_delete: list[int] = field(default_factory=list)
     table_update: list[TableEdge] = field(default_factory=list)
-    table_insert: list[TableEdge] = field(default_factory=list)
+    table_insert: list[tuple[Any, ...]] = field(default_factory=list)  # TABLE_EDGE_FIELDS
     column_delete: list[int] = field(default_factory=list)
     column_update: list[ColumnEdge] = field(default_factory=list)
-    column_insert: list[ColumnEdge] = field(default_factory=list)
+    column_insert: list[tuple[Any, ...]] = field(default_factory=list)  # COLUMN_EDGE_FIELDS
 
     def apply(self) -> EdgeChanges:
         # Deletes, then closings, then re-openings, then inserts: the at-most-one-open-edge
@@ -642,10 +651,8 @@ class _WritePlan:
             bulk_set(TableEdge, rows, ["valid_to"])
             crows = [e for e in self.column_update if (e.valid_to is not None) == closing]
             bulk_set(ColumnEdge, crows, ["valid_to", "masking", "description"])
-        if self.table_insert:
-            bulk.insert(TableEdge, self.table_insert)
-        if self.column_insert:
-            bulk.insert(ColumnEdge, self.column_insert)
+        bulk.insert_values(TableEdge, TABLE_EDGE_FIELDS, self.table_insert)
+        bulk.insert_values(ColumnEdge, COLUMN_EDGE_FIELDS, self.column_insert)
         return EdgeChanges(
             inserted=len(self.table_insert) + len(self.column_insert),
             updated=len(self.table_update) + len(self.column_update),
@@ -694,15 +701,7 @@ def _replay_tables(
         else:
             plan.table_delete.append(edge.pk)
     for ((dataset_id, direction), start), end in intervals.items():
-        plan.table_insert.append(
-            TableEdge(
-                job_id=job_id,
-                dataset_id=dataset_id,
-                direction=direction,
-                valid_from=start,
-                valid_to=end,
-            )
-        )
+        plan.table_insert.append((job_id, dataset_id, direction, start, end))
 
 
 def _replay_columns(
@@ -753,21 +752,7 @@ def _replay_columns(
         else:
             plan.column_delete.append(edge.pk)
     for (key, start), (end, (masking, description)) in intervals.items():
-        source, target_dataset, target_field, kind, subtype = key
-        plan.column_insert.append(
-            ColumnEdge(
-                job_id=job_id,
-                source_field_id=source,
-                target_dataset_id=target_dataset,
-                target_field_id=target_field,
-                transformation_type=kind,
-                transformation_subtype=subtype,
-                masking=masking,
-                description=description,
-                valid_from=start,
-                valid_to=end,
-            )
-        )
+        plan.column_insert.append((job_id, *key, masking, description, start, end))
 
 
 def _column_key(edge: ColumnEdge) -> ColumnKey:

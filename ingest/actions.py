@@ -324,8 +324,9 @@ def claim(ids: Iterable[int], extra: int = 0) -> list[RawEvent]:
     """
     wanted = sorted(set(ids))
     now = timezone.now()
+    if connection.vendor == "postgresql":
+        return _claim_in_one_statement(wanted, extra, now)
     with transaction.atomic():
-        pgsql.relax_commit()  # a lost claim leaves the events pending: claimed again
         pending = RawEvent.objects.select_for_update(skip_locked=True).filter(
             state=EventState.PENDING
         )
@@ -342,6 +343,57 @@ def claim(ids: Iterable[int], extra: int = 0) -> list[RawEvent]:
             state=EventState.PROCESSING, claimed_at=now, attempts=F("attempts") + 1
         )
     return list(RawEvent.objects.filter(pk__in=chosen, state=EventState.PROCESSING, claimed_at=now))
+
+
+CLAIM_SQL = """
+WITH wanted AS (
+    SELECT id FROM ingest_rawevent WHERE state = %(pending)s AND id = ANY(%(ids)s)
+    FOR UPDATE SKIP LOCKED
+), others AS (
+    SELECT id FROM ingest_rawevent WHERE state = %(pending)s AND NOT (id = ANY(%(ids)s))
+    ORDER BY received_at, id LIMIT %(extra)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE ingest_rawevent AS r
+SET state = %(processing)s, claimed_at = %(now)s, attempts = r.attempts + 1
+FROM (SELECT id FROM wanted UNION SELECT id FROM others) AS chosen
+WHERE r.id = chosen.id
+RETURNING r.id, r.fingerprint, r.body, r.attempts
+"""
+
+
+def _claim_in_one_statement(wanted: list[int], extra: int, now: datetime) -> list[RawEvent]:
+    """The claim as one statement: lock what is pending and free, mark it, read it back.
+
+    Its commit does not wait for the disk: a claim lost in a crash leaves the
+    events pending, to be claimed again.
+    """
+    params: dict[str, Any] = {
+        "pending": EventState.PENDING,
+        "processing": EventState.PROCESSING,
+        "ids": wanted,
+        "extra": max(extra, 0),
+        "now": now,
+    }
+    with transaction.atomic():
+        pgsql.relax_commit()
+        with connection.cursor() as cursor:
+            cursor.execute(CLAIM_SQL, params)
+            rows = sorted(cursor.fetchall())
+    claimed = []
+    for pk, fingerprint, body, attempts in rows:
+        raw = RawEvent(
+            pk=pk,
+            fingerprint=fingerprint,
+            body=body,
+            attempts=attempts,
+            state=EventState.PROCESSING,
+            claimed_at=now,
+        )
+        raw._state.adding = False  # a stored row, as if loaded
+        raw._state.db = connection.alias
+        claimed.append(raw)
+    return claimed
 
 
 def process_events(
@@ -411,7 +463,7 @@ def _normalize_with_retries(parsed: list[tuple[RawEvent, ParsedEvent]]) -> Norma
                 pgsql.relax_commit()  # a lost commit leaves them claimed: the sweep frees them
                 outcome = normalize([event for _, event in parsed])
                 RawEvent.objects.filter(
-                    pk__in=[raw.pk for raw, _ in parsed],
+                    pk__any_of=[raw.pk for raw, _ in parsed],
                     state__in=[EventState.PROCESSING, EventState.PENDING],
                 ).update(state=EventState.DONE, processed_at=timezone.now(), error="")
             return outcome

@@ -496,12 +496,13 @@ class _Batch:
         """
         if not self.sightings:
             return
-        bulk.insert(
+        bulk.insert_values(
             SchemaObservation,
+            ("dataset_id", "at", "schema_hash", "run_uuid"),
             [
-                SchemaObservation(dataset_id=d, at=at, schema_hash=h, run_uuid=run)
+                (d, *sighting)
                 for d in sorted(self.sightings)
-                for at, h, run in sorted(self.sightings[d])
+                for sighting in sorted(self.sightings[d])
             ],
             ignore_conflicts=True,
         )

@@ -59,6 +59,37 @@ def test_it_skips_rows_that_break_a_unique_constraint_when_asked(wiring):
     assert TableEdge.objects.get(dataset=datasets[0]).valid_from == T0
 
 
+def test_it_inserts_tuples_of_named_fields(wiring):
+    job, datasets = wiring
+    names = ("job_id", "dataset_id", "direction", "valid_from", "valid_to")
+    rows = [(job.pk, d.pk, Direction.OUTPUT, T0, T1) for d in datasets]
+    bulk.insert_values(TableEdge, names, rows)
+    stored = sorted(TableEdge.objects.values_list(*names))
+    assert stored == sorted(rows)
+    assert all(TableEdge.objects.values_list("pk", flat=True))
+
+
+def test_it_skips_tuples_that_break_a_unique_constraint_when_asked(wiring):
+    job, datasets = wiring
+    TableEdge.objects.create(job=job, dataset=datasets[0], direction=Direction.INPUT, valid_from=T0)
+    names = ("job_id", "dataset_id", "direction", "valid_from")
+    rows = [(job.pk, d.pk, Direction.INPUT, T1) for d in datasets]
+    bulk.insert_values(TableEdge, names, rows, ignore_conflicts=True)
+    assert TableEdge.objects.count() == 3
+    assert TableEdge.objects.get(dataset=datasets[0]).valid_from == T0
+    with pytest.raises(IntegrityError), transaction.atomic():
+        bulk.insert_values(TableEdge, names, rows[1:2] * 2)
+    assert TableEdge.objects.count() == 3
+
+
+def test_it_inserts_json_fields_from_tuples(wiring):
+    job = wiring[0]
+    uid = uuid.uuid4()
+    names = ("run_uuid", "job_id", "state", "created_at", "facets", "facet_times")
+    bulk.insert_values(Run, names, [(uid, job.pk, RunState.NEW, T1, {"a": [1]}, {})])
+    assert Run.objects.get(run_uuid=uid).facets == {"a": [1]}
+
+
 def test_a_failed_insert_writes_nothing(wiring):
     job, datasets = wiring
     rows = [TableEdge(job=job, dataset=datasets[0], direction=Direction.INPUT, valid_from=T0)] * 2
