@@ -316,7 +316,17 @@ class ProcessResult:
     normalized: NormalizeResult | None = None
 
 
-def claim(ids: Iterable[int], extra: int = 0) -> list[RawEvent]:
+@dataclass(frozen=True)
+class Claimed:
+    """A claimed event: what normalising it needs (no model instance per event)."""
+
+    pk: int
+    fingerprint: str
+    body: str
+    attempts: int
+
+
+def claim(ids: Iterable[int], extra: int = 0) -> list[Claimed]:
     """Claim pending events (these ids, plus up to ``extra`` other pending ones, oldest first).
 
     The claim is a conditional update, so an event already claimed, done or
@@ -342,7 +352,8 @@ def claim(ids: Iterable[int], extra: int = 0) -> list[RawEvent]:
         RawEvent.objects.filter(pk__in=chosen, state=EventState.PENDING).update(
             state=EventState.PROCESSING, claimed_at=now, attempts=F("attempts") + 1
         )
-    return list(RawEvent.objects.filter(pk__in=chosen, state=EventState.PROCESSING, claimed_at=now))
+    rows = RawEvent.objects.filter(pk__in=chosen, state=EventState.PROCESSING, claimed_at=now)
+    return [Claimed(*row) for row in rows.values_list("pk", "fingerprint", "body", "attempts")]
 
 
 CLAIM_SQL = """
@@ -362,7 +373,7 @@ RETURNING r.id, r.fingerprint, r.body, r.attempts
 """
 
 
-def _claim_in_one_statement(wanted: list[int], extra: int, now: datetime) -> list[RawEvent]:
+def _claim_in_one_statement(wanted: list[int], extra: int, now: datetime) -> list[Claimed]:
     """The claim as one statement: lock what is pending and free, mark it, read it back.
 
     Its commit does not wait for the disk: a claim lost in a crash leaves the
@@ -379,21 +390,7 @@ def _claim_in_one_statement(wanted: list[int], extra: int, now: datetime) -> lis
         pgsql.relax_commit()
         with connection.cursor() as cursor:
             cursor.execute(CLAIM_SQL, params)
-            rows = sorted(cursor.fetchall())
-    claimed = []
-    for pk, fingerprint, body, attempts in rows:
-        raw = RawEvent(
-            pk=pk,
-            fingerprint=fingerprint,
-            body=body,
-            attempts=attempts,
-            state=EventState.PROCESSING,
-            claimed_at=now,
-        )
-        raw._state.adding = False  # a stored row, as if loaded
-        raw._state.db = connection.alias
-        claimed.append(raw)
-    return claimed
+            return [Claimed(*row) for row in sorted(cursor.fetchall())]
 
 
 def process_events(
@@ -407,7 +404,7 @@ def process_events(
 
 
 def normalize_claimed(
-    events: list[RawEvent], known: dict[str, ParsedEvent] | None = None
+    events: list[Claimed], known: dict[str, ParsedEvent] | None = None
 ) -> ProcessResult:
     """Normalise claimed events together; if the batch fails, each on its own."""
     with collector_paused():
@@ -415,10 +412,10 @@ def normalize_claimed(
 
 
 def _normalize_claimed(
-    events: list[RawEvent], known: dict[str, ParsedEvent] | None
+    events: list[Claimed], known: dict[str, ParsedEvent] | None
 ) -> ProcessResult:
     result = ProcessResult()
-    parsed: list[tuple[RawEvent, ParsedEvent]] = []
+    parsed: list[tuple[Claimed, ParsedEvent]] = []
     for raw in events:
         try:
             event = (known or {}).get(raw.fingerprint)
@@ -433,7 +430,7 @@ def _normalize_claimed(
     return result
 
 
-def _normalize_isolating(parsed: list[tuple[RawEvent, ParsedEvent]], result: ProcessResult) -> None:
+def _normalize_isolating(parsed: list[tuple[Claimed, ParsedEvent]], result: ProcessResult) -> None:
     """Normalise the events together; if that fails, each half on its own, down to the
     event that fails: a bad event costs about two batches per halving, not one per event."""
     try:
@@ -456,7 +453,7 @@ def _normalize_isolating(parsed: list[tuple[RawEvent, ParsedEvent]], result: Pro
         result.normalized.merge(outcome)
 
 
-def _normalize_with_retries(parsed: list[tuple[RawEvent, ParsedEvent]]) -> NormalizeResult:
+def _normalize_with_retries(parsed: list[tuple[Claimed, ParsedEvent]]) -> NormalizeResult:
     for attempt in range(IN_PROCESS_RETRIES):
         try:
             with transaction.atomic():
@@ -475,7 +472,7 @@ def _normalize_with_retries(parsed: list[tuple[RawEvent, ParsedEvent]]) -> Norma
     raise AssertionError("unreachable")
 
 
-def _record_failure(events: list[RawEvent], exc: BaseException, permanent: bool = False) -> str:
+def _record_failure(events: list[Claimed], exc: BaseException, permanent: bool = False) -> str:
     """Keep the error; transient errors go back to pending until attempts run out."""
     message = f"{type(exc).__name__}: {exc}"
     detail = "".join(traceback.format_exception(exc)[-6:])
