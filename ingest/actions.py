@@ -639,7 +639,7 @@ def ingest_event_dicts(
 def bulk_load(
     events: Iterable[dict[str, Any] | ParsedEvent],
     source: str = "backfill",
-    batch_size: int = 1000,
+    batch_size: int = 5000,
     progress: Callable[[int], None] | None = None,
     quiet_graph: bool = False,
 ) -> IngestReport:

@@ -186,7 +186,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--work-dir", help="--engine spark: keep Spark's output (events, rejects) here"
         )
-        parser.add_argument("--batch-size", type=int, default=500, help="events per transaction")
+        parser.add_argument(
+            "--batch-size",
+            type=int,
+            default=None,
+            help="events per transaction (default 5,000 for inline and spark: a transaction's "
+            "work on each job and dataset is shared by its events; 500 per store for celery)",
+        )
         parser.add_argument("--source", default="file", help="recorded as the events' source")
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -195,9 +201,11 @@ class Command(BaseCommand):
         missing = [str(p) for p in paths if not p.is_file()]
         if missing:
             raise CommandError(f"No such file: {', '.join(missing)}")
+        engine = options["engine"] or ("inline" if settings.CELERY_TASK_ALWAYS_EAGER else "celery")
+        if options["batch_size"] is None:
+            options["batch_size"] = 500 if engine == "celery" else 5000
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
-        engine = options["engine"] or ("inline" if settings.CELERY_TASK_ALWAYS_EAGER else "celery")
         if engine != "spark" and (options["master"] or options["work_dir"]):
             raise CommandError("--master and --work-dir go with --engine spark")
         summary = ENGINES[engine](self, paths, options)
