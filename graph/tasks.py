@@ -22,4 +22,5 @@ def compact_lineage_detail(older_than_days: int | None = None) -> dict[str, int]
         "bytes_before": result.bytes_before,
         "bytes_after": result.bytes_after,
         "change_log_rows_pruned": result.change_log_rows_pruned,
+        "node_documents_pruned": result.node_documents_pruned,
     }
