@@ -340,9 +340,7 @@ def bench_into_db(events: int, workers: int) -> dict[str, Any]:
                 *files,
                 "--engine",
                 engine,
-                "--no-progress",
-                "--batch-size",
-                "1000",
+                "--no-progress",  # each engine's own batch size
             ],
             cwd=ROOT,
             env=env,
