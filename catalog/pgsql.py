@@ -19,13 +19,18 @@ from typing import Any
 
 import psycopg
 from django.db import connection, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 
 @contextmanager
-def bound_cursor() -> Iterator[psycopg.Cursor[tuple[Any, ...]]]:
-    """A driver cursor on Django's connection; driver errors come out as Django's."""
-    connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+def bound_cursor(
+    using: BaseDatabaseWrapper | None = None,
+) -> Iterator[psycopg.Cursor[tuple[Any, ...]]]:
+    """A driver cursor on Django's connection (``using``, default the default one); driver
+    errors come out as Django's."""
+    db = connection if using is None else using
+    db.ensure_connection()
+    with db.wrap_database_errors, psycopg.Cursor(db.connection) as cursor:
         yield cursor
 
 

@@ -50,6 +50,7 @@ from graph.nodeids import (
 from graph.taint import TaintError, clear_taint, mark_tainted
 
 DIRECTIONS = ("upstream", "downstream", "both")
+PLAIN_ACCEPT = frozenset({"*/*", "application/json"})
 DEFAULT_DEPTH = 20
 
 
@@ -106,6 +107,10 @@ class GraphView(APIView):
 
     def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
         fmt = request.query_params.get("format")
+        if not fmt and request.META.get("HTTP_ACCEPT", "*/*") in PLAIN_ACCEPT:
+            # What API clients send: the first renderer (JSON) without parsing media types.
+            renderer = self.get_renderers()[0]
+            return renderer, renderer.media_type
         if fmt and not force:
             known = sorted({r.format for r in self.get_renderers()})
             if fmt not in known:

@@ -53,14 +53,21 @@ class Entry:
 
 
 Render = Callable[[list[int]], dict[int, Entry]]
+# (dataset pk, namespace, dataset name, field name, type, subject kind) of a field.
+FieldRow = tuple[int, str, str, str, str, str | None]
+LoadFields = Callable[[list[int]], dict[int, FieldRow]]
 
 
 class NodeCache:
     def __init__(self, max_entries: int, shared: bool | None = None) -> None:
         self.max_entries = max_entries
+        self.max_fields = 10 * max_entries
         self.lock = threading.Lock()
         self.revision: rev.Revision | None = None
         self._entries: OrderedDict[tuple[str, int], Entry] = OrderedDict()
+        # Field rows (column lineage names every field it shows), dropped with their dataset.
+        self._fields: OrderedDict[int, FieldRow] = OrderedDict()
+        self._fields_of: dict[int, set[int]] = {}
         # Shared documents: None follows the database (PostgreSQL shares).
         self.shared = shared
         # Revision from which this process has seen every change, and the revision at which
@@ -74,6 +81,8 @@ class NodeCache:
     def clear(self) -> None:
         with self.lock:
             self._entries.clear()
+            self._fields.clear()
+            self._fields_of.clear()
             self.revision = None
             self.changed.clear()
             self.horizon = 0
@@ -105,6 +114,8 @@ class NodeCache:
                 kind in (rev.KIND_RESET, rev.KIND_ALL_DATA) for kind, _ in changes
             ):
                 self._entries.clear()
+                self._fields.clear()
+                self._fields_of.clear()
                 self.changed.clear()
                 self.horizon = current.value
             else:
@@ -112,6 +123,9 @@ class NodeCache:
                     if obj is not None:
                         self._entries.pop((kind, obj), None)
                         self.changed[(kind, obj)] = current.value
+                        if kind == DATASET:
+                            for field in self._fields_of.pop(obj, ()):
+                                self._fields.pop(field, None)
                 if len(self.changed) > CHANGED_LIMIT:
                     self.changed.clear()
                     self.horizon = current.value
@@ -179,6 +193,33 @@ class NodeCache:
                     publisher.submit(kind, synced.value, fresh)
         return found
 
+    def fields(self, pks: Iterable[int], load: LoadFields) -> dict[int, FieldRow]:
+        """Field rows by pk; misses are loaded by ``load`` in one call and kept until their
+        dataset changes (a field's rename or retyping is logged as its dataset's change)."""
+        self.sync()
+        found: dict[int, FieldRow] = {}
+        missing: list[int] = []
+        with self.lock:
+            for pk in pks:
+                row = self._fields.get(pk)
+                if row is None:
+                    missing.append(pk)
+                else:
+                    self._fields.move_to_end(pk)
+                    found[pk] = row
+        if not missing:
+            return found
+        loaded = load(missing)
+        found.update(loaded)
+        with self.lock:
+            for pk, row in loaded.items():
+                self._fields[pk] = row
+                self._fields_of.setdefault(row[0], set()).add(pk)
+            while len(self._fields) > self.max_fields:
+                pk, row = self._fields.popitem(last=False)
+                self._fields_of.get(row[0], set()).discard(pk)
+        return found
+
     def _shared(self, kind: str, pks: list[int]) -> dict[int, Entry]:
         """Shared documents of these nodes that this process can trust."""
         with bound_cursor() as cursor:
@@ -198,6 +239,7 @@ class NodeCache:
     def stats(self) -> dict[str, int]:
         return {
             "entries": len(self._entries),
+            "fields": len(self._fields),
             "hits": self.hits,
             "misses": self.misses,
             "shared_hits": self.shared_hits,

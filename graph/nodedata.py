@@ -15,6 +15,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from graph import details
 from graph.details import (
     DatasetInfo,
     JobInfo,
@@ -24,7 +25,7 @@ from graph.details import (
     load_datasets,
     load_jobs,
 )
-from graph.nodecache import DATASET, JOB, Entry, cache
+from graph.nodecache import DATASET, JOB, Entry, FieldRow, cache
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -213,6 +214,12 @@ def dataset_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
     """(namespace, name) by pk from the node cache (misses are rendered in full)."""
     entries = cache.entries(DATASET, sorted({int(pk) for pk in pks}), _render_datasets)
     return {pk: (e.namespace, e.name) for pk, e in entries.items()}
+
+
+def field_rows(pks: Iterable[int]) -> dict[int, FieldRow]:
+    """(dataset pk, namespace, dataset, field, type, subject kind) by field pk, from the
+    node cache."""
+    return cache.fields(sorted({int(pk) for pk in pks}), details.field_rows)
 
 
 def job_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:

@@ -466,7 +466,7 @@ def column_lineage(
     chosen = np.sort(chosen)
     pks, dists, sides = pks[chosen], dists[chosen], sides[chosen]
     links = traverse.column_edges(snap, pks, tf)
-    info = field_rows(pks.tolist())
+    info = nodedata.field_rows(pks.tolist())
     ids = {pk: field_node_id(row[1], row[2], row[3]) for pk, row in info.items()}
     nodes = tuple(
         ColumnNode(
@@ -490,7 +490,7 @@ def column_lineage(
         pk: job_node_id(*name)
         for pk, name in nodedata.job_names(j for j in links.job.tolist() if j >= 0).items()
     }
-    descriptions = edge_descriptions(links.edge_id.tolist())
+    descriptions = edge_descriptions(links.edge_id[links.described == 1].tolist())
     edges = tuple(
         ColumnLink(
             origin=ids[src],
@@ -682,7 +682,7 @@ def _column_impact(
         d = field_dist.get(src, 0) + 1
         if d <= depth:
             ds_dist[tds] = min(ds_dist.get(tds, d), d)
-    info = field_rows(fields.tolist())
+    info = nodedata.field_rows(fields.tolist())
     by_dataset: dict[int, list[tuple[int, str]]] = defaultdict(list)
     for pk, dist in field_dist.items():
         if pk == node.pk or pk not in info:

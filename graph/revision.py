@@ -27,6 +27,8 @@ from typing import Any
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from catalog.pgsql import bound_cursor
+
 VERSION = "v4"
 KIND_TABLE = "t"
 KIND_COLUMN = "c"
@@ -290,7 +292,9 @@ def current(using: str = "default") -> Revision:
 def _read(using: str) -> Revision:
     connection = connections[using]
     _fire_pending(connection)
-    with connection.cursor() as cursor:
+    # Every request runs this: bound, the driver prepares it once per connection.
+    scope = bound_cursor(connection) if connection.vendor == "postgresql" else connection.cursor()
+    with scope as cursor:
         cursor.execute("SELECT value, token FROM graph_revision WHERE id = 1")
         row = cursor.fetchone()
     if row is None:

@@ -368,11 +368,13 @@ COLUMN = Kind(
         ),
         ("sub", _SUBTYPE_CASE),
         ("mask", "CASE WHEN masking THEN 1 ELSE 0 END"),
+        # Most edges have no description: answers look up only those that do.
+        ("described", "CASE WHEN description <> '' THEN 1 ELSE 0 END"),
     ),
     specs=COLUMN_SPECS,
     spaces={"src": "field", "tgt": "field", "tds": "ds", "job": "job"},
     change_kind=rev.KIND_COLUMN,
-    small=("ttype", "sub", "mask"),
+    small=("ttype", "sub", "mask", "described"),
 )
 
 

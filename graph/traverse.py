@@ -11,6 +11,7 @@ about names; graph/queries.py turns results into dataclasses.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Literal
 
@@ -37,6 +38,33 @@ class TableReach:
         return int(self.ds.size + self.job.size)
 
 
+class _Scratch(threading.local):
+    """Distance arrays, one per node space, that a thread lends to its traversals.
+
+    A distance array spans the whole node space (a million fields): filling one
+    for every request costs more than walking a handful of nodes. A borrowed
+    array is all UNSEEN; its borrower writes UNSEEN back over the entries it set
+    and returns it. An array that is not returned (the traversal raised) is
+    simply dropped, and the next borrower gets a fresh one.
+    """
+
+    def __init__(self) -> None:
+        self.free: dict[str, npt.NDArray[np.int32]] = {}
+
+    def borrow(self, space: str, size: int) -> npt.NDArray[np.int32]:
+        array = self.free.pop(space, None)
+        if array is None or array.size != size:
+            array = np.full(size, UNSEEN, dtype=np.int32)
+        return array
+
+    def give_back(self, space: str, array: npt.NDArray[np.int32], touched: IntArray) -> None:
+        array[touched] = UNSEEN
+        self.free[space] = array
+
+
+_scratch = _Scratch()
+
+
 def _new(values: IntArray, dist: npt.NDArray[np.int32]) -> IntArray:
     unique: IntArray = np.unique(values)
     fresh: IntArray = unique[dist[unique] == UNSEEN]
@@ -53,8 +81,8 @@ def table_reach(
 ) -> TableReach:
     """Everything reachable from the roots following edges ``way``, up to ``depth`` jobs."""
     ds_adj, job_adj = ("ds_down", "job_down") if way == "down" else ("ds_up", "job_up")
-    ds_dist = np.full(snap.size_of("ds", roots_ds), UNSEEN, dtype=np.int32)
-    job_dist = np.full(snap.size_of("job", roots_job), UNSEEN, dtype=np.int32)
+    ds_dist = _scratch.borrow("ds", snap.size_of("ds", roots_ds))
+    job_dist = _scratch.borrow("job", snap.size_of("job", roots_job))
     seen_ds: list[IntArray] = []
     seen_job: list[IntArray] = []
 
@@ -85,7 +113,10 @@ def table_reach(
 
     ds = np.concatenate(seen_ds) if seen_ds else EMPTY
     job = np.concatenate(seen_job) if seen_job else EMPTY
-    return TableReach(ds, ds_dist[ds].astype(np.int64), job, job_dist[job].astype(np.int64))
+    reach = TableReach(ds, ds_dist[ds].astype(np.int64), job, job_dist[job].astype(np.int64))
+    _scratch.give_back("ds", ds_dist, ds)
+    _scratch.give_back("job", job_dist, job)
+    return reach
 
 
 @dataclass(frozen=True)
@@ -100,7 +131,7 @@ def field_reach(
     snap: Snapshot, way: Way, depth: int, tf: TimeFilter, roots: IntArray
 ) -> FieldReachArrays:
     adj = "down" if way == "down" else "up"
-    dist = np.full(snap.size_of("field", roots), UNSEEN, dtype=np.int32)
+    dist = _scratch.borrow("field", snap.size_of("field", roots))
     frontier = np.unique(roots.astype(np.int64))
     dist[frontier] = 0
     seen = [frontier]
@@ -111,7 +142,9 @@ def field_reach(
         dist[frontier] = level
         seen.append(frontier)
     fields = np.concatenate(seen)
-    return FieldReachArrays(fields, dist[fields].astype(np.int64))
+    reach = FieldReachArrays(fields, dist[fields].astype(np.int64))
+    _scratch.give_back("field", dist, fields)
+    return reach
 
 
 def nearest(kinds: IntArray, pks: IntArray, dists: IntArray, limit: int) -> tuple[IntArray, bool]:
@@ -204,6 +237,7 @@ class ColumnEdges:
     sub: IntArray
     mask: IntArray
     edge_id: IntArray
+    described: IntArray  # 1 where the edge has a description
     hidden_up: dict[int, int]
     hidden_down: dict[int, int]
 
@@ -221,6 +255,7 @@ def column_edges(snap: Snapshot, fields: IntArray, tf: TimeFilter) -> ColumnEdge
         sub=snap.column("sub", batch).astype(np.int64),
         mask=snap.column("mask", batch).astype(np.int64),
         edge_id=snap.column("id", batch).astype(np.int64),
+        described=snap.column("described", batch).astype(np.int64),
         hidden_up=_hidden_counts(snap.expand("up", fields, tf), field_mask),
         hidden_down=_hidden_counts(down, field_mask),
     )

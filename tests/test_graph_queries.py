@@ -222,6 +222,50 @@ def test_column_lineage_honours_as_of(columns):
     assert len(queries.column_lineage(root, depth=5).nodes) == 1
 
 
+def test_column_edges_show_their_description_where_they_have_one(columns):
+    described = ColumnEdge.objects.get(
+        source_field=columns.fields["raw.customers.email"],
+        target_field=columns.fields["clean.customers.email_hash"],
+    )
+    described.description = "sha256 of the lower-cased address"
+    described.save()
+    graph = queries.column_lineage(node(columns, "clean.customers"), depth=1, with_downstream=True)
+    by_target = {e.destination.rsplit(":", 1)[1]: e.description for e in graph.edges}
+    assert by_target["email_hash"] == "sha256 of the lower-cased address"
+    assert by_target["customer_id"] == ""
+
+
+def test_column_lineage_names_fields_as_they_are_now(columns):
+    root = node(columns, "clean.customers.customer_id")
+    assert "id" in {n.field for n in queries.column_lineage(root, depth=5).nodes}
+    field = columns.fields["raw.customers.id"]
+    field.name = "customer_key"
+    field.save()
+    renamed = queries.column_lineage(root, depth=5)
+    assert {n.field for n in renamed.nodes} == {"customer_id", "customer_key"}
+    assert any(e.origin.endswith(":customer_key") for e in renamed.edges)
+
+
+def test_traversals_one_after_another_do_not_see_each_others_nodes(columns):
+    first = queries.column_lineage(
+        node(columns, "raw.customers.email"), depth=5, with_downstream=True
+    )
+    other = node(columns, "raw.customers.country")
+    again = queries.column_lineage(other, depth=5, with_downstream=True)
+    assert {n.field for n in first.nodes} == {"email", "email_hash"}
+    assert {(n.dataset, n.field) for n in again.nodes} == {
+        ("raw.customers", "country"),
+        ("clean.customers", "country"),
+        ("mart.by_country", "country"),
+    }
+    ups = [
+        names(queries.lineage(node(columns, n), depth=5, direction="upstream"))
+        for n in ("mart.by_country", "raw.customers", "mart.by_country")
+    ]
+    assert ups[0] == ups[2]
+    assert ups[1] == {"raw.customers"}
+
+
 # --- impact and root cause ---------------------------------------------------------------
 
 
