@@ -4,9 +4,9 @@
 
 For each scale: a PostgreSQL database ``lineage_bench_<N>`` is created and
 filled with ``manage.py generate_lineage`` (kept for ``--reuse``); the app is
-served by gunicorn on 127.0.0.1 (``--workers`` x ``--threads``, default 4 x 1); clients on
-keep-alive connections time full JSON responses (P50/P95) with 1 and 4
-concurrent clients. In the same run, over the same data:
+served by gunicorn on 127.0.0.1 as the README deploys it (sync workers, one per
+core; ``--workers``, ``--worker-class gthread --threads N`` to compare); 1 and 4
+concurrent clients, each its own process, time full JSON responses (P50/P95). In the same run, over the same data:
 
 - floor: breadth-first search over Python dicts of the current edges in this
   process (ids only, no I/O) — what the traversal alone costs;
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import multiprocessing
 import os
 import random
 import signal
@@ -32,7 +33,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
@@ -45,7 +45,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "graph.json"
 PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
 ANCHOR = datetime(2026, 1, 1, tzinfo=UTC)
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
-SERVER = {"workers": 4, "threads": 1}  # gunicorn; set from the command line
+SERVER: dict[str, Any] = {"workers": 2, "threads": 1, "worker_class": "sync"}  # gunicorn
 
 
 def pg_url(db: str) -> str:
@@ -214,9 +214,8 @@ def start_server(db: str, port: int) -> subprocess.Popen[bytes]:
             "--workers",
             str(SERVER["workers"]),
             "--worker-class",
-            "gthread",
-            "--threads",
-            str(SERVER["threads"]),
+            SERVER["worker_class"],
+            *(["--threads", str(SERVER["threads"])] if SERVER["worker_class"] == "gthread" else []),
             "--timeout",
             "300",
             "--log-level",
@@ -241,7 +240,7 @@ def worker_pids(master: int) -> list[int]:
 
 
 class Client:
-    """One keep-alive HTTP connection sending authenticated GETs."""
+    """One HTTP connection sending authenticated GETs, kept alive where the server allows."""
 
     def __init__(self, port: int, token: str) -> None:
         self.port = port
@@ -264,38 +263,34 @@ class Client:
         return elapsed, response.status, len(body)
 
 
+def _client_loop(args: tuple[int, str, list[str], int, int, float]) -> list[tuple[float, int, int]]:
+    """One client process: ``count`` random GETs from ``paths`` once the clock reaches
+    ``start`` (so every client begins together)."""
+    port, token, paths, index, count, start = args
+    client = Client(port, token)
+    rng = random.Random(index)
+    time.sleep(max(0.0, start - time.monotonic()))
+    return [client.get(rng.choice(paths)) for _ in range(count)]
+
+
 def run_load(
     port: int, token: str, paths: list[str], clients: int, per_client: int
 ) -> dict[str, Any]:
-    timings: list[float] = []
-    sizes: list[int] = []
-    errors: list[int] = []
-    lock = threading.Lock()
-
-    def work(index: int) -> None:
-        client = Client(port, token)
-        rng = random.Random(index)
-        for _ in range(per_client):
-            elapsed, status, size = client.get(rng.choice(paths))
-            with lock:
-                if status == 200:
-                    timings.append(elapsed)
-                    sizes.append(size)
-                else:
-                    errors.append(status)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - started
+    """``clients`` concurrent clients, each its own process (as separate users would be:
+    no client waits for another's interpreter), ``per_client`` requests each."""
+    start = time.monotonic() + 0.2
+    jobs = [(port, token, paths, i, per_client, start) for i in range(clients)]
+    with multiprocessing.get_context("fork").Pool(clients) as pool:
+        results = pool.map(_client_loop, jobs)
+    wall = time.monotonic() - start
+    timings = [t for rows in results for t, status, _ in rows if status == 200]
+    sizes = [size for rows in results for _, status, size in rows if status == 200]
+    errors = sum(1 for rows in results for _, status, _ in rows if status != 200)
     result = summary(timings)
     result.update(
         {
             "clients": clients,
-            "errors": len(errors),
+            "errors": errors,
             "throughput_rps": round(len(timings) / wall, 1),
             "median_bytes": int(statistics.median(sizes)) if sizes else 0,
         }
@@ -548,12 +543,22 @@ def bench_scale(scale: int, reuse: bool, per_client: int) -> dict[str, Any]:
         for table in ("graph_tableedge", "graph_columnedge"):
             cursor.execute(f"SELECT count(*) FROM {table} WHERE valid_to IS NOT NULL")
             counts[f"{table}_closed"] = cursor.fetchone()[0]
+        # First views of a node read its rows from PostgreSQL: whether they are in shared
+        # buffers or must come from the operating system's cache shows in every first view.
+        cursor.execute(
+            "SELECT name, setting, unit FROM pg_settings "
+            "WHERE name IN ('shared_buffers', 'effective_cache_size', 'server_version')"
+        )
+        postgres = {name: f"{setting}{unit or ''}" for name, setting, unit in cursor.fetchall()}
+        cursor.execute("SELECT pg_size_pretty(pg_database_size(current_database()))")
+        postgres["database_size"] = cursor.fetchone()[0]
     token = bench_token()
     nodes = pick_nodes(seed=scale)
     result: dict[str, Any] = {
         "scale": scale,
         "database": db,
         "rows": counts,
+        "postgres": postgres,
         "hubs": [{"nodeId": nid, "readers": readers} for _, nid, readers in nodes["hubs"]],
         "loadavg_start": loadavg(),
     }
@@ -610,14 +615,29 @@ def main() -> None:
     parser.add_argument("--scales", default="10000,100000")
     parser.add_argument("--reuse", action="store_true", help="reuse generated databases")
     parser.add_argument("--per-client", type=int, default=60, help="requests per client")
-    parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
-    parser.add_argument("--threads", type=int, default=1, help="threads per gunicorn worker")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 2,
+        help="gunicorn worker processes (default one per core, as the README deploys)",
+    )
+    parser.add_argument("--threads", type=int, default=1, help="threads per gthread worker")
+    parser.add_argument(
+        "--worker-class",
+        default="sync",
+        choices=["sync", "gthread"],
+        help="gunicorn worker class (sync, gunicorn's default, is what the README deploys)",
+    )
     args = parser.parse_args()
     report: dict[str, Any] = {
         "benchmark": "graph",
         "started_at": datetime.now(UTC).isoformat(),
         "machine": {"cpus": os.cpu_count(), "loadavg_at_start": loadavg()},
-        "server": {"workers": args.workers, "threads": args.threads},
+        "server": {
+            "workers": args.workers,
+            "worker_class": args.worker_class,
+            "threads": args.threads,
+        },
         "scales": [],
     }
     for scale in (int(s) for s in args.scales.split(",")):
@@ -636,6 +656,8 @@ def main() -> None:
                 str(args.workers),
                 "--threads",
                 str(args.threads),
+                "--worker-class",
+                args.worker_class,
             ],
             cwd=ROOT,
             capture_output=False,
@@ -656,10 +678,11 @@ if __name__ == "__main__":
         parser.add_argument("--one-scale", type=int)
         parser.add_argument("--reuse", action="store_true")
         parser.add_argument("--per-client", type=int, default=60)
-        parser.add_argument("--workers", type=int, default=4)
+        parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
         parser.add_argument("--threads", type=int, default=1)
+        parser.add_argument("--worker-class", default="sync")
         ns = parser.parse_args()
-        SERVER.update(workers=ns.workers, threads=ns.threads)
+        SERVER.update(workers=ns.workers, threads=ns.threads, worker_class=ns.worker_class)
         real_stdout = sys.stdout
         sys.stdout = sys.stderr  # progress to stderr; the last stdout line is the JSON
         data = bench_scale(ns.one_scale, ns.reuse, ns.per_client)
