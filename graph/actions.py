@@ -27,6 +27,7 @@ hold the job rows locked (``lock_jobs``) while recomputing.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -210,27 +211,40 @@ class _Step:
     io: frozenset[TableKey]
     columns: tuple[Any, ...]
 
+    @property
+    def digest(self) -> str:
+        return step_digest(self.io, self.columns)
+
 
 def _step_of(run: Run, io: set[TableKey]) -> _Step | None:
     if run.state != RunState.COMPLETED or not io or run.ended_at is None:
         return None
-    lineage = run.column_lineage or {}
-    return _Step(
-        run.ended_at,
-        frozenset(io),
-        (tuple(lineage.get("covered", [])), tuple(map(tuple, lineage.get("edges", [])))),
-    )
+    return _Step(run.ended_at, frozenset(io), _lineage_key(run.column_lineage))
 
 
+def _lineage_key(lineage: dict[str, Any] | None) -> tuple[Any, ...]:
+    lineage = lineage or {}
+    return (tuple(lineage.get("covered", [])), tuple(map(tuple, lineage.get("edges", []))))
+
+
+def step_digest(io: Iterable[TableKey], columns: tuple[Any, ...]) -> str:
+    """A stable digest of what one timeline step opens: datasets and column mappings."""
+    text = repr((sorted((int(d), str(direction)) for d, direction in io), columns))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+_NEVER = datetime.max.replace(tzinfo=UTC)
 IO_FIELDS = ("run_id", "dataset_id", "direction", "event_time", "dataset_version_id")
 
 
-def record_runs(observations: list[RunObservation]) -> dict[int, datetime]:
+def record_runs(observations: list[RunObservation], jobs: Mapping[int, Job]) -> dict[int, datetime]:
     """Apply run observations; gives the jobs whose timeline changed and the instant from which.
 
     Idempotent and order-free: states merge by ``state_key``, start is the
     earliest START/RUNNING, facets keep their newest value, inputs/outputs and
-    column mappings are unions over the run's events.
+    column mappings are unions over the run's events. ``jobs`` are the locked rows
+    of the observations' jobs: their latest run and timeline end are set on them
+    in memory, for the caller to write with its other changes to them.
     """
     if not observations:
         return {}
@@ -282,6 +296,8 @@ def record_runs(observations: list[RunObservation]) -> dict[int, datetime]:
                     wanted[key] = (obs.event_time, version_id)
 
     if new_runs:
+        for run_uuid, run in new_runs.items():
+            run.edges_applied = _step_of(run, set(io_wanted[run_uuid])) is not None
         bulk.insert(Run, list(new_runs.values()))
         _link_parents_and_children(list(new_runs.values()))
     _link_parents([runs[u] for u in dirty if u not in new_runs])
@@ -311,6 +327,7 @@ def record_runs(observations: list[RunObservation]) -> dict[int, datetime]:
     bulk_set(RunDataset, io_update, ["event_time", "dataset_version"])
 
     since: dict[int, datetime] = {}
+    moved: list[tuple[Run, _Step | None, _Step | None]] = []
     for run_uuid in io_wanted.keys() | dirty:
         run = runs[run_uuid]
         after = _step_of(run, io_after[run_uuid])
@@ -322,16 +339,9 @@ def record_runs(observations: list[RunObservation]) -> dict[int, datetime]:
                 if run not in changed_runs:
                     changed_runs.append(run)
         old = before.get(run_uuid)
-        if old == after:
-            continue
-        times = [s.ended_at for s in (old, after) if s is not None and s.ended_at is not None]
-        if times:
-            at = min(times)
-            since[run.job_id] = min(at, since.get(run.job_id, at))
-    if new_runs:
-        fresh = [r for r in new_runs.values() if r.edges_applied]
-        if fresh:
-            Run.objects.filter(pk__in=[r.pk for r in fresh]).update(edges_applied=True)
+        if old != after:
+            moved.append((run, old, after))
+    _replay_points(moved, since, jobs)
     if changed_runs:
         bulk_set(
             Run,
@@ -355,8 +365,44 @@ def record_runs(observations: list[RunObservation]) -> dict[int, datetime]:
                 "updated_at",
             ],
         )
-    _update_latest_runs(list(runs[u] for u in io_wanted.keys() | dirty))
+    _update_latest_runs(list(runs[u] for u in io_wanted.keys() | dirty), jobs)
     return since
+
+
+def _replay_points(
+    moved: list[tuple[Run, _Step | None, _Step | None]],
+    since: dict[int, datetime],
+    jobs: Mapping[int, Job],
+) -> None:
+    """Add to ``since`` the instant from which each job's timeline must be replayed.
+
+    A run that newly joins its job's timeline after the timeline's last step, with the
+    same datasets and column mappings as that step, leaves every edge as it was (a
+    step applied twice is applied once): the job's timeline end just moves forward.
+    """
+
+    def earliest(old: _Step | None, after: _Step | None) -> datetime | None:
+        times = [s.ended_at for s in (old, after) if s is not None and s.ended_at is not None]
+        return min(times) if times else None
+
+    moved.sort(key=lambda item: (earliest(item[1], item[2]) or _NEVER, str(item[0].run_uuid)))
+    for run, old, after in moved:
+        job = jobs[run.job_id]
+        if (
+            old is None
+            and after is not None
+            and after.ended_at is not None
+            and job.timeline_digest
+            and job.timeline_end is not None
+            and run.job_id not in since
+            and after.ended_at > job.timeline_end
+            and after.digest == job.timeline_digest
+        ):
+            job.timeline_end = after.ended_at
+            continue
+        at = earliest(old, after)
+        if at is not None:
+            since[run.job_id] = min(at, since.get(run.job_id, at))
 
 
 def _merge_run(run: Run, obs: RunObservation) -> bool:
@@ -463,28 +509,25 @@ def _run_time_key(run: Run) -> tuple[datetime, str]:
     return (run.state_event_time or run.created_at, str(run.run_uuid))
 
 
-def _update_latest_runs(runs: list[Run]) -> None:
+def _update_latest_runs(runs: list[Run], jobs: Mapping[int, Job]) -> None:
     """Each job's latest run is its run with the newest state event (event time, not arrival)."""
     by_job: dict[int, Run] = {}
     for run in runs:
         best = by_job.get(run.job_id)
         if best is None or _run_time_key(run) > _run_time_key(best):
             by_job[run.job_id] = run
-    if not by_job:
-        return
-    jobs = dict(Job.objects.filter(pk__in=by_job).values_list("pk", "latest_run_id"))
+    current_ids = {jobs[pk].latest_run_id for pk in by_job} - {None}
     current = {
         r.pk: r
-        for r in Run.objects.filter(pk__in=[v for v in jobs.values() if v]).only(
+        for r in Run.objects.filter(pk__in=current_ids).only(
             "pk", "run_uuid", "state_event_time", "created_at"
         )
     }
-    moved = []
     for job_id, run in by_job.items():
-        latest = current.get(jobs.get(job_id) or 0)
+        job = jobs[job_id]
+        latest = current.get(job.latest_run_id or 0)
         if latest is None or (latest.pk != run.pk and _run_time_key(run) > _run_time_key(latest)):
-            moved.append(Job(pk=job_id, latest_run_id=run.pk))
-    bulk_set(Job, moved, ["latest_run"])
+            job.latest_run_id = run.pk
 
 
 # -- edge validity ------------------------------------------------------------------------
@@ -515,10 +558,14 @@ class _RunStep:
     outputs: set[int]
     covered: set[int]
     columns: dict[ColumnKey, ColumnAttrs]
+    digest: str
 
 
-def recompute_jobs(since_by_job: Mapping[int, datetime]) -> EdgeChanges:
-    """Replay each job's timeline from its instant and store the resulting edge intervals."""
+def recompute_jobs(since_by_job: Mapping[int, datetime], jobs: Mapping[int, Job]) -> EdgeChanges:
+    """Replay each job's timeline from its instant and store the resulting edge intervals.
+
+    ``jobs`` are the locked rows of the jobs: their timeline end is set on them in memory.
+    """
     changes = EdgeChanges()
     if not since_by_job:
         return changes
@@ -555,6 +602,7 @@ def recompute_jobs(since_by_job: Mapping[int, datetime]) -> EdgeChanges:
                     (e[0], e[1], e[2], e[3], e[4]): (bool(e[5]), str(e[6]))
                     for e in lineage.get("edges", [])
                 },
+                digest=step_digest(run_io, _lineage_key(lineage)),
             )
         )
     reaching = Q(valid_to__isnull=True) | Q(valid_to__gte=earliest)
@@ -612,6 +660,11 @@ def recompute_jobs(since_by_job: Mapping[int, datetime]) -> EdgeChanges:
         timeline.sort(key=lambda item: (item[0], item[1], item[2]))
         _replay_tables(job_id, since, timeline, table_rows[job_id], plan)
         _replay_columns(job_id, since, timeline, column_rows[job_id], field_dataset, plan)
+        job, last = jobs[job_id], timeline[-1][3] if timeline else None
+        if isinstance(last, _RunStep):
+            job.timeline_end, job.timeline_digest = last.at, last.digest
+        else:  # ends in a closing, or nothing left to go by: the next run replays
+            job.timeline_end, job.timeline_digest = None, ""
     return plan.apply()
 
 

@@ -45,6 +45,11 @@ class Job(models.Model):
     facets = models.JSONField(default=dict, blank=True)
     # Event time of the newest event that set each facet, so late events do not win.
     facet_times = models.JSONField(default=dict, blank=True)
+    # The end of the job's edge timeline: the last applied run's end and a digest of its
+    # datasets and column mappings. A later run with the same digest changes no edge, so
+    # the normaliser need not replay the timeline (empty digest: not known, replay).
+    timeline_end = models.DateTimeField(null=True, blank=True)
+    timeline_digest = models.CharField(max_length=32, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 

@@ -8,12 +8,15 @@ accepted is exactly what is normalised.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+from pipelines.fingerprint import canonical_json
 
 MAX_NAME_LENGTH = 1024
 MAX_DEPTH = 64
@@ -118,6 +121,8 @@ class ParsedEvent:
     nominal_end: datetime | None = None
     error_message: str = ""
     error_stack: str = ""
+    # The body's canonical JSON when it was rendered for the fingerprint: stored as is.
+    canonical: str = ""
 
     @property
     def datasets(self) -> list[DatasetRef]:
@@ -129,13 +134,6 @@ class ParsedEvent:
     @property
     def sort_key(self) -> tuple[datetime, str]:
         return (self.event_time, self.fingerprint)
-
-
-def canonical_fingerprint(event: Any) -> str:
-    """The SHA-256 of the event's canonical JSON: the same event always gives the same value."""
-    from pipelines.fingerprint import canonical_fingerprint as fingerprint
-
-    return fingerprint(event)
 
 
 def decode_body(raw: bytes, encoding: str, limit: int) -> Any:
@@ -334,8 +332,9 @@ def parse_event(value: Any, fingerprint: str | None = None) -> ParsedEvent:
     assert event_time is not None
     producer = _text(event.get("producer"), "producer", limit=2048)
     _text(event.get("schemaURL"), "schemaURL", limit=2048)
+    canonical = ""
     if fingerprint is None:
-        fingerprint = _fingerprint(event)
+        canonical, fingerprint = _canonical(event)
     parsed = ParsedEvent(
         kind=kind,
         event_type="",
@@ -343,6 +342,7 @@ def parse_event(value: Any, fingerprint: str | None = None) -> ParsedEvent:
         producer=producer,
         body=event,
         fingerprint=fingerprint,
+        canonical=canonical,
     )
     if kind == "dataset":
         parsed.dataset = _dataset(event.get("dataset"), "dataset", output=True)
@@ -350,18 +350,9 @@ def parse_event(value: Any, fingerprint: str | None = None) -> ParsedEvent:
     job = _obj(event.get("job"), "job") if "job" in event else None
     if job is None:
         raise _fail("job is required", "job")
-    parsed.job_namespace = _name(job.get("namespace"), "job.namespace")
-    parsed.job_name = _name(job.get("name"), "job.name")
-    parsed.job_facets = _facets(job.get("facets"), "job.facets")
-    _job_facets(parsed.job_facets)
-    parsed.inputs = [
-        _dataset(item, f"inputs[{i}]", output=False)
-        for i, item in enumerate(_list(event.get("inputs"), "inputs"))
-    ]
-    parsed.outputs = [
-        _dataset(item, f"outputs[{i}]", output=True)
-        for i, item in enumerate(_list(event.get("outputs"), "outputs"))
-    ]
+    parsed.job_namespace, parsed.job_name, parsed.job_facets = parse_job(job)
+    parsed.inputs = parse_datasets(event.get("inputs"), "inputs", output=False)
+    parsed.outputs = parse_datasets(event.get("outputs"), "outputs", output=True)
     if kind == "job":
         return parsed
     if "run" not in event:
@@ -378,11 +369,32 @@ def parse_event(value: Any, fingerprint: str | None = None) -> ParsedEvent:
     return parsed
 
 
-def _fingerprint(event: dict[str, Any]) -> str:
+def _canonical(event: dict[str, Any]) -> tuple[str, str]:
+    """The event's canonical JSON and its fingerprint."""
+    text = canonical_json(event)
+    return text, fingerprint_of_text(text)
+
+
+def fingerprint_of_text(canonical: str) -> str:
+    """The fingerprint of an event's canonical JSON; EventError if it is not valid Unicode."""
     try:
-        return canonical_fingerprint(event)
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
     except UnicodeEncodeError as exc:
         raise EventError("Body holds text that is not valid Unicode", "body", 400) from exc
+
+
+def parse_job(job: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """A run or job event's job: namespace, name and checked facets."""
+    namespace = _name(job.get("namespace"), "job.namespace")
+    name = _name(job.get("name"), "job.name")
+    facets = _facets(job.get("facets"), "job.facets")
+    _job_facets(facets)
+    return namespace, name, facets
+
+
+def parse_datasets(value: Any, path: str, output: bool) -> list[DatasetRef]:
+    """An event's ``inputs`` or ``outputs``, each dataset checked and read."""
+    return [_dataset(item, f"{path}[{i}]", output) for i, item in enumerate(_list(value, path))]
 
 
 def _run_facets(parsed: ParsedEvent) -> None:

@@ -175,6 +175,7 @@ class _Batch:
         self.pending_runs: list[_PendingRun] = []
         self.steward_descriptions: set[tuple[int, str]] | None = None
         self.touched_jobs: set[int] = set()
+        self.job_states: dict[int, tuple[Any, ...]] = {}
 
     # -- preparation: insert what is missing, then lock in a fixed order ---------------------
 
@@ -235,6 +236,7 @@ class _Batch:
             if parent_times[pk] < created
         }
         self.jobs = graph_actions.lock_jobs(own_jobs | closing_jobs | stale)
+        self.job_states = {pk: _job_state(job) for pk, job in self.jobs.items()}
         for pk in stale:
             job = self.jobs[pk]
             if parent_times[pk] < job.created_at:
@@ -745,7 +747,6 @@ class _Batch:
         self._flush_fields()
         self._repoint_run_io()
         self._flush_datasets()
-        self._flush_jobs()
         observations = []
         for pending in self.pending_runs:
             obs = pending.observation
@@ -765,14 +766,15 @@ class _Batch:
                 attrs = (t.masking, t.description)
                 obs.columns[key] = max(attrs, obs.columns.get(key, attrs))
             observations.append(obs)
-        since = graph_actions.record_runs(observations)
+        since = graph_actions.record_runs(observations, self.jobs)
         # A closing ends the edges open at its instant: those jobs replay from there (they
         # were locked in prepare). Edges this batch opens later see the closing in the replay.
         for dataset_id, at in self.closures:
             for job_id in graph_actions.jobs_with_edges_open_at([(dataset_id, at)]):
                 if job_id in self.jobs:
                     since[job_id] = min(at, since.get(job_id, at))
-        edges = graph_actions.recompute_jobs(since)
+        edges = graph_actions.recompute_jobs(since, self.jobs)
+        self._flush_jobs()
         return NormalizeResult(
             jobs=set(self.jobs) | set(since), datasets=set(self.datasets), edges=edges
         )
@@ -803,7 +805,13 @@ class _Batch:
         graph_actions.bulk_set(Dataset, changed, [*DATASET_FIELDS, "updated_at"])
 
     def _flush_jobs(self) -> None:
-        changed = []
+        """Write the jobs this batch changed: facets, and the latest run and timeline end
+        that ``record_runs`` and ``recompute_jobs`` set on them."""
+        changed = [
+            job
+            for pk, job in self.jobs.items()
+            if pk not in self.touched_jobs and _job_state(job) != self.job_states[pk]
+        ]
         for job_id in self.touched_jobs:
             job = self.jobs[job_id]
             facets = job.facets
@@ -830,6 +838,9 @@ class _Batch:
                     "description",
                     "location",
                     "parent",
+                    "latest_run",
+                    "timeline_end",
+                    "timeline_digest",
                     "created_at",
                     "updated_at",
                 ],
@@ -847,6 +858,10 @@ DATASET_FIELDS = [
     "storage_format",
     "alias_of",
 ]
+
+
+def _job_state(job: Job) -> tuple[Any, ...]:
+    return (job.latest_run_id, job.timeline_end, job.timeline_digest)
 
 
 def _dataset_state(ds: Dataset) -> tuple[Any, ...]:

@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from catalog.models import Dataset, DatasetField
 from ingest import actions
+from ingest.events import ParsedEvent
 from ingest.models import DatasetRead, SqlLogFormat, SqlLogProblem, SqlLogState, SqlLogUpload
 from ingest.sql import guards
 from ingest.sql.dialects import UnknownDialectError, resolve_dialect
@@ -247,7 +248,7 @@ class _Run:
             ),
             default_time=upload.created_at,
         )
-        self.events: list[dict[str, Any]] = []
+        self.events: list[ParsedEvent] = []
         self.hidden: set[str] = set()
         self.problems: list[SqlLogProblem] = []
         self.stored_problems = 0
@@ -260,9 +261,9 @@ class _Run:
     def process(self) -> None:
         with Path(self.upload.path).open("rb") as stream:
             for processed in self.processor.process(read_log(stream, self.upload.format)):
-                if processed.events:
-                    self.events.extend(processed.events)
-                    self._note_hidden(processed.events)
+                if processed.parsed:
+                    self.events.extend(processed.parsed)
+                    self._note_hidden(processed.parsed)
                 for read in processed.reads:
                     self._count_read(read)
                 for problem in processed.problems:
@@ -276,12 +277,11 @@ class _Run:
             self._flush_reads()
             self._report(stream.tell())
 
-    def _note_hidden(self, events: Iterable[dict[str, Any]]) -> None:
+    def _note_hidden(self, events: Iterable[ParsedEvent]) -> None:
         for event in events:
-            for dataset in (*event.get("inputs", ()), *event.get("outputs", ())):
-                facets = dataset.get("facets")
-                if facets and HIDDEN_FACET in facets:
-                    self.hidden.add(dataset["name"])
+            for dataset in event.datasets:
+                if HIDDEN_FACET in dataset.facets:
+                    self.hidden.add(dataset.name)
 
     def _flush_events(self) -> None:
         if not self.events:

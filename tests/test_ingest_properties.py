@@ -224,18 +224,19 @@ def test_it_settles_a_runs_events_in_any_order_with_duplicates(case):
     assert state_after(events, chunks) == expected
 
 
+def completed(n: int, day: int, ins: list[Any], outs: list[Any]) -> list[dict[str, Any]]:
+    return [
+        run_event("START", run_id(n), at(day, 1), inputs=ins),
+        run_event("COMPLETE", run_id(n), at(day, 2), inputs=ins, outputs=outs),
+    ]
+
+
+def out(mapping: dict[str, list[tuple[str, str]]]) -> dict[str, Any]:
+    return dataset("dw.o", schema=schema(*mapping), columnLineage=columns(mapping))
+
+
 def job_history() -> list[dict[str, Any]]:
     """Several runs of one job changing inputs, outputs and column mappings, and a drop."""
-
-    def completed(n, day, ins, outs):
-        return [
-            run_event("START", run_id(n), at(day, 1), inputs=ins),
-            run_event("COMPLETE", run_id(n), at(day, 2), inputs=ins, outputs=outs),
-        ]
-
-    def out(mapping):
-        return dataset("dw.o", schema=schema(*mapping), columnLineage=columns(mapping))
-
     return [
         *completed(1, 1, [dataset("a"), dataset("b")], [out({"x": [("a", "x")]})]),
         *completed(2, 2, [dataset("a")], [out({"x": [("a", "y")]})]),
@@ -272,3 +273,84 @@ def test_the_in_order_history_has_the_intervals_we_expect():
     assert [(e[3].day, e[4].day if e[4] else None) for e in b_edges] == [(1, 2), (3, 4), (5, None)]
     x_from_a = [e for e in state["column_edges"] if e[1] == "a.x"]
     assert [(e[8].day, e[9].day if e[9] else None) for e in x_from_a] == [(1, 2), (3, None)]
+
+
+def repeating_history() -> list[dict[str, Any]]:
+    """A scheduled job: the same lineage run after run, a drop between two runs, one change."""
+
+    def same(n: int, day: int) -> list[dict[str, Any]]:
+        return completed(n, day, [dataset("a"), dataset("b")], [out({"x": [("a", "x")]})])
+
+    return [
+        *same(1, 1),
+        *same(2, 2),
+        *same(3, 3),
+        drop("b", at(3, 12)),
+        *same(4, 4),
+        *same(5, 5),
+        *completed(6, 6, [dataset("a")], [out({"x": [("a", "y")]})]),
+        *same(7, 7),
+        *same(8, 8),
+    ]
+
+
+REPEATING = repeating_history()
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=shuffled_with_duplicates(REPEATING))
+def test_it_computes_the_same_intervals_for_repeated_lineage_whatever_the_order(case):
+    events, chunks = case
+    expected = state_after(REPEATING, [2] * len(REPEATING))
+    got = state_after(events, chunks)
+    assert got["table_edges"] == expected["table_edges"]
+    assert got["column_edges"] == expected["column_edges"]
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("batches", "replays"),
+    [
+        # Each run, and the drop, in its own batch. Runs 1, 4 (after the drop), 6 (new
+        # lineage) and 7 (back again) replay, and so does the drop; runs 2, 3, 5 and 8
+        # repeat the step before them and only move the timeline's end.
+        ([2, 2, 2, 1, 2, 2, 2, 2, 2], [1, 0, 0, 1, 1, 0, 1, 1, 0]),
+        # Runs 1 to 3 and the drop after them in one batch: the timeline ends in a
+        # closing, so run 4 must replay although it repeats run 3.
+        ([7, 2, 2, 2, 2, 2], [1, 1, 0, 1, 1, 0]),
+    ],
+)
+def test_it_moves_the_timeline_end_without_a_replay_when_a_run_repeats_the_last_one(
+    monkeypatch, batches, replays
+):
+    from graph import actions as graph_actions
+
+    replayed: list[set[int]] = []
+    recompute = graph_actions.recompute_jobs
+
+    def counting(since, jobs):
+        replayed.append(set(since))
+        return recompute(since, jobs)
+
+    monkeypatch.setattr(graph_actions, "recompute_jobs", counting)
+    with transaction.atomic():
+        start = 0
+        for size in batches:
+            normalize([parse_event(e) for e in REPEATING[start : start + size]])
+            start += size
+        state = snapshot()
+        job = Job.objects.get()
+        transaction.set_rollback(True)
+    assert [int(bool(s)) for s in replayed] == replays
+    assert job.timeline_end is not None and job.timeline_end.day == 8
+    assert job.timeline_digest
+    b_edges = [e for e in state["table_edges"] if e[1] == "b"]
+    assert [(e[3].day, e[4].day if e[4] else None) for e in b_edges] == [(1, 3), (4, 6), (7, None)]
+    a_edges = [e for e in state["table_edges"] if e[1] == "a"]
+    assert [(e[3].day, e[4]) for e in a_edges] == [(1, None)]
+    x_from_a = [e for e in state["column_edges"] if e[1] == "a.x"]
+    assert [(e[8].day, e[9].day if e[9] else None) for e in x_from_a] == [(1, 6), (7, None)]

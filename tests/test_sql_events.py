@@ -10,7 +10,7 @@ from ingest.events import parse_event
 from ingest.sql.events import HIDDEN_FACET, EventBuilder, Execution, job_name
 from ingest.sql.parser import SqlLineageParser
 from ingest.sql.pipeline import SqlLogProcessor
-from ingest.sql.readers import read_log
+from ingest.sql.readers import QueryRecord, read_log
 
 LOGS = Path(__file__).parent / "fixtures" / "sql_logs"
 NS = "postgres://warehouse:5432"
@@ -172,3 +172,35 @@ def test_it_reports_problems_with_line_numbers():
     assert unparsed and unparsed[0].statement == 0
     assert processor.stats.as_dict()["parse_errors"] == 1
     assert [len(line.events) for line in lines if line.line in (2, 9)] == [2, 2]
+
+
+def test_it_gives_each_event_read_exactly_as_the_openlineage_parser_reads_it():
+    # Parsed once per statement, not per execution: the result must not differ in any field,
+    # the fingerprint and the stored canonical text included.
+    for name, fmt, dialect in (
+        ("warehouse.csv", "csv", "postgres"),
+        ("warehouse.jsonl", "jsonl", "snowflake"),
+    ):
+        _, lines = process(name, fmt, dialect)
+        for line in lines:
+            assert len(line.parsed) == len(line.events)
+            for event, parsed in zip(line.events, line.parsed, strict=True):
+                assert parsed == parse_event(json.loads(json.dumps(event)))
+
+
+def test_it_rejects_the_statement_whose_event_is_not_acceptable_and_goes_on():
+    processor = SqlLogProcessor(NS, "postgres", schema_provider=CATALOG.get)
+    at = datetime(2026, 1, 5, tzinfo=UTC)
+    huge = "t" * 1100  # a dataset name longer than OpenLineage names may be here
+    records = [
+        QueryRecord(1, f"INSERT INTO shop.public.{huge} SELECT id FROM shop.public.orders", at),
+        QueryRecord(2, "INSERT INTO shop.public.x SELECT id FROM shop.public.orders", at),
+    ]
+    bad, good = processor.process(records)
+    assert not bad.events and not bad.parsed
+    (problem,) = bad.problems
+    assert problem.line == 1 and problem.statement == 0
+    assert problem.message.startswith("event rejected: outputs[0].name is longer than")
+    assert problem.field == "outputs[0].name"
+    assert [e.event_type for e in good.parsed] == ["START", "COMPLETE"]
+    assert processor.stats.parse_errors == 1

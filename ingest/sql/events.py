@@ -15,10 +15,19 @@ from __future__ import annotations
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ingest.events import DatasetRef as ParsedDataset
+from ingest.events import (
+    EventError,
+    ParsedEvent,
+    fingerprint_of_text,
+    parse_datasets,
+    parse_event,
+    parse_job,
+)
 from ingest.sql.model import (
     DatasetRef,
     InputField,
@@ -28,6 +37,7 @@ from ingest.sql.model import (
     StatementLineage,
     TargetLineage,
 )
+from pipelines.fingerprint import canonical_json
 
 PRODUCER = "https://github.com/lineage-explorer/lineage-explorer/tree/main/ingest/sql"
 RUN_EVENT_SCHEMA = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent"
@@ -47,6 +57,8 @@ SQL_SCHEMA = "https://openlineage.io/spec/facets/1-1-0/SQLJobFacet.json#/$defs/S
 JOB_TYPE_SCHEMA = (
     "https://openlineage.io/spec/facets/2-0-4/JobTypeJobFacet.json#/$defs/JobTypeJobFacet"
 )
+_PRODUCER_JSON = canonical_json(PRODUCER)
+_RUN_SCHEMA_JSON = canonical_json(RUN_EVENT_SCHEMA)
 # Marks temporary / scratch datasets that lineage could not follow through.
 HIDDEN_FACET = "lineageExplorer_hidden"
 HIDDEN_SCHEMA = "https://github.com/lineage-explorer/lineage-explorer/spec/HiddenDatasetFacet.json"
@@ -99,16 +111,27 @@ class ReadRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class Rejected:
+    """A statement whose events could not be accepted, and why."""
+
+    statement: int
+    message: str
+    field: str
+
+
+@dataclass(frozen=True, slots=True)
 class BuiltEvents:
     events: list[dict[str, Any]]
     reads: list[ReadRecord]
+    parsed: list[ParsedEvent] = field(default_factory=list)  # ``events``, read
+    rejected: list[Rejected] = field(default_factory=list)
 
 
 def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def run_id(execution: Execution, record_fingerprint: str, index: int) -> str:
+def run_uuid_of(execution: Execution, record_fingerprint: str, index: int) -> uuid.UUID:
     """A stable run id: re-ingesting the same log gives the same runs."""
     if execution.query_id:
         key = f"{execution.namespace}\x00{execution.query_id}\x00{index}"
@@ -118,7 +141,7 @@ def run_id(execution: Execution, record_fingerprint: str, index: int) -> str:
             f"{execution.namespace}\x00{record_fingerprint}\x00{execution.query}\x00"
             f"{iso(execution.start_time)}\x00{index}"
         )
-    return str(uuid.uuid5(_RUN_NAMESPACE, key))
+    return uuid.uuid5(_RUN_NAMESPACE, key)
 
 
 def job_name(statement: StatementLineage, query_tag: str | None = None) -> str:
@@ -131,41 +154,62 @@ def job_name(statement: StatementLineage, query_tag: str | None = None) -> str:
     return f"{verb}.{target[:900]}.{key}"
 
 
+@dataclass(frozen=True, slots=True)
+class _StaticParts:
+    """What every run of one statement shares: its job name, datasets and their JSON."""
+
+    job_name: str
+    inputs: list[dict[str, Any]]
+    outputs: list[dict[str, Any]]
+    inputs_json: str
+    outputs_json: str
+    refs: tuple[list[ParsedDataset], list[ParsedDataset]]  # inputs and outputs, read
+
+
 class EventBuilder:
-    """Builds OpenLineage event dicts for parsed records, sharing per-statement parts."""
+    """Builds OpenLineage event dicts for parsed records, sharing per-statement parts.
+
+    Each event comes with its parsed form (what ``ingest.events.parse_event``
+    would read from it, fingerprint included): a statement's datasets are
+    checked and read once, not once per execution.
+    """
 
     def __init__(self, cache_size: int = 20_000) -> None:
-        self._static: OrderedDict[tuple[int, str], tuple[StatementLineage, dict[str, Any]]] = (
+        self._static: OrderedDict[tuple[int, str], tuple[StatementLineage, _StaticParts]] = (
             OrderedDict()
         )
         self._cache_size = cache_size
 
     def build(self, record: ParsedRecord, execution: Execution) -> BuiltEvents:
-        events: list[dict[str, Any]] = []
-        reads: list[ReadRecord] = []
+        built = BuiltEvents([], [])
         for statement in record.statements:
             if statement.hidden:
                 continue
-            if statement.has_lineage:
-                events.extend(self._run_events(statement, record.fingerprint, execution))
-            elif statement.kind is StatementKind.DDL and statement.outputs:
-                events.extend(self._dataset_events(statement, execution))
-            elif statement.is_read and statement.inputs:
-                reads.append(
-                    ReadRecord(
-                        namespace=execution.namespace,
-                        datasets=tuple(_key(d, execution.namespace) for d in statement.inputs),
-                        at=execution.start_time,
-                        user=execution.user,
-                        job_name=job_name(statement, execution.query_tag),
-                        fingerprint=statement.fingerprint,
+            try:
+                if statement.has_lineage:
+                    self._run_events(statement, record.fingerprint, execution, built)
+                elif statement.kind is StatementKind.DDL and statement.outputs:
+                    for event in self._dataset_events(statement, execution):
+                        built.parsed.append(parse_event(event))
+                        built.events.append(event)
+                elif statement.is_read and statement.inputs:
+                    built.reads.append(
+                        ReadRecord(
+                            namespace=execution.namespace,
+                            datasets=tuple(_key(d, execution.namespace) for d in statement.inputs),
+                            at=execution.start_time,
+                            user=execution.user,
+                            job_name=job_name(statement, execution.query_tag),
+                            fingerprint=statement.fingerprint,
+                        )
                     )
-                )
-        return BuiltEvents(events, reads)
+            except EventError as exc:
+                built.rejected.append(Rejected(statement.index, exc.message, exc.field or ""))
+        return built
 
     # -- run events -------------------------------------------------------------
 
-    def _static_parts(self, statement: StatementLineage, namespace: str) -> dict[str, Any]:
+    def _static_parts(self, statement: StatementLineage, namespace: str) -> _StaticParts:
         key = (id(statement), namespace)
         found = self._static.get(key)
         # The entry holds the statement, so its id cannot be reused while cached.
@@ -173,24 +217,38 @@ class EventBuilder:
             self._static.move_to_end(key)
             return found[1]
         hidden = statement.hidden_datasets
-        parts = {
-            "job_name": job_name(statement),
-            "inputs": [_dataset(d, namespace, hidden) for d in statement.inputs],
-            "outputs": [_output(t, namespace, hidden) for t in _targets_in_output_order(statement)],
-        }
+        inputs = [_dataset(d, namespace, hidden) for d in statement.inputs]
+        outputs = [_output(t, namespace, hidden) for t in _targets_in_output_order(statement)]
+        parts = _StaticParts(
+            job_name=job_name(statement),
+            inputs=inputs,
+            outputs=outputs,
+            inputs_json=canonical_json(inputs),
+            outputs_json=canonical_json(outputs),
+            refs=(
+                parse_datasets(inputs, "inputs", output=False),
+                parse_datasets(outputs, "outputs", output=True),
+            ),
+        )
         self._static[key] = (statement, parts)
         if len(self._static) > self._cache_size:
             self._static.popitem(last=False)
         return parts
 
     def _run_events(
-        self, statement: StatementLineage, record_fingerprint: str, execution: Execution
-    ) -> list[dict[str, Any]]:
+        self,
+        statement: StatementLineage,
+        record_fingerprint: str,
+        execution: Execution,
+        built: BuiltEvents,
+    ) -> None:
         parts = self._static_parts(statement, execution.namespace)
-        run = {"runId": run_id(execution, record_fingerprint, statement.index)}
+        run_uuid = run_uuid_of(execution, record_fingerprint, statement.index)
+        run = {"runId": str(run_uuid)}
+        name = execution.query_tag[:1000] if execution.query_tag else parts.job_name
         job = {
             "namespace": execution.namespace,
-            "name": execution.query_tag[:1000] if execution.query_tag else parts["job_name"],
+            "name": name,
             "facets": {
                 "sql": {
                     "_producer": PRODUCER,
@@ -201,30 +259,65 @@ class EventBuilder:
                 "jobType": _JOB_TYPE_FACET,
             },
         }
-        started = iso(execution.start_time)
-        ended = iso(execution.end_time or execution.start_time)
+        namespace, name, job_facets = parse_job(job)
+        started_at = execution.start_time.astimezone(UTC)
+        ended_at = (execution.end_time or execution.start_time).astimezone(UTC)
+        started, ended = iso(started_at), iso(ended_at)
+        run_json = canonical_json(run)
         # The START only opens the run: datasets, column lineage and job facets travel
         # once, with the COMPLETE, so the normaliser reads them once per execution.
-        return [
-            {
-                "eventType": "START",
-                "eventTime": started,
-                "producer": PRODUCER,
-                "schemaURL": RUN_EVENT_SCHEMA,
-                "run": run,
-                "job": {"namespace": job["namespace"], "name": job["name"]},
-            },
-            {
-                "eventType": "COMPLETE",
-                "eventTime": ended,
-                "producer": PRODUCER,
-                "schemaURL": RUN_EVENT_SCHEMA,
-                "run": run,
-                "job": job,
-                "inputs": parts["inputs"],
-                "outputs": parts["outputs"],
-            },
-        ]
+        start_job = {"namespace": namespace, "name": name}
+        start = {
+            "eventType": "START",
+            "eventTime": started,
+            "producer": PRODUCER,
+            "schemaURL": RUN_EVENT_SCHEMA,
+            "run": run,
+            "job": start_job,
+        }
+        complete = {
+            "eventType": "COMPLETE",
+            "eventTime": ended,
+            "producer": PRODUCER,
+            "schemaURL": RUN_EVENT_SCHEMA,
+            "run": run,
+            "job": job,
+            "inputs": parts.inputs,
+            "outputs": parts.outputs,
+        }
+        # Canonical JSON (sorted keys) put together from parts rendered once per statement.
+        start_text = (
+            f'{{"eventTime":"{started}","eventType":"START","job":{canonical_json(start_job)},'
+            f'"producer":{_PRODUCER_JSON},"run":{run_json},"schemaURL":{_RUN_SCHEMA_JSON}}}'
+        )
+        complete_text = (
+            f'{{"eventTime":"{ended}","eventType":"COMPLETE","inputs":{parts.inputs_json},'
+            f'"job":{canonical_json(job)},"outputs":{parts.outputs_json},'
+            f'"producer":{_PRODUCER_JSON},"run":{run_json},"schemaURL":{_RUN_SCHEMA_JSON}}}'
+        )
+        steps: tuple[tuple[Any, ...], ...] = (
+            ("START", start, start_text, started_at, {}, [], []),
+            ("COMPLETE", complete, complete_text, ended_at, job_facets, *parts.refs),
+        )
+        for event_type, event, text, at, facets, inputs, outputs in steps:
+            built.events.append(event)
+            built.parsed.append(
+                ParsedEvent(
+                    kind="run",
+                    event_type=event_type,
+                    event_time=at,
+                    producer=PRODUCER,
+                    body=event,
+                    fingerprint=fingerprint_of_text(text),
+                    canonical=text,
+                    run_uuid=run_uuid,
+                    job_namespace=namespace,
+                    job_name=name,
+                    job_facets=facets,
+                    inputs=inputs,
+                    outputs=outputs,
+                )
+            )
 
     # -- dataset events (DDL) --------------------------------------------------
 

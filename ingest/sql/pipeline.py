@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ingest.events import ParsedEvent
 from ingest.sql.dialects import UnknownDialectError, resolve_dialect
 from ingest.sql.events import BuiltEvents, EventBuilder, Execution, ReadRecord
 from ingest.sql.parser import SchemaProvider, SqlLineageParser
@@ -54,6 +55,7 @@ class Processed:
 
     line: int
     events: list[dict[str, Any]] = field(default_factory=list)
+    parsed: list[ParsedEvent] = field(default_factory=list)  # ``events``, read
     reads: list[ReadRecord] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
 
@@ -140,7 +142,18 @@ class SqlLogProcessor:
             user=record.user,
         )
         built: BuiltEvents = self.builder.build(parsed, execution)
+        for rejected in built.rejected:
+            stats.parse_errors += 1
+            out.problems.append(
+                Problem(
+                    record.line,
+                    f"event rejected: {rejected.message}",
+                    rejected.field,
+                    rejected.statement,
+                )
+            )
         out.events = built.events
+        out.parsed = built.parsed
         out.reads = built.reads
         stats.events += len(built.events)
         stats.reads += len(built.reads)
