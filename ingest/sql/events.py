@@ -175,7 +175,7 @@ class EventBuilder:
     """
 
     def __init__(self, cache_size: int = 20_000) -> None:
-        self._static: OrderedDict[tuple[int, str], tuple[StatementLineage, _StaticParts]] = (
+        self._static: OrderedDict[tuple[str, int, str], tuple[StatementLineage, _StaticParts]] = (
             OrderedDict()
         )
         self._cache_size = cache_size
@@ -210,10 +210,11 @@ class EventBuilder:
     # -- run events -------------------------------------------------------------
 
     def _static_parts(self, statement: StatementLineage, namespace: str) -> _StaticParts:
-        key = (id(statement), namespace)
+        key = (statement.fingerprint, statement.index, namespace)
         found = self._static.get(key)
-        # The entry holds the statement, so its id cannot be reused while cached.
-        if found is not None and found[0] is statement:
+        # Usually the very statement the parser's cache gave before; one composed again
+        # through temporary tables is a new object, most often equal to the one cached.
+        if found is not None and (found[0] is statement or found[0] == statement):
             self._static.move_to_end(key)
             return found[1]
         hidden = statement.hidden_datasets

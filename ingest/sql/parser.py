@@ -103,10 +103,14 @@ class _NotSpecial:
 _NOT_SPECIAL = _NotSpecial()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Cached:
     statements: tuple[StatementLineage, ...]
     errors: tuple[StatementError, ...]
+    # The statements with the record's own temporary tables followed through, for a
+    # record that touches no scratch table (those outlive it): the same every time.
+    composed: tuple[StatementLineage, ...] | None = None
+    touches_scratch: bool | None = None
 
 
 class SqlLineageParser:
@@ -193,11 +197,26 @@ class SqlLineageParser:
                 self._cache.popitem(last=False)
         else:
             self.hits += 1
-        local = session if session is not None else LineageSession()
-        statements = tuple(
-            compose(s, local, self.shared, self.is_scratch) for s in cached.statements
-        )
+        if session is None and not self._touches_scratch(cached):
+            if cached.composed is None:
+                cached.composed = self._compose(cached.statements, LineageSession())
+            statements = cached.composed
+        else:
+            local = session if session is not None else LineageSession()
+            statements = self._compose(cached.statements, local)
         return ParsedRecord(fp, statements, cached.errors, cached=hit)
+
+    def _compose(
+        self, statements: tuple[StatementLineage, ...], local: LineageSession
+    ) -> tuple[StatementLineage, ...]:
+        return tuple(compose(s, local, self.shared, self.is_scratch) for s in statements)
+
+    def _touches_scratch(self, cached: _Cached) -> bool:
+        if cached.touches_scratch is None:
+            cached.touches_scratch = any(
+                self.is_scratch(d) for s in cached.statements for d in (*s.inputs, *s.outputs)
+            )
+        return cached.touches_scratch
 
     def is_scratch(self, dataset: DatasetRef) -> bool:
         return not dataset.is_location and any(p.search(dataset.name) for p in self._scratch)
