@@ -182,6 +182,19 @@ def test_it_gives_each_event_read_exactly_as_the_openlineage_parser_reads_it():
         ("warehouse.jsonl", "jsonl", "snowflake"),
     ):
         _, lines = process(name, fmt, dialect)
+        # Text JSON must escape, and names from tags, in the same records.
+        lines += SqlLogProcessor(NS, dialect, schema_provider=CATALOG.get).process(
+            [
+                QueryRecord(
+                    100,
+                    'INSERT INTO shop.public.x SELECT id AS "ïd" FROM shop.public.orders\n'
+                    "WHERE status = 'a\\b\t\"c\"' -- 注释 \u2028",
+                    datetime(2026, 1, 5, tzinfo=UTC),
+                    end_time=datetime(2026, 1, 5, 0, 3, tzinfo=UTC),
+                    query_tag='nightly "x" \\ é',
+                )
+            ]
+        )
         for line in lines:
             assert len(line.parsed) == len(line.events)
             for event, parsed in zip(line.events, line.parsed, strict=True):

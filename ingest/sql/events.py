@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from json.encoder import encode_basestring
 from typing import Any
 
 from ingest.events import DatasetRef as ParsedDataset
@@ -57,7 +58,9 @@ SQL_SCHEMA = "https://openlineage.io/spec/facets/1-1-0/SQLJobFacet.json#/$defs/S
 JOB_TYPE_SCHEMA = (
     "https://openlineage.io/spec/facets/2-0-4/JobTypeJobFacet.json#/$defs/JobTypeJobFacet"
 )
+_string = encode_basestring  # a str as canonical_json renders it
 _PRODUCER_JSON = canonical_json(PRODUCER)
+_SQL_HEAD_JSON = f'"_producer":{_PRODUCER_JSON},"_schemaURL":{canonical_json(SQL_SCHEMA)}'
 _RUN_SCHEMA_JSON = canonical_json(RUN_EVENT_SCHEMA)
 # Marks temporary / scratch datasets that lineage could not follow through.
 HIDDEN_FACET = "lineageExplorer_hidden"
@@ -70,6 +73,7 @@ _JOB_TYPE_FACET = {
     "integration": "SQL",
     "jobType": "QUERY",
 }
+_JOB_TYPE_JSON = canonical_json(_JOB_TYPE_FACET)
 _RUN_NAMESPACE = uuid.UUID("5d3c2a7e-9b1f-4c52-8e61-0f4a2b7c9d10")
 _JOB_VERBS = {
     StatementKind.INSERT: "insert",
@@ -264,7 +268,6 @@ class EventBuilder:
         started_at = execution.start_time.astimezone(UTC)
         ended_at = (execution.end_time or execution.start_time).astimezone(UTC)
         started, ended = iso(started_at), iso(ended_at)
-        run_json = canonical_json(run)
         # The START only opens the run: datasets, column lineage and job facets travel
         # once, with the COMPLETE, so the normaliser reads them once per execution.
         start_job = {"namespace": namespace, "name": name}
@@ -286,15 +289,20 @@ class EventBuilder:
             "inputs": parts.inputs,
             "outputs": parts.outputs,
         }
-        # Canonical JSON (sorted keys) put together from parts rendered once per statement.
-        start_text = (
-            f'{{"eventTime":"{started}","eventType":"START","job":{canonical_json(start_job)},'
-            f'"producer":{_PRODUCER_JSON},"run":{run_json},"schemaURL":{_RUN_SCHEMA_JSON}}}'
+        # Canonical JSON (sorted keys, as ``canonical_json`` renders it) put together from
+        # parts rendered once per statement; the tests hold the two equal.
+        job_key = f'"name":{_string(name)},"namespace":{_string(namespace)}}}'
+        tail = (
+            f'"producer":{_PRODUCER_JSON},"run":{{"runId":"{run_uuid}"}},'
+            f'"schemaURL":{_RUN_SCHEMA_JSON}}}'
         )
+        start_text = f'{{"eventTime":"{started}","eventType":"START","job":{{{job_key},{tail}'
         complete_text = (
             f'{{"eventTime":"{ended}","eventType":"COMPLETE","inputs":{parts.inputs_json},'
-            f'"job":{canonical_json(job)},"outputs":{parts.outputs_json},'
-            f'"producer":{_PRODUCER_JSON},"run":{run_json},"schemaURL":{_RUN_SCHEMA_JSON}}}'
+            f'"job":{{"facets":{{"jobType":{_JOB_TYPE_JSON},"sql":{{{_SQL_HEAD_JSON},'
+            f'"dialect":{_string(execution.dialect)},"query":{_string(execution.query)}}}}},'
+            f"{job_key},"
+            f'"outputs":{parts.outputs_json},{tail}'
         )
         steps: tuple[tuple[Any, ...], ...] = (
             ("START", start, start_text, started_at, {}, [], []),
