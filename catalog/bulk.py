@@ -143,10 +143,10 @@ def insert_values(
 
 
 def insert_new(
-    model: type[Model], rows: list[Any], names: Sequence[str], returning: Sequence[str]
+    model: type[Model], names: Sequence[str], rows: list[tuple[Any, ...]], returning: Sequence[str]
 ) -> list[tuple[Any, ...]]:
-    """Insert the fields ``names`` of rows that break no unique constraint; gives the
-    ``returning`` columns of the rows inserted (PostgreSQL only)."""
+    """Insert rows given as tuples of the fields ``names`` that break no unique constraint;
+    gives the ``returning`` columns of the rows inserted (PostgreSQL only)."""
     if not rows:
         return []
     assert connection.vendor == "postgresql", "insert_new is for PostgreSQL"
@@ -155,10 +155,16 @@ def insert_new(
     table = quote(model._meta.db_table)
     columns = ", ".join(quote(f.column) for f in fields)
     wanted = ", ".join(quote(f.column) for f in _fields(model, returning))
+    converters = [_converter(f) for f in fields]
+    plain = all(not isinstance(f, models.JSONField) for f in fields)
     with transaction.atomic(savepoint=False), connection.cursor() as wrapper, errors():
         cursor = wrapper.cursor
         scratch = _scratch_table(cursor, model, fields)
-        _copy(cursor, scratch, fields, rows)
+        with cursor.copy(f"COPY {scratch} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(
+                    row if plain else [c(v) for c, v in zip(converters, row, strict=True)]
+                )
         cursor.execute(
             f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {scratch} "
             f"ON CONFLICT DO NOTHING RETURNING {wanted}"

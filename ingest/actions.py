@@ -60,24 +60,26 @@ class StoreResult:
 
 def raw_event_for(
     event: ParsedEvent, source: str, now: datetime, processed: bool = False
-) -> RawEvent:
-    return RawEvent(
-        fingerprint=event.fingerprint,
-        kind=event.kind,
-        body=event.canonical or json.dumps(event.body, ensure_ascii=False, separators=(",", ":")),
-        event_type=event.event_type,
-        event_time=event.event_time,
-        run_uuid=event.run_uuid,
-        job_namespace=event.job_namespace or (event.dataset.namespace if event.dataset else ""),
-        job_name=event.job_name or (event.dataset.name if event.dataset else ""),
-        source=source[:16],
-        received_at=now,
-        queued_at=now,
-        **(
-            {"state": EventState.DONE, "attempts": 1, "claimed_at": now, "processed_at": now}
-            if processed
-            else {}
-        ),
+) -> tuple[Any, ...]:
+    """The RawEvent row of an event, as values of ``INSERT_FIELDS``."""
+    finished = now if processed else None
+    return (
+        event.fingerprint,
+        event.kind,
+        event.canonical or json.dumps(event.body, ensure_ascii=False, separators=(",", ":")),
+        event.event_type,
+        event.event_time,
+        event.run_uuid,
+        event.job_namespace or (event.dataset.namespace if event.dataset else ""),
+        event.job_name or (event.dataset.name if event.dataset else ""),
+        source[:16],
+        str(EventState.DONE if processed else EventState.PENDING),
+        1 if processed else 0,
+        "",
+        now,
+        now,
+        finished,
+        finished,
     )
 
 
@@ -135,7 +137,7 @@ INSERT_FIELDS = (
 )
 
 
-def _insert_new(rows: list[RawEvent]) -> dict[str, int]:
+def _insert_new(rows: list[tuple[Any, ...]]) -> dict[str, int]:
     """INSERT … ON CONFLICT DO NOTHING RETURNING: the first writer wins.
 
     A few rows (the single-event API) go as one statement, atomic by itself; many
@@ -143,7 +145,7 @@ def _insert_new(rows: list[RawEvent]) -> dict[str, int]:
     per-value preparation that dominated large batches.
     """
     if len(rows) > COPY_MIN_ROWS:
-        return dict(bulk.insert_new(RawEvent, rows, INSERT_FIELDS, ("fingerprint", "id")))
+        return dict(bulk.insert_new(RawEvent, INSERT_FIELDS, rows, ("fingerprint", "id")))
     fields: list[Field[Any, Any]] = []
     for name in INSERT_FIELDS:
         found = RawEvent._meta.get_field(name)
@@ -152,7 +154,9 @@ def _insert_new(rows: list[RawEvent]) -> dict[str, int]:
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     params: list[Any] = []
     for row in rows:
-        params.extend(f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields)
+        params.extend(
+            f.get_db_prep_save(value, connection) for f, value in zip(fields, row, strict=True)
+        )
     values = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(rows))
     with connection.cursor() as cursor:
         cursor.execute(
@@ -163,13 +167,17 @@ def _insert_new(rows: list[RawEvent]) -> dict[str, int]:
         return {fingerprint: pk for fingerprint, pk in cursor.fetchall()}
 
 
-def _insert_new_portably(rows: list[RawEvent]) -> dict[str, int]:
+def _insert_new_portably(rows: list[tuple[Any, ...]]) -> dict[str, int]:
     known = set(
-        RawEvent.objects.filter(fingerprint__in=[r.fingerprint for r in rows]).values_list(
+        RawEvent.objects.filter(fingerprint__in=[r[0] for r in rows]).values_list(
             "fingerprint", flat=True
         )
     )
-    fresh = [r for r in rows if r.fingerprint not in known]
+    fresh = [
+        RawEvent(**dict(zip(INSERT_FIELDS, row, strict=True)))
+        for row in rows
+        if row[0] not in known
+    ]
     if not fresh:
         return {}
     try:
