@@ -150,7 +150,7 @@ def _job_ids(keys: Iterable[tuple[int, str]]) -> dict[tuple[int, str], int]:
     query = Q()
     for ns_id, names in by_ns.items():
         query |= Q(namespace_id=ns_id, name__in=names)
-    rows = Job.objects.filter(query).values_list("namespace_id", "name", "id")
+    rows = Job.objects.filter(query).order_by().values_list("namespace_id", "name", "id")
     return {(ns_id, name): pk for ns_id, name, pk in rows}
 
 
@@ -249,7 +249,7 @@ def record_runs(observations: list[RunObservation], jobs: Mapping[int, Job]) -> 
     if not observations:
         return {}
     uuids = {o.run_uuid for o in observations}
-    runs = {r.run_uuid: r for r in Run.objects.filter(run_uuid__in=uuids)}
+    runs = {r.run_uuid: r for r in Run.objects.filter(run_uuid__in=uuids).order_by()}
     io_rows: dict[tuple[int, int, str], RunDataset] = {}
     if runs:
         for row in RunDataset.objects.filter(run_id__in=[r.pk for r in runs.values()]):
@@ -483,7 +483,7 @@ def _link_parents(runs: list[Run]) -> None:
     wanted = {r.parent_run_uuid for r in runs if r.parent_run_uuid and r.parent_id is None}
     if not wanted:
         return
-    found = dict(Run.objects.filter(run_uuid__in=wanted).values_list("run_uuid", "pk"))
+    found = dict(Run.objects.filter(run_uuid__in=wanted).order_by().values_list("run_uuid", "pk"))
     for run in runs:
         if run.parent_run_uuid in found and run.parent_id is None:
             run.parent_id = found[run.parent_run_uuid]
@@ -495,9 +495,13 @@ def _link_parents_and_children(new_runs: list[Run]) -> None:
     bulk_set(Run, [r for r in new_runs if r.parent_id is not None], ["parent"])
     by_uuid = {r.run_uuid: r.pk for r in new_runs}
     children = list(
-        Run.objects.filter(parent_run_uuid__in=list(by_uuid), parent__isnull=True).only(
-            "pk", "parent_run_uuid"
+        # Spelled as the partial index "run_waiting_for_parent" is, so it is used whatever
+        # the planner's statistics say (a bulk load outruns them).
+        Run.objects.filter(
+            parent_run_uuid__in=list(by_uuid), parent__isnull=True, parent_run_uuid__isnull=False
         )
+        .order_by()
+        .only("pk", "parent_run_uuid")
     )
     for child in children:
         assert child.parent_run_uuid is not None

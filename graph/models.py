@@ -69,7 +69,8 @@ class Job(models.Model):
 
 class Run(models.Model):
     run_uuid = models.UUIDField(unique=True)
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="runs")
+    # Indexed by (job, -created_at) below, which serves lookups by job alone too.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="runs", db_index=False)
     state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.NEW)
     # Event time of the event that decided ``state`` (ties broken by state rank),
     # so events arriving in any order land in the same final state.
@@ -80,7 +81,12 @@ class Run(models.Model):
     nominal_end_time = models.DateTimeField(null=True, blank=True)
     parent_run_uuid = models.UUIDField(null=True, blank=True)
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="children",
+        db_index=False,  # indexed where set: see Meta
     )
     error_message = models.TextField(blank=True)
     error_stack = models.TextField(blank=True)
@@ -101,6 +107,11 @@ class Run(models.Model):
         ordering = ["-created_at"]
         indexes = [
             models.Index(fields=["job", "-created_at"]),
+            # Most runs have no parent. Indexing only those that do keeps the index small and
+            # keeps the planner from scanning every parentless run to find the few waiting ones.
+            models.Index(
+                fields=["parent"], condition=models.Q(parent__isnull=False), name="run_parent"
+            ),
             # Runs whose parent arrived later are looked up by the parent's uuid on every batch.
             models.Index(
                 fields=["parent_run_uuid"],

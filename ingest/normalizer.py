@@ -265,7 +265,7 @@ class _Batch:
                         )
         self.fields_loaded = wanted
         if wanted:
-            for row in DatasetField.objects.filter(dataset_id__in=wanted):
+            for row in DatasetField.objects.filter(dataset_id__in=wanted).order_by():
                 self.fields[(row.dataset_id, row.name)] = row
 
     def _load_latest_versions(self) -> None:
@@ -290,11 +290,15 @@ class _Batch:
         )
         pairs = dict(
             Dataset.objects.filter(pk__in=wanted)
+            .order_by()
             .annotate(latest=Subquery(latest))
             .values_list("pk", "latest")
         )
         rows = {
-            v.pk: v for v in DatasetVersion.objects.filter(pk__in=[p for p in pairs.values() if p])
+            v.pk: v
+            for v in DatasetVersion.objects.filter(
+                pk__in=[p for p in pairs.values() if p]
+            ).order_by()
         }
         for dataset_id in wanted:
             version_pk = pairs.get(dataset_id)
@@ -929,9 +933,9 @@ def _dataset_ids(
     names_by_id = {v: k for k, v in namespaces.items()}
     return {
         (names_by_id[ns_id], name): pk
-        for ns_id, name, pk in Dataset.objects.filter(query).values_list(
-            "namespace_id", "name", "id"
-        )
+        for ns_id, name, pk in Dataset.objects.filter(query)
+        .order_by()
+        .values_list("namespace_id", "name", "id")
     }
 
 
