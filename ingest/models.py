@@ -29,12 +29,12 @@ class RawEvent(models.Model):
     event posted twice is stored once.
     """
 
-    fingerprint = models.CharField(max_length=64, unique=True)
+    fingerprint = models.CharField(max_length=64)
     kind = models.CharField(max_length=8, choices=EventKind.choices)
     body = models.TextField(help_text="The event's JSON, verbatim")
     event_type = models.CharField(max_length=16, blank=True)
     event_time = models.DateTimeField(db_index=True)
-    run_uuid = models.UUIDField(null=True, blank=True, db_index=True)
+    run_uuid = models.UUIDField(null=True, blank=True)
     job_namespace = models.CharField(max_length=1024, blank=True)
     job_name = models.CharField(max_length=1024, blank=True)
     source = models.CharField(max_length=16, default="api")
@@ -51,10 +51,19 @@ class RawEvent(models.Model):
 
     class Meta:
         ordering = ["-received_at", "-id"]
+        # Every accepted event updates each of these indexes, so only those that queries use:
+        # a unique constraint (unlike ``unique=True`` it adds no LIKE-pattern twin index).
+        constraints = [
+            models.UniqueConstraint(fields=["fingerprint"], name="raw_event_fingerprint")
+        ]
         indexes = [
             models.Index(fields=["state", "received_at"]),
-            models.Index(fields=["job_namespace", "job_name", "event_time"]),
-            models.Index(fields=["state", "claimed_at"]),
+            # The sweep looks for claims left behind; most events are never claimed.
+            models.Index(
+                fields=["claimed_at"],
+                condition=models.Q(state="processing"),
+                name="raw_event_claimed",
+            ),
         ]
         permissions = [
             ("post_lineage", "Can post OpenLineage events"),
