@@ -307,6 +307,7 @@ def record_runs(observations: list[RunObservation], jobs: Mapping[int, Job]) -> 
 
     # Run io: one row per (run, dataset, direction), at the earliest event that named it.
     io_create: list[tuple[Any, ...]] = []
+    io_of_new_runs: list[tuple[Any, ...]] = []  # no row of a run made just now can be there
     io_update: list[RunDataset] = []
     io_after: dict[uuid.UUID, set[TableKey]] = defaultdict(set)
     for run in runs.values():
@@ -318,11 +319,13 @@ def record_runs(observations: list[RunObservation], jobs: Mapping[int, Job]) -> 
             existing = io_rows.get((run.pk, dataset_id, direction))
             io_after[run_uuid].add((dataset_id, direction))
             if existing is None:
-                io_create.append((run.pk, dataset_id, direction, at, version_id))
+                rows = io_of_new_runs if run_uuid in new_runs else io_create
+                rows.append((run.pk, dataset_id, direction, at, version_id))
             elif at < existing.event_time:
                 existing.event_time = at
                 existing.dataset_version_id = version_id or existing.dataset_version_id
                 io_update.append(existing)
+    bulk.insert_values(RunDataset, IO_FIELDS, io_of_new_runs)
     bulk.insert_values(RunDataset, IO_FIELDS, io_create, ignore_conflicts=True)
     bulk_set(RunDataset, io_update, ["event_time", "dataset_version"])
 
