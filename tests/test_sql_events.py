@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ingest.events import parse_event
-from ingest.sql.events import HIDDEN_FACET, EventBuilder, Execution, job_name, uuid7_of
+from ingest.sql.events import HIDDEN_FACET, EventBuilder, Execution, job_name
 from ingest.sql.parser import SqlLineageParser
 from ingest.sql.pipeline import SqlLogProcessor
 from ingest.sql.readers import QueryRecord, read_log
@@ -48,20 +47,6 @@ def test_it_makes_one_job_per_normalised_statement_and_one_run_per_execution():
     # Re-reading the log gives the same run ids: re-ingestion is harmless.
     _, again = process("warehouse.csv", "csv")
     assert again[0].events[0]["run"]["runId"] == first[0]["run"]["runId"]
-
-
-def test_run_ids_are_uuid7_at_the_query_time_so_a_log_gives_them_in_time_order():
-    _, lines = process("warehouse.csv", "csv")
-    first = uuid.UUID(lines[0].events[0]["run"]["runId"])
-    assert first.version == 7 and first.variant == uuid.RFC_4122
-    started = datetime(2026, 1, 5, 2, 0, tzinfo=UTC)
-    assert first.int >> 80 == int(started.timestamp() * 1000)
-    # The rest is a hash of the key: stable, and apart for different keys.
-    assert uuid7_of(started, "a") == uuid7_of(started, "a") != uuid7_of(started, "b")
-    later = [uuid7_of(started + timedelta(milliseconds=n), "z" * n) for n in range(1, 50)]
-    assert later == sorted(later) and uuid7_of(started, "zzz") < later[0]
-    # Times outside what 48 bits of milliseconds hold are clamped, not an error.
-    assert uuid7_of(datetime(1900, 1, 1, tzinfo=UTC), "k").int >> 80 == 0
 
 
 def test_it_carries_the_sql_and_job_type_facets():

@@ -12,7 +12,6 @@ distinct statement and shared by its runs: treat the dicts as read-only.
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -75,6 +74,7 @@ _JOB_TYPE_FACET = {
     "jobType": "QUERY",
 }
 _JOB_TYPE_JSON = canonical_json(_JOB_TYPE_FACET)
+_RUN_NAMESPACE = uuid.UUID("5d3c2a7e-9b1f-4c52-8e61-0f4a2b7c9d10")
 _JOB_VERBS = {
     StatementKind.INSERT: "insert",
     StatementKind.INSERT_OVERWRITE: "insert_overwrite",
@@ -136,13 +136,7 @@ def iso(moment: datetime) -> str:
 
 
 def run_uuid_of(execution: Execution, record_fingerprint: str, index: int) -> uuid.UUID:
-    """A stable run id: re-ingesting the same log gives the same runs.
-
-    A UUIDv7 (RFC 9562, as OpenLineage recommends for run ids) whose time is the
-    query's start and whose other bits come from a hash of what identifies the
-    execution: ids of a log follow its time, so the indexes on run ids grow at one end
-    instead of at random places.
-    """
+    """A stable run id: re-ingesting the same log gives the same runs."""
     if execution.query_id:
         key = f"{execution.namespace}\x00{execution.query_id}\x00{index}"
     else:
@@ -151,20 +145,7 @@ def run_uuid_of(execution: Execution, record_fingerprint: str, index: int) -> uu
             f"{execution.namespace}\x00{record_fingerprint}\x00{execution.query}\x00"
             f"{iso(execution.start_time)}\x00{index}"
         )
-    return uuid7_of(execution.start_time, key)
-
-
-_UUID7_TIME_LIMIT = (1 << 48) - 1
-
-
-def uuid7_of(moment: datetime, key: str) -> uuid.UUID:
-    """The UUIDv7 for ``moment`` (milliseconds) whose 74 random bits are a hash of ``key``."""
-    millis = min(max(int(moment.timestamp() * 1000), 0), _UUID7_TIME_LIMIT)
-    digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:10], "big")  # 80 bits
-    rand_a = digest >> 68  # 12 bits
-    rand_b = digest & ((1 << 62) - 1)  # 62 bits
-    value = (millis << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b
-    return uuid.UUID(int=value)
+    return uuid.uuid5(_RUN_NAMESPACE, key)
 
 
 def job_name(statement: StatementLineage, query_tag: str | None = None) -> str:
