@@ -32,6 +32,22 @@ from catalog.models import (
 )
 from catalog.params import int_param, optional_instant
 
+# Accept headers that API clients send and that mean "JSON": no media types to parse.
+PLAIN_ACCEPT = frozenset({"*/*", "application/json"})
+
+
+class PlainJsonNegotiation:
+    """Answers a plain JSON request with the first renderer, skipping DRF's media-type
+    parsing (a tenth of a small request's time); anything else negotiates as usual."""
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        if "format" not in request.query_params and (
+            request.META.get("HTTP_ACCEPT", "*/*") in PLAIN_ACCEPT
+        ):
+            renderer = cast(APIView, self).get_renderers()[0]
+            return renderer, renderer.media_type
+        return super().perform_content_negotiation(request, force)  # type: ignore[misc]
+
 
 def iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None

@@ -26,6 +26,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from catalog.api import PLAIN_ACCEPT
 from catalog.auth import CanReadLineage, CanTaint
 from catalog.errors import ApiError
 from catalog.models import Dataset
@@ -50,7 +51,6 @@ from graph.nodeids import (
 from graph.taint import TaintError, clear_taint, mark_tainted
 
 DIRECTIONS = ("upstream", "downstream", "both")
-PLAIN_ACCEPT = frozenset({"*/*", "application/json"})
 DEFAULT_DEPTH = 20
 
 

@@ -137,6 +137,15 @@ INSERT_FIELDS = (
 )
 
 
+def _column(name: str) -> str:
+    found = RawEvent._meta.get_field(name)
+    assert isinstance(found, Field)
+    return found.column
+
+
+_INSERT_COLUMNS = ", ".join(_column(name) for name in INSERT_FIELDS)
+
+
 def _insert_new(rows: list[tuple[Any, ...]]) -> dict[str, int]:
     """INSERT … ON CONFLICT DO NOTHING RETURNING: the first writer wins.
 
@@ -146,23 +155,16 @@ def _insert_new(rows: list[tuple[Any, ...]]) -> dict[str, int]:
     """
     if len(rows) > COPY_MIN_ROWS:
         return dict(bulk.insert_new(RawEvent, INSERT_FIELDS, rows, ("fingerprint", "id")))
-    fields: list[Field[Any, Any]] = []
-    for name in INSERT_FIELDS:
-        found = RawEvent._meta.get_field(name)
-        assert isinstance(found, Field)
-        fields.append(found)
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    params: list[Any] = []
-    for row in rows:
-        params.extend(
-            f.get_db_prep_save(value, connection) for f, value in zip(fields, row, strict=True)
-        )
-    values = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(rows))
-    with connection.cursor() as cursor:
+    # The row's values are what the driver adapts (str, datetime, UUID, int), bound on the
+    # server: one event's 2 KB body is not quoted into the text, and the one-row statement
+    # has fixed text, so the driver prepares it once per connection.
+    row_marks = "(" + ", ".join(["%s"] * len(INSERT_FIELDS)) + ")"
+    with pgsql.bound_cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {RawEvent._meta.db_table} ({columns}) VALUES {values} "
+            f"INSERT INTO {RawEvent._meta.db_table} ({_INSERT_COLUMNS}) "
+            f"VALUES {', '.join([row_marks] * len(rows))} "
             "ON CONFLICT (fingerprint) DO NOTHING RETURNING fingerprint, id",
-            params,
+            [value for row in rows for value in row],
         )
         return {fingerprint: pk for fingerprint, pk in cursor.fetchall()}
 
@@ -264,6 +266,7 @@ class Publisher:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._sending = False
+        self._last_sent = 0.0
         self._thread: threading.Thread | None = None
 
     def submit(self, ids: list[int]) -> None:
@@ -291,12 +294,21 @@ class Publisher:
     def _run(self) -> None:
         while True:
             self._wake.wait()
+            # At most one publish per interval: under load, the ids of the requests that
+            # arrive meanwhile share a task (a publish costs about a millisecond of CPU,
+            # a sixth of the server's time per event when every request had its own);
+            # a lone event after a quiet spell goes at once.
+            interval = setting("INGEST_PUBLISH_INTERVAL_MS", 0) / 1000
+            pause = self._last_sent + interval - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
             with self._lock:
                 ids, self._ids = self._ids, []
                 self._wake.clear()
                 self._sending = bool(ids)
             try:
                 if ids:
+                    self._last_sent = time.monotonic()
                     self._send(sorted(set(ids)))
             except Exception:  # never let the thread die; the sweep re-queues
                 logger.exception("publishing %d events failed", len(ids))

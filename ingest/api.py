@@ -25,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from catalog.api import iso
+from catalog.api import PlainJsonNegotiation, iso
 from catalog.auth import CanOperateIngestion, CanPostLineage, CanReadLineage
 from catalog.errors import ApiError
 from catalog.models import Dataset, DatasetVersion
@@ -34,6 +34,7 @@ from graph.models import Direction, Job, Run
 from ingest import actions, queries
 from ingest.events import EventError, ParsedEvent, decode_body, parse_event
 from ingest.models import EventState, RawEvent
+from ingest.normalizer import collector_paused
 
 
 def read_json_body(request: Request) -> Any:
@@ -65,7 +66,7 @@ def _api_error(exc: EventError, prefix: str = "") -> ApiError:
     return ApiError(message, field, exc.status)
 
 
-class LineageView(APIView):
+class LineageView(PlainJsonNegotiation, APIView):
     """POST one OpenLineage RunEvent, DatasetEvent or JobEvent."""
 
     permission_classes = [CanPostLineage]
@@ -90,7 +91,7 @@ class LineageView(APIView):
         )
 
 
-class LineageBatchView(APIView):
+class LineageBatchView(PlainJsonNegotiation, APIView):
     """POST a JSON array of events (OpenLineage's /lineage/batch); each gets its own status."""
 
     permission_classes = [CanPostLineage]
@@ -103,6 +104,12 @@ class LineageBatchView(APIView):
         operation_id="postLineageBatch",
     )
     def post(self, request: Request) -> Response:
+        # Hundreds of decoded events stay alive until the response: the collector
+        # would walk them over and over (a third of the time per event).
+        with collector_paused():
+            return self._store_batch(request)
+
+    def _store_batch(self, request: Request) -> Response:
         body = read_json_body(request)
         if isinstance(body, dict) and isinstance(body.get("events"), list):
             body = body["events"]

@@ -181,13 +181,34 @@ def loads(raw: bytes | str) -> Any:
         raise EventError(f"Body is nested deeper than {MAX_DEPTH} levels", "body", 400) from exc
     except ValueError as exc:
         raise EventError(f"Body is not valid JSON: {exc}", "body", 400) from exc
-    check_structure(value)
+    check_structure(value, text=text)
     return value
 
 
-def check_structure(value: Any, limit: int = MAX_DEPTH) -> None:
+def check_structure(value: Any, limit: int = MAX_DEPTH, text: str | None = None) -> None:
     """Refuse JSON nested deeper than ``limit`` or holding NUL characters (no database stores
-    them in text); iterative, so hostile input cannot exhaust the stack."""
+    them in text); iterative, so hostile input cannot exhaust the stack.
+
+    ``text``, the JSON the value was decoded from, lets the common case skip the strings:
+    JSON can only spell a NUL as the escape ``\\u0000``.
+    """
+    if text is None or "\\u0000" in text:
+        _check_every_node(value, limit)
+        return
+    level = [value] if isinstance(value, (dict, list)) else []
+    depth = 1
+    while level:
+        below: list[Any] = []
+        for item in level:
+            children = item.values() if isinstance(item, dict) else item
+            if depth == limit and children:
+                raise EventError(f"Body is nested deeper than {limit} levels", "body", 400)
+            below += [child for child in children if isinstance(child, (dict, list))]
+        level = below
+        depth += 1
+
+
+def _check_every_node(value: Any, limit: int) -> None:
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()

@@ -51,7 +51,7 @@ def read_events(path: Path) -> Iterator[FileItem]:
         return
     try:
         document = json.loads(text)
-        check_structure(document)
+        check_structure(document, text=text)
     except (ValueError, RecursionError, EventError) as exc:
         yield FileItem(name, 1, error=f"not JSON: {exc}")
         return
@@ -80,7 +80,7 @@ def _ndjson(name: str, first: str, handle: IO[str]) -> Iterator[FileItem]:
         if text:
             try:
                 value = json.loads(text)
-                check_structure(value)
+                check_structure(value, text=text)
                 yield FileItem(name, number, value=value)
             except (ValueError, RecursionError, EventError) as exc:
                 yield FileItem(name, number, error=f"not JSON: {exc}")

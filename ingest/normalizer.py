@@ -32,6 +32,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -99,22 +100,35 @@ def normalize(events: list[ParsedEvent]) -> NormalizeResult:
         return batch.finish()
 
 
+_collector_lock = threading.Lock()
+_collector_pauses = 0
+_collector_resume = False
+
+
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Keep the cyclic garbage collector out of a batch that builds many short-lived objects.
+    """Keep the cyclic garbage collector out of work that builds many short-lived objects.
 
     A normalising batch holds tens of thousands of rows and model instances
-    until it ends; the collector would walk them again and again (and promote
-    them, triggering full passes) without finding garbage. Reference counting
-    still frees everything; the collector runs again once the batch is over.
+    until it ends, and a batch POST the decoded JSON of hundreds of events; the
+    collector would walk them again and again (and promote them, triggering
+    full passes) without finding garbage. Reference counting still frees
+    everything; the collector runs again once the last pause in the process is
+    over (threads of a server may overlap their pauses).
     """
-    was_enabled = gc.isenabled()
-    gc.disable()
+    global _collector_pauses, _collector_resume
+    with _collector_lock:
+        if _collector_pauses == 0:
+            _collector_resume = gc.isenabled()
+            gc.disable()
+        _collector_pauses += 1
     try:
         yield
     finally:
-        if was_enabled:
-            gc.enable()
+        with _collector_lock:
+            _collector_pauses -= 1
+            if _collector_pauses == 0 and _collector_resume:
+                gc.enable()
 
 
 def schema_hash(fields: list[dict[str, str]], lifecycle: str, at: datetime | None = None) -> str:

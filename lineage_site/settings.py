@@ -216,6 +216,8 @@ INGEST_DRAIN_BATCH = env_int("INGEST_DRAIN_BATCH", 2000)
 INGEST_TASK_BATCH = env_int("INGEST_TASK_BATCH", 100)
 # With a real broker, tasks are sent from a background thread (1) or by the request (0).
 INGEST_PUBLISH_IN_BACKGROUND = env_int("INGEST_PUBLISH_IN_BACKGROUND", 1)
+# At most one publish per this many ms per process: events accepted meanwhile share a task.
+INGEST_PUBLISH_INTERVAL_MS = env_int("INGEST_PUBLISH_INTERVAL_MS", 50)
 CELERY_BEAT_SCHEDULE["ingest-sweep"] = {
     "task": "ingest.tasks.sweep_events",
     "schedule": float(INGEST_SWEEP_INTERVAL_SECONDS),

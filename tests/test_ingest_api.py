@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from catalog.models import Dataset
 from graph.models import Run, TableEdge
+from ingest.events import MAX_DEPTH, EventError, check_structure
 from ingest.models import RawEvent
 from tests.ingest_builders import (
     PG,
@@ -317,6 +319,12 @@ BAD_INPUTS = [
     ),
     ("NaN", b'{"eventTime": NaN}', 400, "body"),
     ("NUL in a name", _with(good_event(), "a\u0000b", "job", "name"), 400, "body"),
+    (
+        "NUL in a facet's key",
+        _with(good_event(), {"a\u0000": 1}, "run", "facets", "x"),
+        400,
+        "body",
+    ),
     ("lone surrogate", _with(good_event(), "a\ud800", "job", "name"), 400, "body"),
 ]
 
@@ -583,3 +591,25 @@ def test_it_reports_ingestion_status_and_replays(api, viewer, engineer, post):
     assert api(viewer).post("/api/v1/ingestion/replay", {}, format="json").status_code == 403
     response = api(engineer).post("/api/v1/ingestion/replay", {}, format="json")
     assert response.json() == {"replayed": 1}
+
+
+@pytest.mark.parametrize("with_text", [True, False], ids=["from text", "from value"])
+def test_nesting_is_counted_to_the_limit_exactly(with_text):
+    def nested(levels: int, leaf: Any) -> Any:
+        value = leaf
+        for _ in range(levels):
+            value = [value]
+        return value
+
+    for value, ok in [
+        (nested(MAX_DEPTH - 1, 1), True),  # the scalar sits at the limit
+        (nested(MAX_DEPTH - 1, []), True),  # an empty list at the limit holds nothing deeper
+        (nested(MAX_DEPTH, 1), False),
+        (nested(MAX_DEPTH - 1, {"a": {}}), False),
+    ]:
+        text = json.dumps(value) if with_text else None
+        if ok:
+            check_structure(value, text=text)
+        else:
+            with pytest.raises(EventError, match="nested deeper"):
+                check_structure(value, text=text)

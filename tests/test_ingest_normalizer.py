@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import threading
 from datetime import UTC, datetime
 
 import pytest
@@ -10,7 +12,7 @@ from catalog import actions as catalog_actions
 from catalog.models import ChangeRecord, Dataset, DatasetField, DatasetVersion
 from graph.models import ColumnEdge, Job, Run, RunDataset, TableEdge
 from ingest.events import parse_event
-from ingest.normalizer import normalize
+from ingest.normalizer import collector_paused, normalize
 from tests.ingest_builders import (
     PG,
     at,
@@ -442,3 +444,24 @@ def test_it_normalises_the_spark_fixture_with_column_lineage():
     run = Run.objects.get(run_uuid="0193e2a1-6a10-7c55-8f21-3b4c5d6e7f80")
     assert run.state == "COMPLETED"
     assert run.parent_run_uuid is not None
+
+
+def test_overlapping_collector_pauses_resume_the_collector_once_all_are_over():
+    inside = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with collector_paused():
+            inside.set()
+            release.wait(5)
+
+    assert gc.isenabled()
+    other = threading.Thread(target=hold)
+    other.start()
+    assert inside.wait(5)
+    with collector_paused():
+        assert not gc.isenabled()
+    assert not gc.isenabled()  # the other thread's pause is still on
+    release.set()
+    other.join()
+    assert gc.isenabled()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 from datetime import timedelta
 from io import StringIO
 from unittest import mock
@@ -365,6 +366,26 @@ def test_the_background_publisher_sends_every_id_from_many_threads():
     assert publisher.flush()
     assert sorted(i for ids in sent for i in ids) == list(range(400))
     assert len(sent) < 400  # ids that gathered while a send was under way share it
+
+
+def test_the_background_publisher_publishes_at_most_once_per_interval(settings):
+    settings.INGEST_PUBLISH_INTERVAL_MS = 300
+    sent: list[tuple[float, list[int]]] = []
+
+    def send(ids: list[int]) -> bool:
+        sent.append((time.monotonic(), ids))
+        return True
+
+    publisher = actions.Publisher(send)
+    started = time.monotonic()
+    publisher.submit([1])
+    assert publisher.flush()
+    publisher.submit([2])
+    publisher.submit([3])
+    assert publisher.flush()
+    assert [ids for _, ids in sent] == [[1], [2, 3]]
+    assert sent[0][0] - started < 0.25  # after a quiet spell an event goes at once
+    assert sent[1][0] - sent[0][0] >= 0.3  # under load, ids wait and share a task
 
 
 def test_the_background_publisher_survives_a_failing_send():
