@@ -6,8 +6,11 @@
 Everything runs on this machine, in one run:
 
 * **single**: ``POST /api/v1/lineage``, one event per request, from ``--clients``
-  processes over keep-alive connections to gunicorn (2 workers x 4 threads);
-  no worker runs, so this is the accept path alone (store + queue a task);
+  processes to gunicorn as the README deploys it (sync workers, one per core;
+  ``--worker-class gthread --workers 2 --threads 4`` was the layout until the
+  ninth session: a keep-alive connection stays on one threaded worker, so the
+  four clients could land unevenly on the two); no worker runs, so this is the
+  accept path alone (store + queue a task);
 * **batch**: ``POST /api/v1/lineage/batch`` with 500 events per request;
 * **normalise**: one ``celery -A lineage_site worker --concurrency 1`` works
   through everything the two phases above stored; rate = events / (last
@@ -193,7 +196,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+def start_server(
+    env: dict[str, str],
+    port: int,
+    worker_class: str = "sync",
+    workers: int | None = None,
+    threads: int = 1,
+) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         [
             str(ROOT / ".venv" / "bin" / "gunicorn"),
@@ -201,11 +210,11 @@ def start_server(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
             "--bind",
             f"127.0.0.1:{port}",
             "--workers",
-            "2",
+            str(workers or os.cpu_count() or 2),
             "--worker-class",
-            "gthread",
+            worker_class,
             "--threads",
-            "4",
+            str(threads),
             "--keep-alive",
             "30",
             "--log-level",
@@ -419,6 +428,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=20000, help="events posted in batches")
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--worker-class", default="sync", help="gunicorn's (README: sync)")
+    parser.add_argument("--workers", type=int, default=None, help="default: one per core")
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--lag-events", type=int, default=1500)
     parser.add_argument("--lag-rate", type=float, default=100.0)
     parser.add_argument("--output", type=Path, default=RESULTS)
@@ -445,7 +457,7 @@ def main() -> None:
     batch = synthetic_events(options.batch // 2, seed=1, first_run=options.single // 2)
     env = service_env(options.database_url, options.redis_url)
     port = free_port()
-    server = start_server(env, port)
+    server = start_server(env, port, options.worker_class, options.workers, options.threads)
     worker: subprocess.Popen[bytes] | None = None
     try:
         print(f"single: {len(single)} events …", flush=True)

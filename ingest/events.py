@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
+
 from pipelines.fingerprint import canonical_json
 
 MAX_NAME_LENGTH = 1024
@@ -195,6 +197,12 @@ def check_structure(value: Any, limit: int = MAX_DEPTH, text: str | None = None)
     if text is None or "\\u0000" in text:
         _check_every_node(value, limit)
         return
+    if len(text) >= BRACKET_SCAN_MIN_CHARS:
+        depth = _bracket_depth(text)
+        if depth is not None and depth < limit:
+            return
+        if depth is not None and depth > limit:
+            raise EventError(f"Body is nested deeper than {limit} levels", "body", 400)
     level = [value] if isinstance(value, (dict, list)) else []
     depth = 1
     while level:
@@ -206,6 +214,33 @@ def check_structure(value: Any, limit: int = MAX_DEPTH, text: str | None = None)
             below += [child for child in children if isinstance(child, (dict, list))]
         level = below
         depth += 1
+
+
+# From this size on (a batch of events) the brackets are counted over the bytes at once.
+BRACKET_SCAN_MIN_CHARS = 65536
+_QUOTE, _BACKSLASH = ord('"'), ord("\\")
+_OPENING, _CLOSING = (ord("["), ord("{")), (ord("]"), ord("}"))
+
+
+def _bracket_depth(text: str) -> int | None:
+    """How deep the containers of JSON ``text`` nest (``[[]]`` is 2), counting only brackets
+    outside strings; None when a string holds an escaped quote (then the walk decides).
+
+    A value nested D deep holds values at D + 1 unless its deepest containers are all
+    empty: callers settle D equal to the limit by walking.
+    """
+    data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    quotes = data == _QUOTE
+    if np.any(quotes[1:] & (data[:-1] == _BACKSLASH)):
+        return None
+    opening = (data == _OPENING[0]) | (data == _OPENING[1])
+    closing = (data == _CLOSING[0]) | (data == _CLOSING[1])
+    marks = data[np.flatnonzero(quotes | opening | closing)]  # a tenth of the bytes or so
+    is_quote = marks == _QUOTE
+    outside = (np.cumsum(is_quote, dtype=np.int32) & 1) == 0
+    step = np.where((marks == _OPENING[0]) | (marks == _OPENING[1]), 1, -1).astype(np.int32)
+    step[is_quote | ~outside] = 0
+    return int(np.cumsum(step).max(initial=0))
 
 
 def _check_every_node(value: Any, limit: int) -> None:

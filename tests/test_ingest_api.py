@@ -613,3 +613,36 @@ def test_nesting_is_counted_to_the_limit_exactly(with_text):
         else:
             with pytest.raises(EventError, match="nested deeper"):
                 check_structure(value, text=text)
+
+
+_json_values = st.recursive(
+    st.none() | st.integers() | st.text(alphabet='ab[]{}"\\é,:'),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.text(alphabet='k[]{}"\\', max_size=3), children, max_size=3)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_json_values, ascii_only=st.booleans())
+def test_counting_brackets_over_the_text_agrees_with_walking_the_value(value, ascii_only):
+    from unittest import mock
+
+    from ingest import events
+
+    text = json.dumps(value, ensure_ascii=ascii_only)
+
+    def verdict(check: Any, *args: Any) -> str:
+        try:
+            check(*args)
+        except EventError as exc:
+            return exc.message
+        return "ok"
+
+    with mock.patch.object(events, "BRACKET_SCAN_MIN_CHARS", 0):
+        for limit in (2, 3, 5):
+            assert verdict(check_structure, value, limit, text) == verdict(
+                events._check_every_node, value, limit
+            )
