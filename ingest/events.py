@@ -573,11 +573,19 @@ def _schema(facet: dict[str, Any], path: str) -> list[SchemaField]:
                 if isinstance(item, dict)
                 else (None, None, None)
             )
+            # _valid_name and _valid_text, spelled out: this runs for every field of every
+            # dataset of every event.
             if not (
                 isinstance(item, dict)
-                and _valid_name(name)
-                and _valid_text(kind)
-                and _valid_text(description)
+                and isinstance(name, str)
+                and 0 < len(name) <= MAX_NAME_LENGTH
+                and "\x00" not in name
+                and name.strip()
+                and (kind is None or (isinstance(kind, str) and "\x00" not in kind))
+                and (
+                    description is None
+                    or (isinstance(description, str) and "\x00" not in description)
+                )
             ):
                 fpath = f"{items_path}[{i}]"
                 _obj(item, fpath)
