@@ -7,12 +7,18 @@ more than PostgreSQL's own work. COPY sends the rows as one stream, adapted
 by psycopg's C dumpers; updates go through a temporary table, so they stay
 one set-based statement (the graph's revision triggers fire per statement).
 Triggers and constraints apply as for any INSERT or UPDATE.
+
+The stream is in COPY's binary format when psycopg has a binary dumper for
+every column's type (all the normaliser's tables): a timestamp or a UUID
+goes as its eight or sixteen bytes, not as text that both sides format and
+parse, about a sixth of the client's work per row.
 """
 
 from __future__ import annotations
 
+import uuid
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from django.db import connection, models, transaction
@@ -35,10 +41,61 @@ def _fields(model: type[Model], names: Sequence[str]) -> list[Field[Any, Any]]:
     return out
 
 
-def _converter(f: Field[Any, Any]) -> Callable[[Any], Any]:
+def _converter(f: Field[Any, Any]) -> Callable[[Any], Any] | None:
+    """What a value of the field needs before psycopg dumps it (None: nothing)."""
     if isinstance(f, models.JSONField):
         return lambda value: None if value is None else Jsonb(value)
-    return lambda value: value
+    if isinstance(f, models.UUIDField):
+        return _as_uuid
+    return None
+
+
+def _as_uuid(value: Any) -> uuid.UUID | None:
+    return value if value is None or isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+# The binary COPY's psycopg type of each column type Django declares on PostgreSQL.
+_BINARY_TYPES = {
+    "bigint": "int8",
+    "integer": "int4",
+    "smallint": "int2",
+    "boolean": "bool",
+    "uuid": "uuid",
+    "jsonb": "jsonb",
+    "text": "text",
+    "varchar": "text",
+    "timestamp with time zone": "timestamptz",
+    "date": "date",
+    "double precision": "float8",
+}
+
+
+def _binary_type(f: Field[Any, Any]) -> str | None:
+    declared = f.db_type(connection) or ""
+    return _BINARY_TYPES.get(declared.split("(", 1)[0].strip())
+
+
+def _copy_rows(
+    cursor: Any, target: str, fields: list[Field[Any, Any]], rows: Iterable[Sequence[Any]]
+) -> None:
+    """COPY rows (sequences of the fields' values, in order) into ``target``; binary when
+    every column's type has a binary form here."""
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column) for f in fields)
+    types = [_binary_type(f) for f in fields]
+    converters = [_converter(f) for f in fields]
+    if any(converters):
+        rows = (
+            [v if c is None else c(v) for c, v in zip(converters, row, strict=True)] for row in rows
+        )
+    binary = all(types)
+    with cursor.copy(
+        f"COPY {target} ({columns}) FROM STDIN{' (FORMAT BINARY)' if binary else ''}"
+    ) as copy:
+        if binary:
+            copy.set_types(types)
+        for row in rows:
+            copy.write_row(row)
 
 
 def _insert_fields(model: type[Model], with_pk: bool) -> list[Field[Any, Any]]:
@@ -49,12 +106,9 @@ def _insert_fields(model: type[Model], with_pk: bool) -> list[Field[Any, Any]]:
 
 
 def _copy(cursor: Any, table: str, fields: list[Field[Any, Any]], rows: list[Any]) -> None:
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(f.column) for f in fields)
-    converters = [(f.attname, _converter(f)) for f in fields]
-    with cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-        for row in rows:
-            copy.write_row([convert(getattr(row, name)) for name, convert in converters])
+    """COPY model instances' values of these fields into ``table``."""
+    names = [f.attname for f in fields]
+    _copy_rows(cursor, table, fields, ([getattr(row, n) for n in names] for row in rows))
 
 
 def _allocate_ids(cursor: Any, model: type[Model], count: int) -> list[int]:
@@ -124,17 +178,11 @@ def insert_values(
         rows = [(*row, *fixed) for row in rows]
     quote = connection.ops.quote_name
     table = quote(model._meta.db_table)
-    converters = [_converter(f) for f in fields]
-    plain = all(not isinstance(f, models.JSONField) for f in fields)
     columns = ", ".join(quote(f.column) for f in fields)
     with transaction.atomic(savepoint=False), connection.cursor() as wrapper, errors():
         cursor = wrapper.cursor
         target = _scratch_table(cursor, model, fields) if ignore_conflicts else table
-        with cursor.copy(f"COPY {target} ({columns}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(
-                    row if plain else [c(v) for c, v in zip(converters, row, strict=True)]
-                )
+        _copy_rows(cursor, target, fields, rows)
         if ignore_conflicts:
             cursor.execute(
                 f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {target} "
@@ -155,16 +203,10 @@ def insert_new(
     table = quote(model._meta.db_table)
     columns = ", ".join(quote(f.column) for f in fields)
     wanted = ", ".join(quote(f.column) for f in _fields(model, returning))
-    converters = [_converter(f) for f in fields]
-    plain = all(not isinstance(f, models.JSONField) for f in fields)
     with transaction.atomic(savepoint=False), connection.cursor() as wrapper, errors():
         cursor = wrapper.cursor
         scratch = _scratch_table(cursor, model, fields)
-        with cursor.copy(f"COPY {scratch} ({columns}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(
-                    row if plain else [c(v) for c, v in zip(converters, row, strict=True)]
-                )
+        _copy_rows(cursor, scratch, fields, rows)
         cursor.execute(
             f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {scratch} "
             f"ON CONFLICT DO NOTHING RETURNING {wanted}"

@@ -130,6 +130,16 @@ class Run(models.Model):
         return None
 
 
+# Fact keys. The keys of the lineage facts (run inputs and outputs, table and column edges, schema
+# sightings) have no foreign key constraint in the database. Only the normaliser (and the
+# synthetic graph generator) writes them: it creates or locks every dataset, field, job and
+# run it points at in the same transaction, and nothing deletes those rows but the ORM, which cascades in Python. A
+# constraint would make PostgreSQL check and lock the parent row for each of the ~15 fact
+# rows an event writes, at commit: a sixth of a normalising worker's time
+# (benchmarks/README.md, tenth session). Such keys say ``db_constraint=False``;
+# tests/test_fact_keys.py proves no fact is left pointing at nothing.
+
+
 class Direction(models.TextChoices):
     INPUT = "in", "Input"
     OUTPUT = "out", "Output"
@@ -140,13 +150,24 @@ class RunDataset(models.Model):
 
     # The unique (run, dataset, direction) and the (dataset, direction, event_time) indexes
     # serve lookups by run and by dataset: no single-column indexes to keep up on each insert.
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="io", db_index=False)
+    # Fact keys (above): no constraint in the database.
+    run = models.ForeignKey(
+        Run, related_name="io", on_delete=models.CASCADE, db_index=False, db_constraint=False
+    )
     dataset = models.ForeignKey(
-        Dataset, on_delete=models.CASCADE, related_name="run_io", db_index=False
+        Dataset,
+        related_name="run_io",
+        on_delete=models.CASCADE,
+        db_index=False,
+        db_constraint=False,
     )
     direction = models.CharField(max_length=3, choices=Direction.choices)
     dataset_version = models.ForeignKey(
-        "catalog.DatasetVersion", null=True, blank=True, on_delete=models.SET_NULL
+        "catalog.DatasetVersion",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        db_constraint=False,
     )
     event_time = models.DateTimeField()
 
@@ -166,9 +187,11 @@ class TableEdge(models.Model):
     """dataset → job (direction=in) or job → dataset (direction=out), valid over an interval."""
 
     # Served by the two composite indexes below (edges are rewritten on every wiring change).
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="edges", db_index=False)
+    job = models.ForeignKey(
+        Job, related_name="edges", on_delete=models.CASCADE, db_index=False, db_constraint=False
+    )
     dataset = models.ForeignKey(
-        Dataset, on_delete=models.CASCADE, related_name="edges", db_index=False
+        Dataset, related_name="edges", on_delete=models.CASCADE, db_index=False, db_constraint=False
     )
     direction = models.CharField(max_length=3, choices=Direction.choices)
     valid_from = models.DateTimeField()
@@ -223,23 +246,32 @@ class ColumnEdge(models.Model):
         Job,
         null=True,
         blank=True,
-        on_delete=models.CASCADE,
         related_name="column_edges",
+        on_delete=models.CASCADE,
         db_index=False,
+        db_constraint=False,
     )
     source_field = models.ForeignKey(
-        DatasetField, on_delete=models.CASCADE, related_name="downstream_edges", db_index=False
+        DatasetField,
+        related_name="downstream_edges",
+        on_delete=models.CASCADE,
+        db_index=False,
+        db_constraint=False,
     )
     target_dataset = models.ForeignKey(
-        Dataset, on_delete=models.CASCADE, related_name="incoming_column_edges"
+        Dataset,
+        on_delete=models.CASCADE,
+        related_name="incoming_column_edges",
+        db_constraint=False,
     )
     target_field = models.ForeignKey(
         DatasetField,
         null=True,
         blank=True,
-        on_delete=models.CASCADE,
         related_name="upstream_edges",
+        on_delete=models.CASCADE,
         db_index=False,
+        db_constraint=False,
     )
     transformation_type = models.CharField(
         max_length=16, choices=TransformationType.choices, default=TransformationType.DIRECT

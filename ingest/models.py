@@ -89,7 +89,10 @@ class SchemaObservation(models.Model):
     so versions come out the same whatever order the events arrive in.
     """
 
-    dataset = models.ForeignKey("catalog.Dataset", on_delete=models.CASCADE, related_name="+")
+    # A fact key (graph/models.py): no constraint in the database.
+    dataset = models.ForeignKey(
+        "catalog.Dataset", on_delete=models.CASCADE, related_name="+", db_constraint=False
+    )
     at = models.DateTimeField()
     schema_hash = models.CharField(max_length=64)
     # The run whose event carried it (NO_RUN for dataset and job events).

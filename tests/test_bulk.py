@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import DataError, IntegrityError, connection, transaction
 
 from catalog import bulk
-from catalog.models import Dataset, Namespace
+from catalog.models import Dataset, Namespace, RetentionAction, RetentionPolicy
 from graph import revision
 from graph.models import Direction, Job, Run, RunState, TableEdge
 from tests.graph_builders import T0, T1, T2
@@ -88,6 +89,56 @@ def test_it_inserts_json_fields_from_tuples(wiring):
     names = ("run_uuid", "job_id", "state", "created_at", "facets", "facet_times")
     bulk.insert_values(Run, names, [(uid, job.pk, RunState.NEW, T1, {"a": [1]}, {})])
     assert Run.objects.get(run_uuid=uid).facets == {"a": [1]}
+
+
+def test_values_of_every_column_type_arrive_as_given(wiring):
+    job = wiring[0]
+    uid = uuid.uuid4()
+    names = ("run_uuid", "job_id", "state", "created_at", "ended_at", "facets", "facet_times")
+    # A UUID given as text, an enum member, a NULL timestamp, nested JSON.
+    row: tuple[object, ...] = (
+        str(uid),
+        job.pk,
+        RunState.FAILED,
+        T1,
+        None,
+        {"x": {"y": [1, "z", None]}},
+        {},
+    )
+    bulk.insert_values(Run, names, [row])
+    stored = Run.objects.get(run_uuid=uid)
+    assert (stored.state, stored.created_at, stored.ended_at) == (RunState.FAILED, T1, None)
+    assert stored.facets == {"x": {"y": [1, "z", None]}}
+    if connection.vendor == "postgresql":
+        assert all(bulk._binary_type(f) for f in Run._meta.concrete_fields)
+
+
+def test_a_column_type_without_a_binary_form_goes_as_text():
+    rows = [
+        RetentionPolicy(
+            name=f"p{i}", duration=timedelta(days=i, hours=3), action=RetentionAction.DELETE
+        )
+        for i in range(1, 3)
+    ]
+    bulk.insert(RetentionPolicy, rows)
+    assert sorted(RetentionPolicy.objects.values_list("name", "duration")) == [
+        ("p1", timedelta(days=1, hours=3)),
+        ("p2", timedelta(days=2, hours=3)),
+    ]
+    if connection.vendor == "postgresql":
+        duration = RetentionPolicy._meta.get_field("duration")
+        assert bulk._binary_type(duration) is None  # interval: the text stream
+
+
+def test_a_value_too_long_for_its_column_is_refused_and_nothing_is_written(wiring):
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite does not hold text to a column's length")
+    job, datasets = wiring
+    names = ("job_id", "dataset_id", "direction", "valid_from")
+    rows = [(job.pk, datasets[0].pk, Direction.INPUT, T0), (job.pk, datasets[1].pk, "sideways", T0)]
+    with pytest.raises(DataError), transaction.atomic():
+        bulk.insert_values(TableEdge, names, rows)
+    assert not TableEdge.objects.exists()
 
 
 def test_a_failed_insert_writes_nothing(wiring):
