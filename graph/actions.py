@@ -149,7 +149,7 @@ def _job_ids(keys: Iterable[tuple[int, str]]) -> dict[tuple[int, str], int]:
         by_ns[ns_id].append(name)
     query = Q()
     for ns_id, names in by_ns.items():
-        query |= Q(namespace_id=ns_id, name__in=names)
+        query |= Q(namespace_id=ns_id, name__any_of=names)
     rows = Job.objects.filter(query).order_by().values_list("namespace_id", "name", "id")
     return {(ns_id, name): pk for ns_id, name, pk in rows}
 
@@ -159,7 +159,7 @@ def lock_jobs(ids: Iterable[int]) -> dict[int, Job]:
     wanted = sorted(set(ids))
     if not wanted:
         return {}
-    jobs = Job.objects.select_for_update().filter(pk__in=wanted).order_by("pk")
+    jobs = Job.objects.select_for_update().filter(pk__any_of=wanted).order_by("pk")
     return {job.pk: job for job in jobs}
 
 
@@ -249,10 +249,10 @@ def record_runs(observations: list[RunObservation], jobs: Mapping[int, Job]) -> 
     if not observations:
         return {}
     uuids = {o.run_uuid for o in observations}
-    runs = {r.run_uuid: r for r in Run.objects.filter(run_uuid__in=uuids).order_by()}
+    runs = {r.run_uuid: r for r in Run.objects.filter(run_uuid__any_of=uuids).order_by()}
     io_rows: dict[tuple[int, int, str], RunDataset] = {}
     if runs:
-        for row in RunDataset.objects.filter(run_id__in=[r.pk for r in runs.values()]):
+        for row in RunDataset.objects.filter(run_id__any_of=[r.pk for r in runs.values()]):
             io_rows[(row.run_id, row.dataset_id, row.direction)] = row
     io_by_run: dict[int, set[TableKey]] = defaultdict(set)
     for run_id, dataset_id, direction in io_rows:
@@ -486,7 +486,9 @@ def _link_parents(runs: list[Run]) -> None:
     wanted = {r.parent_run_uuid for r in runs if r.parent_run_uuid and r.parent_id is None}
     if not wanted:
         return
-    found = dict(Run.objects.filter(run_uuid__in=wanted).order_by().values_list("run_uuid", "pk"))
+    found = dict(
+        Run.objects.filter(run_uuid__any_of=wanted).order_by().values_list("run_uuid", "pk")
+    )
     for run in runs:
         if run.parent_run_uuid in found and run.parent_id is None:
             run.parent_id = found[run.parent_run_uuid]
@@ -501,7 +503,9 @@ def _link_parents_and_children(new_runs: list[Run]) -> None:
         # Spelled as the partial index "run_waiting_for_parent" is, so it is used whatever
         # the planner's statistics say (a bulk load outruns them).
         Run.objects.filter(
-            parent_run_uuid__in=list(by_uuid), parent__isnull=True, parent_run_uuid__isnull=False
+            parent_run_uuid__any_of=list(by_uuid),
+            parent__isnull=True,
+            parent_run_uuid__isnull=False,
         )
         .order_by()
         .only("pk", "parent_run_uuid")
@@ -526,7 +530,7 @@ def _update_latest_runs(runs: list[Run], jobs: Mapping[int, Job]) -> None:
     current_ids = {jobs[pk].latest_run_id for pk in by_job} - {None}
     current = {
         r.pk: r
-        for r in Run.objects.filter(pk__in=current_ids).only(
+        for r in Run.objects.filter(pk__any_of=current_ids).only(
             "pk", "run_uuid", "state_event_time", "created_at"
         )
     }
@@ -580,7 +584,7 @@ def recompute_jobs(since_by_job: Mapping[int, datetime], jobs: Mapping[int, Job]
     earliest = min(since_by_job.values())
     runs = list(
         Run.objects.filter(
-            job_id__in=job_ids,
+            job_id__any_of=job_ids,
             state=RunState.COMPLETED,
             edges_applied=True,
             ended_at__gte=earliest,
@@ -590,7 +594,7 @@ def recompute_jobs(since_by_job: Mapping[int, datetime], jobs: Mapping[int, Job]
     io: dict[int, set[TableKey]] = defaultdict(set)
     if runs:
         for run_id, dataset_id, direction in RunDataset.objects.filter(
-            run_id__in=[r[0] for r in runs]
+            run_id__any_of=[r[0] for r in runs]
         ).values_list("run_id", "dataset_id", "direction"):
             io[run_id].add((dataset_id, direction))
     steps: dict[int, list[_RunStep]] = defaultdict(list)
@@ -614,11 +618,11 @@ def recompute_jobs(since_by_job: Mapping[int, datetime], jobs: Mapping[int, Job]
         )
     reaching = Q(valid_to__isnull=True) | Q(valid_to__gte=earliest)
     table_rows: dict[int, list[TableEdge]] = defaultdict(list)
-    for edge in TableEdge.objects.filter(reaching, job_id__in=job_ids):
+    for edge in TableEdge.objects.filter(reaching, job_id__any_of=job_ids):
         if edge.valid_to is None or edge.valid_to >= since_by_job[edge.job_id]:
             table_rows[edge.job_id].append(edge)
     column_rows: dict[int, list[ColumnEdge]] = defaultdict(list)
-    for cedge in ColumnEdge.objects.filter(reaching, job_id__in=job_ids):
+    for cedge in ColumnEdge.objects.filter(reaching, job_id__any_of=job_ids):
         assert cedge.job_id is not None
         if cedge.valid_to is None or cedge.valid_to >= since_by_job[cedge.job_id]:
             column_rows[cedge.job_id].append(cedge)
@@ -628,7 +632,7 @@ def recompute_jobs(since_by_job: Mapping[int, datetime], jobs: Mapping[int, Job]
         for step in job_steps:
             source_fields.update(key[0] for key in step.columns)
     field_dataset = dict(
-        DatasetField.objects.filter(pk__in=source_fields).values_list("pk", "dataset_id")
+        DatasetField.objects.filter(pk__any_of=source_fields).values_list("pk", "dataset_id")
     )
     datasets: set[int] = set(field_dataset.values())
     for table_edges in table_rows.values():
@@ -642,7 +646,7 @@ def recompute_jobs(since_by_job: Mapping[int, datetime], jobs: Mapping[int, Job]
     closings: dict[int, list[datetime]] = defaultdict(list)
     if datasets:
         for dataset_id, at in DatasetVersion.objects.filter(
-            dataset_id__in=datasets,
+            dataset_id__any_of=datasets,
             lifecycle_state__in=CLOSING_LIFECYCLES,
             created_at__gte=earliest,
         ).values_list("dataset_id", "created_at"):
@@ -703,9 +707,9 @@ class _WritePlan:
         # Deletes, then closings, then re-openings, then inserts: the at-most-one-open-edge
         # constraints hold after every statement.
         if self.table_delete:
-            TableEdge.objects.filter(pk__in=self.table_delete).delete()
+            TableEdge.objects.filter(pk__any_of=self.table_delete).delete()
         if self.column_delete:
-            ColumnEdge.objects.filter(pk__in=self.column_delete).delete()
+            ColumnEdge.objects.filter(pk__any_of=self.column_delete).delete()
         for closing in (True, False):
             rows = [e for e in self.table_update if (e.valid_to is not None) == closing]
             bulk_set(TableEdge, rows, ["valid_to"])

@@ -60,7 +60,7 @@ from catalog.models import (
 )
 from graph import actions as graph_actions
 from graph.models import Job, RunDataset
-from ingest.events import ColumnMapping, DatasetRef, ParsedEvent
+from ingest.events import ColumnMapping, DatasetRef, ParsedEvent, SchemaField
 from ingest.models import NO_RUN, SchemaObservation
 
 LINEAGE_ACTOR = catalog_actions.Actor(name="openlineage", source=ChangeSource.LINEAGE)
@@ -181,6 +181,8 @@ class _Batch:
         self.latest: dict[int, DatasetVersion | None] = {}
         self.sightings: dict[int, set[tuple[datetime, str, uuid.UUID]]] = defaultdict(set)
         self.specs: dict[tuple[int, str], tuple[list[dict[str, str]], str]] = {}
+        # Events repeat the same schemas: each one's field rows and digest, made once.
+        self.schemas: dict[tuple[SchemaField, ...], tuple[list[dict[str, str]], str]] = {}
         self.versions_changed: dict[int, datetime] = {}
         self.all_versions: dict[int, list[DatasetVersion]] = {}
         self.dataset_names: dict[int, tuple[str, str]] = {}
@@ -244,9 +246,9 @@ class _Batch:
                 parent_times[pk] = min(e.event_time, parent_times.get(pk, e.event_time))
         stale = {
             pk
-            for pk, created in Job.objects.filter(pk__in=set(parent_times) - own_jobs).values_list(
-                "pk", "created_at"
-            )
+            for pk, created in Job.objects.filter(
+                pk__any_of=set(parent_times) - own_jobs
+            ).values_list("pk", "created_at")
             if parent_times[pk] < created
         }
         self.jobs = graph_actions.lock_jobs(own_jobs | closing_jobs | stale)
@@ -279,7 +281,7 @@ class _Batch:
                         )
         self.fields_loaded = wanted
         if wanted:
-            for row in DatasetField.objects.filter(dataset_id__in=wanted).order_by():
+            for row in DatasetField.objects.filter(dataset_id__any_of=wanted).order_by():
                 self.fields[(row.dataset_id, row.name)] = row
 
     def _load_latest_versions(self) -> None:
@@ -303,7 +305,7 @@ class _Batch:
             .values("pk")[:1]
         )
         pairs = dict(
-            Dataset.objects.filter(pk__in=wanted)
+            Dataset.objects.filter(pk__any_of=wanted)
             .order_by()
             .annotate(latest=Subquery(latest))
             .values_list("pk", "latest")
@@ -311,7 +313,7 @@ class _Batch:
         rows = {
             v.pk: v
             for v in DatasetVersion.objects.filter(
-                pk__in=[p for p in pairs.values() if p]
+                pk__any_of=[p for p in pairs.values() if p]
             ).order_by()
         }
         for dataset_id in wanted:
@@ -375,10 +377,14 @@ class _Batch:
         if ref.lifecycle == "DROP":
             self._close(ds, at, "DROP", run_uuid)
         elif ref.schema is not None:
-            fields = [
-                {"name": f.name, "type": f.type, "description": f.description} for f in ref.schema
-            ]
-            self._observe_schema(ds, at, fields, "", run_uuid)
+            known = self.schemas.get(key := tuple(ref.schema))
+            if known is None:
+                fields = [
+                    {"name": f.name, "type": f.type, "description": f.description}
+                    for f in ref.schema
+                ]
+                known = self.schemas[key] = (fields, schema_hash(fields, ""))
+            self._observe_schema(ds, at, known[0], "", run_uuid, known[1])
         if ref.lifecycle and ref.lifecycle != "DROP":
             detail = ref.lifecycle
             if ref.lifecycle == "RENAME" and ref.previous is not None:
@@ -497,13 +503,16 @@ class _Batch:
         fields: list[dict[str, str]],
         lifecycle: str,
         run_uuid: uuid.UUID | None,
+        digest: str = "",
     ) -> None:
-        """Record a sighting of the dataset's schema; versions are derived in ``finish``."""
+        """Record a sighting of the dataset's schema (``digest``: its schema_hash, when
+        known); versions are derived in ``finish``."""
         for f in fields:
             key = (ds.pk, f["name"])
             self.field_seen[key] = min(at, self.field_seen.get(key, at))
         # A closing is a fact of its own instant: two drops never merge into one version.
-        digest = schema_hash(fields, lifecycle, at if lifecycle in CLOSING_KINDS else None)
+        if not digest:
+            digest = schema_hash(fields, lifecycle, at if lifecycle in CLOSING_KINDS else None)
         self.sightings[ds.pk].add((at, digest, run_uuid or NO_RUN))
         self.specs[(ds.pk, digest)] = (fields, lifecycle)
 
@@ -531,12 +540,12 @@ class _Batch:
         ids = sorted(since)
         window: dict[int, list[tuple[datetime, str, uuid.UUID]]] = defaultdict(list)
         for d, at, h, run in SchemaObservation.objects.filter(
-            dataset_id__in=ids, at__gte=start
+            dataset_id__any_of=ids, at__gte=start
         ).values_list("dataset_id", "at", "schema_hash", "run_uuid"):
             if at >= since[d]:
                 window[d].append((at, h, run))
         existing: dict[int, list[DatasetVersion]] = defaultdict(list)
-        for v in DatasetVersion.objects.filter(dataset_id__in=ids, created_at__gte=start):
+        for v in DatasetVersion.objects.filter(dataset_id__any_of=ids, created_at__gte=start):
             if v.created_at >= since[v.dataset_id]:
                 existing[v.dataset_id].append(v)
         create: list[DatasetVersion] = []
@@ -621,7 +630,7 @@ class _Batch:
             return
         for d in missing:
             self.all_versions[d] = []
-        for version in DatasetVersion.objects.filter(dataset_id__in=missing).order_by(
+        for version in DatasetVersion.objects.filter(dataset_id__any_of=missing).order_by(
             "dataset_id", "created_at", "schema_hash"
         ):
             self.all_versions[version.dataset_id].append(version)
@@ -650,7 +659,7 @@ class _Batch:
         if self.steward_descriptions is None:
             self.steward_descriptions = set(
                 ChangeRecord.objects.filter(
-                    dataset_id__in=set(self.versions_changed),
+                    dataset_id__any_of=set(self.versions_changed),
                     attribute="description",
                     source=ChangeSource.STEWARD,
                 )
@@ -897,11 +906,11 @@ def ensure_namespaces(names: Iterable[str]) -> dict[str, int]:
     wanted = set(names)
     if not wanted:
         return {}
-    found = dict(Namespace.objects.filter(name__in=wanted).values_list("name", "id"))
+    found = dict(Namespace.objects.filter(name__any_of=wanted).values_list("name", "id"))
     missing = sorted(wanted - set(found))
     if missing:
         Namespace.objects.bulk_create([Namespace(name=n) for n in missing], ignore_conflicts=True)
-        found.update(Namespace.objects.filter(name__in=missing).values_list("name", "id"))
+        found.update(Namespace.objects.filter(name__any_of=missing).values_list("name", "id"))
     return found
 
 
@@ -943,7 +952,7 @@ def _dataset_ids(
         by_ns[namespaces[ns]].append(name)
     query = Q()
     for ns_id, names in by_ns.items():
-        query |= Q(namespace_id=ns_id, name__in=names)
+        query |= Q(namespace_id=ns_id, name__any_of=names)
     names_by_id = {v: k for k, v in namespaces.items()}
     return {
         (names_by_id[ns_id], name): pk
@@ -958,5 +967,5 @@ def lock_datasets(ids: Iterable[int]) -> dict[int, Dataset]:
     wanted = sorted(set(ids))
     if not wanted:
         return {}
-    rows = Dataset.objects.select_for_update(no_key=True).filter(pk__in=wanted).order_by("pk")
+    rows = Dataset.objects.select_for_update(no_key=True).filter(pk__any_of=wanted).order_by("pk")
     return {ds.pk: ds for ds in rows}
