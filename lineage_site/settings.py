@@ -114,6 +114,9 @@ if "DATABASE_URL" not in os.environ:
     # The embedded database lives in the data folder, which a fresh clone does not have yet.
     DATA_DIR.mkdir(parents=True, exist_ok=True)
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Django's, reading timestamps with psycopg's C loader (lineage_site/postgresql/base.py).
+    DATABASES["default"]["ENGINE"] = "lineage_site.postgresql"
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL and a busy timeout let the web process and in-process tasks share the file.
     DATABASES["default"]["OPTIONS"] = {
