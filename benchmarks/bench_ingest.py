@@ -202,27 +202,9 @@ def start_server(
     worker_class: str = "sync",
     workers: int | None = None,
     threads: int = 1,
-    server: str = "gunicorn",
 ) -> subprocess.Popen[bytes]:
-    if server == "granian":
-        command = [
-            str(ROOT / ".venv" / "bin" / "granian"),
-            "--interface",
-            "wsgi",
-            "lineage_site.wsgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            str(workers or os.cpu_count() or 2),
-            "--blocking-threads",
-            str(threads),
-            "--log-level",
-            "warning",
-        ]
-    else:
-        command = [
+    proc = subprocess.Popen(
+        [
             str(ROOT / ".venv" / "bin" / "gunicorn"),
             "lineage_site.wsgi:application",
             "--bind",
@@ -237,9 +219,7 @@ def start_server(
             "30",
             "--log-level",
             "warning",
-        ]
-    proc = subprocess.Popen(
-        command,
+        ],
         cwd=ROOT,
         env=env,
         start_new_session=True,
@@ -451,7 +431,6 @@ def main() -> None:
     parser.add_argument("--worker-class", default="sync", help="gunicorn's (README: sync)")
     parser.add_argument("--workers", type=int, default=None, help="default: one per core")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--server", choices=("gunicorn", "granian"), default="gunicorn")
     parser.add_argument("--lag-events", type=int, default=1500)
     parser.add_argument("--lag-rate", type=float, default=100.0)
     parser.add_argument("--output", type=Path, default=RESULTS)
@@ -478,9 +457,7 @@ def main() -> None:
     batch = synthetic_events(options.batch // 2, seed=1, first_run=options.single // 2)
     env = service_env(options.database_url, options.redis_url)
     port = free_port()
-    server = start_server(
-        env, port, options.worker_class, options.workers, options.threads, options.server
-    )
+    server = start_server(env, port, options.worker_class, options.workers, options.threads)
     worker: subprocess.Popen[bytes] | None = None
     try:
         print(f"single: {len(single)} events …", flush=True)
