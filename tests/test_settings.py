@@ -72,4 +72,5 @@ def test_it_uses_postgres_and_a_broker_from_the_environment():
         DATABASE_URL="postgres://u@db.example:5432/lineage",
         CELERY_BROKER_URL="redis://cache.example:6379/0",
     )
-    assert result.stdout.split() == ["django.db.backends.postgresql", "False"], result.stderr
+    # Django's PostgreSQL backend with psycopg's C timestamp loader (lineage_site/postgresql).
+    assert result.stdout.split() == ["lineage_site.postgresql", "False"], result.stderr
