@@ -19,6 +19,7 @@ from __future__ import annotations
 import uuid
 import zlib
 from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 from typing import Any
 
 from django.db import connection, models, transaction
@@ -83,11 +84,9 @@ def _copy_rows(
     quote = connection.ops.quote_name
     columns = ", ".join(quote(f.column) for f in fields)
     types = [_binary_type(f) for f in fields]
-    converters = [_converter(f) for f in fields]
-    if any(converters):
-        rows = (
-            [v if c is None else c(v) for c, v in zip(converters, row, strict=True)] for row in rows
-        )
+    converting = [(i, c) for i, f in enumerate(fields) if (c := _converter(f)) is not None]
+    if converting:
+        rows = (_converted(row, converting) for row in rows)
     binary = all(types)
     with cursor.copy(
         f"COPY {target} ({columns}) FROM STDIN{' (FORMAT BINARY)' if binary else ''}"
@@ -105,10 +104,20 @@ def _insert_fields(model: type[Model], with_pk: bool) -> list[Field[Any, Any]]:
     ]
 
 
+def _converted(row: Sequence[Any], converting: list[tuple[int, Callable[[Any], Any]]]) -> list[Any]:
+    values = list(row)
+    for i, convert in converting:
+        values[i] = convert(values[i])
+    return values
+
+
 def _copy(cursor: Any, table: str, fields: list[Field[Any, Any]], rows: list[Any]) -> None:
     """COPY model instances' values of these fields into ``table``."""
-    names = [f.attname for f in fields]
-    _copy_rows(cursor, table, fields, ([getattr(row, n) for n in names] for row in rows))
+    values = attrgetter(*(f.attname for f in fields))
+    if len(fields) == 1:
+        _copy_rows(cursor, table, fields, ((values(row),) for row in rows))
+    else:
+        _copy_rows(cursor, table, fields, map(values, rows))
 
 
 def _allocate_ids(cursor: Any, model: type[Model], count: int) -> list[int]:

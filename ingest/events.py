@@ -14,7 +14,7 @@ import uuid
 import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -55,16 +55,16 @@ class EventError(ValueError):
         self.status = status
 
 
-@dataclass(frozen=True)
-class Transformation:
+# The small values an event holds many of are named tuples: built, hashed and compared in C
+# (a frozen dataclass sets each attribute through object.__setattr__).
+class Transformation(NamedTuple):
     type: str
     subtype: str
     masking: bool
     description: str
 
 
-@dataclass(frozen=True)
-class ColumnMapping:
+class ColumnMapping(NamedTuple):
     """One input field feeding one output field (or, with ``target_field`` None, the dataset)."""
 
     source_namespace: str
@@ -74,8 +74,7 @@ class ColumnMapping:
     transformation: Transformation
 
 
-@dataclass(frozen=True)
-class SchemaField:
+class SchemaField(NamedTuple):
     name: str
     type: str
     description: str

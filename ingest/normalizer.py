@@ -310,11 +310,12 @@ class _Batch:
             .annotate(latest=Subquery(latest))
             .values_list("pk", "latest")
         )
+        # Their instants and digests only: the field lists (JSON) are read where needed.
         rows = {
             v.pk: v
-            for v in DatasetVersion.objects.filter(
-                pk__any_of=[p for p in pairs.values() if p]
-            ).order_by()
+            for v in DatasetVersion.objects.filter(pk__any_of=[p for p in pairs.values() if p])
+            .only("dataset_id", "created_at", "schema_hash", "lifecycle_state")
+            .order_by()
         }
         for dataset_id in wanted:
             version_pk = pairs.get(dataset_id)
