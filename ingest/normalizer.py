@@ -175,7 +175,8 @@ class _Batch:
         self.dataset_ids: dict[tuple[str, str], int] = {}
         self.datasets: dict[int, Dataset] = {}
         self.fields: dict[tuple[int, str], DatasetField] = {}
-        self.field_seen: dict[tuple[int, str], datetime] = {}
+        # The earliest sighting of each (dataset, schema digest) in the batch.
+        self.schema_seen: dict[tuple[int, str], datetime] = {}
         self.dirty_fields: set[tuple[int, str]] = set()
         self.fields_loaded: set[int] = set()
         self.latest: dict[int, DatasetVersion | None] = {}
@@ -508,14 +509,13 @@ class _Batch:
     ) -> None:
         """Record a sighting of the dataset's schema (``digest``: its schema_hash, when
         known); versions are derived in ``finish``."""
-        for f in fields:
-            key = (ds.pk, f["name"])
-            self.field_seen[key] = min(at, self.field_seen.get(key, at))
         # A closing is a fact of its own instant: two drops never merge into one version.
         if not digest:
             digest = schema_hash(fields, lifecycle, at if lifecycle in CLOSING_KINDS else None)
         self.sightings[ds.pk].add((at, digest, run_uuid or NO_RUN))
         self.specs[(ds.pk, digest)] = (fields, lifecycle)
+        key = (ds.pk, digest)
+        self.schema_seen[key] = min(at, self.schema_seen.get(key, at))
 
     def _replay_versions(self) -> None:
         """Store the sightings and re-derive each dataset's versions from its earliest new one.
@@ -713,11 +713,13 @@ class _Batch:
                     self._set_field(
                         row, row.type, row.ordinal, row.description, removed_at, row.first_seen
                     )
-        for key, seen in self.field_seen.items():
-            found = self.fields.get(key)
-            if found is not None and seen < found.first_seen:
-                found.first_seen = seen
-                self.dirty_fields.add(key)
+        # A field was first seen with the earliest sighting of a schema that has it.
+        for (dataset_id, digest), seen in self.schema_seen.items():
+            for f in self.specs[(dataset_id, digest)][0]:
+                found = self.fields.get((dataset_id, f["name"]))
+                if found is not None and seen < found.first_seen:
+                    found.first_seen = seen
+                    self.dirty_fields.add((dataset_id, f["name"]))
 
     def _set_field(
         self,
