@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
+from catalog.lookups import array_literal
 from catalog.models import Dataset, DatasetField
 from tests.factories import dataset as make_dataset
 
@@ -22,3 +25,44 @@ def test_any_of_an_empty_list_matches_nothing_and_excludes_nothing():
     make_dataset(name="shop.public.t", fields=("id",))
     assert not Dataset.objects.filter(pk__any_of=[]).exists()
     assert Dataset.objects.exclude(pk__any_of=[]).count() == 1
+
+
+def test_any_of_matches_names_with_quotes_backslashes_braces_and_commas():
+    names = ['shop."quoted"', "shop.back\\slash", "shop.{braces},comma", "NULL", "shop. spaced "]
+    made = {name: make_dataset(name=name) for name in [*names, "shop.other"]}
+    found = set(Dataset.objects.filter(name__any_of=names))
+    assert found == {made[name] for name in names}
+
+
+def test_any_of_matches_uuids():
+    from graph.models import Job, Run
+
+    namespace = make_dataset().namespace
+    job = Job.objects.create(namespace=namespace, name="shop.load")
+    runs = [Run.objects.create(job=job, run_uuid=uuid.uuid4()) for _ in range(3)]
+    wanted = [runs[0].run_uuid, runs[2].run_uuid, uuid.uuid4()]
+    assert set(Run.objects.filter(run_uuid__any_of=wanted)) == {runs[0], runs[2]}
+
+
+def test_any_of_never_matches_a_name_longer_than_the_column_holds():
+    made = make_dataset(name="x" * 1024)
+    assert not Dataset.objects.filter(name__any_of=["x" * 1500]).exists()
+    assert list(Dataset.objects.filter(name__any_of=["x" * 1024])) == [made]
+
+
+@pytest.mark.parametrize(
+    "values, column, literal",
+    [
+        ([3, 1, 2], "bigint", ("{3,1,2}", "bigint[]")),
+        ([], "integer", ("{}", "bigint[]")),
+        ([2**63], "bigint", None),
+        ([uuid.UUID(int=1)], "uuid", ("{00000000-0000-0000-0000-000000000001}", "uuid[]")),
+        (['a"b', "c\\d", "e,f"], "varchar(1024)", ('{"a\\"b","c\\\\d","e,f"}', "text[]")),
+        (["10.0.0.1"], "inet", None),
+        ([1, "a"], "bigint", None),
+        ([True], "boolean", None),
+        ([None, 1], "bigint", None),
+    ],
+)
+def test_array_literal_covers_ints_uuids_and_strings_of_their_own_columns(values, column, literal):
+    assert array_literal(values, column) == literal
