@@ -356,8 +356,11 @@ def _facets(value: Any, path: str) -> dict[str, Any]:
     for name, facet in facets.items():
         if facet is None:
             continue
-        _text(name, f"{path} key", limit=256)
-        _obj(facet, f"{path}.{name}")
+        # The checks, spelled out: a path is built only on error.
+        if not isinstance(name, str) or len(name) > 256 or "\x00" in name:
+            _text(name, f"{path} key", limit=256)
+        if not isinstance(facet, dict):
+            _obj(facet, f"{path}.{name}")
         kept[name] = facet
     return kept
 
@@ -501,13 +504,16 @@ def _job_facets(facets: dict[str, Any]) -> None:
 
 def _dataset(value: Any, path: str, output: bool) -> DatasetRef:
     item = _obj(value, path)
-    ref = DatasetRef(
-        namespace=_name(item.get("namespace"), f"{path}.namespace"),
-        name=_name(item.get("name"), f"{path}.name"),
-    )
+    namespace: Any = item.get("namespace")
+    name: Any = item.get("name")
+    if not (_valid_name(namespace) and _valid_name(name)):
+        _name(namespace, f"{path}.namespace")
+        _name(name, f"{path}.name")
+    ref = DatasetRef(namespace=namespace, name=name)
     facets = _facets(item.get("facets"), f"{path}.facets")
     extra_key = "outputFacets" if output else "inputFacets"
-    _facets(item.get(extra_key), f"{path}.{extra_key}")
+    if extra_key in item:
+        _facets(item[extra_key], f"{path}.{extra_key}")
     ref.facets = facets
     base = f"{path}.facets"
     if "schema" in facets:
