@@ -68,6 +68,34 @@ def test_it_gives_the_same_graph_as_the_inline_engine(spark: Any, archive: Path)
     assert "a.ndjson:4" in spark_err  # the malformed line, named by file and line
 
 
+def test_small_batches_give_the_same_graph(spark: Any, archive: Path) -> None:
+    files = sorted(archive.iterdir())
+    whole, _, _ = load("inline", *files)
+    in_threes, out, _ = load("spark", *files, batch_size=3)
+    assert in_threes == whole
+    assert "0 failed" in out
+
+
+def test_it_stores_the_bodies_the_inline_engine_stores(spark: Any, archive: Path) -> None:
+    """Spark's lines are the canonical JSON: stored as they are, they equal the inline bodies."""
+    files = sorted(archive.iterdir())
+    bodies: dict[str, dict[str, str]] = {}
+    for engine in ("inline", "spark"):
+        with transaction.atomic():
+            call_command(
+                "ingest_events",
+                *map(str, files),
+                engine=engine,
+                no_progress=True,
+                stdout=StringIO(),
+                stderr=StringIO(),
+            )
+            bodies[engine] = dict(RawEvent.objects.values_list("fingerprint", "body"))
+            transaction.set_rollback(True)
+    assert bodies["spark"] == bodies["inline"]
+    assert len(bodies["spark"]) > 10
+
+
 def test_a_rerun_stores_nothing_twice(spark: Any, archive: Path) -> None:
     files = sorted(archive.iterdir())
     call_command(
