@@ -623,6 +623,9 @@ def main() -> None:
     )
     parser.add_argument("--threads", type=int, default=1, help="threads per gthread worker")
     parser.add_argument(
+        "--output", type=Path, default=RESULTS, help=f"where to write (default {RESULTS})"
+    )
+    parser.add_argument(
         "--worker-class",
         default="sync",
         choices=["sync", "gthread"],
@@ -667,9 +670,9 @@ def main() -> None:
         )
         report["scales"].append(json.loads(out.stdout.strip().splitlines()[-1]))
     report["finished_at"] = datetime.now(UTC).isoformat()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.output}")
 
 
 if __name__ == "__main__":
