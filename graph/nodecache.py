@@ -74,6 +74,10 @@ class NodeCache:
         # it saw each changed node last.
         self.horizon = 0
         self.changed: dict[tuple[str, int], int] = {}
+        # Counts the times this process lost track of changes and started over (clear,
+        # a reset, a change log too long to read): what was read in an earlier epoch
+        # (graph/directory.py) cannot be judged by ``changed``.
+        self.epoch = 0
         self.hits = 0
         self.misses = 0
         self.shared_hits = 0
@@ -86,6 +90,7 @@ class NodeCache:
             self.revision = None
             self.changed.clear()
             self.horizon = 0
+            self.epoch += 1
 
     def _sharing(self) -> bool:
         if self.shared is not None:
@@ -118,6 +123,7 @@ class NodeCache:
                 self._fields_of.clear()
                 self.changed.clear()
                 self.horizon = current.value
+                self.epoch += 1
             else:
                 for kind, obj in changes:
                     if obj is not None:
@@ -129,6 +135,7 @@ class NodeCache:
                 if len(self.changed) > CHANGED_LIMIT:
                     self.changed.clear()
                     self.horizon = current.value
+                    self.epoch += 1
             self.revision = current
         return current
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from graph import details
+from graph import details, directory
 from graph.details import (
     DatasetInfo,
     JobInfo,
@@ -149,7 +149,7 @@ def dataset_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int,
     the others show their current data.
     """
     wanted = sorted({int(pk) for pk in pks})
-    changed = set() if as_of is None else changed_since(wanted, as_of)
+    changed = set() if as_of is None else changed_datasets(wanted, as_of)
     current = cache.entries(DATASET, [pk for pk in wanted if pk not in changed], _render_datasets)
     out = {pk: entry.data for pk, entry in current.items()}
     if changed:
@@ -161,7 +161,7 @@ def dataset_infos(pks: Iterable[int], as_of: datetime | None = None) -> dict[int
     """Datasets with their personal-data fields only (what impact and taint lists show),
     from the node cache; as of a past instant, rewound where they changed since."""
     wanted = sorted({int(pk) for pk in pks})
-    changed = set() if as_of is None else changed_since(wanted, as_of)
+    changed = set() if as_of is None else changed_datasets(wanted, as_of)
     current = cache.entries(
         DATASET, [pk for pk in wanted if pk not in changed], _render_datasets, info=True
     )
@@ -210,18 +210,49 @@ def job_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, str
     return out
 
 
+def changed_datasets(pks: list[int], as_of: datetime) -> set[int]:
+    """Datasets whose shown data differed at ``as_of``: from the node directory, the
+    database for what it cannot tell."""
+    found = directory.get()
+    if found is None:
+        return changed_since(pks, as_of)
+    changed, unknown = found.changed_since(pks, as_of)
+    if unknown:
+        changed |= changed_since(unknown, as_of)
+    return changed
+
+
 def dataset_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
-    """(namespace, name) by pk from the node cache (misses are rendered in full)."""
-    entries = cache.entries(DATASET, sorted({int(pk) for pk in pks}), _render_datasets)
-    return {pk: (e.namespace, e.name) for pk, e in entries.items()}
+    """(namespace, name) by pk from the node directory; the rest from the node cache
+    (misses are rendered in full)."""
+    wanted = sorted({int(pk) for pk in pks})
+    found = directory.get()
+    out = found.dataset_names(wanted) if found is not None else {}
+    rest = [pk for pk in wanted if pk not in out]
+    if rest:
+        entries = cache.entries(DATASET, rest, _render_datasets)
+        out.update({pk: (e.namespace, e.name) for pk, e in entries.items()})
+    return out
 
 
 def field_rows(pks: Iterable[int]) -> dict[int, FieldRow]:
     """(dataset pk, namespace, dataset, field, type, subject kind) by field pk, from the
-    node cache."""
-    return cache.fields(sorted({int(pk) for pk in pks}), details.field_rows)
+    node directory; the rest from the node cache."""
+    wanted = sorted({int(pk) for pk in pks})
+    found = directory.get()
+    out = found.field_rows(wanted) if found is not None else {}
+    rest = [pk for pk in wanted if pk not in out]
+    if rest:
+        out.update(cache.fields(rest, details.field_rows))
+    return out
 
 
 def job_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
-    entries = cache.entries(JOB, sorted({int(pk) for pk in pks}), _render_jobs)
-    return {pk: (e.namespace, e.name) for pk, e in entries.items()}
+    wanted = sorted({int(pk) for pk in pks})
+    found = directory.get()
+    out = found.job_names(wanted) if found is not None else {}
+    rest = [pk for pk in wanted if pk not in out]
+    if rest:
+        entries = cache.entries(JOB, rest, _render_jobs)
+        out.update({pk: (e.namespace, e.name) for pk, e in entries.items()})
+    return out

@@ -197,6 +197,9 @@ def _resolve_node_id(raw: str) -> ResolvedNode:
     candidates = [(ns, tail) for ns, tail in candidates if tail]
     if not candidates:
         raise UnknownNodeId(raw)
+    known = _from_directory(kind, candidates)
+    if known is not None:
+        return known
     if kind in ("dataset", "job"):
         # One query for every (namespace, name) split; the longest namespace wins.
         model = Dataset if kind == "dataset" else Job
@@ -224,6 +227,36 @@ def _resolve_node_id(raw: str) -> ResolvedNode:
             if resolved is not None:
                 return resolved
     raise UnknownNodeId(raw)
+
+
+def _from_directory(kind: str, candidates: list[tuple[str, str]]) -> ResolvedNode | None:
+    """The node from the in-process directory (graph/directory.py) when it can tell for
+    sure: a trusted node under the longest namespace that exists, and for a field the
+    longest dataset name; None sends the caller to the database."""
+    from graph import directory as node_directory
+
+    found = node_directory.get()
+    if found is None:
+        return None
+    known = [(ns, tail) for ns, tail in candidates if ns in found.namespace_ids]
+    if not known:
+        return None
+    ns, tail = known[0]
+    if kind == "dataset":
+        pk = found.dataset_pk(ns, tail)
+        return None if pk is None else ResolvedNode(DatasetNodeId(ns, tail), pk, pk)
+    if kind == "job":
+        pk = found.job_pk(ns, tail)
+        return None if pk is None else ResolvedNode(JobNodeId(ns, tail), pk)
+    # The last colon gives the longest dataset name, the one the database would pick.
+    dataset, sep, field = tail.rpartition(":")
+    if not sep or not dataset or not field:
+        return None
+    dataset_pk = found.dataset_pk(ns, dataset)
+    field_pk = None if dataset_pk is None else found.field_pk(dataset_pk, field)
+    if dataset_pk is None or field_pk is None:
+        return None
+    return ResolvedNode(FieldNodeId(ns, dataset, field), field_pk, dataset_pk)
 
 
 def _pg_named(table: str, candidates: list[tuple[str, str]]) -> list[tuple[Any, ...]]:

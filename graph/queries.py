@@ -23,7 +23,7 @@ import numpy as np
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from catalog.models import Dataset, DatasetField
-from graph import nodedata, snapshot, traverse
+from graph import directory, nodedata, snapshot, traverse
 from graph.details import (
     DatasetInfo,
     FieldInfo,
@@ -425,6 +425,10 @@ def _field_roots(node: ResolvedNode, as_of: datetime | None) -> IntArray:
     if isinstance(node.id, FieldNodeId):
         return np.asarray([node.pk], dtype=np.int64)
     if isinstance(node.id, DatasetNodeId):
+        found = directory.get()
+        fields = None if found is None else found.field_pks(node.pk, as_of)
+        if fields is not None:
+            return fields
         qs = DatasetField.objects.filter(dataset_id=node.pk)
         if as_of is not None:
             qs = qs.filter(first_seen__lte=as_of).filter(

@@ -29,7 +29,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from catalog.pgsql import bound_cursor
 
-VERSION = "v4"
+VERSION = "v5"
 KIND_TABLE = "t"
 KIND_COLUMN = "c"
 KIND_DATASET = "d"
@@ -68,9 +68,13 @@ WATCHED = (
         KIND_DATASET,
         "(SELECT f.dataset_id FROM catalog_datasetfield f WHERE f.id = r.datasetfield_id)",
     ),
+    # A steward's edit is recorded with the edit; as-of answers rewind datasets by these.
+    Watch("catalog_changerecord", KIND_DATASET, "r.dataset_id"),
     Watch("graph_job", KIND_JOB, "r.id"),
     Watch("graph_run", KIND_JOB, "r.job_id"),
-    # Renaming an owner, tag, policy or subject kind changes many datasets' data.
+    # Renaming an owner, tag, policy or subject kind changes many datasets' data; a new
+    # namespace may change how node ids resolve (graph/directory.py).
+    Watch("catalog_namespace", KIND_ALL_DATA, "NULL"),
     Watch("catalog_owner", KIND_ALL_DATA, "NULL", ("UPDATE", "DELETE")),
     Watch("catalog_tag", KIND_ALL_DATA, "NULL", ("UPDATE", "DELETE")),
     Watch("catalog_retentionpolicy", KIND_ALL_DATA, "NULL", ("UPDATE", "DELETE")),

@@ -241,6 +241,9 @@ GRAPH_NODE_CACHE_SIZE = env_int("GRAPH_NODE_CACHE_SIZE", 50_000)
 GRAPH_SHARED_NODE_DATA = env_bool("GRAPH_SHARED_NODE_DATA", True)
 # Resolved node ids (dataset:…, job:…, datasetField:…) are kept per process this long.
 NODE_ID_CACHE_SECONDS = env_int("NODE_ID_CACHE_SECONDS", 60)
+# Each process keeps a directory of node names and fields (graph/directory.py, ~60 MB at
+# 100,000 datasets) so that lineage requests need no query to name their nodes.
+GRAPH_NODE_DIRECTORY = env_bool("GRAPH_NODE_DIRECTORY", True)
 # Server processes (lineage_site/wsgi.py) build the lineage snapshots before serving.
 GRAPH_WARM_ON_START = env_bool("GRAPH_WARM_ON_START", True)
 CELERY_BEAT_SCHEDULE["graph-compact-lineage-detail"] = {

@@ -165,6 +165,8 @@ def _isolated_data_dir(tmp_path_factory: pytest.TempPathFactory, settings: Any) 
     # Shared node documents are written by a background thread, outside the test's
     # transaction; the tests of that mechanism ask for it explicitly.
     settings.GRAPH_SHARED_NODE_DATA = False
+    # Nor may the node directory be read again by a background thread.
+    settings.GRAPH_BACKGROUND_REBUILD = False
     yield
 
 
@@ -174,9 +176,11 @@ def _fresh_cache() -> Iterator[None]:
     from django.core.cache import cache
 
     from catalog.auth import forget_grants
+    from graph import directory
     from graph.nodeids import forget_resolved
 
     cache.clear()
     forget_grants()
     forget_resolved()
+    directory.reset()
     yield

@@ -36,7 +36,7 @@ from catalog.models import (
     RetentionPolicy,
     SubjectKind,
 )
-from graph import revision, snapshot
+from graph import directory, revision, snapshot
 from graph.models import ColumnEdge, Job, Run, TableEdge
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -292,6 +292,7 @@ class Command(BaseCommand):
                 ):
                     cursor.execute(f"ANALYZE {model._meta.db_table}")
         snapshot.reset()
+        directory.reset()
         self.stdout.write(self.style.SUCCESS(f"Loaded {total:,} rows."))
 
     def _load(

@@ -1,0 +1,499 @@
+"""An in-process directory of every dataset, job and field: names and primary keys, field
+types and subject kinds, and when each dataset's shown data last changed.
+
+Without it, a lineage request pays a query to resolve its node id, another to name the
+fields of a column answer, one more to tell which datasets looked different at a past
+instant — most of what a first view of a node costs. The directory answers them from
+memory: dicts for the 150,000 dataset and job names at 100,000 datasets, and numpy
+columns for the million fields (names and types as one byte string each, sliced on use),
+about 60 MB per process, read in a couple of seconds.
+
+Trust follows the node cache's change log (graph/nodecache.py): the directory is read
+at revision R, and answers for a dataset or job only while the process has seen no
+change to that node after R, in the same epoch of the cache (an epoch ends when the
+cache loses track of changes and starts over). Callers take everything else — nodes
+created after R, changed since, or not found — from the database, so a stale directory
+costs a query, never a wrong answer. A directory whose epoch has ended is read again in
+a background thread (in the request that notices it when GRAPH_BACKGROUND_REBUILD is off).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import psycopg
+from django.conf import settings
+from django.db import DatabaseError, connections
+
+from graph import revision as rev
+from graph.details import DATASET_ATTRIBUTES, FIELD_ATTRIBUTES
+from graph.nodecache import DATASET, JOB, FieldRow, cache
+from graph.snapshot import OPEN, PG_EPOCH_OFFSET_US, _time_us, to_us
+
+log = logging.getLogger(__name__)
+
+IntArray = npt.NDArray[np.int64]
+PG_CHUNK_IDS = 250_000
+# Per field: id, dataset, subject kind (or -1), first seen, removed (or +infinity) as int8,
+# then the byte lengths of its name and type as int4.
+FIELD_HEADER = np.dtype(
+    [
+        ("id", ">i8"),
+        ("ds", ">i8"),
+        ("sk", ">i8"),
+        ("first", ">i8"),
+        ("removed", ">i8"),
+        ("name_len", ">i4"),
+        ("type_len", ">i4"),
+    ]
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Directory:
+    revision: int
+    epoch: int
+    namespaces: dict[int, str]
+    namespace_ids: dict[str, int]
+    # (namespace pk, name) -> pk, and back (the same tuples).
+    datasets: dict[tuple[int, str], int]
+    dataset_keys: dict[int, tuple[int, str]]
+    jobs: dict[tuple[int, str], int]
+    job_keys: dict[int, tuple[int, str]]
+    subject_kinds: dict[int, str]
+    # Fields ordered by (dataset, id); ``by_id`` orders them by id (``ids`` = f_id[by_id]).
+    f_id: IntArray
+    f_ds: IntArray
+    f_sk: IntArray
+    f_first: IntArray
+    f_removed: IntArray
+    # Where each field's name and type lie in ``names`` / ``types`` (read in id order).
+    name_lo: npt.NDArray[Any]
+    name_hi: npt.NDArray[Any]
+    type_lo: npt.NDArray[Any]
+    type_hi: npt.NDArray[Any]
+    names: bytes
+    types: bytes
+    ids: IntArray
+    by_id: IntArray
+    # Datasets that have fields, sorted, and where their fields start (len + 1).
+    ds_pks: IntArray
+    ds_start: IntArray
+    # Datasets by pk with the last instant (µs) their shown data changed: a field added or
+    # removed, a steward-edited attribute changed.
+    changed_pks: IntArray
+    changed_at: IntArray
+    built_seconds: float
+
+    # --- trust ------------------------------------------------------------------------
+
+    def trusts(self, kind: str, pk: int) -> bool:
+        return cache.changed.get((kind, pk), 0) <= self.revision
+
+    # --- names ------------------------------------------------------------------------
+
+    def dataset_pk(self, namespace: str, name: str) -> int | None:
+        ns = self.namespace_ids.get(namespace)
+        pk = None if ns is None else self.datasets.get((ns, name))
+        return pk if pk is not None and self.trusts(DATASET, pk) else None
+
+    def job_pk(self, namespace: str, name: str) -> int | None:
+        ns = self.namespace_ids.get(namespace)
+        pk = None if ns is None else self.jobs.get((ns, name))
+        return pk if pk is not None and self.trusts(JOB, pk) else None
+
+    def dataset_names(self, pks: list[int]) -> dict[int, tuple[str, str]]:
+        out = {}
+        for pk in pks:
+            key = self.dataset_keys.get(pk)
+            if key is not None and self.trusts(DATASET, pk):
+                out[pk] = (self.namespaces[key[0]], key[1])
+        return out
+
+    def job_names(self, pks: list[int]) -> dict[int, tuple[str, str]]:
+        out = {}
+        for pk in pks:
+            key = self.job_keys.get(pk)
+            if key is not None and self.trusts(JOB, pk):
+                out[pk] = (self.namespaces[key[0]], key[1])
+        return out
+
+    # --- fields -----------------------------------------------------------------------
+
+    def _span(self, dataset_pk: int) -> tuple[int, int]:
+        at = int(np.searchsorted(self.ds_pks, dataset_pk))
+        if at >= self.ds_pks.size or int(self.ds_pks[at]) != dataset_pk:
+            return 0, 0
+        return int(self.ds_start[at]), int(self.ds_start[at + 1])
+
+    def _name(self, row: int) -> str:
+        return self.names[self.name_lo[row] : self.name_hi[row]].decode()
+
+    def field_pk(self, dataset_pk: int, field: str) -> int | None:
+        """The field named ``field`` of a trusted dataset, or None."""
+        if not self.trusts(DATASET, dataset_pk):
+            return None
+        start, end = self._span(dataset_pk)
+        wanted = field.encode()
+        names = self.names
+        lo = self.name_lo[start:end].tolist()
+        hi = self.name_hi[start:end].tolist()
+        for offset, (a, b) in enumerate(zip(lo, hi, strict=True)):
+            if names[a:b] == wanted:
+                return int(self.f_id[start + offset])
+        return None
+
+    def field_pks(self, dataset_pk: int, as_of: datetime | None) -> IntArray | None:
+        """Fields of a trusted dataset alive at ``as_of`` (now when None), or None."""
+        if not self.trusts(DATASET, dataset_pk):
+            return None
+        start, end = self._span(dataset_pk)
+        removed = self.f_removed[start:end]
+        if as_of is None:
+            alive = removed == OPEN
+        else:
+            moment = to_us(as_of)
+            alive = (self.f_first[start:end] <= moment) & (removed > moment)
+        return np.sort(self.f_id[start:end][alive])
+
+    def field_rows(self, pks: list[int]) -> dict[int, FieldRow]:
+        """(dataset pk, namespace, dataset, field, type, subject kind) of the fields found
+        whose dataset is trusted."""
+        if not pks or self.ids.size == 0:
+            return {}
+        wanted = np.asarray(pks, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.ids, wanted), self.ids.size - 1)
+        hit = self.ids[at] == wanted
+        out: dict[int, FieldRow] = {}
+        rows = self.by_id[at[hit]].tolist()
+        for pk, row in zip(wanted[hit].tolist(), rows, strict=True):
+            ds = int(self.f_ds[row])
+            key = self.dataset_keys.get(ds)
+            if key is None or not self.trusts(DATASET, ds):
+                continue
+            sk = int(self.f_sk[row])
+            out[pk] = (
+                ds,
+                self.namespaces[key[0]],
+                key[1],
+                self._name(row),
+                self.types[self.type_lo[row] : self.type_hi[row]].decode(),
+                self.subject_kinds.get(sk) if sk >= 0 else None,
+            )
+        return out
+
+    def changed_since(self, pks: list[int], as_of: datetime) -> tuple[set[int], list[int]]:
+        """(datasets whose shown data changed after ``as_of``, datasets it cannot tell)."""
+        moment = to_us(as_of)
+        changed: set[int] = set()
+        unknown: list[int] = []
+        for pk in pks:
+            if pk not in self.dataset_keys or not self.trusts(DATASET, pk):
+                unknown.append(pk)
+                continue
+            at = int(np.searchsorted(self.changed_pks, pk))
+            if (
+                at < self.changed_pks.size
+                and int(self.changed_pks[at]) == pk
+                and int(self.changed_at[at]) > moment
+            ):
+                changed.add(pk)
+        return changed, unknown
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (
+            self.f_id,
+            self.f_ds,
+            self.f_sk,
+            self.f_first,
+            self.f_removed,
+            self.name_lo,
+            self.name_hi,
+            self.type_lo,
+            self.type_hi,
+            self.ids,
+            self.by_id,
+            self.ds_pks,
+            self.ds_start,
+            self.changed_pks,
+            self.changed_at,
+        )
+        return sum(a.nbytes for a in arrays) + len(self.names) + len(self.types)
+
+
+# --- reading --------------------------------------------------------------------------
+
+
+def _named_rows(table: str) -> list[tuple[int, int, str]]:
+    with connections["default"].cursor() as cursor:
+        cursor.execute(f"SELECT id, namespace_id, name FROM {table}")
+        return [(int(pk), int(ns), str(name)) for pk, ns, name in cursor.fetchall()]
+
+
+def _fields_postgres() -> tuple[npt.NDArray[Any], bytes, bytes]:
+    """Field headers (FIELD_HEADER) and the names and types as UTF-8, in id order, packed
+    by the database per id range: no per-row Python work."""
+    connection = connections["default"]
+    connection.ensure_connection()
+    raw = connection.connection
+    assert raw is not None
+    header = (
+        "int8send(id) || int8send(dataset_id) || int8send(COALESCE(subject_kind_id, -1)) || "
+        "timestamptz_send(first_seen) || timestamptz_send(COALESCE(removed_at, 'infinity')) || "
+        "int4send(octet_length(name)) || int4send(octet_length(type))"
+    )
+    heads: list[bytes] = []
+    names: list[bytes] = []
+    types: list[bytes] = []
+    with psycopg.Cursor(raw) as cursor:
+        cursor.execute("SELECT min(id), max(id) FROM catalog_datasetfield")
+        row = cursor.fetchone()
+        low, high = (int(row[0]), int(row[1])) if row and row[0] is not None else (0, -1)
+        for start in range(low, high + 1, PG_CHUNK_IDS):
+            cursor.execute(
+                f"SELECT string_agg({header}, ''::bytea ORDER BY id), "
+                "string_agg(convert_to(name, 'UTF8'), ''::bytea ORDER BY id), "
+                "string_agg(convert_to(type, 'UTF8'), ''::bytea ORDER BY id) "
+                "FROM catalog_datasetfield WHERE id >= %s AND id < %s",
+                [start, start + PG_CHUNK_IDS],
+                binary=True,
+            )
+            found = cursor.fetchone()
+            if found and found[0]:
+                heads.append(bytes(found[0]))
+                names.append(bytes(found[1] or b""))
+                types.append(bytes(found[2] or b""))
+    table = np.frombuffer(b"".join(heads), dtype=FIELD_HEADER)
+    return table, b"".join(names), b"".join(types)
+
+
+def _fields_generic() -> tuple[npt.NDArray[Any], bytes, bytes]:
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT id, dataset_id, subject_kind_id, first_seen, removed_at, name, type "
+            "FROM catalog_datasetfield ORDER BY id"
+        )
+        rows = cursor.fetchall()
+    table = np.zeros(len(rows), dtype=FIELD_HEADER)
+    names: list[bytes] = []
+    types: list[bytes] = []
+    for i, (pk, ds, sk, first, removed, name, ftype) in enumerate(rows):
+        name_bytes, type_bytes = str(name).encode(), str(ftype or "").encode()
+        names.append(name_bytes)
+        types.append(type_bytes)
+        table[i] = (
+            pk,
+            ds,
+            -1 if sk is None else sk,
+            _time_us(first) - PG_EPOCH_OFFSET_US,
+            OPEN if removed is None else _time_us(removed) - PG_EPOCH_OFFSET_US,
+            len(name_bytes),
+            len(type_bytes),
+        )
+    return table, b"".join(names), b"".join(types)
+
+
+def _offsets(lengths: IntArray) -> IntArray:
+    out = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def _last_changes(ds: IntArray, first: IntArray, removed: IntArray) -> tuple[IntArray, IntArray]:
+    """Per dataset (sorted pks), the last field addition or removal and the last change
+    to a steward-edited attribute, in µs."""
+    stamps = np.maximum(first, np.where(removed == OPEN, first, removed))
+    with connections["default"].cursor() as cursor:
+        attributes = list(DATASET_ATTRIBUTES + FIELD_ATTRIBUTES)
+        cursor.execute(
+            "SELECT dataset_id, max(at) FROM catalog_changerecord "
+            f"WHERE attribute IN ({', '.join(['%s'] * len(attributes))}) GROUP BY dataset_id",
+            attributes,
+        )
+        edits = cursor.fetchall()
+    edit_ds = np.asarray([int(pk) for pk, _ in edits], dtype=np.int64)
+    edit_at = np.asarray([_time_us(at) for _, at in edits], dtype=np.int64)
+    all_ds = np.concatenate([ds, edit_ds])
+    all_at = np.concatenate([stamps, edit_at])
+    if all_ds.size == 0:
+        return all_ds, all_at
+    order = np.lexsort((all_at, all_ds))
+    all_ds, all_at = all_ds[order], all_at[order]
+    last = np.ones(all_ds.size, dtype=bool)
+    last[:-1] = all_ds[1:] != all_ds[:-1]
+    return all_ds[last], all_at[last]
+
+
+def build() -> Directory:
+    """Read the directory now, at the committed revision (rows read after it)."""
+    started = time.perf_counter()
+    cache.sync()
+    epoch = cache.epoch
+    revision = rev._read("default").value
+    connection = connections["default"]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id, name FROM catalog_namespace")
+        namespaces = {int(pk): str(name) for pk, name in cursor.fetchall()}
+        cursor.execute("SELECT id, name FROM catalog_subjectkind")
+        subject_kinds = {int(pk): str(name) for pk, name in cursor.fetchall()}
+    datasets: dict[tuple[int, str], int] = {}
+    dataset_keys: dict[int, tuple[int, str]] = {}
+    for pk, ns, name in _named_rows("catalog_dataset"):
+        key = (ns, name)
+        datasets[key] = pk
+        dataset_keys[pk] = key
+    jobs: dict[tuple[int, str], int] = {}
+    job_keys: dict[int, tuple[int, str]] = {}
+    for pk, ns, name in _named_rows("graph_job"):
+        key = (ns, name)
+        jobs[key] = pk
+        job_keys[pk] = key
+    loader = _fields_postgres if connection.vendor == "postgresql" else _fields_generic
+    table, names, types = loader()
+    f_id = table["id"].astype(np.int64)
+    name_at = _offsets(table["name_len"].astype(np.int64))
+    type_at = _offsets(table["type_len"].astype(np.int64))
+    f_ds = table["ds"].astype(np.int64)
+    order = np.lexsort((f_id, f_ds))
+    # Names and types stay in id order in their byte strings: only the offsets move.
+    narrow = np.int32 if max(len(names), len(types)) < 2**31 else np.int64
+    name_lo, name_hi = name_at[:-1][order].astype(narrow), name_at[1:][order].astype(narrow)
+    type_lo, type_hi = type_at[:-1][order].astype(narrow), type_at[1:][order].astype(narrow)
+    f_id, f_ds = f_id[order], f_ds[order]
+    first = table["first"].astype(np.int64)[order] + PG_EPOCH_OFFSET_US
+    removed = table["removed"].astype(np.int64)[order]
+    removed[removed != OPEN] += PG_EPOCH_OFFSET_US
+    by_id = np.argsort(f_id, kind="stable")
+    ds_pks, starts = np.unique(f_ds, return_index=True)
+    changed_pks, changed_at = _last_changes(f_ds, first, removed)
+    return Directory(
+        revision=revision,
+        epoch=epoch,
+        namespaces=namespaces,
+        namespace_ids={name: pk for pk, name in namespaces.items()},
+        datasets=datasets,
+        dataset_keys=dataset_keys,
+        jobs=jobs,
+        job_keys=job_keys,
+        subject_kinds=subject_kinds,
+        f_id=f_id,
+        f_ds=f_ds,
+        f_sk=table["sk"].astype(np.int64)[order],
+        f_first=first,
+        f_removed=removed,
+        name_lo=name_lo,
+        name_hi=name_hi,
+        type_lo=type_lo,
+        type_hi=type_hi,
+        names=names,
+        types=types,
+        ids=f_id[by_id],
+        by_id=by_id,
+        ds_pks=ds_pks.astype(np.int64),
+        ds_start=np.append(starts, f_id.size).astype(np.int64),
+        changed_pks=changed_pks,
+        changed_at=changed_at,
+        built_seconds=time.perf_counter() - started,
+    )
+
+
+class _State:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.directory: Directory | None = None
+        self.rebuilding = False
+        self.builds = 0
+
+
+_state = _State()
+
+
+def get() -> Directory | None:
+    """The directory when it can be trusted in the cache's current epoch, else None (and
+    a new one is read: now the first time, in the background after that)."""
+    if not getattr(settings, "GRAPH_NODE_DIRECTORY", True):
+        return None
+    cache.sync()
+    directory = _state.directory
+    if directory is not None and directory.epoch == cache.epoch:
+        return directory
+    if directory is None or not getattr(settings, "GRAPH_BACKGROUND_REBUILD", True):
+        with _state.lock:
+            if _state.directory is None or _state.directory.epoch != cache.epoch:
+                _install(build())
+        fresh = _state.directory
+        return fresh if fresh is not None and fresh.epoch == cache.epoch else None
+    _rebuild_in_background()
+    return None
+
+
+def _install(directory: Directory) -> None:
+    _state.directory = directory
+    _state.builds += 1
+    log.info(
+        "node directory: %d datasets, %d jobs, %d fields in %.1f s",
+        len(directory.dataset_keys),
+        len(directory.job_keys),
+        directory.f_id.size,
+        directory.built_seconds,
+    )
+
+
+def _rebuild_in_background() -> None:
+    with _state.lock:
+        if _state.rebuilding:
+            return
+        _state.rebuilding = True
+
+    def work() -> None:
+        try:
+            fresh = build()
+            with _state.lock:
+                _install(fresh)
+        except DatabaseError:
+            log.exception("could not read the node directory")
+        finally:
+            _state.rebuilding = False
+            connections.close_all()
+
+    threading.Thread(target=work, name="node-directory", daemon=True).start()
+
+
+def warm() -> bool:
+    """Read the directory before the process serves (lineage_site/wsgi.py)."""
+    try:
+        return get() is not None
+    except DatabaseError as exc:
+        log.warning("node directory not read at start: %s", exc)
+        return False
+
+
+def reset() -> None:
+    """Forget the directory (tests; after a bulk load)."""
+    with _state.lock:
+        _state.directory = None
+
+
+def stats() -> dict[str, Any]:
+    directory = _state.directory
+    if directory is None:
+        return {"builds": _state.builds, "directory": None}
+    return {
+        "builds": _state.builds,
+        "directory": {
+            "revision": directory.revision,
+            "datasets": len(directory.dataset_keys),
+            "jobs": len(directory.job_keys),
+            "fields": int(directory.f_id.size),
+            "bytes": directory.nbytes,
+            "seconds": round(directory.built_seconds, 3),
+        },
+    }

@@ -1,0 +1,119 @@
+"""The node directory answers as the database would, and leaves to the database every node
+that changed after it was read."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from catalog.models import Dataset, DatasetField, Namespace
+from graph import details, directory, nodedata, nodeids
+from graph.nodeids import UnknownNodeId, resolve_node_id
+from tests.graph_builders import T0, T1, T2, T3, LineageBuilder
+
+# Committed writes, as in production: the change log follows commits.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def g() -> LineageBuilder:
+    b = LineageBuilder()
+    b.dataset("raw.orders", fields=("id", "email", "amount"))
+    b.dataset("clean.orders", fields=("id", "email"))
+    b.dataset("s3:/lake/part:v2", fields=("key",))
+    b.job(
+        "clean",
+        reads=["raw.orders"],
+        writes=["clean.orders"],
+        columns={"clean.orders.email": ["raw.orders.email"]},
+    )
+    return b
+
+
+def fresh(raw: str) -> nodeids.ResolvedNode:
+    nodeids.forget_resolved()
+    return resolve_node_id(raw)
+
+
+def from_database(raw: str, settings) -> nodeids.ResolvedNode:
+    settings.GRAPH_NODE_DIRECTORY = False
+    try:
+        return fresh(raw)
+    finally:
+        settings.GRAPH_NODE_DIRECTORY = True
+
+
+def test_it_names_nodes_and_fields_as_the_database_does(g, settings):
+    found = directory.get()
+    assert found is not None
+    field_pks = [f.pk for f in g.fields.values()]
+    assert found.field_rows(field_pks) == details.field_rows(field_pks)
+    ds_pks = [d.pk for d in g.ds.values()]
+    assert found.dataset_names(ds_pks) == details.load_dataset_names(ds_pks)
+    job_pks = [j.pk for j in g.jobs.values()]
+    assert found.job_names(job_pks) == details.load_job_names(job_pks)
+    for raw in (
+        g.id("raw.orders"),
+        g.id("job:clean"),
+        g.id("clean.orders.email"),
+        f"datasetField:{g.ns.name}:s3:/lake/part:v2:key",
+    ):
+        assert fresh(raw) == from_database(raw, settings)
+    assert directory.stats()["directory"]["fields"] == len(field_pks)
+
+
+def test_nodes_changed_after_it_was_read_come_from_the_database(g):
+    assert directory.get() is not None
+    email = g.field("raw.orders.email")
+    DatasetField.objects.filter(pk=email.pk).update(name="e_mail")
+    late = g.dataset("late.orders", fields=("id",))
+    Dataset.objects.filter(pk=g.ds["clean.orders"].pk).delete()
+
+    assert fresh(g.id("raw.orders.e_mail")).pk == email.pk
+    assert nodedata.field_rows([email.pk])[email.pk][3] == "e_mail"
+    with pytest.raises(UnknownNodeId):
+        fresh(g.id("raw.orders.email"))
+    assert fresh(g.id("late.orders")).pk == late.pk
+    with pytest.raises(UnknownNodeId):
+        fresh(f"dataset:{g.ns.name}:clean.orders")
+    # Untouched nodes are still answered from memory.
+    found = directory.get()
+    assert found is not None
+    assert found.dataset_pk(g.ns.name, "raw.orders") is None  # changed: its field was renamed
+    assert found.job_pk(g.jobs_ns.name, "clean") == g.jobs["clean"].pk
+
+
+def test_a_new_namespace_that_captures_an_id_is_seen_at_once():
+    old = Namespace.objects.create(name="file")
+    Dataset.objects.create(namespace=old, name="a:b", first_seen=T0, last_seen=T0)
+    assert fresh("dataset:file:a:b").id.namespace == "file"
+    assert directory.get() is not None
+    longer = Namespace.objects.create(name="file:a")
+    ds = Dataset.objects.create(namespace=longer, name="b", first_seen=T0, last_seen=T0)
+    resolved = fresh("dataset:file:a:b")
+    assert (resolved.id.namespace, resolved.pk) == ("file:a", ds.pk)
+
+
+def test_it_tells_which_datasets_looked_different_in_the_past_as_the_database_does(g):
+    added = g.dataset("grown.orders", fields=("id",))
+    DatasetField.objects.create(dataset=added, name="late", type="string", ordinal=1, first_seen=T2)
+    DatasetField.objects.filter(pk=g.field("clean.orders.email").pk).update(removed_at=T1)
+    found = directory.get()
+    assert found is not None
+    pks = sorted(d.pk for d in g.ds.values())
+    for moment in (T0 - timedelta(days=1), T0, T1, T2 - timedelta(seconds=1), T2, T3):
+        changed, unknown = found.changed_since(pks, moment)
+        assert not unknown
+        assert changed == details.changed_since(pks, moment), moment
+    for moment in (T0, T1, T3):
+        roots = found.field_pks(added.pk, moment)
+        assert roots is not None
+        alive = DatasetField.objects.filter(dataset=added, first_seen__lte=moment)
+        assert roots.tolist() == sorted(alive.values_list("pk", flat=True))
+
+
+def test_it_can_be_turned_off(g, settings):
+    settings.GRAPH_NODE_DIRECTORY = False
+    assert directory.get() is None
+    assert fresh(g.id("raw.orders.email")).pk == g.field("raw.orders.email").pk
