@@ -90,6 +90,9 @@ class Directory:
     # removed, a steward-edited attribute changed.
     changed_pks: IntArray
     changed_at: IntArray
+    # Datasets by pk with their last steward edit (µs).
+    edit_pks: IntArray
+    edit_at: IntArray
     built_seconds: float
 
     # --- trust ------------------------------------------------------------------------
@@ -207,6 +210,26 @@ class Directory:
                 changed.add(pk)
         return changed, unknown
 
+    def past_key(self, dataset_pk: int, as_of: datetime) -> tuple[int, int, int] | None:
+        """What a trusted dataset showed at ``as_of``, as a key: the fields alive then are
+        fixed by how many were added and how many removed by then (both only grow with
+        time). None when it cannot tell, or a steward edit after ``as_of`` rewinds more
+        than fields."""
+        if not self.trusts(DATASET, dataset_pk):
+            return None
+        moment = to_us(as_of)
+        at = int(np.searchsorted(self.edit_pks, dataset_pk))
+        if (
+            at < self.edit_pks.size
+            and int(self.edit_pks[at]) == dataset_pk
+            and int(self.edit_at[at]) > moment
+        ):
+            return None
+        start, end = self._span(dataset_pk)
+        added = int(np.count_nonzero(self.f_first[start:end] <= moment))
+        removed = int(np.count_nonzero(self.f_removed[start:end] <= moment))
+        return dataset_pk, added, removed
+
     @property
     def nbytes(self) -> int:
         arrays = (
@@ -225,6 +248,8 @@ class Directory:
             self.ds_start,
             self.changed_pks,
             self.changed_at,
+            self.edit_pks,
+            self.edit_at,
         )
         return sum(a.nbytes for a in arrays) + len(self.names) + len(self.types)
 
@@ -307,9 +332,22 @@ def _offsets(lengths: IntArray) -> IntArray:
     return out
 
 
-def _last_changes(ds: IntArray, first: IntArray, removed: IntArray) -> tuple[IntArray, IntArray]:
-    """Per dataset (sorted pks), the last field addition or removal and the last change
-    to a steward-edited attribute, in µs."""
+def _last_per_dataset(ds: IntArray, at: IntArray) -> tuple[IntArray, IntArray]:
+    """(sorted dataset pks, the latest ``at`` of each)."""
+    if ds.size == 0:
+        return ds, at
+    order = np.lexsort((at, ds))
+    ds, at = ds[order], at[order]
+    last = np.ones(ds.size, dtype=bool)
+    last[:-1] = ds[1:] != ds[:-1]
+    return ds[last], at[last]
+
+
+def _last_changes(
+    ds: IntArray, first: IntArray, removed: IntArray
+) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+    """Per dataset (sorted pks), the last field addition, removal or steward edit; and the
+    last steward edit alone; in µs."""
     stamps = np.maximum(first, np.where(removed == OPEN, first, removed))
     with connections["default"].cursor() as cursor:
         attributes = list(DATASET_ATTRIBUTES + FIELD_ATTRIBUTES)
@@ -321,15 +359,8 @@ def _last_changes(ds: IntArray, first: IntArray, removed: IntArray) -> tuple[Int
         edits = cursor.fetchall()
     edit_ds = np.asarray([int(pk) for pk, _ in edits], dtype=np.int64)
     edit_at = np.asarray([_time_us(at) for _, at in edits], dtype=np.int64)
-    all_ds = np.concatenate([ds, edit_ds])
-    all_at = np.concatenate([stamps, edit_at])
-    if all_ds.size == 0:
-        return all_ds, all_at
-    order = np.lexsort((all_at, all_ds))
-    all_ds, all_at = all_ds[order], all_at[order]
-    last = np.ones(all_ds.size, dtype=bool)
-    last[:-1] = all_ds[1:] != all_ds[:-1]
-    return all_ds[last], all_at[last]
+    changed = _last_per_dataset(np.concatenate([ds, edit_ds]), np.concatenate([stamps, edit_at]))
+    return (*changed, *_last_per_dataset(edit_ds, edit_at))
 
 
 def build() -> Directory:
@@ -373,7 +404,7 @@ def build() -> Directory:
     removed[removed != OPEN] += PG_EPOCH_OFFSET_US
     by_id = np.argsort(f_id, kind="stable")
     ds_pks, starts = np.unique(f_ds, return_index=True)
-    changed_pks, changed_at = _last_changes(f_ds, first, removed)
+    changed_pks, changed_at, edit_pks, edit_at = _last_changes(f_ds, first, removed)
     return Directory(
         revision=revision,
         epoch=epoch,
@@ -401,6 +432,8 @@ def build() -> Directory:
         ds_start=np.append(starts, f_id.size).astype(np.int64),
         changed_pks=changed_pks,
         changed_at=changed_at,
+        edit_pks=edit_pks,
+        edit_at=edit_at,
         built_seconds=time.perf_counter() - started,
     )
 
