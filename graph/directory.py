@@ -112,19 +112,13 @@ class Directory:
         pk = None if ns is None else self.jobs.get((ns, name))
         return pk if pk is not None and self.trusts(JOB, pk) else None
 
-    def dataset_names(self, pks: list[int]) -> dict[int, tuple[str, str]]:
+    def node_names(self, kind: str, pks: list[int]) -> dict[int, tuple[str, str]]:
+        """(namespace, name) of the trusted datasets (``kind`` DATASET) or jobs found."""
+        keys = self.dataset_keys if kind == DATASET else self.job_keys
         out = {}
         for pk in pks:
-            key = self.dataset_keys.get(pk)
-            if key is not None and self.trusts(DATASET, pk):
-                out[pk] = (self.namespaces[key[0]], key[1])
-        return out
-
-    def job_names(self, pks: list[int]) -> dict[int, tuple[str, str]]:
-        out = {}
-        for pk in pks:
-            key = self.job_keys.get(pk)
-            if key is not None and self.trusts(JOB, pk):
+            key = keys.get(pk)
+            if key is not None and self.trusts(kind, pk):
                 out[pk] = (self.namespaces[key[0]], key[1])
         return out
 

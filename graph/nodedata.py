@@ -27,7 +27,7 @@ from graph.details import (
     load_datasets,
     load_jobs,
 )
-from graph.nodecache import DATASET, JOB, Entry, FieldRow, cache
+from graph.nodecache import DATASET, JOB, Entry, FieldRow, Render, cache
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -287,17 +287,21 @@ def changed_datasets(pks: list[int], as_of: datetime) -> set[int]:
     return changed
 
 
-def dataset_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
+def _names(kind: str, pks: Iterable[int], render: Render) -> dict[int, tuple[str, str]]:
     """(namespace, name) by pk from the node directory; the rest from the node cache
     (misses are rendered in full)."""
     wanted = sorted({int(pk) for pk in pks})
     found = directory.get()
-    out = found.dataset_names(wanted) if found is not None else {}
+    out = found.node_names(kind, wanted) if found is not None else {}
     rest = [pk for pk in wanted if pk not in out]
     if rest:
-        entries = cache.entries(DATASET, rest, _render_datasets)
+        entries = cache.entries(kind, rest, render)
         out.update({pk: (e.namespace, e.name) for pk, e in entries.items()})
     return out
+
+
+def dataset_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
+    return _names(DATASET, pks, _render_datasets)
 
 
 def field_rows(pks: Iterable[int]) -> dict[int, FieldRow]:
@@ -313,11 +317,4 @@ def field_rows(pks: Iterable[int]) -> dict[int, FieldRow]:
 
 
 def job_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
-    wanted = sorted({int(pk) for pk in pks})
-    found = directory.get()
-    out = found.job_names(wanted) if found is not None else {}
-    rest = [pk for pk in wanted if pk not in out]
-    if rest:
-        entries = cache.entries(JOB, rest, _render_jobs)
-        out.update({pk: (e.namespace, e.name) for pk, e in entries.items()})
-    return out
+    return _names(JOB, pks, _render_jobs)

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from catalog.models import Dataset, DatasetField, Namespace
-from graph import details, directory, nodedata, nodeids
+from graph import details, directory, nodecache, nodedata, nodeids
 from graph.nodeids import UnknownNodeId, resolve_node_id
 from tests.graph_builders import T0, T1, T2, T3, LineageBuilder
 
@@ -50,9 +50,9 @@ def test_it_names_nodes_and_fields_as_the_database_does(g, settings):
     field_pks = [f.pk for f in g.fields.values()]
     assert found.field_rows(field_pks) == details.field_rows(field_pks)
     ds_pks = [d.pk for d in g.ds.values()]
-    assert found.dataset_names(ds_pks) == details.load_dataset_names(ds_pks)
+    assert found.node_names(nodecache.DATASET, ds_pks) == details.load_dataset_names(ds_pks)
     job_pks = [j.pk for j in g.jobs.values()]
-    assert found.job_names(job_pks) == details.load_job_names(job_pks)
+    assert found.node_names(nodecache.JOB, job_pks) == details.load_job_names(job_pks)
     for raw in (
         g.id("raw.orders"),
         g.id("job:clean"),

@@ -259,37 +259,25 @@ class Command(BaseCommand):
         if bar is not None:
             bar.close()
         with connection.cursor() as cursor:
-            for sql in connection.ops.sequence_reset_sql(
-                no_style(),
-                [
-                    Namespace,
-                    Dataset,
-                    DatasetField,
-                    Owner,
-                    DatasetOwnership,
-                    Job,
-                    Run,
-                    TableEdge,
-                    ColumnEdge,
-                ],
-            ):
+            loaded = [
+                Namespace,
+                Dataset,
+                DatasetField,
+                Owner,
+                DatasetOwnership,
+                Job,
+                Run,
+                TableEdge,
+                ColumnEdge,
+            ]
+            for sql in connection.ops.sequence_reset_sql(no_style(), loaded):
                 cursor.execute(sql)
             if connection.vendor == "postgresql":
                 # Fresh statistics for every table loaded: planned on the estimates of an
                 # empty table, the owners of a few datasets are found by probing the
                 # ownership index once per owner (milliseconds per answer, not microseconds)
                 # until autovacuum gets round to it.
-                for model in (
-                    Namespace,
-                    Dataset,
-                    DatasetField,
-                    Owner,
-                    DatasetOwnership,
-                    Job,
-                    Run,
-                    TableEdge,
-                    ColumnEdge,
-                ):
+                for model in loaded:
                     cursor.execute(f"ANALYZE {model._meta.db_table}")
         snapshot.reset()
         directory.reset()
