@@ -173,8 +173,7 @@ def lineage_body(graph: queries.LineageGraph) -> str:
     """
     ds_pks = [n.pk for n in graph.nodes if n.kind == "DATASET"]
     job_pks = [n.pk for n in graph.nodes if n.kind == "JOB"]
-    ds_data = nodedata.dataset_json(ds_pks, graph.as_of)
-    job_data = nodedata.job_json(job_pks, graph.as_of)
+    ds_data, job_data = nodedata.node_json(ds_pks, job_pks, graph.as_of)
     quoted = {n.node_id: _quote(n.node_id) for n in graph.nodes}
     refs = {
         n.node_id: f'{{"namespace":{_quote(n.namespace)},"name":{_quote(n.name)}}}'

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
+from uuid import UUID
 
 from django.db import connection
 
@@ -523,7 +524,8 @@ def _run_info(
             )
         ):
             state, error = RunState.RUNNING, ""
-    return RunInfo(str(uuid), state, started, ended, error)
+    # SQLite keeps a uuid as 32 hex digits: shown as everywhere else.
+    return RunInfo(str(UUID(str(uuid))), state, started, ended, error)
 
 
 def edge_descriptions(edge_ids: Iterable[int]) -> dict[int, str]:

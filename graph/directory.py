@@ -1,12 +1,14 @@
 """An in-process directory of every dataset, job and field: names and primary keys, field
-types and subject kinds, and when each dataset's shown data last changed.
+types and subject kinds, when each dataset's shown data last changed, and when each job's
+runs began and its last run settled.
 
 Without it, a lineage request pays a query to resolve its node id, another to name the
 fields of a column answer, one more to tell which datasets looked different at a past
-instant — most of what a first view of a node costs. The directory answers them from
-memory: dicts for the 150,000 dataset and job names at 100,000 datasets, and numpy
-columns for the million fields (names and types as one byte string each, sliced on use),
-about 60 MB per process, read in a couple of seconds.
+instant and another for the jobs' runs as of then — most of what a first view of a node
+costs. The directory answers them from memory: dicts for the 150,000 dataset and job
+names at 100,000 datasets, and numpy columns for the million fields (names and types as
+one byte string each, sliced on use) and the jobs' run bounds, about 60 MB per process,
+read in a couple of seconds.
 
 Trust follows the node cache's change log (graph/nodecache.py): the directory is read
 at revision R, and answers for a dataset or job only while the process has seen no
@@ -93,6 +95,14 @@ class Directory:
     # Datasets by pk with their last steward edit (µs).
     edit_pks: IntArray
     edit_at: IntArray
+    # Jobs with runs, by pk: when the first and the last run were created, and from when
+    # the last one looks as it does now (its end and its state's time), in µs; whether the
+    # last created is the job's latest run (the one its node data shows).
+    run_jobs: IntArray
+    run_first: IntArray
+    run_last: IntArray
+    run_settled: IntArray
+    run_shown: npt.NDArray[np.bool_]
     built_seconds: float
 
     # --- trust ------------------------------------------------------------------------
@@ -224,6 +234,32 @@ class Directory:
         removed = int(np.count_nonzero(self.f_removed[start:end] <= moment))
         return dataset_pk, added, removed
 
+    def runs_at(self, pks: list[int], as_of: datetime) -> tuple[list[int], list[int], list[int]]:
+        """Jobs split by their run as of ``as_of`` (the last created by then, seen from
+        then): (no run yet, the latest run exactly as shown now, jobs it cannot tell —
+        untrusted, or some earlier run)."""
+        moment = to_us(as_of)
+        none: list[int] = []
+        shown: list[int] = []
+        unknown: list[int] = []
+        for pk in pks:
+            if pk not in self.job_keys or not self.trusts(JOB, pk):
+                unknown.append(pk)
+                continue
+            at = int(np.searchsorted(self.run_jobs, pk))
+            ran = at < self.run_jobs.size and int(self.run_jobs[at]) == pk
+            if not ran or moment < int(self.run_first[at]):
+                none.append(pk)
+            elif (
+                bool(self.run_shown[at])
+                and moment >= int(self.run_last[at])
+                and moment >= int(self.run_settled[at])
+            ):
+                shown.append(pk)
+            else:
+                unknown.append(pk)
+        return none, shown, unknown
+
     @property
     def nbytes(self) -> int:
         arrays = (
@@ -244,6 +280,11 @@ class Directory:
             self.changed_at,
             self.edit_pks,
             self.edit_at,
+            self.run_jobs,
+            self.run_first,
+            self.run_last,
+            self.run_settled,
+            self.run_shown,
         )
         return sum(a.nbytes for a in arrays) + len(self.names) + len(self.types)
 
@@ -357,6 +398,38 @@ def _last_changes(
     return (*changed, *_last_per_dataset(edit_ds, edit_at))
 
 
+def _run_bounds() -> tuple[IntArray, IntArray, IntArray, IntArray, npt.NDArray[np.bool_]]:
+    """Per job with runs (sorted pks): its first and last run's creation, when the last
+    settled (µs), and whether the last is the job's latest run. Two index probes a job."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT j.id, f.created_at, l.created_at, l.ended_at, l.state_event_time, "
+            "l.id = j.latest_run_id FROM graph_job j "
+            "JOIN graph_run f ON f.id = (SELECT r.id FROM graph_run r WHERE r.job_id = j.id "
+            "ORDER BY r.created_at, r.id LIMIT 1) "
+            "JOIN graph_run l ON l.id = (SELECT r.id FROM graph_run r WHERE r.job_id = j.id "
+            "ORDER BY r.created_at DESC, r.id DESC LIMIT 1) ORDER BY j.id"
+        )
+        rows = cursor.fetchall()
+    first: list[int] = []
+    last: list[int] = []
+    settled: list[int] = []
+    for _, first_at, last_at, ended, state_at, _ in rows:
+        created = _time_us(last_at)
+        first.append(_time_us(first_at))
+        last.append(created)
+        settled.append(
+            max((_time_us(t) for t in (ended, state_at) if t is not None), default=created)
+        )
+    return (
+        np.asarray([row[0] for row in rows], dtype=np.int64),
+        np.asarray(first, dtype=np.int64),
+        np.asarray(last, dtype=np.int64),
+        np.asarray(settled, dtype=np.int64),
+        np.asarray([bool(row[5]) for row in rows], dtype=bool),
+    )
+
+
 def build() -> Directory:
     """Read the directory now, at the committed revision (rows read after it)."""
     started = time.perf_counter()
@@ -399,6 +472,7 @@ def build() -> Directory:
     by_id = np.argsort(f_id, kind="stable")
     ds_pks, starts = np.unique(f_ds, return_index=True)
     changed_pks, changed_at, edit_pks, edit_at = _last_changes(f_ds, first, removed)
+    run_jobs, run_first, run_last, run_settled, run_shown = _run_bounds()
     return Directory(
         revision=revision,
         epoch=epoch,
@@ -428,6 +502,11 @@ def build() -> Directory:
         changed_at=changed_at,
         edit_pks=edit_pks,
         edit_at=edit_at,
+        run_jobs=run_jobs,
+        run_first=run_first,
+        run_last=run_last,
+        run_settled=run_settled,
+        run_shown=run_shown,
         built_seconds=time.perf_counter() - started,
     )
 

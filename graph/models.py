@@ -406,3 +406,25 @@ class NodeDocument(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.obj_id} at revision {self.revision}"
+
+
+class NodeDocumentPass(models.Model):
+    """The last full pass that rendered every node's document (graph/documents.py).
+
+    One row. Every dataset and job then had a document valid at ``revision``;
+    a process that can read the change log from there trusts those documents
+    for every node the log shows unchanged since (graph/nodecache.py).
+    """
+
+    revision = models.BigIntegerField()
+    token = models.CharField(max_length=40, blank=True)
+    finished_at = models.DateTimeField(default=timezone.now)
+    datasets = models.IntegerField(default=0)
+    jobs = models.IntegerField(default=0)
+    seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        db_table = "graph_nodedoc_pass"
+
+    def __str__(self) -> str:
+        return f"node documents at revision {self.revision}"

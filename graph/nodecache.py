@@ -14,7 +14,9 @@ answering process has not seen yet. A document carries the revision its
 writer had synced to. A process trusts it when the document is at least as
 new as the moment the process started following the change log (``horizon``)
 and the process saw no change to that node after the document's revision;
-anything else is rendered again and the newer document replaces the old.
+anything else is rendered again and the newer document replaces the old. A
+process that starts after a full rendering pass (graph/documents.py) reads the
+change log from that pass on, so its horizon is the pass, not its own start.
 """
 
 from __future__ import annotations
@@ -121,9 +123,7 @@ class NodeCache:
                 self._entries.clear()
                 self._fields.clear()
                 self._fields_of.clear()
-                self.changed.clear()
-                self.horizon = current.value
-                self.epoch += 1
+                self._start_epoch(current)
             else:
                 for kind, obj in changes:
                     if obj is not None:
@@ -133,11 +133,39 @@ class NodeCache:
                             for field in self._fields_of.pop(obj, ()):
                                 self._fields.pop(field, None)
                 if len(self.changed) > CHANGED_LIMIT:
-                    self.changed.clear()
-                    self.horizon = current.value
-                    self.epoch += 1
+                    self._start_epoch(current)
             self.revision = current
         return current
+
+    def _start_epoch(self, current: rev.Revision) -> None:
+        """Start following the change log afresh at ``current``: no earlier document is
+        trusted, unless the last full rendering pass (graph/documents.py) is on the change
+        log's timeline and few enough nodes changed since it to remember them all."""
+        self.changed.clear()
+        self.horizon = current.value
+        self.epoch += 1
+        if not self._sharing():
+            return
+        with bound_cursor() as cursor:
+            cursor.execute("SELECT revision, token FROM graph_nodedoc_pass WHERE id = 1")
+            row = cursor.fetchone()
+        if row is None:
+            return
+        floor = rev.Revision(int(row[0]), str(row[1]))
+        if floor.value > current.value or not rev.on_timeline(floor):
+            return
+        since = rev.last_changes(
+            floor.value,
+            current.value,
+            (rev.KIND_DATASET, rev.KIND_JOB, rev.KIND_ALL_DATA),
+            SYNC_LIMIT,
+        )
+        if since is None or any(obj is None for _, obj in since):
+            return
+        self.changed.update(
+            {(kind, obj): at for (kind, obj), at in since.items() if obj is not None}
+        )
+        self.horizon = floor.value
 
     def _get(self, kind: str, pks: Iterable[int]) -> tuple[dict[int, Entry], list[int]]:
         found: dict[int, Entry] = {}
@@ -227,21 +255,42 @@ class NodeCache:
                 self._fields_of.get(row[0], set()).discard(pk)
         return found
 
+    def preload(self, wanted: dict[str, list[int]]) -> None:
+        """Take the shared documents of the datasets and jobs in ``wanted`` (pks by kind)
+        that this process lacks in one query, rather than one per kind."""
+        if not self._sharing():
+            return
+        self.sync()
+        with self.lock:
+            missing = {
+                kind: [pk for pk in pks if (kind, pk) not in self._entries]
+                for kind, pks in wanted.items()
+            }
+        if sum(1 for pks in missing.values() if pks) < 2:
+            return  # one kind: entries() asks for it in one query anyway
+        for kind, shared in self._shared_many(missing).items():
+            self._put(kind, shared)
+            self.shared_hits += len(shared)
+
     def _shared(self, kind: str, pks: list[int]) -> dict[int, Entry]:
         """Shared documents of these nodes that this process can trust."""
+        return self._shared_many({kind: pks}).get(kind, {})
+
+    def _shared_many(self, wanted: dict[str, list[int]]) -> dict[str, dict[int, Entry]]:
         with bound_cursor() as cursor:
             cursor.execute(
-                "SELECT obj_id, revision, namespace, name, data FROM graph_nodedoc "
-                "WHERE kind = %s AND obj_id = ANY(%s) AND revision >= %s",
-                [kind, pks, self.horizon],
+                "SELECT kind, obj_id, revision, namespace, name, data FROM graph_nodedoc "
+                "WHERE revision >= %s AND ((kind = %s AND obj_id = ANY(%s)) "
+                "OR (kind = %s AND obj_id = ANY(%s)))",
+                [self.horizon, DATASET, wanted.get(DATASET, []), JOB, wanted.get(JOB, [])],
             )
             rows = cursor.fetchall()
         changed = self.changed
-        return {
-            pk: Entry(namespace, name, data, None)
-            for pk, revision, namespace, name, data in rows
-            if changed.get((kind, pk), 0) <= revision
-        }
+        out: dict[str, dict[int, Entry]] = {}
+        for kind, pk, revision, namespace, name, data in rows:
+            if changed.get((kind, pk), 0) <= revision:
+                out.setdefault(kind, {})[pk] = Entry(namespace, name, data, None)
+        return out
 
     def stats(self) -> dict[str, int]:
         return {
@@ -294,7 +343,7 @@ class Publisher:
                 batch, self.pending = self.pending, {}
                 self.busy = True
             try:
-                _write_documents(batch)
+                write_documents(batch)
             except Exception:  # a cache write: never let it kill the thread
                 log.exception("could not share %d rendered nodes", len(batch))
             finally:
@@ -304,7 +353,7 @@ class Publisher:
                     self.wake.notify_all()
 
 
-def _write_documents(batch: dict[tuple[str, int], tuple[int, Entry]]) -> None:
+def write_documents(batch: dict[tuple[str, int], tuple[int, Entry]]) -> None:
     """Upsert documents in one lock order per kind; a newer document is never replaced by an
     older one."""
     by_kind: dict[str, list[tuple[int, int, Entry]]] = {}
@@ -315,7 +364,8 @@ def _write_documents(batch: dict[tuple[str, int], tuple[int, Entry]]) -> None:
             cursor.execute(
                 "INSERT INTO graph_nodedoc (kind, obj_id, revision, namespace, name, data) "
                 "SELECT %s, t.obj_id, t.revision, t.namespace, t.name, t.data FROM "
-                "unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::text[]) "
+                # Binary parameters: as text, the driver escapes every quote of the JSON.
+                "unnest(%b::bigint[], %b::bigint[], %b::text[], %b::text[], %b::text[]) "
                 "AS t(obj_id, revision, namespace, name, data) "
                 "ON CONFLICT (kind, obj_id) DO UPDATE SET revision = EXCLUDED.revision, "
                 "namespace = EXCLUDED.namespace, name = EXCLUDED.name, data = EXCLUDED.data "

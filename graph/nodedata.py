@@ -110,16 +110,7 @@ def job_data(info: JobInfo) -> dict[str, Any]:
         "jobType": info.job_type or None,
         "integration": info.integration or None,
         # Last, so a run as of another instant can be spliced over it.
-        "latestRun": None
-        if run is None
-        else {
-            "id": run.run_uuid,
-            "state": run.state,
-            "startedAt": iso(run.started_at),
-            "endedAt": iso(run.ended_at),
-            "durationMs": run.duration_ms,
-            "errorMessage": run.error_message or None,
-        },
+        "latestRun": _run(run),
     }
 
 
@@ -127,7 +118,7 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def _render_datasets(pks: list[int], as_of: datetime | None = None) -> dict[int, Entry]:
+def render_datasets(pks: list[int], as_of: datetime | None = None) -> dict[int, Entry]:
     out = {}
     for pk, info in load_datasets(pks, as_of).items():
         personal = replace(info, fields=info.pii_fields)
@@ -135,12 +126,24 @@ def _render_datasets(pks: list[int], as_of: datetime | None = None) -> dict[int,
     return out
 
 
-def _render_jobs(pks: list[int]) -> dict[int, Entry]:
+def render_jobs(pks: list[int]) -> dict[int, Entry]:
     # Kept with the current latest run; run changes evict the job (graph_run is watched).
     return {
         pk: Entry(info.namespace, info.name, _dumps(job_data(info)), info)
         for pk, info in load_jobs(pks).items()
     }
+
+
+def node_json(
+    ds_pks: Iterable[int], job_pks: Iterable[int], as_of: datetime | None = None
+) -> tuple[dict[int, str], dict[int, str]]:
+    """:func:`dataset_json` and :func:`job_json` at once: the shared documents either lacks
+    come in one query."""
+    datasets = sorted({int(pk) for pk in ds_pks})
+    jobs = sorted({int(pk) for pk in job_pks})
+    changed = set() if as_of is None else changed_datasets(datasets, as_of)
+    cache.preload({DATASET: [pk for pk in datasets if pk not in changed], JOB: jobs})
+    return dataset_json(datasets, as_of), job_json(jobs, as_of)
 
 
 def dataset_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, str]:
@@ -152,7 +155,7 @@ def dataset_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int,
     """
     wanted = sorted({int(pk) for pk in pks})
     changed = set() if as_of is None else changed_datasets(wanted, as_of)
-    current = cache.entries(DATASET, [pk for pk in wanted if pk not in changed], _render_datasets)
+    current = cache.entries(DATASET, [pk for pk in wanted if pk not in changed], render_datasets)
     out = {pk: entry.data for pk, entry in current.items()}
     if changed and as_of is not None:
         out.update(_past_json(sorted(changed), as_of))
@@ -214,7 +217,7 @@ def _past_json(pks: list[int], as_of: datetime) -> dict[int, str]:
             missing.append(pk)
         else:
             out[pk] = text
-    for pk, entry in (_render_datasets(missing, as_of) if missing else {}).items():
+    for pk, entry in (render_datasets(missing, as_of) if missing else {}).items():
         out[pk] = entry.data
         key = keys.get(pk)
         if key is not None:
@@ -228,7 +231,7 @@ def dataset_infos(pks: Iterable[int], as_of: datetime | None = None) -> dict[int
     wanted = sorted({int(pk) for pk in pks})
     changed = set() if as_of is None else changed_datasets(wanted, as_of)
     current = cache.entries(
-        DATASET, [pk for pk in wanted if pk not in changed], _render_datasets, info=True
+        DATASET, [pk for pk in wanted if pk not in changed], render_datasets, info=True
     )
     out: dict[int, DatasetInfo] = {pk: entry.info for pk, entry in current.items()}
     if changed:
@@ -239,11 +242,25 @@ def dataset_infos(pks: Iterable[int], as_of: datetime | None = None) -> dict[int
 def job_infos(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, JobInfo]:
     """Jobs with their latest run (as of ``as_of``), from the node cache."""
     wanted = sorted({int(pk) for pk in pks})
-    current = {pk: e.info for pk, e in cache.entries(JOB, wanted, _render_jobs, info=True).items()}
+    current = {pk: e.info for pk, e in cache.entries(JOB, wanted, render_jobs, info=True).items()}
     if as_of is None:
         return current
-    runs = latest_runs(wanted, as_of)
-    return {pk: replace(info, latest_run=runs.get(pk)) for pk, info in current.items()}
+    shown, runs = runs_as_of(wanted, as_of)
+    return {
+        pk: info if pk in shown else replace(info, latest_run=runs.get(pk))
+        for pk, info in current.items()
+    }
+
+
+def runs_as_of(pks: list[int], as_of: datetime) -> tuple[set[int], dict[int, RunInfo]]:
+    """(jobs whose run as of ``as_of`` is their latest run exactly as shown now, the run as
+    of then of the others that had one): from the node directory, the database for the
+    rest."""
+    found = directory.get()
+    if found is None:
+        return set(), latest_runs(pks, as_of)
+    _, shown, unknown = found.runs_at(pks, as_of)
+    return set(shown), latest_runs(unknown, as_of) if unknown else {}
 
 
 def _run(run: RunInfo | None) -> dict[str, Any] | None:
@@ -263,13 +280,16 @@ def job_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, str
     """JSON text of each job's node ``data`` with its latest run (as of ``as_of``; without
     inputs/outputs, which the caller adds), by pk."""
     wanted = sorted({int(pk) for pk in pks})
-    current = {pk: e.data for pk, e in cache.entries(JOB, wanted, _render_jobs).items()}
+    current = {pk: e.data for pk, e in cache.entries(JOB, wanted, render_jobs).items()}
     if as_of is None:
         return current
-    # Seen from the past, the run differs: splice the run as of then over the cached one.
-    runs = latest_runs(wanted, as_of)
+    # Seen from the past, the run may differ: splice the run as of then over the cached one.
+    shown, runs = runs_as_of(wanted, as_of)
     out = {}
     for pk, text in current.items():
+        if pk in shown:
+            out[pk] = text
+            continue
         head = text[: text.rindex(',"latestRun":')] if ',"latestRun":' in text else text[:-1]
         out[pk] = f'{head},"latestRun":{_dumps(_run(runs.get(pk)))}}}'
     return out
@@ -301,7 +321,7 @@ def _names(kind: str, pks: Iterable[int], render: Render) -> dict[int, tuple[str
 
 
 def dataset_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
-    return _names(DATASET, pks, _render_datasets)
+    return _names(DATASET, pks, render_datasets)
 
 
 def field_rows(pks: Iterable[int]) -> dict[int, FieldRow]:
@@ -317,4 +337,4 @@ def field_rows(pks: Iterable[int]) -> dict[int, FieldRow]:
 
 
 def job_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
-    return _names(JOB, pks, _render_jobs)
+    return _names(JOB, pks, render_jobs)

@@ -318,19 +318,28 @@ def changes_between(
     after: int, upto: int, kinds: tuple[str, ...], limit: int, using: str = "default"
 ) -> list[tuple[str, int | None]] | None:
     """Changed (kind, id) pairs committed in revisions (after, upto]; None when over ``limit``."""
+    found = last_changes(after, upto, kinds, limit, using)
+    return None if found is None else list(found)
+
+
+def last_changes(
+    after: int, upto: int, kinds: tuple[str, ...], limit: int, using: str = "default"
+) -> dict[tuple[str, int | None], int] | None:
+    """The revision of each changed (kind, id)'s last change in (after, upto]; None when
+    more than ``limit`` changed."""
     marks = ", ".join(["%s"] * (len(kinds) + 1))
     with connections[using].cursor() as cursor:
         cursor.execute(
-            "SELECT DISTINCT c.kind, c.obj_id FROM graph_revision_log r "
+            "SELECT c.kind, c.obj_id, max(r.revision) FROM graph_revision_log r "
             "JOIN graph_change c ON c.xid = r.xid "
             f"WHERE r.revision > %s AND r.revision <= %s AND c.kind IN ({marks}) "
-            "LIMIT %s",
+            "GROUP BY c.kind, c.obj_id LIMIT %s",
             [after, upto, *kinds, KIND_RESET, limit + 1],
         )
         rows = cursor.fetchall()
     if len(rows) > limit:
         return None
-    return [(str(kind), None if obj is None else int(obj)) for kind, obj in rows]
+    return {(str(kind), None if obj is None else int(obj)): int(at) for kind, obj, at in rows}
 
 
 def mark_reset(using: str = "default") -> None:

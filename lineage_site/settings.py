@@ -246,6 +246,13 @@ NODE_ID_CACHE_SECONDS = env_int("NODE_ID_CACHE_SECONDS", 60)
 GRAPH_NODE_DIRECTORY = env_bool("GRAPH_NODE_DIRECTORY", True)
 # Server processes (lineage_site/wsgi.py) build the lineage snapshots before serving.
 GRAPH_WARM_ON_START = env_bool("GRAPH_WARM_ON_START", True)
+# PostgreSQL: node documents of changed datasets and jobs are rendered this often, ahead
+# of the requests that show them (graph/documents.py).
+GRAPH_DOCUMENTS_INTERVAL = env_int("GRAPH_DOCUMENTS_INTERVAL", 30)
+CELERY_BEAT_SCHEDULE["graph-render-node-documents"] = {
+    "task": "graph.tasks.render_node_documents",
+    "schedule": float(GRAPH_DOCUMENTS_INTERVAL),
+}
 CELERY_BEAT_SCHEDULE["graph-compact-lineage-detail"] = {
     "task": "graph.tasks.compact_lineage_detail",
     "schedule": 24 * 3600.0,

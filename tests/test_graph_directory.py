@@ -9,6 +9,7 @@ import pytest
 
 from catalog.models import Dataset, DatasetField, Namespace
 from graph import details, directory, nodecache, nodedata, nodeids
+from graph.models import Run, RunState
 from graph.nodeids import UnknownNodeId, resolve_node_id
 from tests.graph_builders import T0, T1, T2, T3, LineageBuilder
 
@@ -123,13 +124,13 @@ def test_a_dataset_is_rendered_once_per_past_state_and_again_after_a_change(g, m
     grown = g.dataset("grown.orders", fields=("id",))
     DatasetField.objects.create(dataset=grown, name="late", type="string", ordinal=1, first_seen=T2)
     calls: list[list[int]] = []
-    render = nodedata._render_datasets
+    render = nodedata.render_datasets
 
     def counting(pks, as_of=None):
         calls.append(list(pks))
         return render(pks, as_of)
 
-    monkeypatch.setattr(nodedata, "_render_datasets", counting)
+    monkeypatch.setattr(nodedata, "render_datasets", counting)
     nodedata.past_cache.clear()
     before = nodedata.dataset_json([grown.pk], T1)[grown.pk]
     assert '"late"' not in before
@@ -139,3 +140,43 @@ def test_a_dataset_is_rendered_once_per_past_state_and_again_after_a_change(g, m
     DatasetField.objects.filter(dataset=grown, name="id").update(description="the key")
     again = nodedata.dataset_json([grown.pk], T1)[grown.pk]
     assert '"the key"' in again and len(calls) == 2
+
+
+def test_it_tells_each_jobs_run_as_of_a_past_instant_as_the_database_does(g, settings):
+    g.job("idle", reads=["raw.orders"], writes=["clean.orders"])
+    g.job("late", reads=["raw.orders"], writes=["clean.orders"])
+    g.run("clean", at=T1)
+    last = g.run("clean", state=RunState.FAILED, at=T2)
+    # The last run ended a week after it started: until then, it was running.
+    Run.objects.filter(pk=last.pk).update(
+        ended_at=T2 + timedelta(days=7), state_event_time=T2 + timedelta(days=7)
+    )
+    g.run("late", at=T2)
+    pks = sorted(j.pk for j in g.jobs.values())
+    moments = (T0, T1, T1 + timedelta(days=1), T2 + timedelta(days=1), T3)
+
+    def answers() -> dict:
+        nodecache.cache.clear()
+        return {
+            moment: (nodedata.job_json(pks, moment), nodedata.job_infos(pks, moment))
+            for moment in moments
+        }
+
+    found = directory.get()
+    assert found is not None
+    clean, idle, late = (g.jobs[name].pk for name in ("clean", "idle", "late"))
+    assert found.runs_at([clean, idle, late], T3) == ([idle], [clean, late], [])
+    assert found.runs_at([clean, idle, late], T0) == ([clean, idle, late], [], [])
+    # Between runs, or before the last one settled, the database answers.
+    assert found.runs_at([clean], T1 + timedelta(days=1)) == ([], [], [clean])
+    assert found.runs_at([clean], T2 + timedelta(days=1)) == ([], [], [clean])
+    with_directory = answers()
+    settings.GRAPH_NODE_DIRECTORY = False
+    assert answers() == with_directory
+    settings.GRAPH_NODE_DIRECTORY = True
+    assert '"state":"RUNNING"' in with_directory[T2 + timedelta(days=1)][0][clean]
+    # A run added after the directory was read: that job is the database's to answer.
+    newest = g.run("late", at=T3)
+    directory.get()
+    assert found.runs_at([late], T3) == ([], [], [late])
+    assert str(newest.run_uuid) in nodedata.job_json([late], T3)[late]

@@ -1,5 +1,6 @@
 """The graph engine on real PostgreSQL: revision triggers across connections (bumped at
-commit, once per transaction), bulk loads, packed snapshot loading, generate_lineage."""
+commit, once per transaction), bulk loads, packed snapshot loading, generate_lineage, node
+documents shared between processes and rendered ahead of requests."""
 
 from __future__ import annotations
 
@@ -122,7 +123,8 @@ def test_snapshots_load_packed_rows_exactly():
         ]
 
 
-def test_generate_lineage_loads_a_graph_the_queries_can_walk():
+def test_generate_lineage_loads_a_graph_the_queries_can_walk(settings):
+    settings.GRAPH_SHARED_NODE_DATA = True
     call_command("generate_lineage", datasets=300, no_progress=True, seed=7)
     assert Dataset.objects.count() == 300
     assert TableEdge.objects.filter(valid_to__isnull=False).exists()
@@ -139,6 +141,12 @@ def test_generate_lineage_loads_a_graph_the_queries_can_walk():
     assert len(graph.nodes) > 3
     impact = queries.impact(resolve_node_id(ds.node_id))
     assert impact.owners
+    # Every node's document was rendered before any request.
+    from graph.models import Job, NodeDocument, NodeDocumentPass
+
+    assert NodeDocument.objects.filter(kind="d").count() == 300
+    assert NodeDocument.objects.filter(kind="j").count() == Job.objects.count()
+    assert NodeDocumentPass.objects.get().revision == revision.current().value
 
 
 # --- node documents shared between processes ----------------------------------------------
@@ -150,7 +158,7 @@ def rendered_by(calls: list[list[int]]):
 
     def render(pks):
         calls.append(list(pks))
-        return nodedata._render_datasets(pks)
+        return nodedata.render_datasets(pks)
 
     return render
 
@@ -223,3 +231,111 @@ def test_a_process_trusts_no_document_older_than_its_first_look_at_the_change_lo
     again = NodeCache(100, shared=True)
     again.entries(DATASET, [a], rendered_by([]))
     assert again.horizon == late.horizon
+
+
+def test_after_a_full_pass_a_new_process_renders_only_nodes_changed_since(steward, settings):
+    settings.GRAPH_SHARED_NODE_DATA = True
+    from catalog import actions
+    from graph import documents, nodedata
+    from graph.models import NodeDocument
+    from graph.nodecache import DATASET, JOB, NodeCache, publisher
+
+    g = LineageBuilder()
+    g.chain("a", "b", "c")
+    a, b, c = (g.ds[name].pk for name in ("a", "b", "c"))
+    first = documents.render_documents()
+    assert (first.full, first.datasets, first.jobs) == (True, 3, 2)
+    assert NodeDocument.objects.get(kind=DATASET, obj_id=b).data == (
+        nodedata.render_datasets([b])[b].data
+    )
+    # Changes after the pass: to one dataset, and to nothing a lineage answer shows.
+    actions.update_dataset(g.ds["a"], {"description": "Raw"}, actions.Actor(user=steward))
+    g.dataset("d")
+    late = NodeCache(100, shared=True)
+    calls: list[list[int]] = []
+    served = late.entries(DATASET, [a, b, c], rendered_by(calls))
+    assert calls == [[a]]
+    assert '"description":"Raw"' in served[a].data
+    assert late.entries(JOB, [g.jobs["job_0"].pk], lambda pks: {})  # from its document
+    # A follow-up pass renders what changed and has no newer document (the late process
+    # shared its render of a), and only that; then no process renders.
+    publisher.flush()
+    follow_up = documents.render_documents()
+    assert (follow_up.full, follow_up.datasets, follow_up.jobs) == (False, 1, 0)
+    assert documents.render_documents().datasets == 0
+    again = NodeCache(100, shared=True)
+    calls.clear()
+    served = again.entries(DATASET, [a, b, c, g.ds["d"].pk], rendered_by(calls))
+    assert calls == []
+    assert '"description":"Raw"' in served[a].data
+
+
+def test_a_change_the_change_log_cannot_pin_to_nodes_makes_the_next_pass_full(settings):
+    settings.GRAPH_SHARED_NODE_DATA = True
+    from catalog.models import DatasetOwnership, Owner
+    from graph import documents
+    from graph.nodecache import DATASET, NodeCache
+
+    g = LineageBuilder()
+    g.chain("a", "b")
+    owner = Owner.objects.create(name="team-a")
+    DatasetOwnership.objects.create(dataset=g.ds["a"], owner=owner)
+    assert documents.render_documents().full
+    Owner.objects.filter(pk=owner.pk).update(name="team-renamed")  # every dataset's data
+    calls: list[list[int]] = []
+    NodeCache(100, shared=True).entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
+    assert calls == [[g.ds["a"].pk]]
+    second = documents.render_documents()
+    assert (second.full, second.datasets) == (True, 2)
+    served = NodeCache(100, shared=True).entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
+    assert len(calls) == 1
+    assert "team-renamed" in served[g.ds["a"].pk].data
+    assert documents.render_documents(full=True).full
+
+
+def test_only_one_pass_runs_at_a_time(settings):
+    from graph import documents
+
+    settings.GRAPH_SHARED_NODE_DATA = True
+    LineageBuilder().chain("a", "b")
+    holder = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        try:
+            with documents._pass_lock() as held:
+                assert held
+                holder.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    holder.wait(30)
+    try:
+        assert documents.render_documents().skipped == "another pass is running"
+    finally:
+        release.set()
+        thread.join(30)
+    assert documents.render_documents().full
+
+
+def test_documents_of_datasets_and_jobs_are_taken_together():
+    from graph.nodecache import DATASET, JOB, NodeCache, publisher
+    from graph.nodedata import render_jobs
+
+    g = LineageBuilder()
+    g.chain("a", "b")
+    ds, job = g.ds["b"].pk, g.jobs["job_0"].pk
+    writer = NodeCache(100, shared=True)
+    writer.entries(DATASET, [ds], rendered_by([]))
+    writer.entries(JOB, [job], render_jobs)
+    publisher.flush()
+    reader = NodeCache(100, shared=True)
+    reader.preload({DATASET: [ds], JOB: [job]})
+    assert reader.stats()["shared_hits"] == 2
+    calls: list[list[int]] = []
+    assert reader.entries(DATASET, [ds], rendered_by(calls))[ds].data
+    assert reader.entries(JOB, [job], rendered_by(calls))[job].data
+    assert calls == []

@@ -1,0 +1,174 @@
+"""Node documents rendered ahead of requests.
+
+A lineage answer splices in each node's pre-rendered ``data`` (graph/nodedata.py):
+from the process's node cache, else from the documents shared in
+``graph_nodedoc``, else rendered from the catalog — two queries and a few
+milliseconds, paid by whichever request shows the node first. On PostgreSQL
+this module renders the documents before anyone asks:
+
+- a **full pass** renders every dataset and job, then records the revision it
+  started from in ``graph_nodedoc_pass``. A server process that starts later
+  reads the change log from there and trusts the document of every node that
+  has not changed since (graph/nodecache.py), however much else changed;
+- a **follow-up pass** renders the nodes changed since the full pass whose
+  documents are older than their last change.
+
+``generate_lineage`` runs a full pass once it has loaded; Celery beat runs
+:func:`render_documents` every ``GRAPH_DOCUMENTS_INTERVAL`` seconds, which
+makes a full pass of it when the change log can no longer say what changed
+since the last one (a reset, a renamed owner or tag, pruned history, or more
+than ``FULL_PASS_AFTER`` changed nodes).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from catalog.models import Dataset
+from catalog.pgsql import bound_cursor
+from graph import revision as rev
+from graph.models import Job, NodeDocumentPass
+from graph.nodecache import DATASET, JOB, Entry, write_documents
+from graph.nodedata import render_datasets, render_jobs
+
+log = logging.getLogger(__name__)
+
+# Past this many nodes changed since the full pass, the next pass is a full one: every
+# process starting up reads that many changes to judge the documents.
+FULL_PASS_AFTER = 5_000
+BATCH = 1_000
+# pg_try_advisory_lock key: one pass at a time across workers.
+LOCK_KEY = 7_305_611_001
+
+
+@dataclass(frozen=True, slots=True)
+class PassResult:
+    full: bool = False
+    revision: int = 0
+    datasets: int = 0
+    jobs: int = 0
+    seconds: float = 0.0
+    # Why nothing was rendered, when nothing was.
+    skipped: str = ""
+
+
+def render_documents(full: bool = False, batch: int = BATCH) -> PassResult:
+    """Render the documents that are missing or older than their node's last change
+    (everything, with ``full`` or when the change log cannot tell)."""
+    if connection.vendor != "postgresql":
+        return PassResult(skipped="node documents are shared only on PostgreSQL")
+    if not settings.GRAPH_SHARED_NODE_DATA:
+        return PassResult(skipped="GRAPH_SHARED_NODE_DATA is off")
+    started = time.perf_counter()
+    with _pass_lock() as held:
+        if not held:
+            return PassResult(skipped="another pass is running")
+        current = rev.current()
+        changes = None if full else _changes_since_last_full_pass(current)
+        if changes is None:
+            datasets = _render(DATASET, _all_pks(Dataset), render_datasets, current, batch)
+            jobs = _render(JOB, _all_pks(Job), render_jobs, current, batch)
+            with connection.cursor() as cursor:
+                # Planned on fresh statistics, every request's document lookup stays an
+                # index probe per node.
+                cursor.execute("ANALYZE graph_nodedoc")
+            seconds = time.perf_counter() - started
+            NodeDocumentPass.objects.update_or_create(
+                pk=1,
+                defaults={
+                    "revision": current.value,
+                    "token": current.token,
+                    "finished_at": timezone.now(),
+                    "datasets": datasets,
+                    "jobs": jobs,
+                    "seconds": round(seconds, 3),
+                },
+            )
+            log.info(
+                "rendered %d dataset and %d job documents at revision %d in %.1f s",
+                datasets,
+                jobs,
+                current.value,
+                seconds,
+            )
+            return PassResult(True, current.value, datasets, jobs, seconds)
+        datasets = _render(DATASET, _stale(DATASET, changes), render_datasets, current, batch)
+        jobs = _render(JOB, _stale(JOB, changes), render_jobs, current, batch)
+        return PassResult(False, current.value, datasets, jobs, time.perf_counter() - started)
+
+
+@contextmanager
+def _pass_lock() -> Iterator[bool]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [LOCK_KEY])
+        held = bool(cursor.fetchone()[0])
+    try:
+        yield held
+    finally:
+        if held:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
+
+
+def _changes_since_last_full_pass(
+    current: rev.Revision,
+) -> dict[tuple[str, int | None], int] | None:
+    """Each node changed since the last full pass, with the revision of its last change;
+    None when a full pass is due."""
+    last = NodeDocumentPass.objects.filter(pk=1).first()
+    if last is None or last.revision > current.value:
+        return None
+    if not rev.on_timeline(rev.Revision(last.revision, last.token)):
+        return None
+    changes = rev.last_changes(
+        last.revision,
+        current.value,
+        (rev.KIND_DATASET, rev.KIND_JOB, rev.KIND_ALL_DATA),
+        FULL_PASS_AFTER,
+    )
+    if changes is None or any(obj is None for _, obj in changes):
+        return None
+    return changes
+
+
+def _all_pks(model: type[Dataset] | type[Job]) -> list[int]:
+    return list(model.objects.order_by("pk").values_list("pk", flat=True))
+
+
+def _stale(kind: str, changes: dict[tuple[str, int | None], int]) -> list[int]:
+    """Nodes of ``kind`` whose document is missing or older than their last change."""
+    changed = {obj: at for (k, obj), at in changes.items() if k == kind and obj is not None}
+    if not changed:
+        return []
+    with bound_cursor() as cursor:
+        cursor.execute(
+            "SELECT obj_id, revision FROM graph_nodedoc WHERE kind = %s AND obj_id = ANY(%s)",
+            [kind, sorted(changed)],
+        )
+        held = dict(cursor.fetchall())
+    return sorted(pk for pk, at in changed.items() if held.get(pk, -1) < at)
+
+
+def _render(
+    kind: str,
+    pks: list[int],
+    render: Callable[[list[int]], dict[int, Entry]],
+    current: rev.Revision,
+    batch: int,
+) -> int:
+    """Render ``pks`` in batches and store their documents stamped with ``current`` (read
+    before any of them was loaded); gives how many were stored."""
+    stored = 0
+    for start in range(0, len(pks), batch):
+        rendered = render(pks[start : start + batch])
+        write_documents({(kind, pk): (current.value, entry) for pk, entry in rendered.items()})
+        stored += len(rendered)
+    return stored

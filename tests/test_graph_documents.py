@@ -1,0 +1,38 @@
+"""Node documents rendered ahead of requests: where they are not shared, nothing is, and the
+command says why. (The passes themselves run on PostgreSQL: tests/integration.)"""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from graph import documents, tasks
+from graph.models import NodeDocument
+from tests.graph_builders import LineageBuilder
+
+pytestmark = pytest.mark.django_db
+
+
+def test_where_documents_are_not_shared_nothing_is_rendered_and_the_command_says_why():
+    LineageBuilder().chain("a", "b")
+    result = documents.render_documents(full=True)
+    # Tests turn sharing off (tests/conftest.py); SQLite never shares.
+    reason = (
+        "GRAPH_SHARED_NODE_DATA is off"
+        if connection.vendor == "postgresql"
+        else "node documents are shared only on PostgreSQL"
+    )
+    assert result == documents.PassResult(skipped=reason)
+    out = StringIO()
+    call_command("render_node_documents", "--full", stdout=out)
+    assert out.getvalue() == f"Nothing rendered: {reason}.\n"
+    assert tasks.render_node_documents.delay(full=False).get()["skipped"] == reason
+    assert not NodeDocument.objects.exists()
+
+
+def test_the_command_rejects_a_batch_below_one():
+    with pytest.raises(CommandError, match="--batch must be at least 1"):
+        call_command("render_node_documents", "--batch", "0")
