@@ -14,6 +14,7 @@ from pathlib import Path
 
 import dj_database_url
 import django_stubs_ext
+from django.core.exceptions import ImproperlyConfigured
 
 # Lets admin and generic classes be subscripted at run time, as the type checker reads them.
 django_stubs_ext.monkeypatch()
@@ -32,11 +33,17 @@ def env_bool(name: str, default: bool) -> bool:
     return raw.strip().lower() in {"1", "true", "yes", "on"}
 
 
-def env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int, minimum: int | None = None) -> int:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
-    return int(raw)
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, got {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
+    return value
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
@@ -248,7 +255,7 @@ GRAPH_NODE_DIRECTORY = env_bool("GRAPH_NODE_DIRECTORY", True)
 GRAPH_WARM_ON_START = env_bool("GRAPH_WARM_ON_START", True)
 # PostgreSQL: node documents of changed datasets and jobs are rendered this often, ahead
 # of the requests that show them (graph/documents.py).
-GRAPH_DOCUMENTS_INTERVAL = env_int("GRAPH_DOCUMENTS_INTERVAL", 30)
+GRAPH_DOCUMENTS_INTERVAL = env_int("GRAPH_DOCUMENTS_INTERVAL", 30, minimum=1)
 CELERY_BEAT_SCHEDULE["graph-render-node-documents"] = {
     "task": "graph.tasks.render_node_documents",
     "schedule": float(GRAPH_DOCUMENTS_INTERVAL),

@@ -36,3 +36,11 @@ def test_where_documents_are_not_shared_nothing_is_rendered_and_the_command_says
 def test_the_command_rejects_a_batch_below_one():
     with pytest.raises(CommandError, match="--batch must be at least 1"):
         call_command("render_node_documents", "--batch", "0")
+
+
+def test_the_scheduler_runs_a_pass_every_interval(settings):
+    from lineage_site.celery import app
+
+    entry = settings.CELERY_BEAT_SCHEDULE["graph-render-node-documents"]
+    assert entry["task"] in app.tasks
+    assert entry["schedule"] == float(settings.GRAPH_DOCUMENTS_INTERVAL)

@@ -74,3 +74,13 @@ def test_it_uses_postgres_and_a_broker_from_the_environment():
     )
     # Django's PostgreSQL backend with psycopg's C timestamp loader (lineage_site/postgresql).
     assert result.stdout.split() == ["lineage_site.postgresql", "False"], result.stderr
+
+
+def test_a_malformed_number_in_the_environment_is_named():
+    result = run_manage("check", GRAPH_DOCUMENTS_INTERVAL="soon")
+    assert result.returncode != 0
+    assert "GRAPH_DOCUMENTS_INTERVAL must be a whole number, got 'soon'" in result.stderr
+    result = run_manage("check", GRAPH_DOCUMENTS_INTERVAL="0")
+    assert "GRAPH_DOCUMENTS_INTERVAL must be at least 1, got 0" in result.stderr
+    result = run_manage("check", GRAPH_DOCUMENTS_INTERVAL="5")
+    assert result.returncode == 0, result.stderr
