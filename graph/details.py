@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from uuid import UUID
@@ -132,6 +132,79 @@ class JobInfo:
     @property
     def node_id(self) -> str:
         return job_node_id(self.namespace, self.name)
+
+
+# --- summaries as text (shared node documents carry them, graph/nodecache.py) -----------
+
+
+def _plain(value: Any) -> Any:
+    """A summary as nested JSON lists, fields in declaration order."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return [_plain(getattr(value, f.name)) for f in fields(value)]
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def info_json(info: DatasetInfo | JobInfo) -> str:
+    return json.dumps(_plain(info), separators=(",", ":"))
+
+
+def dataset_info_from_json(text: str) -> DatasetInfo:
+    (
+        pk, namespace, name, description, platform, location, source_name, sensitivity,
+        lifecycle_state, is_hidden, created_at, updated_at, first_seen, last_seen, dropped_at,
+        field_rows, tags, owners, retention,
+    ) = json.loads(text)  # fmt: skip
+    return DatasetInfo(
+        pk=pk,
+        namespace=namespace,
+        name=name,
+        description=description,
+        platform=platform,
+        location=location,
+        source_name=source_name,
+        sensitivity=sensitivity,
+        lifecycle_state=lifecycle_state,
+        is_hidden=is_hidden,
+        created_at=_ts(created_at),  # type: ignore[arg-type]
+        updated_at=_ts(updated_at),  # type: ignore[arg-type]
+        first_seen=_ts(first_seen),  # type: ignore[arg-type]
+        last_seen=_ts(last_seen),  # type: ignore[arg-type]
+        dropped_at=_ts(dropped_at),
+        fields=tuple(
+            FieldInfo(f_pk, f_name, f_type, f_desc, pii, kind, source, sens, tuple(f_tags))
+            for f_pk, f_name, f_type, f_desc, pii, kind, source, sens, f_tags in field_rows
+        ),
+        tags=tuple(tags),
+        owners=tuple(OwnerInfo(*owner) for owner in owners),
+        retention=None if retention is None else RetentionInfo(*retention),
+    )
+
+
+def job_info_from_json(text: str) -> JobInfo:
+    (
+        pk, namespace, name, job_type, processing_type, integration, description, location,
+        created_at, updated_at, parent_name, run,
+    ) = json.loads(text)  # fmt: skip
+    return JobInfo(
+        pk=pk,
+        namespace=namespace,
+        name=name,
+        job_type=job_type,
+        processing_type=processing_type,
+        integration=integration,
+        description=description,
+        location=location,
+        created_at=_ts(created_at),  # type: ignore[arg-type]
+        updated_at=_ts(updated_at),  # type: ignore[arg-type]
+        parent_name=parent_name,
+        latest_run=None
+        if run is None
+        else RunInfo(run[0], run[1], _ts(run[2]), _ts(run[3]), run[4]),
+    )
 
 
 def _chunks(values: Sequence[int]) -> Iterable[list[int]]:

@@ -397,6 +397,9 @@ class NodeDocument(models.Model):
     namespace = models.TextField()
     name = models.TextField()
     data = models.TextField()
+    # The node's summary (graph.details.info_json): what impact, root-cause and taint
+    # lists show, beyond ``data`` (owners' e-mail, field flags).
+    info = models.TextField(blank=True, default="", db_default="")
 
     class Meta:
         db_table = "graph_nodedoc"

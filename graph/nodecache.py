@@ -33,6 +33,7 @@ from django.db import connection
 
 from catalog.pgsql import bound_cursor
 from graph import revision as rev
+from graph.details import dataset_info_from_json, info_json, job_info_from_json
 
 log = logging.getLogger(__name__)
 
@@ -195,12 +196,11 @@ class NodeCache:
     ) -> dict[int, Entry]:
         """Entries by pk; misses are taken from the shared documents or rendered by
         ``render`` in one call, and kept. With ``info``, every entry has its summary
-        object (shared documents hold only the text)."""
+        object (read from the document's summary when it has one)."""
         # What this thread renders is at least as new as this revision (another thread may
         # move self.revision on meanwhile): documents are stamped with it.
         synced = self.sync()
         found, missing = self._get(kind, pks)
-        lacking: list[int] = []
         if info:
             lacking = [pk for pk, entry in found.items() if entry.info is None]
             for pk in lacking:
@@ -209,8 +209,8 @@ class NodeCache:
         if not missing:
             return found
         sharing = self._sharing()
-        if sharing and not info:
-            shared = self._shared(kind, missing)
+        if sharing:
+            shared = self._shared_many({kind: missing}, info).get(kind, {})
             if shared:
                 found.update(shared)
                 self._put(kind, shared)
@@ -221,11 +221,7 @@ class NodeCache:
             found.update(rendered)
             self._put(kind, rendered)
             if sharing:
-                # Entries that lacked only their summary came from shared documents.
-                had = set(lacking)
-                fresh = {pk: e for pk, e in rendered.items() if pk not in had}
-                if fresh:
-                    publisher.submit(kind, synced.value, fresh)
+                publisher.submit(kind, synced.value, rendered)
         return found
 
     def fields(self, pks: Iterable[int], load: LoadFields) -> dict[int, FieldRow]:
@@ -272,24 +268,33 @@ class NodeCache:
             self._put(kind, shared)
             self.shared_hits += len(shared)
 
-    def _shared(self, kind: str, pks: list[int]) -> dict[int, Entry]:
-        """Shared documents of these nodes that this process can trust."""
-        return self._shared_many({kind: pks}).get(kind, {})
-
-    def _shared_many(self, wanted: dict[str, list[int]]) -> dict[str, dict[int, Entry]]:
+    def _shared_many(
+        self, wanted: dict[str, list[int]], info: bool = False
+    ) -> dict[str, dict[int, Entry]]:
+        """Shared documents of these nodes (pks by kind) that this process can trust; with
+        ``info``, only those that carry the node's summary, read into an object."""
+        summary_column = "info" if info else "''"
         with bound_cursor() as cursor:
             cursor.execute(
-                "SELECT kind, obj_id, revision, namespace, name, data FROM graph_nodedoc "
-                "WHERE revision >= %s AND ((kind = %s AND obj_id = ANY(%s)) "
+                f"SELECT kind, obj_id, revision, namespace, name, data, {summary_column} "
+                "FROM graph_nodedoc WHERE revision >= %s AND ((kind = %s AND obj_id = ANY(%s)) "
                 "OR (kind = %s AND obj_id = ANY(%s)))",
                 [self.horizon, DATASET, wanted.get(DATASET, []), JOB, wanted.get(JOB, [])],
             )
             rows = cursor.fetchall()
         changed = self.changed
         out: dict[str, dict[int, Entry]] = {}
-        for kind, pk, revision, namespace, name, data in rows:
-            if changed.get((kind, pk), 0) <= revision:
-                out.setdefault(kind, {})[pk] = Entry(namespace, name, data, None)
+        for kind, pk, revision, namespace, name, data, summary in rows:
+            if changed.get((kind, pk), 0) > revision or (info and not summary):
+                continue
+            read = None
+            if summary:
+                read = (
+                    dataset_info_from_json(summary)
+                    if kind == DATASET
+                    else job_info_from_json(summary)
+                )
+            out.setdefault(kind, {})[pk] = Entry(namespace, name, data, read)
         return out
 
     def stats(self) -> dict[str, int]:
@@ -362,14 +367,17 @@ def write_documents(batch: dict[tuple[str, int], tuple[int, Entry]]) -> None:
     for kind, rows in by_kind.items():
         with bound_cursor() as cursor:
             cursor.execute(
-                "INSERT INTO graph_nodedoc (kind, obj_id, revision, namespace, name, data) "
-                "SELECT %s, t.obj_id, t.revision, t.namespace, t.name, t.data FROM "
+                "INSERT INTO graph_nodedoc (kind, obj_id, revision, namespace, name, data, info) "
+                "SELECT %s, t.obj_id, t.revision, t.namespace, t.name, t.data, t.info FROM "
                 # Binary parameters: as text, the driver escapes every quote of the JSON.
-                "unnest(%b::bigint[], %b::bigint[], %b::text[], %b::text[], %b::text[]) "
-                "AS t(obj_id, revision, namespace, name, data) "
+                "unnest(%b::bigint[], %b::bigint[], %b::text[], %b::text[], %b::text[], "
+                "%b::text[]) AS t(obj_id, revision, namespace, name, data, info) "
                 "ON CONFLICT (kind, obj_id) DO UPDATE SET revision = EXCLUDED.revision, "
-                "namespace = EXCLUDED.namespace, name = EXCLUDED.name, data = EXCLUDED.data "
-                "WHERE graph_nodedoc.revision < EXCLUDED.revision",
+                "namespace = EXCLUDED.namespace, name = EXCLUDED.name, data = EXCLUDED.data, "
+                "info = EXCLUDED.info WHERE graph_nodedoc.revision < EXCLUDED.revision "
+                # The same revision with the summary it lacked.
+                "OR (graph_nodedoc.revision = EXCLUDED.revision AND graph_nodedoc.info = '' "
+                "AND EXCLUDED.info <> '')",
                 [
                     kind,
                     [pk for pk, _, _ in rows],
@@ -377,6 +385,7 @@ def write_documents(batch: dict[tuple[str, int], tuple[int, Entry]]) -> None:
                     [entry.namespace for _, _, entry in rows],
                     [entry.name for _, _, entry in rows],
                     [entry.data for _, _, entry in rows],
+                    ["" if entry.info is None else info_json(entry.info) for _, _, entry in rows],
                 ],
             )
 

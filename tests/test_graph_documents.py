@@ -44,3 +44,64 @@ def test_the_scheduler_runs_a_pass_every_interval(settings):
     entry = settings.CELERY_BEAT_SCHEDULE["graph-render-node-documents"]
     assert entry["task"] in app.tasks
     assert entry["schedule"] == float(settings.GRAPH_DOCUMENTS_INTERVAL)
+
+
+def test_node_summaries_read_back_from_their_text_as_they_were_written():
+    from dataclasses import replace
+    from datetime import UTC, datetime
+
+    from graph.details import (
+        DatasetInfo,
+        FieldInfo,
+        JobInfo,
+        OwnerInfo,
+        RetentionInfo,
+        RunInfo,
+        dataset_info_from_json,
+        info_json,
+        job_info_from_json,
+    )
+
+    t = datetime(2025, 3, 1, 12, 30, 15, 250, tzinfo=UTC)
+    dataset = DatasetInfo(
+        pk=7,
+        namespace="postgres://shop-db:5432",
+        name="public.customers",
+        description='He said "hi"',
+        platform="postgres",
+        location="",
+        source_name="shop",
+        sensitivity="confidential",
+        lifecycle_state="DROPPED",
+        is_hidden=True,
+        created_at=t,
+        updated_at=t,
+        first_seen=t,
+        last_seen=t,
+        dropped_at=t,
+        fields=(
+            FieldInfo(3, "email", "varchar", "", "email", "customer", "rule", "pii", ("gdpr",)),
+            FieldInfo(4, "id", "int", "key", "", None, "", "", ()),
+        ),
+        tags=("core", "gold"),
+        owners=(OwnerInfo("crm-team", "DATA_OWNER", "team", "crm@example.com"),),
+        retention=RetentionInfo("customer-data", 365, "delete", "contract"),
+    )
+    job = JobInfo(
+        7,
+        "airflow://etl",
+        "load.customers",
+        "JOB",
+        "BATCH",
+        "airflow",
+        "",
+        "",
+        t,
+        t,
+        "load",
+        RunInfo("a-b", "FAILED", t, None, "boom"),
+    )
+    for summary in (dataset, replace(dataset, retention=None, dropped_at=None, fields=())):
+        assert dataset_info_from_json(info_json(summary)) == summary
+    for run in (job, replace(job, latest_run=None, parent_name=None)):
+        assert job_info_from_json(info_json(run)) == run
