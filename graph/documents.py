@@ -10,14 +10,16 @@ this module renders the documents before anyone asks:
   started from in ``graph_nodedoc_pass``. A server process that starts later
   reads the change log from there and trusts the document of every node that
   has not changed since (graph/nodecache.py), however much else changed;
-- a **follow-up pass** renders the nodes changed since the full pass whose
-  documents are older than their last change.
+- a **follow-up pass** renders the nodes changed since the last pass whose
+  documents are older than their last change; once more than ``ADVANCE_AFTER``
+  nodes changed, it then stamps every document with its revision and records
+  that, so processes never read a long change log at start.
 
 ``generate_lineage`` runs a full pass once it has loaded; Celery beat runs
 :func:`render_documents` every ``GRAPH_DOCUMENTS_INTERVAL`` seconds, which
 makes a full pass of it when the change log can no longer say what changed
 since the last one (a reset, a renamed owner or tag, pruned history, or more
-than ``FULL_PASS_AFTER`` changed nodes).
+changed nodes than a process reads).
 """
 
 from __future__ import annotations
@@ -29,21 +31,23 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from catalog.models import Dataset
 from catalog.pgsql import bound_cursor
 from graph import revision as rev
 from graph.models import Job, NodeDocumentPass
-from graph.nodecache import DATASET, JOB, Entry, write_documents
+from graph.nodecache import DATASET, JOB, SYNC_LIMIT, Entry, write_documents
 from graph.nodedata import render_datasets, render_jobs
 
 log = logging.getLogger(__name__)
 
-# Past this many nodes changed since the full pass, the next pass is a full one: every
-# process starting up reads that many changes to judge the documents.
-FULL_PASS_AFTER = 5_000
+# Once more nodes than this changed since the last pass, a follow-up pass moves the pass's
+# revision on (every process starting up reads the changes since it); past FULL_PASS_AFTER
+# (the most a process reads: graph.nodecache.SYNC_LIMIT), it renders everything again.
+ADVANCE_AFTER = 2_000
+FULL_PASS_AFTER = SYNC_LIMIT
 BATCH = 1_000
 # pg_try_advisory_lock key: one pass at a time across workers.
 LOCK_KEY = 7_305_611_001
@@ -72,7 +76,8 @@ def render_documents(full: bool = False, batch: int = BATCH) -> PassResult:
         if not held:
             return PassResult(skipped="another pass is running")
         current = rev.current()
-        changes = None if full else _changes_since_last_full_pass(current)
+        last = NodeDocumentPass.objects.filter(pk=1).first()
+        changes = None if full or last is None else _changes_since(last, current)
         if changes is None:
             datasets = _render(DATASET, _all_pks(Dataset), render_datasets, current, batch)
             jobs = _render(JOB, _all_pks(Job), render_jobs, current, batch)
@@ -102,7 +107,26 @@ def render_documents(full: bool = False, batch: int = BATCH) -> PassResult:
             return PassResult(True, current.value, datasets, jobs, seconds)
         datasets = _render(DATASET, _stale(DATASET, changes), render_datasets, current, batch)
         jobs = _render(JOB, _stale(JOB, changes), render_jobs, current, batch)
+        if last is not None and len(changes) > ADVANCE_AFTER:
+            _advance(last, current)
         return PassResult(False, current.value, datasets, jobs, time.perf_counter() - started)
+
+
+def _advance(last: NodeDocumentPass, current: rev.Revision) -> None:
+    """Every node changed up to ``current`` now has a document as new as its change, and
+    every other document is valid from the last pass on, so all of them are valid at
+    ``current``: say so, and processes starting later read the change log from there.
+    (A node changed after ``current`` keeps its later change in the log, so a document
+    stamped here is still judged against it.)"""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE graph_nodedoc SET revision = %s WHERE revision >= %s AND revision < %s",
+                [current.value, last.revision, current.value],
+            )
+        NodeDocumentPass.objects.filter(pk=1).update(
+            revision=current.value, token=current.token, finished_at=timezone.now()
+        )
 
 
 @contextmanager
@@ -118,13 +142,12 @@ def _pass_lock() -> Iterator[bool]:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
 
 
-def _changes_since_last_full_pass(
-    current: rev.Revision,
+def _changes_since(
+    last: NodeDocumentPass, current: rev.Revision
 ) -> dict[tuple[str, int | None], int] | None:
-    """Each node changed since the last full pass, with the revision of its last change;
-    None when a full pass is due."""
-    last = NodeDocumentPass.objects.filter(pk=1).first()
-    if last is None or last.revision > current.value:
+    """Each node changed since the last pass, with the revision of its last change; None
+    when a full pass is due."""
+    if last.revision > current.value:
         return None
     if not rev.on_timeline(rev.Revision(last.revision, last.token)):
         return None

@@ -412,11 +412,14 @@ class NodeDocument(models.Model):
 
 
 class NodeDocumentPass(models.Model):
-    """The last full pass that rendered every node's document (graph/documents.py).
+    """The last pass after which every node's document was valid (graph/documents.py).
 
-    One row. Every dataset and job then had a document valid at ``revision``;
-    a process that can read the change log from there trusts those documents
-    for every node the log shows unchanged since (graph/nodecache.py).
+    One row. Every dataset and job then had a document valid at ``revision``
+    (a full pass rendered them all; a follow-up pass rendered the nodes changed
+    since and stamped the rest); a process that can read the change log from
+    there trusts those documents for every node the log shows unchanged since
+    (graph/nodecache.py). ``datasets``, ``jobs`` and ``seconds`` describe the
+    last full pass.
     """
 
     revision = models.BigIntegerField()

@@ -339,3 +339,33 @@ def test_documents_of_datasets_and_jobs_are_taken_together():
     assert reader.entries(DATASET, [ds], rendered_by(calls))[ds].data
     assert reader.entries(JOB, [job], rendered_by(calls))[job].data
     assert calls == []
+
+
+def test_a_follow_up_pass_moves_the_pass_on_once_many_nodes_changed(steward, settings, monkeypatch):
+    from catalog import actions
+    from graph import documents
+    from graph.models import NodeDocument, NodeDocumentPass
+    from graph.nodecache import DATASET, NodeCache
+
+    settings.GRAPH_SHARED_NODE_DATA = True
+    g = LineageBuilder()
+    g.chain("a", "b", "c")
+    a, b, c = (g.ds[name].pk for name in ("a", "b", "c"))
+    assert documents.render_documents().full
+    first = NodeDocumentPass.objects.get().revision
+    actions.update_dataset(g.ds["a"], {"description": "Raw"}, actions.Actor(user=steward))
+    monkeypatch.setattr(documents, "ADVANCE_AFTER", 0)
+    follow_up = documents.render_documents()
+    assert (follow_up.full, follow_up.datasets) == (False, 1)
+    moved = NodeDocumentPass.objects.get().revision
+    assert moved == follow_up.revision > first
+    assert set(NodeDocument.objects.values_list("revision", flat=True)) == {moved}
+    # A change after it: the new process starts from the moved pass and judges that change.
+    actions.update_dataset(g.ds["b"], {"description": "Clean"}, actions.Actor(user=steward))
+    late = NodeCache(100, shared=True)
+    calls: list[list[int]] = []
+    served = late.entries(DATASET, [a, b, c], rendered_by(calls))
+    assert late.horizon == moved
+    assert calls == [[b]]
+    assert '"description":"Raw"' in served[a].data
+    assert '"description":"Clean"' in served[b].data
