@@ -196,23 +196,29 @@ class Directory:
             )
         return out
 
-    def changed_since(self, pks: list[int], as_of: datetime) -> tuple[set[int], list[int]]:
-        """(datasets whose shown data changed after ``as_of``, datasets it cannot tell)."""
-        moment = to_us(as_of)
-        changed: set[int] = set()
+    def _split_trusted(self, kind: str, pks: list[int]) -> tuple[IntArray, list[int]]:
+        """(the pks it knows and trusts, the others)."""
+        keys = self.dataset_keys if kind == DATASET else self.job_keys
+        known: list[int] = []
         unknown: list[int] = []
         for pk in pks:
-            if pk not in self.dataset_keys or not self.trusts(DATASET, pk):
-                unknown.append(pk)
-                continue
-            at = int(np.searchsorted(self.changed_pks, pk))
-            if (
-                at < self.changed_pks.size
-                and int(self.changed_pks[at]) == pk
-                and int(self.changed_at[at]) > moment
-            ):
-                changed.add(pk)
-        return changed, unknown
+            (known if pk in keys and self.trusts(kind, pk) else unknown).append(pk)
+        return np.asarray(known, dtype=np.int64), unknown
+
+    @staticmethod
+    def _rows_of(sorted_pks: IntArray, wanted: IntArray) -> tuple[IntArray, npt.NDArray[np.bool_]]:
+        """Where each wanted pk is in ``sorted_pks``, and whether it is there."""
+        if sorted_pks.size == 0:
+            return np.zeros(wanted.size, dtype=np.int64), np.zeros(wanted.size, dtype=bool)
+        at = np.minimum(np.searchsorted(sorted_pks, wanted), sorted_pks.size - 1)
+        return at, sorted_pks[at] == wanted
+
+    def changed_since(self, pks: list[int], as_of: datetime) -> tuple[set[int], list[int]]:
+        """(datasets whose shown data changed after ``as_of``, datasets it cannot tell)."""
+        known, unknown = self._split_trusted(DATASET, pks)
+        at, found = self._rows_of(self.changed_pks, known)
+        changed = found & (self.changed_at[at] > to_us(as_of)) if found.any() else found
+        return set(known[changed].tolist()), unknown
 
     def past_key(self, dataset_pk: int, as_of: datetime) -> tuple[int, int, int] | None:
         """What a trusted dataset showed at ``as_of``, as a key: the fields alive then are
@@ -239,26 +245,20 @@ class Directory:
         then): (no run yet, the latest run exactly as shown now, jobs it cannot tell —
         untrusted, or some earlier run)."""
         moment = to_us(as_of)
-        none: list[int] = []
-        shown: list[int] = []
-        unknown: list[int] = []
-        for pk in pks:
-            if pk not in self.job_keys or not self.trusts(JOB, pk):
-                unknown.append(pk)
-                continue
-            at = int(np.searchsorted(self.run_jobs, pk))
-            ran = at < self.run_jobs.size and int(self.run_jobs[at]) == pk
-            if not ran or moment < int(self.run_first[at]):
-                none.append(pk)
-            elif (
-                bool(self.run_shown[at])
-                and moment >= int(self.run_last[at])
-                and moment >= int(self.run_settled[at])
-            ):
-                shown.append(pk)
-            else:
-                unknown.append(pk)
-        return none, shown, unknown
+        known, unknown = self._split_trusted(JOB, pks)
+        at, ran = self._rows_of(self.run_jobs, known)
+        if ran.any():
+            none = ~ran | (moment < self.run_first[at])
+            shown = (
+                ~none
+                & self.run_shown[at]
+                & (moment >= self.run_last[at])
+                & (moment >= self.run_settled[at])
+            )
+        else:
+            none, shown = ~ran, ran
+        earlier = known[~none & ~shown].tolist()
+        return known[none].tolist(), known[shown].tolist(), sorted(unknown + earlier)
 
     @property
     def nbytes(self) -> int:

@@ -142,8 +142,9 @@ def node_json(
     datasets = sorted({int(pk) for pk in ds_pks})
     jobs = sorted({int(pk) for pk in job_pks})
     changed = set() if as_of is None else changed_datasets(datasets, as_of)
-    cache.preload({DATASET: [pk for pk in datasets if pk not in changed], JOB: jobs})
-    return dataset_json(datasets, as_of), job_json(jobs, as_of)
+    current = [pk for pk in datasets if pk not in changed]
+    cache.preload({DATASET: current, JOB: jobs})
+    return _dataset_json(current, changed, as_of), job_json(jobs, as_of)
 
 
 def dataset_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, str]:
@@ -155,7 +156,13 @@ def dataset_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int,
     """
     wanted = sorted({int(pk) for pk in pks})
     changed = set() if as_of is None else changed_datasets(wanted, as_of)
-    current = cache.entries(DATASET, [pk for pk in wanted if pk not in changed], render_datasets)
+    return _dataset_json([pk for pk in wanted if pk not in changed], changed, as_of)
+
+
+def _dataset_json(
+    unchanged: list[int], changed: set[int], as_of: datetime | None
+) -> dict[int, str]:
+    current = cache.entries(DATASET, unchanged, render_datasets)
     out = {pk: entry.data for pk, entry in current.items()}
     if changed and as_of is not None:
         out.update(_past_json(sorted(changed), as_of))
