@@ -38,7 +38,7 @@ from catalog.models import Dataset
 from catalog.pgsql import bound_cursor
 from graph import revision as rev
 from graph.models import Job, NodeDocumentPass
-from graph.nodecache import DATASET, JOB, SYNC_LIMIT, Entry, write_documents
+from graph.nodecache import DATASET, JOB, SYNC_LIMIT, Entry, node_changes, write_documents
 from graph.nodedata import render_datasets, render_jobs
 
 log = logging.getLogger(__name__)
@@ -144,31 +144,19 @@ def _pass_lock() -> Iterator[bool]:
 
 def _changes_since(
     last: NodeDocumentPass, current: rev.Revision
-) -> dict[tuple[str, int | None], int] | None:
+) -> dict[tuple[str, int], int] | None:
     """Each node changed since the last pass, with the revision of its last change; None
     when a full pass is due."""
-    if last.revision > current.value:
-        return None
-    if not rev.on_timeline(rev.Revision(last.revision, last.token)):
-        return None
-    changes = rev.last_changes(
-        last.revision,
-        current.value,
-        (rev.KIND_DATASET, rev.KIND_JOB, rev.KIND_ALL_DATA),
-        FULL_PASS_AFTER,
-    )
-    if changes is None or any(obj is None for _, obj in changes):
-        return None
-    return changes
+    return node_changes(rev.Revision(last.revision, last.token), current, FULL_PASS_AFTER)
 
 
 def _all_pks(model: type[Dataset] | type[Job]) -> list[int]:
     return list(model.objects.order_by("pk").values_list("pk", flat=True))
 
 
-def _stale(kind: str, changes: dict[tuple[str, int | None], int]) -> list[int]:
+def _stale(kind: str, changes: dict[tuple[str, int], int]) -> list[int]:
     """Nodes of ``kind`` whose document is missing or older than their last change."""
-    changed = {obj: at for (k, obj), at in changes.items() if k == kind and obj is not None}
+    changed = {obj: at for (k, obj), at in changes.items() if k == kind}
     if not changed:
         return []
     with bound_cursor() as cursor:

@@ -153,20 +153,10 @@ class NodeCache:
         if row is None:
             return
         floor = rev.Revision(int(row[0]), str(row[1]))
-        if floor.value > current.value or not rev.on_timeline(floor):
-            return
-        since = rev.last_changes(
-            floor.value,
-            current.value,
-            (rev.KIND_DATASET, rev.KIND_JOB, rev.KIND_ALL_DATA),
-            SYNC_LIMIT,
-        )
-        if since is None or any(obj is None for _, obj in since):
-            return
-        self.changed.update(
-            {(kind, obj): at for (kind, obj), at in since.items() if obj is not None}
-        )
-        self.horizon = floor.value
+        since = node_changes(floor, current, SYNC_LIMIT)
+        if since is not None:
+            self.changed.update(since)
+            self.horizon = floor.value
 
     def _get(self, kind: str, pks: Iterable[int]) -> tuple[dict[int, Entry], list[int]]:
         found: dict[int, Entry] = {}
@@ -305,6 +295,22 @@ class NodeCache:
             "misses": self.misses,
             "shared_hits": self.shared_hits,
         }
+
+
+def node_changes(
+    after: rev.Revision, upto: rev.Revision, limit: int
+) -> dict[tuple[str, int], int] | None:
+    """The datasets and jobs changed after ``after`` up to ``upto``, each with the revision
+    of its last change; None when the change log cannot tell (``after`` is not on its
+    timeline, more than ``limit`` changed, or something changed every node's data)."""
+    if after.value > upto.value or not rev.on_timeline(after):
+        return None
+    since = rev.last_changes(
+        after.value, upto.value, (rev.KIND_DATASET, rev.KIND_JOB, rev.KIND_ALL_DATA), limit
+    )
+    if since is None or any(obj is None for _, obj in since):
+        return None
+    return {(kind, obj): at for (kind, obj), at in since.items() if obj is not None}
 
 
 class Publisher:
