@@ -151,7 +151,7 @@ def pick_nodes(seed: int) -> dict[str, Any]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT d.id, n.name, d.name FROM catalog_dataset d "
-            "JOIN catalog_namespace n ON n.id = d.namespace_id"
+            "JOIN catalog_namespace n ON n.id = d.namespace_id ORDER BY d.id"
         )
         datasets = cursor.fetchall()
         cursor.execute(
@@ -165,7 +165,7 @@ def pick_nodes(seed: int) -> dict[str, Any]:
             "JOIN catalog_dataset d ON d.id = f.dataset_id "
             "JOIN catalog_namespace n ON n.id = d.namespace_id "
             "WHERE f.id IN (SELECT target_field_id FROM graph_columnedge "
-            "WHERE target_field_id IS NOT NULL AND id % 97 = 0)"
+            "WHERE target_field_id IS NOT NULL AND id % 97 = 0) ORDER BY f.id"
         )
         fields = cursor.fetchall()
     by_id = {pk: (ns, name) for pk, ns, name in datasets}

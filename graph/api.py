@@ -41,6 +41,8 @@ from graph import exports, nodedata, queries, responses, revision
 from graph.models import Taint
 from graph.nodedata import iso
 from graph.nodeids import (
+    DATASET_PREFIX,
+    JOB_PREFIX,
     DatasetNodeId,
     FieldNodeId,
     MalformedNodeId,
@@ -164,65 +166,104 @@ COMMON_PARAMETERS = [
 # --- table lineage -----------------------------------------------------------------------
 
 
-def lineage_body(graph: queries.LineageGraph) -> str:
-    """Marquez's ``{"graph": [...]}`` for ``graph``.
-
-    Built as text: node data comes pre-rendered from the node cache and every
-    id is escaped once, so a 2,000-node answer costs a few string joins per
-    node rather than a JSON encoding of 20,000 nested objects.
-    """
-    ds_pks = [n.pk for n in graph.nodes if n.kind == "DATASET"]
-    job_pks = [n.pk for n in graph.nodes if n.kind == "JOB"]
-    ds_data, job_data = nodedata.node_json(ds_pks, job_pks, graph.as_of)
-    quoted = {n.node_id: _quote(n.node_id) for n in graph.nodes}
-    refs = {
-        n.node_id: f'{{"namespace":{_quote(n.namespace)},"name":{_quote(n.name)}}}'
-        for n in graph.nodes
-        if n.kind == "DATASET"
-    }
-    in_edges: dict[str, list[str]] = defaultdict(list)
-    out_edges: dict[str, list[str]] = defaultdict(list)
-    inputs: dict[str, list[str]] = defaultdict(list)
-    outputs: dict[str, list[str]] = defaultdict(list)
-    for edge in graph.edges:
-        origin, destination = edge.origin, edge.destination
-        pair = f'{{"origin":{quoted[origin]},"destination":{quoted[destination]}}}'
-        out_edges[origin].append(pair)
-        in_edges[destination].append(pair)
-        if origin in refs:
-            inputs[destination].append(refs[origin])
-        elif destination in refs:
-            outputs[origin].append(refs[destination])
-    parts = []
-    for node in graph.nodes:
-        node_id = node.node_id
-        data: str
-        if node.kind == "DATASET":
-            data = ds_data.get(node.pk, "null")
+def _quoted_ids(
+    names: dict[int, tuple[str, str]], prefix: str
+) -> tuple[dict[int, str], dict[int, str]]:
+    """Each node's id as a JSON string, and its ``{"namespace", "name"}`` object."""
+    ids: dict[int, str] = {}
+    refs: dict[int, str] = {}
+    for pk, (namespace, name) in names.items():
+        node_id = f"{prefix}{namespace}:{name}"
+        if _PLAIN.fullmatch(node_id):
+            # Both parts of a plain id are plain too.
+            ids[pk] = f'"{node_id}"'
+            refs[pk] = f'{{"namespace":"{namespace}","name":"{name}"}}'
         else:
-            job = job_data.get(node.pk)
+            ids[pk] = json.dumps(node_id)
+            refs[pk] = f'{{"namespace":{json.dumps(namespace)},"name":{json.dumps(name)}}}'
+    return ids, refs
+
+
+def lineage_body(answer: queries.TableAnswer) -> str:
+    """Marquez's ``{"graph": [...]}`` for ``answer``.
+
+    Built as text straight from the traversal's arrays: node data comes
+    pre-rendered from the node cache and every id is escaped once, so a
+    2,000-node answer costs a few string joins per node rather than a JSON
+    encoding of 20,000 nested objects.
+    """
+    sel, edges = answer.sel, answer.edges
+    is_ds = sel.kinds == queries.KIND_DS
+    ds_names = nodedata.dataset_names(sel.pks[is_ds].tolist())
+    job_names = nodedata.job_names(sel.pks[~is_ds].tolist())
+    ds_data, job_data = nodedata.node_json(ds_names, job_names, answer.as_of)
+    ds_ids, refs = _quoted_ids(ds_names, DATASET_PREFIX)
+    job_ids, _ = _quoted_ids(job_names, JOB_PREFIX)
+    # Edges of each node, and each job's inputs and outputs, in the order Marquez lists them.
+    ds_in: dict[int, list[str]] = defaultdict(list)
+    ds_out: dict[int, list[str]] = defaultdict(list)
+    job_in: dict[int, list[str]] = defaultdict(list)
+    job_out: dict[int, list[str]] = defaultdict(list)
+    inputs: dict[int, list[str]] = defaultdict(list)
+    outputs: dict[int, list[str]] = defaultdict(list)
+    for ds, job in zip(edges.read_ds.tolist(), edges.read_job.tolist(), strict=True):
+        origin, destination = ds_ids.get(ds), job_ids.get(job)
+        if origin is not None and destination is not None:
+            pair = f'{{"origin":{origin},"destination":{destination}}}'
+            ds_out[ds].append(pair)
+            job_in[job].append(pair)
+            inputs[job].append(refs[ds])
+    for job, ds in zip(edges.write_job.tolist(), edges.write_ds.tolist(), strict=True):
+        origin, destination = job_ids.get(job), ds_ids.get(ds)
+        if origin is not None and destination is not None:
+            pair = f'{{"origin":{origin},"destination":{destination}}}'
+            job_out[job].append(pair)
+            ds_in[ds].append(pair)
+            outputs[job].append(refs[ds])
+    hidden_ds = (edges.hidden_up_ds, edges.hidden_down_ds)
+    hidden_job = (edges.hidden_up_job, edges.hidden_down_job)
+    sides = queries.SIDE_NAMES
+    parts = []
+    for kind, pk, distance, side in zip(
+        sel.kinds.tolist(), sel.pks.tolist(), sel.dists.tolist(), sel.sides.tolist(), strict=True
+    ):
+        if kind == queries.KIND_DS:
+            quoted = ds_ids.get(pk)
+            if quoted is None:
+                continue
+            data = ds_data.get(pk, "null")
+            in_edges, out_edges = ds_in[pk], ds_out[pk]
+            up, down = hidden_ds[0].get(pk, 0), hidden_ds[1].get(pk, 0)
+            node_type = "DATASET"
+        else:
+            quoted = job_ids.get(pk)
+            if quoted is None:
+                continue
+            job = job_data.get(pk)
             # JobData lists the job's inputs and outputs among the nodes shown.
             data = (
                 "null"
                 if job is None
-                else f'{job[:-1]},"inputs":[{",".join(inputs[node_id])}],'
-                f'"outputs":[{",".join(outputs[node_id])}]}}'
+                else f'{job[:-1]},"inputs":[{",".join(inputs[pk])}],'
+                f'"outputs":[{",".join(outputs[pk])}]}}'
             )
+            in_edges, out_edges = job_in[pk], job_out[pk]
+            up, down = hidden_job[0].get(pk, 0), hidden_job[1].get(pk, 0)
+            node_type = "JOB"
         parts.append(
-            f'{{"id":{quoted[node_id]},"type":"{node.kind}","data":{data},'
-            f'"inEdges":[{",".join(in_edges[node_id])}],'
-            f'"outEdges":[{",".join(out_edges[node_id])}],'
-            f'"distance":{node.distance},"side":"{node.side}",'
-            f'"hiddenInEdges":{node.hidden_upstream},"hiddenOutEdges":{node.hidden_downstream}}}'
+            f'{{"id":{quoted},"type":"{node_type}","data":{data},'
+            f'"inEdges":[{",".join(in_edges)}],"outEdges":[{",".join(out_edges)}],'
+            f'"distance":{distance},"side":"{sides[side]}",'
+            f'"hiddenInEdges":{up},"hiddenOutEdges":{down}}}'
         )
     meta = {
-        "root": graph.root,
-        "direction": graph.direction,
-        "depth": graph.depth,
-        "asOf": iso(graph.as_of),
-        "maxNodes": graph.max_nodes,
-        "truncated": graph.truncated,
-        "cut": cut_json(graph.cut),
+        "root": answer.root,
+        "direction": answer.direction,
+        "depth": answer.depth,
+        "asOf": iso(answer.as_of),
+        "maxNodes": answer.max_nodes,
+        "truncated": answer.sel.truncated,
+        "cut": cut_json(answer.sel.cut),
     }
     return '{"graph":[' + ",".join(parts) + "]," + _dumps(meta)[1:]
 
@@ -255,19 +296,19 @@ class LineageView(GraphView):
         key = ("lineage", node.kind, node.pk, depth, as_of, direction, max_nodes)
         if fmt == "json" and (cached := responses.cache.get(key)) is not None:
             return _json(cached)
-        graph = queries.lineage(
+        answer = queries.table_answer(
             node,
             depth=depth,
             as_of=as_of,
             direction=direction,  # type: ignore[arg-type]
             max_nodes=max_nodes,
-            details=False,
         )
         if fmt == "json":
-            body = lineage_body(graph)
-            if len(graph.nodes) >= responses.MIN_NODES:
-                responses.cache.put(key, body, *graph.reached)
+            body = lineage_body(answer)
+            if answer.sel.pks.size >= responses.MIN_NODES:
+                responses.cache.put(key, body, *answer.reached)
             return _json(body)
+        graph = queries.lineage_graph(answer, details=False)
         if fmt == "csv":
             return _text(exports.lineage_csv(graph), "text/csv", "lineage.csv")
         return _text(exports.lineage_mermaid(graph), "text/vnd.mermaid")

@@ -83,6 +83,7 @@ __all__ = [
     "RootCause",
     "RunInfo",
     "Strength",
+    "TableAnswer",
     "TaintImpact",
     "TaintInfo",
     "UpstreamJob",
@@ -93,11 +94,13 @@ __all__ = [
     "find_path",
     "impact",
     "lineage",
+    "lineage_graph",
     "load_datasets",
     "load_jobs",
     "orphans",
     "root_cause",
     "sources",
+    "table_answer",
     "taint_impact",
     "taint_info",
 ]
@@ -242,15 +245,30 @@ def _select(
     return _Selection(k[chosen], p[chosen], d[chosen], s[chosen], truncated, cut)
 
 
-def lineage(
+@dataclass(frozen=True)
+class TableAnswer:
+    """What a table-level traversal chose, still as arrays: the JSON endpoint renders it
+    directly (graph/api.py); :func:`lineage_graph` turns it into a LineageGraph."""
+
+    root: str
+    direction: DirectionName
+    depth: int
+    as_of: datetime | None
+    max_nodes: int
+    sel: _Selection
+    edges: traverse.TableEdges
+    # Every dataset and job pk the traversal reached, before the cap (sorted arrays).
+    reached: tuple[IntArray, IntArray]
+
+
+def table_answer(
     node: ResolvedNode,
     *,
     depth: int,
     as_of: datetime | None = None,
     direction: DirectionName = "both",
     max_nodes: int = DEFAULT_MAX_NODES,
-    details: bool = True,
-) -> LineageGraph:
+) -> TableAnswer:
     """Table-level lineage around ``node``: datasets and jobs within ``depth`` jobs.
 
     ``both`` is the upstream closure plus the downstream closure (each
@@ -270,36 +288,38 @@ def lineage(
     sel = _select(reaches, roots_ds, roots_job, max_nodes)
     ds_pks = sel.pks[sel.kinds == KIND_DS]
     job_pks = sel.pks[sel.kinds == KIND_JOB]
-    edges = traverse.table_edges(snap, ds_pks, job_pks, tf)
     reached = (
-        np.unique(np.concatenate([roots_ds, *(r.ds for _, r in reaches)])),
-        np.unique(np.concatenate([roots_job, *(r.job for _, r in reaches)])),
+        traverse.distinct(np.concatenate([roots_ds, *(r.ds for _, r in reaches)])),
+        traverse.distinct(np.concatenate([roots_job, *(r.job for _, r in reaches)])),
     )
-    return _graph(
+    return TableAnswer(
         root=str(node),
         direction=direction,
         depth=depth,
         as_of=as_of,
         max_nodes=max_nodes,
         sel=sel,
-        edges=edges,
-        details=details,
+        edges=traverse.table_edges(snap, ds_pks, job_pks, tf),
         reached=reached,
     )
 
 
-def _graph(
+def lineage(
+    node: ResolvedNode,
     *,
-    root: str,
-    direction: DirectionName,
     depth: int,
-    as_of: datetime | None,
-    max_nodes: int,
-    sel: _Selection,
-    edges: traverse.TableEdges,
-    details: bool,
-    reached: tuple[IntArray, IntArray] = (snapshot.EMPTY, snapshot.EMPTY),
+    as_of: datetime | None = None,
+    direction: DirectionName = "both",
+    max_nodes: int = DEFAULT_MAX_NODES,
+    details: bool = True,
 ) -> LineageGraph:
+    """:func:`table_answer` as a LineageGraph (with each node's details when ``details``)."""
+    answer = table_answer(node, depth=depth, as_of=as_of, direction=direction, max_nodes=max_nodes)
+    return lineage_graph(answer, details)
+
+
+def lineage_graph(answer: TableAnswer, details: bool = True) -> LineageGraph:
+    sel, edges, as_of = answer.sel, answer.edges, answer.as_of
     ds_pks = sel.pks[sel.kinds == KIND_DS].tolist()
     job_pks = sel.pks[sel.kinds == KIND_JOB].tolist()
     datasets: dict[int, DatasetInfo] = {}
@@ -360,16 +380,16 @@ def _graph(
         if ds in ds_ids and job in job_ids:
             links.append(GraphEdge(job_ids[job], ds_ids[ds]))
     return LineageGraph(
-        root=root,
-        direction=direction,
-        depth=depth,
+        root=answer.root,
+        direction=answer.direction,
+        depth=answer.depth,
         as_of=as_of,
-        max_nodes=max_nodes,
+        max_nodes=answer.max_nodes,
         nodes=tuple(nodes),
         edges=tuple(links),
         truncated=sel.truncated,
         cut=sel.cut,
-        reached=reached,
+        reached=answer.reached,
     )
 
 
@@ -1259,7 +1279,7 @@ def _degree(batch: snapshot.EdgeBatch) -> dict[int, int]:
     if batch.size == 0:
         return {}
     pairs = traverse.unique_pairs(batch.src, batch.dst)
-    nodes, counts = np.unique(pairs[0], return_counts=True)
+    nodes, counts = traverse.distinct_counts(pairs[0])
     return dict(zip(nodes.tolist(), counts.tolist(), strict=True))
 
 

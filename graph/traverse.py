@@ -24,6 +24,43 @@ Way = Literal["down", "up"]
 UNSEEN = -1
 
 
+# numpy 2's np.unique hashes integers before sorting them: on the arrays of a few to a few
+# thousand node ids that every traversal step handles, sorting alone is 3-4x faster.
+
+
+def _first_of_runs(ordered: npt.NDArray[np.integer]) -> npt.NDArray[np.bool_]:
+    first = np.empty(ordered.size, dtype=bool)
+    if ordered.size:
+        first[0] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    return first
+
+
+def distinct(values: npt.NDArray[np.integer]) -> IntArray:
+    """The sorted distinct values (``np.unique(values)``)."""
+    ordered = np.sort(values)
+    found: IntArray = ordered[_first_of_runs(ordered)]
+    return found
+
+
+def distinct_counts(values: npt.NDArray[np.integer]) -> tuple[IntArray, IntArray]:
+    """The sorted distinct values and how often each occurs."""
+    ordered = np.sort(values)
+    starts = np.flatnonzero(_first_of_runs(ordered))
+    counts: IntArray = np.diff(np.append(starts, ordered.size))
+    found: IntArray = ordered[starts]
+    return found, counts
+
+
+def distinct_first(values: npt.NDArray[np.integer]) -> tuple[IntArray, IntArray]:
+    """The sorted distinct values and the index of each one's first occurrence."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    first = _first_of_runs(ordered)
+    found: IntArray = ordered[first].astype(np.int64, copy=False)
+    return found, order[first]
+
+
 @dataclass(frozen=True)
 class TableReach:
     """Datasets and jobs reached one way, with their distance in jobs (roots at 0)."""
@@ -66,7 +103,7 @@ _scratch = _Scratch()
 
 
 def _new(values: IntArray, dist: npt.NDArray[np.int32]) -> IntArray:
-    unique: IntArray = np.unique(values)
+    unique = distinct(values)
     fresh: IntArray = unique[dist[unique] == UNSEEN]
     return fresh
 
@@ -86,11 +123,11 @@ def table_reach(
     seen_ds: list[IntArray] = []
     seen_job: list[IntArray] = []
 
-    frontier = np.unique(roots_ds.astype(np.int64))
+    frontier = distinct(roots_ds.astype(np.int64))
     ds_dist[frontier] = 0
     seen_ds.append(frontier)
     if roots_job.size:
-        jobs = np.unique(roots_job.astype(np.int64))
+        jobs = distinct(roots_job.astype(np.int64))
         job_dist[jobs] = 0
         seen_job.append(jobs)
         # A job's own inputs (upstream) or outputs (downstream) sit at its distance.
@@ -132,7 +169,7 @@ def field_reach(
 ) -> FieldReachArrays:
     adj = "down" if way == "down" else "up"
     dist = _scratch.borrow("field", snap.size_of("field", roots))
-    frontier = np.unique(roots.astype(np.int64))
+    frontier = distinct(roots.astype(np.int64))
     dist[frontier] = 0
     seen = [frontier]
     level = 0
@@ -167,14 +204,17 @@ def _inside(values: IntArray, mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.boo
     return inside
 
 
-def _hidden_counts(batch: EdgeBatch, included: npt.NDArray[np.bool_]) -> dict[int, int]:
-    """For each source node, how many distinct neighbours in ``batch`` are not included."""
+def _hidden_counts(
+    batch: EdgeBatch, included: npt.NDArray[np.bool_], distinct: bool
+) -> dict[int, int]:
+    """For each source node, how many distinct neighbours in ``batch`` are not included
+    (``distinct`` False: the batch holds each pair once)."""
     dst = batch.dst.astype(np.int64)
     outside = ~_inside(dst, included)
     if not outside.any():
         return {}
-    pairs = unique_pairs(batch.src[outside], dst[outside])
-    nodes, counts = np.unique(pairs[0], return_counts=True)
+    sources = unique_pairs(batch.src[outside], dst[outside])[0] if distinct else batch.src[outside]
+    nodes, counts = distinct_counts(sources)
     return dict(zip(nodes.tolist(), counts.tolist(), strict=True))
 
 
@@ -200,18 +240,31 @@ def table_edges(snap: Snapshot, ds: IntArray, jobs: IntArray, tf: TimeFilter) ->
     writes = snap.expand("ds_up", ds, tf)  # src dataset, dst job (job wrote it)
     keep_r = _inside(reads.dst.astype(np.int64), job_mask)
     keep_w = _inside(writes.dst.astype(np.int64), job_mask)
-    read_pairs = unique_pairs(reads.src[keep_r], reads.dst[keep_r])
-    write_pairs = unique_pairs(writes.dst[keep_w], writes.src[keep_w])
+    # One open edge per (job, dataset, direction) (a unique constraint): only intervals
+    # from the past can repeat a pair.
+    distinct = not tf.current
+    read_pairs = _pairs(reads.src[keep_r], reads.dst[keep_r], distinct)
+    write_pairs = _pairs(writes.dst[keep_w], writes.src[keep_w], distinct)
     return TableEdges(
         read_ds=read_pairs[0],
         read_job=read_pairs[1],
         write_job=write_pairs[0],
         write_ds=write_pairs[1],
-        hidden_up_ds=_hidden_counts(writes, job_mask),
-        hidden_down_ds=_hidden_counts(reads, job_mask),
-        hidden_up_job=_hidden_counts(snap.expand("job_up", jobs, tf), ds_mask),
-        hidden_down_job=_hidden_counts(snap.expand("job_down", jobs, tf), ds_mask),
+        hidden_up_ds=_hidden_counts(writes, job_mask, distinct),
+        hidden_down_ds=_hidden_counts(reads, job_mask, distinct),
+        hidden_up_job=_hidden_counts(snap.expand("job_up", jobs, tf), ds_mask, distinct),
+        hidden_down_job=_hidden_counts(snap.expand("job_down", jobs, tf), ds_mask, distinct),
     )
+
+
+def _pairs(a: npt.NDArray[np.integer], b: npt.NDArray[np.integer], distinct: bool) -> IntArray:
+    """(a, b) pairs as a (2, n) array sorted by a then b; made distinct when asked."""
+    if distinct:
+        return unique_pairs(a, b)
+    a64, b64 = a.astype(np.int64), b.astype(np.int64)
+    order = np.lexsort((b64, a64))
+    pairs: IntArray = np.stack([a64[order], b64[order]])
+    return pairs
 
 
 def unique_pairs(a: npt.NDArray[np.integer], b: npt.NDArray[np.integer]) -> IntArray:
@@ -220,7 +273,7 @@ def unique_pairs(a: npt.NDArray[np.integer], b: npt.NDArray[np.integer]) -> IntA
         return np.zeros((2, 0), dtype=np.int64)
     a64, b64 = a.astype(np.int64), b.astype(np.int64)
     span = int(b64.max()) + 1
-    keys = np.unique(a64 * span + b64)
+    keys = distinct(a64 * span + b64)
     pairs: IntArray = np.stack([keys // span, keys % span])
     return pairs
 
@@ -256,8 +309,8 @@ def column_edges(snap: Snapshot, fields: IntArray, tf: TimeFilter) -> ColumnEdge
         mask=snap.column("mask", batch).astype(np.int64),
         edge_id=snap.column("id", batch).astype(np.int64),
         described=snap.column("described", batch).astype(np.int64),
-        hidden_up=_hidden_counts(snap.expand("up", fields, tf), field_mask),
-        hidden_down=_hidden_counts(down, field_mask),
+        hidden_up=_hidden_counts(snap.expand("up", fields, tf), field_mask, True),
+        hidden_down=_hidden_counts(down, field_mask, True),
     )
 
 
@@ -310,7 +363,7 @@ def ranked_field_reach(
     seeds = seeds.astype(np.int64)
     seed_order = np.argsort(seeds, kind="stable")
     seeds, seed_datasets = seeds[seed_order], seed_datasets.astype(np.int64)[seed_order]
-    seeds, first = np.unique(seeds, return_index=True)
+    seeds, first = distinct_first(seeds)
     seed_datasets = seed_datasets[first]
     best[seeds] = 3
     dist[seeds] = 0
@@ -346,7 +399,7 @@ def ranked_field_reach(
             if not fresh.any():
                 break
             candidates = np.flatnonzero(strong)[fresh]
-            unique_dst, first = np.unique(dst[fresh], return_index=True)
+            unique_dst, first = distinct_first(dst[fresh])
             idx = candidates[first]
             src = src[fresh][first]
             dst = unique_dst.astype(np.int64)
@@ -377,10 +430,10 @@ def ranked_field_reach(
         ds_batch = EdgeBatch(
             ds_batch.src[ok], ds_batch.dst[ok], ds_batch.layer[ok], ds_batch.pos[ok]
         )
-    field_datasets = np.unique(cols[1])
+    field_datasets = distinct(cols[1])
     ds_targets = ds_batch.dst.astype(np.int64)
     keep = ~np.isin(ds_targets, field_datasets)
-    ds_targets, first = np.unique(ds_targets[keep], return_index=True)
+    ds_targets, first = distinct_first(ds_targets[keep])
     idx = np.flatnonzero(keep)[first]
     picked = EdgeBatch(ds_batch.src[idx], ds_batch.dst[idx], ds_batch.layer[idx], ds_batch.pos[idx])
     return RankedReach(
@@ -404,7 +457,7 @@ def _first_parents(batch: EdgeBatch, dist: npt.NDArray[np.int32]) -> tuple[IntAr
     """Unseen targets of ``batch`` (each once) and the edge index that first reached each."""
     dst = batch.dst.astype(np.int64)
     fresh = np.flatnonzero(dist[dst] == UNSEEN)
-    targets, first = np.unique(dst[fresh], return_index=True)
+    targets, first = distinct_first(dst[fresh])
     return targets, fresh[first]
 
 

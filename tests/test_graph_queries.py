@@ -83,6 +83,24 @@ def test_both_is_not_an_undirected_neighbourhood():
     assert hub is not None and hub.hidden_upstream == 1  # j2 is hidden
 
 
+def test_an_edge_with_several_intervals_counts_once():
+    # j1 read "a" twice in the past (overlapping intervals), stopped, and reads it again
+    # now; "b" is a second reader of "a" that stays out of a depth-0 answer.
+    g = LineageBuilder()
+    g.datasets("a", "out", "b_out")
+    g.job("j1", writes=["out"])
+    g.job("j2", reads=["a"], writes=["b_out"])
+    g.edge("j1", "a", Direction.INPUT, at=T0, until=T2)
+    g.edge("j1", "a", Direction.INPUT, at=T1, until=T3)
+    g.edge("j1", "a", Direction.INPUT, at=T3)
+    for as_of in (None, T1 + timedelta(days=1)):
+        graph = queries.lineage(node(g, "job:j1"), depth=0, direction="upstream", as_of=as_of)
+        reads = [(e.origin, e.destination) for e in graph.edges]
+        assert reads.count((g.id("a"), g.id("job:j1"))) == 1
+        a = graph.node(g.id("a"))
+        assert a is not None and a.hidden_downstream == 1  # j2, once
+
+
 def test_it_sees_the_graph_as_of_an_instant(chain):
     # job_0 read "a" until T2, then "x" from T2 on.
     chain.dataset("x")
