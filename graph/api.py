@@ -10,7 +10,6 @@ Large answers are cut at ``maxNodes`` (default 2,000): the response says
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime
@@ -60,12 +59,15 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), default=str)
 
 
-_PLAIN = re.compile(r'[^"\\\x00-\x1f\x7f-\uffff]*')
+def _plain(text: str) -> bool:
+    """Whether ``text`` is printable ASCII without quotes or backslashes: the same text as
+    a JSON string's contents."""
+    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
 
 
 def _quote(text: str) -> str:
     """``text`` as a JSON string; plain ASCII ids skip the encoder."""
-    return f'"{text}"' if _PLAIN.fullmatch(text) else json.dumps(text)
+    return f'"{text}"' if _plain(text) else json.dumps(text)
 
 
 class _TextRenderer(BaseRenderer):
@@ -174,7 +176,7 @@ def _quoted_ids(
     refs: dict[int, str] = {}
     for pk, (namespace, name) in names.items():
         node_id = f"{prefix}{namespace}:{name}"
-        if _PLAIN.fullmatch(node_id):
+        if _plain(node_id):
             # Both parts of a plain id are plain too.
             ids[pk] = f'"{node_id}"'
             refs[pk] = f'{{"namespace":"{namespace}","name":"{name}"}}'

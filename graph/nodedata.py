@@ -297,8 +297,10 @@ def job_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, str
         if pk in shown:
             out[pk] = text
             continue
-        head = text[: text.rindex(',"latestRun":')] if ',"latestRun":' in text else text[:-1]
-        out[pk] = f'{head},"latestRun":{_dumps(_run(runs.get(pk)))}}}'
+        cut = text.rfind(',"latestRun":')
+        head = text[:cut] if cut >= 0 else text[:-1]
+        run = runs.get(pk)
+        out[pk] = f'{head},"latestRun":{"null" if run is None else _dumps(_run(run))}}}'
     return out
 
 

@@ -20,6 +20,7 @@ from enum import IntEnum
 from typing import Literal, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from catalog.models import Dataset, DatasetField
@@ -204,6 +205,14 @@ class _Selection:
     cut: Cut
 
 
+def _among(values: IntArray, members: IntArray) -> npt.NDArray[np.bool_]:
+    """``np.isin`` for the one or two roots of an answer, without its set-up cost."""
+    if members.size == 1:
+        found: npt.NDArray[np.bool_] = values == members[0]
+        return found
+    return np.isin(values, members)
+
+
 def _select(
     reaches: list[tuple[int, traverse.TableReach]],
     roots_ds: IntArray,
@@ -222,7 +231,7 @@ def _select(
             dists.append(d)
             sides.append(np.full(values.size, side, dtype=np.int64))
     k, p, d, s = (np.concatenate(a) for a in (kinds, pks, dists, sides))
-    is_root = ((k == KIND_DS) & np.isin(p, roots_ds)) | ((k == KIND_JOB) & np.isin(p, roots_job))
+    is_root = ((k == KIND_DS) & _among(p, roots_ds)) | ((k == KIND_JOB) & _among(p, roots_job))
     s = np.where(is_root, SIDE_ROOT, s)
     order = np.lexsort((s, d, p, k))
     k, p, d, s = k[order], p[order], d[order], s[order]
