@@ -16,7 +16,9 @@ concurrent clients, each its own process, time full JSON responses (P50/P95). In
   filters (ids only), the design measured before this engine.
 
 Memory: resident set of each gunicorn worker after the run and of this
-process; snapshot sizes and build times measured in-process. Results go to
+process, and each worker's proportional set (the node document file the workers
+map is counted once between them there, once in each in the resident set);
+snapshot sizes and build times measured in-process. Results go to
 benchmarks/results/graph.json.
 """
 
@@ -74,6 +76,18 @@ def rss_mb(pid: int) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def pss_mb(pid: int) -> float | None:
+    """Proportional set size: pages shared between processes (the mapped node document
+    file, graph/docfile.py) counted once across them, not once in each."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
                 return round(int(line.split()[1]) / 1024, 1)
     except OSError:
         return None
@@ -232,6 +246,12 @@ def start_server(db: str, port: int) -> subprocess.Popen[bytes]:
         except OSError:
             time.sleep(0.5)
     raise RuntimeError("gunicorn did not start")
+
+
+def document_file_mb(db: str) -> float | None:
+    """Size of the node document file the server's workers map (graph/docfile.py)."""
+    found = sorted((ROOT / "data" / "nodedocs").glob(f"{db}-*.docs"))
+    return round(found[0].stat().st_size / 2**20, 1) if found else None
 
 
 def worker_pids(master: int) -> list[int]:
@@ -599,6 +619,8 @@ def bench_scale(scale: int, reuse: bool, per_client: int) -> dict[str, Any]:
         result["memory_mb"] = {
             "gunicorn_master": rss_mb(server.pid),
             "gunicorn_workers": [rss_mb(pid) for pid in workers],
+            "gunicorn_workers_pss": [pss_mb(pid) for pid in workers],
+            "node_document_file": document_file_mb(db),
             "benchmark_process": rss_mb(os.getpid()),
         }
     finally:

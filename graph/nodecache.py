@@ -17,6 +17,8 @@ and the process saw no change to that node after the document's revision;
 anything else is rendered again and the newer document replaces the old. A
 process that starts after a full rendering pass (graph/documents.py) reads the
 change log from that pass on, so its horizon is the pass, not its own start.
+The processes of one host read the documents of that pass from a file they all
+map (graph/docfile.py) rather than from the table, by the same rule.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from django.conf import settings
 from django.db import connection
 
 from catalog.pgsql import bound_cursor
+from graph import docfile
 from graph import revision as rev
 from graph.details import dataset_info_from_json, info_json, job_info_from_json
 
@@ -84,6 +87,10 @@ class NodeCache:
         self.hits = 0
         self.misses = 0
         self.shared_hits = 0
+        # Of those, documents read from the host's document file.
+        self.file_hits = 0
+        # (file, epoch, whether its pass is on the timeline) last judged.
+        self._file_checked: tuple[int, int, bool] = (0, -1, False)
 
     def clear(self) -> None:
         with self.lock:
@@ -153,6 +160,7 @@ class NodeCache:
         if row is None:
             return
         floor = rev.Revision(int(row[0]), str(row[1]))
+        docfile.refresh(floor)
         since = node_changes(floor, current, SYNC_LIMIT)
         if since is not None:
             self.changed.update(since)
@@ -261,8 +269,22 @@ class NodeCache:
     def _shared_many(
         self, wanted: dict[str, list[int]], info: bool = False
     ) -> dict[str, dict[int, Entry]]:
-        """Shared documents of these nodes (pks by kind) that this process can trust; with
+        """Shared documents of these nodes (pks by kind) that this process can trust: from
+        the host's document file (graph/docfile.py), the rest from ``graph_nodedoc``; with
         ``info``, only those that carry the node's summary, read into an object."""
+        out: dict[str, dict[int, Entry]] = {}
+        mapped = self._document_file()
+        if mapped is not None:
+            rest: dict[str, list[int]] = {}
+            for kind, pks in wanted.items():
+                documents = mapped.lookup(kind, pks, self.horizon, self.changed, info)
+                if documents:
+                    out[kind] = {pk: _entry(kind, *doc) for pk, doc in documents.items()}
+                    self.file_hits += len(documents)
+                rest[kind] = [pk for pk in pks if pk not in documents]
+            wanted = rest
+            if not any(wanted.values()):
+                return out
         summary_column = "info" if info else "''"
         with bound_cursor() as cursor:
             cursor.execute(
@@ -273,19 +295,24 @@ class NodeCache:
             )
             rows = cursor.fetchall()
         changed = self.changed
-        out: dict[str, dict[int, Entry]] = {}
         for kind, pk, revision, namespace, name, data, summary in rows:
             if changed.get((kind, pk), 0) > revision or (info and not summary):
                 continue
-            read = None
-            if summary:
-                read = (
-                    dataset_info_from_json(summary)
-                    if kind == DATASET
-                    else job_info_from_json(summary)
-                )
-            out.setdefault(kind, {})[pk] = Entry(namespace, name, data, read)
+            out.setdefault(kind, {})[pk] = _entry(kind, namespace, name, data, summary)
         return out
+
+    def _document_file(self) -> docfile.DocFile | None:
+        """The host's document file, when this cache shares documents and the file's pass
+        is on the current timeline (checked once per file and epoch)."""
+        if not self._sharing():
+            return None
+        found = docfile.get()
+        if found is None:
+            return None
+        key = (id(found), self.epoch)
+        if self._file_checked[:2] != key:
+            self._file_checked = (*key, rev.on_timeline(found.pass_revision))
+        return found if self._file_checked[2] else None
 
     def stats(self) -> dict[str, int]:
         return {
@@ -294,7 +321,15 @@ class NodeCache:
             "hits": self.hits,
             "misses": self.misses,
             "shared_hits": self.shared_hits,
+            "file_hits": self.file_hits,
         }
+
+
+def _entry(kind: str, namespace: str, name: str, data: str, summary: str) -> Entry:
+    read = None
+    if summary:
+        read = dataset_info_from_json(summary) if kind == DATASET else job_info_from_json(summary)
+    return Entry(namespace, name, data, read)
 
 
 def node_changes(

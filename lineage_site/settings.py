@@ -246,6 +246,9 @@ LINEAGE_DETAIL_RETENTION_DAYS = env_int("LINEAGE_DETAIL_RETENTION_DAYS", 90)
 GRAPH_NODE_CACHE_SIZE = env_int("GRAPH_NODE_CACHE_SIZE", 50_000)
 # PostgreSQL: server processes share rendered node data through graph_nodedoc.
 GRAPH_SHARED_NODE_DATA = env_bool("GRAPH_SHARED_NODE_DATA", True)
+# PostgreSQL: the server processes of a host map every shared node document from one file
+# under DATA_DIR/nodedocs, written after each full rendering pass (graph/docfile.py).
+GRAPH_NODE_DOCUMENT_FILE = env_bool("GRAPH_NODE_DOCUMENT_FILE", True)
 # Resolved node ids (dataset:…, job:…, datasetField:…) are kept per process this long.
 NODE_ID_CACHE_SECONDS = env_int("NODE_ID_CACHE_SECONDS", 60)
 # Each process keeps a directory of node names and fields (graph/directory.py, ~60 MB at

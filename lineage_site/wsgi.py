@@ -18,10 +18,11 @@ if settings.GRAPH_WARM_ON_START:
     # first request (seconds at millions of edges) instead of during some user's request.
     from django.db import connections
 
-    from graph import directory, snapshot
+    from graph import directory, docfile, snapshot
 
     snapshot.warm()
     directory.warm()
+    docfile.warm()
     # Under gunicorn --preload this runs before the fork: no worker may inherit the socket.
     connections.close_all()
 

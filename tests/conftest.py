@@ -176,11 +176,12 @@ def _fresh_cache() -> Iterator[None]:
     from django.core.cache import cache
 
     from catalog.auth import forget_grants
-    from graph import directory
+    from graph import directory, docfile
     from graph.nodeids import forget_resolved
 
     cache.clear()
     forget_grants()
     forget_resolved()
     directory.reset()
+    docfile.reset()
     yield

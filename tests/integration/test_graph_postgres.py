@@ -369,3 +369,143 @@ def test_a_follow_up_pass_moves_the_pass_on_once_many_nodes_changed(steward, set
     assert calls == [[b]]
     assert '"description":"Raw"' in served[a].data
     assert '"description":"Clean"' in served[b].data
+
+
+# --- the host's document file ---------------------------------------------------------------
+
+
+def test_the_document_file_holds_every_document_as_the_table_does(settings):
+    from graph import docfile, documents
+    from graph.models import NodeDocument
+    from graph.nodecache import DATASET, JOB, NodeCache
+
+    settings.GRAPH_SHARED_NODE_DATA = True
+    g = LineageBuilder()
+    g.chain("a", "b", "c")
+    assert documents.render_documents().full
+    mapped = docfile.open_current()
+    assert mapped is not None
+    assert mapped.path.parent == settings.DATA_DIR / "nodedocs"
+    rows = list(NodeDocument.objects.all())  # (and any a thread of an earlier test wrote)
+    assert mapped.documents == len(rows) >= 5
+    for row in rows:
+        found = mapped.lookup(row.kind, [row.obj_id, 10**9], 0, {}, info=True)
+        assert found == {row.obj_id: (row.namespace, row.name, row.data, row.info)}
+        # Without the summary asked for, it is left out.
+        assert mapped.lookup(row.kind, [row.obj_id], 0, {})[row.obj_id][3] == ""
+    # A new process takes all of them from the file: nothing rendered, nothing queried.
+    fresh = NodeCache(100, shared=True)
+    calls: list[list[int]] = []
+    datasets = [g.ds[name].pk for name in ("a", "b", "c")]
+    served = fresh.entries(DATASET, datasets, rendered_by(calls))
+    jobs = [job.pk for job in g.jobs.values()]
+    assert set(fresh.entries(JOB, jobs, lambda pks: {})) == set(jobs)
+    assert calls == []
+    assert fresh.stats()["file_hits"] == 5
+    assert {pk: e.data for pk, e in served.items()} == {
+        row.obj_id: row.data for row in rows if row.kind == DATASET and row.obj_id in datasets
+    }
+    with_info = fresh.entries(DATASET, datasets, rendered_by(calls), info=True)
+    assert all(entry.info is not None for entry in with_info.values())
+
+
+def test_a_document_in_the_file_older_than_a_change_to_its_node_is_not_used(steward, settings):
+    from catalog import actions
+    from graph import docfile, documents
+    from graph.nodecache import DATASET, NodeCache
+
+    settings.GRAPH_SHARED_NODE_DATA = True
+    g = LineageBuilder()
+    g.chain("a", "b", "c")
+    a, b, c = (g.ds[name].pk for name in ("a", "b", "c"))
+    assert documents.render_documents().full
+    assert docfile.get() is not None
+    actions.update_dataset(g.ds["a"], {"description": "Raw"}, actions.Actor(user=steward))
+    late = NodeCache(100, shared=True)
+    calls: list[list[int]] = []
+    served = late.entries(DATASET, [a, b, c], rendered_by(calls))
+    assert calls == [[a]]
+    assert '"description":"Raw"' in served[a].data
+    assert late.stats()["file_hits"] == 2
+    # Nor by a process whose horizon is past the file's documents.
+    assert docfile.get().lookup(DATASET, [b], late.horizon + 1, {}) == {}
+
+
+def test_a_new_pass_brings_a_new_file_and_a_file_off_the_timeline_is_not_used(settings):
+    from graph import docfile, documents
+    from graph.nodecache import DATASET, NodeCache
+
+    settings.GRAPH_SHARED_NODE_DATA = True
+    g = LineageBuilder()
+    g.chain("a", "b")
+    assert documents.render_documents().full
+    first = docfile.get()
+    assert first is not None
+    # Everything changed (a bulk load): the next pass is full, and the next process to
+    # start over moves to a file of that pass.
+    revision.mark_reset()
+    NodeCache(100, shared=True).entries(DATASET, [g.ds["a"].pk], rendered_by([]))
+    assert docfile.get() is first  # no pass since: the same file (its documents untrusted)
+    second = documents.render_documents()
+    assert second.full
+    late = NodeCache(100, shared=True)
+    calls: list[list[int]] = []
+    late.entries(DATASET, [g.ds["a"].pk, g.ds["b"].pk], rendered_by(calls))
+    assert calls == []
+    assert docfile.get() is not first
+    assert docfile.get().pass_revision.value == second.revision
+    assert late.stats()["file_hits"] == 2
+    # A file written on another timeline (the database restored, or recreated under the
+    # same name) is not trusted, whatever its revisions say.
+    other = NodeCache(100, shared=True)
+    other.sync()
+    forged = docfile.get()
+    forged.pass_revision = revision.Revision(second.revision, "elsewhere")
+    calls.clear()
+    other.entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
+    assert other.stats()["file_hits"] == 0
+
+
+def test_an_unreadable_document_file_is_written_again(settings, caplog):
+    from graph import docfile, documents
+
+    settings.GRAPH_SHARED_NODE_DATA = True
+    LineageBuilder().chain("a", "b")
+    assert documents.render_documents().full
+    path = docfile.file_path()
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not a document file at all")
+    with pytest.raises(docfile.CorruptFile, match="not a node document file"):
+        docfile.DocFile(path)
+    mapped = docfile.get()
+    assert mapped is not None and mapped.documents == 3
+    assert "node document file rewritten" in caplog.text
+    # Cut short: the sections it names run past its end.
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(docfile.CorruptFile, match="past the end of the file"):
+        docfile.DocFile(path)
+    docfile.reset()
+    assert docfile.get().documents == 3
+
+
+def test_without_a_pass_there_is_no_file_and_documents_come_from_the_table(settings):
+    from graph import docfile
+    from graph.nodecache import DATASET, NodeCache, publisher
+
+    settings.GRAPH_SHARED_NODE_DATA = True
+    g = LineageBuilder()
+    g.chain("a", "b")
+    NodeCache(100, shared=True).entries(DATASET, [g.ds["a"].pk], rendered_by([]))
+    publisher.flush()
+    assert docfile.get() is None
+    assert not docfile.file_path().exists()
+    again = NodeCache(100, shared=True)
+    calls: list[list[int]] = []
+    again.entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
+    assert calls == []
+    assert again.stats() | {"entries": 0} == again.stats() | {
+        "entries": 0,
+        "shared_hits": 1,
+        "file_hits": 0,
+    }

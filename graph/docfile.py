@@ -1,0 +1,493 @@
+"""Node documents in one file per host, mapped into memory by every server process.
+
+A lineage answer splices each node's pre-rendered ``data`` into its body
+(graph/nodedata.py). A process has only the nodes it has shown recently in
+its node cache; the rest come from ``graph_nodedoc`` in one query, and at
+100,000 datasets most answers name nodes the answering process has not seen:
+a 500-node answer waits 5-7 ms on that query, as long as building the whole
+body. Keeping every document in every process instead costs over 500 MB each.
+
+So the server processes of a host share one read-only copy: after a full
+rendering pass (graph/documents.py) the first process to start writes every
+document of ``graph_nodedoc`` to a file under ``DATA_DIR/nodedocs``, and each
+process maps it. The operating system keeps one copy of its pages for all of
+them, and a document is a slice of the map, decoded on use.
+
+A document in the file is trusted by the node cache's rule, as if it came from
+the table (graph/nodecache.py): at least as new as the process's horizon, and
+no change to its node seen after its revision; anything else is taken from the
+table as before. A file is written for one pass of one database's timeline
+and used only while that pass is on the current timeline: when a later pass
+is recorded, the next process (or the process whose cache starts a new epoch)
+writes a new file, under a lock so that one process writes and the others
+wait for it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import mmap
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import numpy.typing as npt
+from django.conf import settings
+from django.db import DatabaseError, connection, connections
+
+from catalog.pgsql import bound_cursor
+from graph import revision as rev
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"LXDOCS01"
+COLUMNS = ("namespace", "name", "data", "info")
+KINDS = ("d", "j")  # graph.nodecache.DATASET, JOB
+CHUNK_IDS = 20_000
+# Per document, packed by PostgreSQL: node pk, revision, then the UTF-8 byte length of
+# each of COLUMNS.
+ROW = np.dtype(
+    [
+        ("id", ">i8"),
+        ("revision", ">i8"),
+        ("namespace", ">i4"),
+        ("name", ">i4"),
+        ("data", ">i4"),
+        ("info", ">i4"),
+    ]
+)
+
+IntArray = npt.NDArray[np.int64]
+# (namespace, name, data, summary text or "") of a document.
+Document = tuple[str, str, str, str]
+
+
+class CorruptFile(ValueError):
+    """A document file that cannot be read as one (truncated, or not ours)."""
+
+
+@dataclass(frozen=True, eq=False)
+class _Part:
+    """One kind's documents: pks ascending, their revisions, and for each column the
+    offsets (count + 1) of each document's text in that column's bytes, which start at
+    ``starts[column]`` in the map."""
+
+    pks: IntArray
+    revisions: IntArray
+    offsets: dict[str, IntArray]
+    starts: dict[str, int]
+
+
+class DocFile:
+    """A document file, mapped read-only."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size < 16:
+                raise CorruptFile(f"{path}: {size} bytes, too short for a document file")
+            self.map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        # The arrays are views of the map: it is unmapped with the last of them.
+        self.header, self.parts = _read_layout(self.map, size, path)
+        value, token = self.header["pass"]
+        self.pass_revision = rev.Revision(int(value), str(token))
+        self.documents = sum(part.pks.size for part in self.parts.values())
+
+    def lookup(
+        self,
+        kind: str,
+        pks: list[int],
+        horizon: int,
+        changed: dict[tuple[str, int], int],
+        info: bool = False,
+    ) -> dict[int, Document]:
+        """The trusted documents of these nodes by pk: at least as new as ``horizon``, with
+        no change to the node after the document's revision (``changed``). With ``info``,
+        only those that carry a summary; without, the summary is left out ("")."""
+        part = self.parts.get(kind)
+        if part is None or part.pks.size == 0 or not pks:
+            return {}
+        wanted = np.asarray(pks, dtype=np.int64)
+        at = np.minimum(np.searchsorted(part.pks, wanted), part.pks.size - 1)
+        usable = (part.pks[at] == wanted) & (part.revisions[at] >= horizon)
+        if info:
+            summaries = part.offsets["info"]
+            usable &= summaries[at + 1] > summaries[at]
+        at = at[usable]
+
+        def spans(column: str) -> tuple[list[int], list[int]]:
+            offsets, start = part.offsets[column], part.starts[column]
+            return (offsets[at] + start).tolist(), (offsets[at + 1] + start).tolist()
+
+        view = self.map
+        rows = zip(
+            wanted[usable].tolist(),
+            part.revisions[at].tolist(),
+            *spans("namespace"),
+            *spans("name"),
+            *spans("data"),
+            *(spans("info") if info else ([0] * at.size, [0] * at.size)),
+            strict=True,
+        )
+        found: dict[int, Document] = {}
+        for (
+            pk,
+            revision,
+            ns_lo,
+            ns_hi,
+            name_lo,
+            name_hi,
+            data_lo,
+            data_hi,
+            info_lo,
+            info_hi,
+        ) in rows:
+            if changed.get((kind, pk), 0) > revision:
+                continue
+            found[pk] = (
+                view[ns_lo:ns_hi].decode(),
+                view[name_lo:name_hi].decode(),
+                view[data_lo:data_hi].decode(),
+                view[info_lo:info_hi].decode(),
+            )
+        return found
+
+
+def _read_layout(view: mmap.mmap, size: int, path: Path) -> tuple[dict[str, Any], dict[str, _Part]]:
+    if view[:8] != MAGIC:
+        raise CorruptFile(f"{path}: not a node document file")
+    length = int.from_bytes(view[8:16], "little")
+    if 16 + length > size:
+        raise CorruptFile(f"{path}: header runs past the end of the file")
+    try:
+        header = json.loads(view[16 : 16 + length])
+        parts = {}
+        for kind, layout in header["kinds"].items():
+            count = int(layout["count"])
+
+            def array(offset: int, n: int) -> IntArray:
+                if offset < 0 or offset + 8 * n > size:
+                    raise CorruptFile(f"{path}: an array runs past the end of the file")
+                return np.frombuffer(view, dtype=np.int64, count=n, offset=offset)
+
+            offsets = {c: array(int(layout[c][0]), count + 1) for c in COLUMNS}
+            starts = {c: int(layout[c][1]) for c in COLUMNS}
+            for column in COLUMNS:
+                if count and starts[column] + int(offsets[column][-1]) > size:
+                    raise CorruptFile(f"{path}: the {column} text runs past the end of the file")
+            parts[kind] = _Part(
+                array(int(layout["pks"]), count),
+                array(int(layout["revisions"]), count),
+                offsets,
+                starts,
+            )
+        header["pass"] = [int(header["pass"][0]), str(header["pass"][1])]
+    except CorruptFile:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise CorruptFile(f"{path}: unreadable header ({exc})") from exc
+    return header, parts
+
+
+# --- writing -------------------------------------------------------------------------------
+
+
+def file_path() -> Path:
+    """This database's document file: one per database, named after its address."""
+    db = connection.settings_dict
+    address = f"{db.get('HOST') or ''}:{db.get('PORT') or ''}/{db.get('NAME')}"
+    digest = hashlib.sha256(address.encode()).hexdigest()[:12]
+    return Path(settings.DATA_DIR) / "nodedocs" / f"{db.get('NAME')}-{digest}.docs"
+
+
+def last_pass() -> rev.Revision | None:
+    """The revision of the last full rendering pass (graph_nodedoc_pass), if any."""
+    with bound_cursor() as cursor:
+        cursor.execute("SELECT revision, token FROM graph_nodedoc_pass WHERE id = 1")
+        row = cursor.fetchone()
+    return None if row is None else rev.Revision(int(row[0]), str(row[1]))
+
+
+def write(path: Path, pass_revision: rev.Revision) -> int:
+    """Write every document of ``graph_nodedoc`` to ``path`` (replaced at once, never seen
+    half-written); gives the number of documents."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".writing-", dir=path.parent))
+    try:
+        rows: dict[str, npt.NDArray[Any]] = {}
+        blobs: dict[tuple[str, str], Path] = {}
+        for kind in KINDS:
+            rows[kind] = _read_kind(kind, scratch, blobs)
+        target = scratch / "file"
+        with open(target, "wb") as out:
+            _assemble(out, pass_revision, rows, blobs)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(target, path)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return sum(table.size for table in rows.values())
+
+
+def _read_kind(kind: str, scratch: Path, blobs: dict[tuple[str, str], Path]) -> npt.NDArray[Any]:
+    """One kind's rows (ROW), in pk order; each column's text goes to a file in
+    ``scratch``, packed by the database per pk range: no per-row Python work."""
+    packed = "int8send(obj_id) || int8send(revision) || " + " || ".join(
+        f"int4send(octet_length(convert_to({c}, 'UTF8')))" for c in COLUMNS
+    )
+    texts = ", ".join(
+        f"string_agg(convert_to({c}, 'UTF8'), ''::bytea ORDER BY obj_id)" for c in COLUMNS
+    )
+    heads: list[bytes] = []
+    handles = {c: open(scratch / f"{kind}.{c}", "wb") for c in COLUMNS}  # noqa: SIM115
+    try:
+        with bound_cursor() as cursor:
+            cursor.execute(
+                "SELECT min(obj_id), max(obj_id) FROM graph_nodedoc WHERE kind = %s", [kind]
+            )
+            row = cursor.fetchone()
+            low, high = (int(row[0]), int(row[1])) if row and row[0] is not None else (0, -1)
+            for start in range(low, high + 1, CHUNK_IDS):
+                cursor.execute(
+                    f"SELECT string_agg({packed}, ''::bytea ORDER BY obj_id), {texts} "
+                    "FROM graph_nodedoc WHERE kind = %s AND obj_id >= %s AND obj_id < %s",
+                    [kind, start, start + CHUNK_IDS],
+                    binary=True,
+                )
+                found = cursor.fetchone()
+                if found and found[0]:
+                    heads.append(bytes(found[0]))
+                    for column, text in zip(COLUMNS, found[1:], strict=True):
+                        handles[column].write(bytes(text or b""))
+    finally:
+        for handle in handles.values():
+            handle.close()
+    for column in COLUMNS:
+        blobs[(kind, column)] = scratch / f"{kind}.{column}"
+    return np.frombuffer(b"".join(heads), dtype=ROW)
+
+
+def _assemble(
+    out: BinaryIO,
+    pass_revision: rev.Revision,
+    rows: dict[str, npt.NDArray[Any]],
+    blobs: dict[tuple[str, str], Path],
+) -> None:
+    """Header, then per kind the pks, revisions and each column's offsets (int64, native
+    order), then each column's text; every section starts on 8 bytes."""
+    arrays: list[IntArray] = []
+    layout: dict[str, dict[str, Any]] = {}
+    texts: list[tuple[str, str]] = []
+    for kind, table in rows.items():
+        arrays += [table["id"].astype(np.int64), table["revision"].astype(np.int64)]
+        for column in COLUMNS:
+            offsets = np.zeros(table.size + 1, dtype=np.int64)
+            np.cumsum(table[column].astype(np.int64), out=offsets[1:])
+            arrays.append(offsets)
+            texts.append((kind, column))
+        layout[kind] = {"count": int(table.size)}
+    header = {
+        "pass": [pass_revision.value, pass_revision.token],
+        "written": time.time(),
+        "kinds": layout,
+    }
+
+    def encoded() -> bytes:
+        return json.dumps(header, separators=(",", ":")).encode()
+
+    # Offsets depend on the header's length, which depends on the offsets: settle it by
+    # reserving room for numbers up to 20 digits.
+    for kind in rows:
+        layout[kind].update(
+            {"pks": 10**19, "revisions": 10**19, **{c: [10**19, 10**19] for c in COLUMNS}}
+        )
+    body = _align(16 + len(encoded()) + 64)
+    position = body
+    index = 0
+    for kind in rows:
+        for name in ("pks", "revisions"):
+            layout[kind][name] = position
+            position = _align(position + arrays[index].nbytes)
+            index += 1
+        for column in COLUMNS:
+            layout[kind][column] = [position, 0]
+            position = _align(position + arrays[index].nbytes)
+            index += 1
+    for kind, column in texts:
+        layout[kind][column][1] = position
+        position = _align(position + blobs[(kind, column)].stat().st_size)
+    head = encoded()
+    out.write(MAGIC + len(head).to_bytes(8, "little") + head)
+    out.write(b"\0" * (body - 16 - len(head)))
+    for array in arrays:
+        out.write(array.tobytes())
+        out.write(b"\0" * (_align(array.nbytes) - array.nbytes))
+    for kind, column in texts:
+        with open(blobs[(kind, column)], "rb") as text:
+            shutil.copyfileobj(text, out, 1 << 20)
+        size = blobs[(kind, column)].stat().st_size
+        out.write(b"\0" * (_align(size) - size))
+
+
+def _align(n: int) -> int:
+    return (n + 7) // 8 * 8
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One process at a time writes (or checks) a database's file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+# --- the process's file ----------------------------------------------------------------------
+
+
+def enabled() -> bool:
+    return (
+        connection.vendor == "postgresql"
+        and bool(settings.GRAPH_SHARED_NODE_DATA)
+        and bool(getattr(settings, "GRAPH_NODE_DOCUMENT_FILE", True))
+    )
+
+
+def open_current(pass_revision: rev.Revision | None = None) -> DocFile | None:
+    """The file of the last full pass, written first if this host has none for it (or one
+    that cannot be read); None before any pass."""
+    found = last_pass() if pass_revision is None else pass_revision
+    if found is None:
+        return None
+    path = file_path()
+    with _locked(path):
+        if path.exists():
+            try:
+                existing = DocFile(path)
+            except CorruptFile as exc:
+                log.warning("node document file rewritten: %s", exc)
+            else:
+                if existing.pass_revision == found:
+                    return existing
+        started = time.perf_counter()
+        count = write(path, found)
+        log.info(
+            "node document file: %d documents in %.1f s (%s)",
+            count,
+            time.perf_counter() - started,
+            path,
+        )
+        return DocFile(path)
+
+
+class _State:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.file: DocFile | None = None
+        self.tried = False
+        self.refreshing = False
+        self.opened = 0
+
+
+_state = _State()
+
+
+def get() -> DocFile | None:
+    """The process's file, opened (or written) the first time it is asked for."""
+    if not enabled():
+        return None
+    if not _state.tried:
+        with _state.lock:
+            if not _state.tried:
+                _install(_open_logged())
+                _state.tried = True
+    return _state.file
+
+
+def refresh(pass_revision: rev.Revision) -> None:
+    """Move to the file of ``pass_revision`` when the process has another: in a background
+    thread when GRAPH_BACKGROUND_REBUILD is on (the old file serves meanwhile, trusted
+    document by document), else now."""
+    current = _state.file
+    if not enabled() or not _state.tried:
+        return  # the first file is opened by get()
+    if current is not None and current.pass_revision == pass_revision:
+        return
+    if not getattr(settings, "GRAPH_BACKGROUND_REBUILD", True):
+        with _state.lock:
+            _install(_open_logged(pass_revision))
+            _state.tried = True
+        return
+    with _state.lock:
+        if _state.refreshing:
+            return
+        _state.refreshing = True
+
+    def work() -> None:
+        try:
+            fresh = _open_logged(pass_revision)
+            with _state.lock:
+                _install(fresh)
+                _state.tried = True
+        finally:
+            _state.refreshing = False
+            connections.close_all()
+
+    threading.Thread(target=work, name="node-document-file", daemon=True).start()
+
+
+def _open_logged(pass_revision: rev.Revision | None = None) -> DocFile | None:
+    try:
+        return open_current(pass_revision)
+    except (DatabaseError, OSError, CorruptFile) as exc:
+        log.warning("node document file not used: %s", exc)
+        return None
+
+
+def _install(found: DocFile | None) -> None:
+    # A replaced map is left to the collector: a request may still be slicing it.
+    if found is not None:
+        _state.opened += 1
+    _state.file = found
+
+
+def warm() -> bool:
+    """Open (or write) the file before the process serves (lineage_site/wsgi.py)."""
+    return get() is not None
+
+
+def reset() -> None:
+    """Forget the process's file (tests)."""
+    with _state.lock:
+        _state.file = None
+        _state.tried = False
+
+
+def stats() -> dict[str, Any]:
+    found = _state.file
+    if found is None:
+        return {"opened": _state.opened, "file": None}
+    return {
+        "opened": _state.opened,
+        "file": {
+            "path": str(found.path),
+            "pass": found.pass_revision.value,
+            "documents": found.documents,
+            "bytes": len(found.map),
+        },
+    }
