@@ -72,26 +72,25 @@ def summary(ms: list[float]) -> dict[str, float]:
     }
 
 
-def rss_mb(pid: int) -> float | None:
+def _proc_mb(path: str, key: str) -> float | None:
+    """A kB figure of /proc (``key:`` line of ``path``) in MB."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(key):
                 return round(int(line.split()[1]) / 1024, 1)
     except OSError:
         return None
     return None
+
+
+def rss_mb(pid: int) -> float | None:
+    return _proc_mb(f"/proc/{pid}/status", "VmRSS:")
 
 
 def pss_mb(pid: int) -> float | None:
     """Proportional set size: pages shared between processes (the mapped node document
     file, graph/docfile.py) counted once across them, not once in each."""
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        return None
-    return None
+    return _proc_mb(f"/proc/{pid}/smaps_rollup", "Pss:")
 
 
 def cpu_seconds(pids: list[int]) -> float:
