@@ -38,6 +38,7 @@ from catalog.params import (
 )
 from graph import exports, nodedata, queries, responses, revision
 from graph.models import Taint
+from graph.nodecache import DATASET, JOB
 from graph.nodedata import iso
 from graph.nodeids import (
     DATASET_PREFIX,
@@ -168,39 +169,32 @@ COMMON_PARAMETERS = [
 # --- table lineage -----------------------------------------------------------------------
 
 
-def _quoted_ids(
-    names: dict[int, tuple[str, str]], prefix: str
-) -> tuple[dict[int, str], dict[int, str]]:
-    """Each node's id as a JSON string, and its ``{"namespace", "name"}`` object."""
-    ids: dict[int, str] = {}
-    refs: dict[int, str] = {}
-    for pk, (namespace, name) in names.items():
-        node_id = f"{prefix}{namespace}:{name}"
-        if _plain(node_id):
-            # Both parts of a plain id are plain too.
-            ids[pk] = f'"{node_id}"'
-            refs[pk] = f'{{"namespace":"{namespace}","name":"{name}"}}'
-        else:
-            ids[pk] = json.dumps(node_id)
-            refs[pk] = f'{{"namespace":{json.dumps(namespace)},"name":{json.dumps(name)}}}'
-    return ids, refs
+def _dataset_texts(namespace: str, name: str) -> tuple[str, str]:
+    """A dataset's id as a JSON string, and its ``{"namespace", "name"}`` object."""
+    node_id = f"{DATASET_PREFIX}{namespace}:{name}"
+    if _plain(node_id):
+        # Both parts of a plain id are plain too.
+        return f'"{node_id}"', f'{{"namespace":"{namespace}","name":"{name}"}}'
+    return json.dumps(node_id), f'{{"namespace":{json.dumps(namespace)},"name":{json.dumps(name)}}}'
+
+
+def _job_text(namespace: str, name: str) -> str:
+    return _quote(f"{JOB_PREFIX}{namespace}:{name}")
 
 
 def lineage_body(answer: queries.TableAnswer) -> str:
     """Marquez's ``{"graph": [...]}`` for ``answer``.
 
     Built as text straight from the traversal's arrays: node data comes
-    pre-rendered from the node cache and every id is escaped once, so a
-    2,000-node answer costs a few string joins per node rather than a JSON
-    encoding of 20,000 nested objects.
+    pre-rendered from the node cache and every id is escaped once per process
+    (kept with the node directory), so a 2,000-node answer costs a few string
+    joins per node rather than a JSON encoding of 20,000 nested objects.
     """
     sel, edges = answer.sel, answer.edges
     is_ds = sel.kinds == queries.KIND_DS
-    ds_names = nodedata.dataset_names(sel.pks[is_ds].tolist())
-    job_names = nodedata.job_names(sel.pks[~is_ds].tolist())
-    ds_data, job_data = nodedata.node_json(ds_names, job_names, answer.as_of)
-    ds_ids, refs = _quoted_ids(ds_names, DATASET_PREFIX)
-    job_ids, _ = _quoted_ids(job_names, JOB_PREFIX)
+    ds_texts = nodedata.node_texts(DATASET, sel.pks[is_ds].tolist(), "lineage", _dataset_texts)
+    job_ids = nodedata.node_texts(JOB, sel.pks[~is_ds].tolist(), "lineage", _job_text)
+    ds_data, job_data = nodedata.node_json(ds_texts, job_ids, answer.as_of)
     # Edges of each node, and each job's inputs and outputs, in the order Marquez lists them.
     ds_in: dict[int, list[str]] = defaultdict(list)
     ds_out: dict[int, list[str]] = defaultdict(list)
@@ -209,19 +203,19 @@ def lineage_body(answer: queries.TableAnswer) -> str:
     inputs: dict[int, list[str]] = defaultdict(list)
     outputs: dict[int, list[str]] = defaultdict(list)
     for ds, job in zip(edges.read_ds.tolist(), edges.read_job.tolist(), strict=True):
-        origin, destination = ds_ids.get(ds), job_ids.get(job)
-        if origin is not None and destination is not None:
-            pair = f'{{"origin":{origin},"destination":{destination}}}'
+        texts, destination = ds_texts.get(ds), job_ids.get(job)
+        if texts is not None and destination is not None:
+            pair = f'{{"origin":{texts[0]},"destination":{destination}}}'
             ds_out[ds].append(pair)
             job_in[job].append(pair)
-            inputs[job].append(refs[ds])
+            inputs[job].append(texts[1])
     for job, ds in zip(edges.write_job.tolist(), edges.write_ds.tolist(), strict=True):
-        origin, destination = job_ids.get(job), ds_ids.get(ds)
-        if origin is not None and destination is not None:
-            pair = f'{{"origin":{origin},"destination":{destination}}}'
+        origin, texts = job_ids.get(job), ds_texts.get(ds)
+        if origin is not None and texts is not None:
+            pair = f'{{"origin":{origin},"destination":{texts[0]}}}'
             job_out[job].append(pair)
             ds_in[ds].append(pair)
-            outputs[job].append(refs[ds])
+            outputs[job].append(texts[1])
     hidden_ds = (edges.hidden_up_ds, edges.hidden_down_ds)
     hidden_job = (edges.hidden_up_job, edges.hidden_down_job)
     sides = queries.SIDE_NAMES
@@ -230,17 +224,19 @@ def lineage_body(answer: queries.TableAnswer) -> str:
         sel.kinds.tolist(), sel.pks.tolist(), sel.dists.tolist(), sel.sides.tolist(), strict=True
     ):
         if kind == queries.KIND_DS:
-            quoted = ds_ids.get(pk)
-            if quoted is None:
+            texts = ds_texts.get(pk)
+            if texts is None:
                 continue
+            quoted = texts[0]
             data = ds_data.get(pk, "null")
             in_edges, out_edges = ds_in[pk], ds_out[pk]
             up, down = hidden_ds[0].get(pk, 0), hidden_ds[1].get(pk, 0)
             node_type = "DATASET"
         else:
-            quoted = job_ids.get(pk)
-            if quoted is None:
+            job_id = job_ids.get(pk)
+            if job_id is None:
                 continue
+            quoted = job_id
             job = job_data.get(pk)
             # JobData lists the job's inputs and outputs among the nodes shown.
             data = (

@@ -24,9 +24,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +43,7 @@ from graph.snapshot import OPEN, PG_EPOCH_OFFSET_US, _time_us, to_us
 log = logging.getLogger(__name__)
 
 IntArray = npt.NDArray[np.int64]
+T = TypeVar("T")
 PG_CHUNK_IDS = 250_000
 # Per field: id, dataset, subject kind (or -1), first seen, removed (or +infinity) as int8,
 # then the byte lengths of its name and type as int4.
@@ -104,11 +106,17 @@ class Directory:
     run_settled: IntArray
     run_shown: npt.NDArray[np.bool_]
     built_seconds: float
+    # Texts rendered from nodes' names (their ids as JSON, say), by (what, kind), then pk:
+    # names never change in a directory, so they last as long as it does.
+    texts: dict[tuple[str, str], dict[int, Any]] = field(default_factory=dict)
 
     # --- trust ------------------------------------------------------------------------
 
     def trusts(self, kind: str, pk: int) -> bool:
-        return cache.changed.get((kind, pk), 0) <= self.revision
+        """Whether the process has seen no change to the node since the directory was
+        read. Once the cache's epoch has ended, its change log no longer reaches back to
+        the directory's revision, so a directory held across that trusts nothing."""
+        return self.epoch == cache.epoch and cache.changed.get((kind, pk), 0) <= self.revision
 
     # --- names ------------------------------------------------------------------------
 
@@ -121,6 +129,29 @@ class Directory:
         ns = self.namespace_ids.get(namespace)
         pk = None if ns is None else self.jobs.get((ns, name))
         return pk if pk is not None and self.trusts(JOB, pk) else None
+
+    def node_texts(
+        self, kind: str, pks: list[int], what: str, render: Callable[[str, str], T]
+    ) -> dict[int, T]:
+        """``render(namespace, name)`` of the trusted datasets (``kind`` DATASET) or jobs
+        found, rendered once per node and kept under ``what``."""
+        if self.epoch != cache.epoch:
+            return {}
+        keys = self.dataset_keys if kind == DATASET else self.job_keys
+        changed, revision = cache.changed, self.revision
+        texts = self.texts.setdefault((what, kind), {})
+        out: dict[int, T] = {}
+        for pk in pks:
+            if changed and changed.get((kind, pk), 0) > revision:
+                continue
+            text = texts.get(pk)
+            if text is None:
+                key = keys.get(pk)
+                if key is None:
+                    continue
+                text = texts[pk] = render(self.namespaces[key[0]], key[1])
+            out[pk] = text
+        return out
 
     def node_names(self, kind: str, pks: list[int]) -> dict[int, tuple[str, str]]:
         """(namespace, name) of the trusted datasets (``kind`` DATASET) or jobs found."""
@@ -201,6 +232,8 @@ class Directory:
         keys = self.dataset_keys if kind == DATASET else self.job_keys
         known: list[int] = []
         unknown: list[int] = []
+        if self.epoch != cache.epoch:
+            return np.asarray(known, dtype=np.int64), list(pks)
         for pk in pks:
             (known if pk in keys and self.trusts(kind, pk) else unknown).append(pk)
         return np.asarray(known, dtype=np.int64), unknown

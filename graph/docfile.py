@@ -69,6 +69,9 @@ ROW = np.dtype(
 )
 
 IntArray = npt.NDArray[np.int64]
+# madvise(2)'s "populate (prefault) page tables readable": Linux 5.14 on; Python 3.11 does
+# not name it.
+MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
 # (namespace, name, data, summary text or "") of a document.
 Document = tuple[str, str, str, str]
 
@@ -104,6 +107,17 @@ class DocFile:
         value, token = self.header["pass"]
         self.pass_revision = rev.Revision(int(value), str(token))
         self.documents = sum(part.pks.size for part in self.parts.values())
+
+    def prefault(self) -> None:
+        """Map every page of the file into this process now (they are in the page cache,
+        shared by the host), so a first view of a node takes no page faults: about 40 ms
+        for 260 MB, done before the process serves. Resident size then counts the whole
+        file in each process; the proportional set splits it between them."""
+        try:
+            self.map.madvise(MADV_POPULATE_READ)
+        except (OSError, ValueError):
+            # Kernels before 5.14: read ahead at least, and take the faults on use.
+            self.map.madvise(mmap.MADV_WILLNEED)
 
     def lookup(
         self,
@@ -441,6 +455,8 @@ def refresh(pass_revision: rev.Revision) -> None:
     def work() -> None:
         try:
             fresh = _open_logged(pass_revision)
+            if fresh is not None:
+                fresh.prefault()
             with _state.lock:
                 _install(fresh)
                 _state.tried = True
@@ -467,8 +483,13 @@ def _install(found: DocFile | None) -> None:
 
 
 def warm() -> bool:
-    """Open (or write) the file before the process serves (lineage_site/wsgi.py)."""
-    return get() is not None
+    """Open (or write) the file before the process serves (lineage_site/wsgi.py), with
+    its pages mapped in."""
+    found = get()
+    if found is None:
+        return False
+    found.prefault()
+    return True
 
 
 def reset() -> None:

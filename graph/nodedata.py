@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from graph import details, directory
 from graph.details import (
@@ -28,6 +28,8 @@ from graph.details import (
     load_jobs,
 )
 from graph.nodecache import DATASET, JOB, Entry, FieldRow, Render, cache
+
+T = TypeVar("T")
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -326,6 +328,21 @@ def _names(kind: str, pks: Iterable[int], render: Render) -> dict[int, tuple[str
     if rest:
         entries = cache.entries(kind, rest, render)
         out.update({pk: (e.namespace, e.name) for pk, e in entries.items()})
+    return out
+
+
+def node_texts(
+    kind: str, pks: Iterable[int], what: str, render: Callable[[str, str], T]
+) -> dict[int, T]:
+    """``render(namespace, name)`` of each dataset (``kind`` DATASET) or job found, by pk:
+    kept with the node directory under ``what``, rendered from their names for the rest."""
+    wanted = sorted({int(pk) for pk in pks})
+    found = directory.get()
+    out = found.node_texts(kind, wanted, what, render) if found is not None else {}
+    rest = [pk for pk in wanted if pk not in out]
+    if rest:
+        names = _names(kind, rest, render_datasets if kind == DATASET else render_jobs)
+        out.update({pk: render(*name) for pk, name in names.items()})
     return out
 
 

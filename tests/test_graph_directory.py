@@ -10,8 +10,9 @@ import pytest
 from catalog.models import Dataset, DatasetField, Namespace
 from graph import details, directory, nodecache, nodedata, nodeids
 from graph.models import Run, RunState
+from graph.nodecache import DATASET
 from graph.nodeids import UnknownNodeId, resolve_node_id
-from tests.graph_builders import T0, T1, T2, T3, LineageBuilder
+from tests.graph_builders import NS, T0, T1, T2, T3, LineageBuilder
 
 # Committed writes, as in production: the change log follows commits.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -64,8 +65,14 @@ def test_it_names_nodes_and_fields_as_the_database_does(g, settings):
     assert directory.stats()["directory"]["fields"] == len(field_pks)
 
 
+def _name(namespace: str, name: str) -> str:
+    return name
+
+
 def test_nodes_changed_after_it_was_read_come_from_the_database(g):
     assert directory.get() is not None
+    raw = g.ds["raw.orders"].pk
+    assert nodedata.node_texts(DATASET, [raw], "test", _name) == {raw: "raw.orders"}
     email = g.field("raw.orders.email")
     DatasetField.objects.filter(pk=email.pk).update(name="e_mail")
     late = g.dataset("late.orders", fields=("id",))
@@ -83,6 +90,9 @@ def test_nodes_changed_after_it_was_read_come_from_the_database(g):
     assert found is not None
     assert found.dataset_pk(g.ns.name, "raw.orders") is None  # changed: its field was renamed
     assert found.job_pk(g.jobs_ns.name, "clean") == g.jobs["clean"].pk
+    # Texts kept from a node's names are not used once it changed.
+    Dataset.objects.filter(pk=raw).update(name="raw.orders_v2")
+    assert nodedata.node_texts(DATASET, [raw], "test", _name) == {raw: "raw.orders_v2"}
 
 
 def test_a_new_namespace_that_captures_an_id_is_seen_at_once():
@@ -176,7 +186,31 @@ def test_it_tells_each_jobs_run_as_of_a_past_instant_as_the_database_does(g, set
     settings.GRAPH_NODE_DIRECTORY = True
     assert '"state":"RUNNING"' in with_directory[T2 + timedelta(days=1)][0][clean]
     # A run added after the directory was read: that job is the database's to answer.
+    found = directory.get()
+    assert found is not None
     newest = g.run("late", at=T3)
-    directory.get()
+    nodecache.cache.sync()
     assert found.runs_at([late], T3) == ([], [], [late])
     assert str(newest.run_uuid) in nodedata.job_json([late], T3)[late]
+
+
+def test_a_directory_held_past_the_end_of_its_epoch_trusts_nothing(g):
+    g.job("load", reads=["raw.orders"], writes=["clean.orders"])
+    g.run("load", at=T1)
+    found = directory.get()
+    assert found is not None
+    load = g.jobs["load"].pk
+    orders = g.ds["clean.orders"].pk
+    assert found.runs_at([load], T3) == ([], [load], [])
+    assert found.node_names(DATASET, [orders]) == {orders: (NS, "clean.orders")}
+    assert found.node_texts(DATASET, [orders], "test", lambda ns, name: name) == {
+        orders: "clean.orders"
+    }
+    # The cache lost track of changes (here: cleared), so its change log no longer
+    # reaches back to the directory's revision.
+    nodecache.cache.clear()
+    nodecache.cache.sync()
+    assert found.runs_at([load], T3) == ([], [], [load])
+    assert found.node_names(DATASET, [orders]) == {}
+    assert found.node_texts(DATASET, [orders], "test", lambda ns, name: name) == {}
+    assert found.dataset_pk(NS, "clean.orders") is None
