@@ -377,10 +377,11 @@ class Publisher:
                 self.thread.start()
             self.wake.notify()
 
-    def flush(self, timeout: float = 30.0) -> None:
-        """Wait until everything submitted so far is written (tests, shutdown)."""
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until everything submitted so far is written (tests, shutdown); False when
+        ``timeout`` seconds passed first."""
         with self.lock:
-            self.wake.wait_for(lambda: not self.pending and not self.busy, timeout)
+            return self.wake.wait_for(lambda: not self.pending and not self.busy, timeout)
 
     def _run(self) -> None:
         while True:

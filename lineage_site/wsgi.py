@@ -1,11 +1,12 @@
 """WSGI entry point (gunicorn lineage_site.wsgi)."""
 
-import gc
 import os
 
 from django.conf import settings
 from django.core.wsgi import get_wsgi_application
 from django.urls import get_resolver
+
+from lineage_site import collector
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lineage_site.settings")
 
@@ -27,7 +28,6 @@ if settings.GRAPH_WARM_ON_START:
     connections.close_all()
 
 # Keep what the process loaded to serve (Django, the views, the snapshots' and directory's
-# objects) out of the collector's full passes: each would otherwise walk it all again,
-# pausing whichever request triggered it for tens of milliseconds.
-gc.collect()
-gc.freeze()
+# objects), and then what its caches keep, out of the cycle collector's full passes: each
+# would otherwise walk it all again, pausing whichever request triggered it.
+collector.install()

@@ -94,6 +94,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Documents a test had rendered are written before its database is torn down: the
+    background writer never lands a row in the next test's tables."""
+    yield
+    from graph.nodecache import publisher
+
+    if not publisher.flush():
+        raise RuntimeError("rendered node documents were still being written 30 s after the test")
+
+
 def make_user(username: str, role: str | None) -> User:
     user = User.objects.create_user(username=username, password="pw-" + username)
     if role:

@@ -105,3 +105,12 @@ def test_node_summaries_read_back_from_their_text_as_they_were_written():
         assert dataset_info_from_json(info_json(summary)) == summary
     for run in (job, replace(job, latest_run=None, parent_name=None)):
         assert job_info_from_json(info_json(run)) == run
+
+
+def test_waiting_for_the_document_writer_says_whether_it_finished():
+    from graph.nodecache import Publisher
+
+    writer = Publisher()
+    assert writer.flush(timeout=0.01)
+    writer.busy = True  # a batch being written
+    assert not writer.flush(timeout=0.01)
