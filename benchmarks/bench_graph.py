@@ -6,7 +6,11 @@ For each scale: a PostgreSQL database ``lineage_bench_<N>`` is created and
 filled with ``manage.py generate_lineage`` (kept for ``--reuse``); the app is
 served by gunicorn on 127.0.0.1 as the README deploys it (sync workers, one per
 core; ``--workers``, ``--worker-class gthread --threads N`` to compare); 1 and 4
-concurrent clients, each its own process, time full JSON responses (P50/P95). In the same run, over the same data:
+concurrent clients, each its own process, time full JSON responses (P50/P95).
+Right before each scenario's 4-client part, the reference call (``namespaces``:
+token, role, one query) is timed the same way: ``reference_p95_ms`` and
+``p95_over_reference`` say how fast the machine was at that moment. In the same
+run, over the same data:
 
 - floor: breadth-first search over Python dicts of the current edges in this
   process (ids only, no I/O) — what the traversal alone costs;
@@ -610,10 +614,17 @@ def bench_scale(scale: int, reuse: bool, per_client: int) -> dict[str, Any]:
                 if "hub" in name:
                     count = max(count // 2, 10)
                 print(f"[{scale}] {name} x{clients}…", flush=True)
+                reference = None
+                if clients == 4 and name != "baseline_namespaces":
+                    # The machine's speed right now: the reference call, timed just before.
+                    reference = run_load(port, token, paths["baseline_namespaces"], 4, 30)
                 before = cpu_seconds(workers)
                 stats = run_load(port, token, scenario_paths, clients, count)
                 used = cpu_seconds(workers) - before
                 stats["server_cpu_ms_per_request"] = round(used * 1000 / max(stats["n"], 1), 2)
+                if reference is not None:
+                    stats["reference_p95_ms"] = reference["p95_ms"]
+                    stats["p95_over_reference"] = round(stats["p95_ms"] / reference["p95_ms"], 2)
                 result["api"][f"{name}/c{clients}"] = stats
         result["memory_mb"] = {
             "gunicorn_master": rss_mb(server.pid),
