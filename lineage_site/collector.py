@@ -5,9 +5,9 @@ generation have grown by a quarter since the last one, and a full collection
 walks every object in that generation. A server process keeps what it serves
 from (node data, id texts, directories, whole answers), so its oldest
 generation keeps growing: at 100,000 datasets, after a few hundred requests
-of each benchmark scenario, full collections came once per scenario and took
-7, 8, 12 and then 14 ms, and one full pass over everything the process held
-took 98 ms. Each landed on whichever request happened to allocate then.
+of each benchmark scenario, full collections came about once per scenario
+and took 7, 8, 12 and then 14 ms (walking everything the process held by then
+took 98 ms). Each landed on whichever request happened to allocate then.
 
 After a response has gone out, every ``INTERVAL`` requests, :func:`settle`
 collects what is not frozen (what the last few hundred requests left behind:
