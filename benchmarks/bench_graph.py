@@ -34,6 +34,7 @@ import json
 import multiprocessing
 import os
 import random
+import shutil
 import signal
 import socket
 import statistics
@@ -212,6 +213,8 @@ def free_port() -> int:
 
 
 def start_server(db: str, port: int) -> subprocess.Popen[bytes]:
+    # Every run starts with no answer kept by an earlier server (graph/responses.py).
+    shutil.rmtree(ROOT / "data" / "responses", ignore_errors=True)
     env = {
         **os.environ,
         "DATABASE_URL": pg_url(db),

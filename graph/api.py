@@ -151,7 +151,7 @@ def _text(body: str, content_type: str, filename: str | None = None) -> HttpResp
     return response
 
 
-def _json(body: str, status: int = 200) -> HttpResponse:
+def _json(body: str | bytes, status: int = 200) -> HttpResponse:
     return HttpResponse(body, content_type="application/json", status=status)
 
 
@@ -302,8 +302,8 @@ class LineageView(GraphView):
             max_nodes=max_nodes,
         )
         if fmt == "json":
-            body = lineage_body(answer)
-            if answer.sel.pks.size >= responses.MIN_NODES:
+            body = lineage_body(answer).encode()
+            if responses.worth_keeping(body, int(answer.sel.pks.size)):
                 responses.cache.put(key, body, *answer.reached)
             return _json(body)
         graph = queries.lineage_graph(answer, details=False)
@@ -516,9 +516,9 @@ class ImpactView(GraphView):
             return _text(exports.impact_csv(impact), "text/csv", "impact.csv")
         if fmt == "mermaid":
             return _text(exports.impact_mermaid(impact), "text/vnd.mermaid")
-        body = _dumps(impact_json(impact))
+        body = _dumps(impact_json(impact)).encode()
         shown = len(impact.datasets) + len(impact.jobs)
-        if impact.level == "table" and shown >= responses.MIN_NODES:
+        if impact.level == "table" and responses.worth_keeping(body, shown):
             responses.cache.put(key, body, *impact.reached)
         return _json(body)
 

@@ -249,6 +249,10 @@ GRAPH_SHARED_NODE_DATA = env_bool("GRAPH_SHARED_NODE_DATA", True)
 # PostgreSQL: the server processes of a host map every shared node document from one file
 # under DATA_DIR/nodedocs, written after each full rendering pass (graph/docfile.py).
 GRAPH_NODE_DOCUMENT_FILE = env_bool("GRAPH_NODE_DOCUMENT_FILE", True)
+# Large lineage and impact answers are kept in files under DATA_DIR/responses that every
+# server process of the host reads (graph/responses.py), up to this many megabytes in all.
+GRAPH_SHARED_RESPONSES = env_bool("GRAPH_SHARED_RESPONSES", True)
+GRAPH_SHARED_RESPONSE_MB = env_int("GRAPH_SHARED_RESPONSE_MB", 256, minimum=1)
 # Resolved node ids (dataset:…, job:…, datasetField:…) are kept per process this long.
 NODE_ID_CACHE_SECONDS = env_int("NODE_ID_CACHE_SECONDS", 60)
 # Each process keeps a directory of node names and fields (graph/directory.py, ~60 MB at
