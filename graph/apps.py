@@ -1,5 +1,4 @@
 from django.apps import AppConfig
-from django.core.signals import request_finished
 from django.db.models.signals import post_delete, post_migrate, post_save
 
 
@@ -9,7 +8,6 @@ class GraphConfig(AppConfig):
 
     def ready(self) -> None:
         from catalog.models import Dataset, DatasetField, Namespace
-        from graph import responses
         from graph.models import Job
         from graph.nodeids import forget_resolved
         from graph.revision import install_triggers_after_migrate
@@ -23,5 +21,3 @@ class GraphConfig(AppConfig):
         for model in (Dataset, DatasetField, Job, Namespace):
             post_delete.connect(forget_resolved, sender=model, dispatch_uid=f"nodeids.{model}")
         post_save.connect(forget_resolved, sender=Namespace, dispatch_uid="nodeids.namespace")
-        # Large answers are written for the host's other processes once they have been sent.
-        request_finished.connect(responses.after_response, dispatch_uid="graph.responses")

@@ -35,7 +35,6 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -193,8 +192,6 @@ MAGIC = b"LXRESP01"
 PREFIX = struct.Struct("<8sI")  # magic, length of the JSON header that follows
 # The packages whose code decides what a body says: a new release reads none of the old files.
 RENDERING_PACKAGES = ("graph", "catalog")
-# Bodies waiting for their request to finish; more (outside requests) are written at once.
-MAX_PENDING = 8
 
 
 @functools.cache
@@ -218,6 +215,11 @@ class SharedStore:
         self.lock = threading.Lock()
         self.written = 0  # bytes written since the directory was last pruned
         self.pending: list[tuple[Path, str, Cached]] = []
+        self.wake = threading.Event()
+        self.idle = threading.Event()
+        self.idle.set()
+        self.writer: threading.Thread | None = None
+        self.writer_pid = 0
         self.hits = 0
         self.misses = 0
 
@@ -271,23 +273,41 @@ class SharedStore:
         return Cached(body, revision, datasets, jobs)
 
     def save(self, key: Hashable, entry: Cached) -> None:
-        """Keep ``entry`` for the other processes: written once the response is out (Django's
-        ``request_finished``, see :func:`after_response`), so that no answer waits on it."""
+        """Keep ``entry`` for the other processes. A thread of this process writes it, so
+        that neither this answer nor the next request waits on the disk (the writes
+        themselves run outside the interpreter lock)."""
         if not self.enabled():
             return
         job = (*self.path(key), entry)
         with self.lock:
             self.pending.append(job)
-            overdue = len(self.pending) > MAX_PENDING
-        if overdue:
-            self.flush()
+            self.idle.clear()
+            if self.writer is None or not self.writer.is_alive() or self.writer_pid != os.getpid():
+                self.writer = threading.Thread(
+                    target=self._run, name="shared-responses", daemon=True
+                )
+                self.writer_pid = os.getpid()
+                self.writer.start()
+        self.wake.set()
 
-    def flush(self) -> None:
-        """Write every body kept since the last flush."""
-        with self.lock:
-            jobs, self.pending = self.pending, []
-        for path, text, entry in jobs:
-            self._write(path, text, entry)
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every body kept so far is written; False if that took over ``timeout``."""
+        return self.idle.wait(timeout)
+
+    def _run(self) -> None:
+        while True:
+            self.wake.wait()
+            with self.lock:
+                self.wake.clear()
+                jobs, self.pending = self.pending, []
+            for path, text, entry in jobs:
+                try:
+                    self._write(path, text, entry)
+                except Exception:  # the writer must outlive any one file
+                    log.exception("could not keep a response for the other processes")
+            with self.lock:
+                if not self.pending:
+                    self.idle.set()
 
     def _write(self, path: Path, text: str, entry: Cached) -> None:
         datasets = np.ascontiguousarray(entry.datasets, dtype="<i8")
@@ -355,11 +375,6 @@ class SharedStore:
 
     def clear(self) -> None:
         shutil.rmtree(self.root(), ignore_errors=True)
-
-
-def after_response(**kwargs: Any) -> None:
-    """``request_finished`` receiver: write what the request kept for the other processes."""
-    shared.flush()
 
 
 shared = SharedStore()

@@ -8,7 +8,6 @@ from urllib.parse import urlencode
 
 import numpy as np
 import pytest
-from django.core.signals import request_finished
 
 from graph import responses
 from graph import revision as rev
@@ -22,6 +21,7 @@ def url(path: str, **params: object) -> str:
 @pytest.fixture(autouse=True)
 def _every_answer_is_large(monkeypatch):
     monkeypatch.setattr(responses, "MIN_NODES", 1)
+    assert responses.shared.flush()
     responses.cache.clear()
 
 
@@ -41,6 +41,7 @@ def downstream(chain: LineageBuilder) -> str:
 
 
 def files() -> list[str]:
+    assert responses.shared.flush()
     return sorted(p.name for p in responses.shared.root().glob("*/*.resp"))
 
 
@@ -49,6 +50,7 @@ def test_it_serves_a_body_another_process_kept(api, viewer, chain):
     first = client.get(downstream(chain))
     assert len(files()) == 1
     # Another process of the host has the file but not the body in memory.
+    assert responses.shared.flush()
     responses.cache.clear()
     hits = responses.shared.hits
     again = client.get(downstream(chain))
@@ -63,6 +65,7 @@ def test_it_keeps_impact_answers_too(api, viewer, chain):
     client = api(viewer)
     path = url("lineage/impact", nodeId=chain.id("raw.orders"))
     first = client.get(path).json()
+    assert responses.shared.flush()
     responses.cache.clear()
     hits = responses.shared.hits
     assert client.get(path).json() == first
@@ -76,6 +79,7 @@ def test_it_drops_a_shared_body_that_a_change_touched(api, viewer, chain):
     client.get(downstream(chain))
     # A change away from the answer: the file still serves another process.
     chain.job("unrelated", reads=["elsewhere.a"], writes=["elsewhere.b"])
+    assert responses.shared.flush()
     responses.cache.clear()
     hits, shared_hits = responses.cache.hits, responses.shared.hits
     client.get(downstream(chain))
@@ -83,10 +87,12 @@ def test_it_drops_a_shared_body_that_a_change_touched(api, viewer, chain):
     # An edge from a node the answer reached: the file is not served, and is replaced.
     chain.dataset("mart.weekly")
     chain.job("weekly", reads=["mart.daily"], writes=["mart.weekly"])
+    assert responses.shared.flush()
     responses.cache.clear()
     nodes = {n["id"] for n in client.get(downstream(chain)).json()["graph"]}
     assert chain.id("mart.weekly") in nodes
     # The file now holds the new body: another process is served it as it is.
+    assert responses.shared.flush()
     responses.cache.clear()
     hits = responses.shared.hits
     nodes = {n["id"] for n in client.get(downstream(chain)).json()["graph"]}
@@ -97,6 +103,7 @@ def test_it_drops_a_shared_body_that_a_change_touched(api, viewer, chain):
 def test_it_ignores_a_damaged_file_and_writes_it_again(api, viewer, chain, caplog):
     client = api(viewer)
     first = client.get(downstream(chain)).content
+    assert responses.shared.flush()
     (path,) = responses.shared.root().glob("*/*.resp")
     size = path.stat().st_size
     with open(path, "r+b") as handle:
@@ -105,6 +112,7 @@ def test_it_ignores_a_damaged_file_and_writes_it_again(api, viewer, chain, caplo
     with caplog.at_level(logging.WARNING, logger="graph.responses"):
         assert client.get(downstream(chain)).content == first
     assert "wrong length" in caplog.text
+    assert responses.shared.flush()
     assert path.stat().st_size == size
 
 
@@ -112,6 +120,7 @@ def test_it_reads_no_file_written_by_another_release(api, viewer, chain, monkeyp
     client = api(viewer)
     client.get(downstream(chain))
     monkeypatch.setattr(responses, "code_digest", lambda: "another-release")
+    assert responses.shared.flush()
     responses.cache.clear()
     hits = responses.shared.hits
     client.get(downstream(chain))
@@ -163,15 +172,26 @@ def test_it_tells_one_key_from_another_in_the_same_file(settings):
     assert store.load(("k", 1)) is None
 
 
-@pytest.mark.django_db  # request_finished also closes old database connections
-def test_it_writes_files_once_the_response_is_out():
+def test_it_writes_files_in_the_background():
     reached = np.arange(2, dtype=np.int64)
     entry = responses.Cached(b"{}", rev.Revision(1, "t"), reached, reached)
-    responses.shared.save(("k", 1), entry)
-    assert files() == []
-    request_finished.send(sender=None)
-    assert len(files()) == 1
-    # Outside requests, nothing waits for long.
-    for n in range(2, 3 + responses.MAX_PENDING):
+    for n in range(20):
         responses.shared.save(("k", n), entry)
-    assert len(files()) == 2 + responses.MAX_PENDING
+    assert responses.shared.flush()
+    assert len(files()) == 20
+    assert responses.shared.load(("k", 7)) is not None
+
+
+def test_its_writer_outlives_a_file_it_cannot_write(caplog):
+    reached = np.arange(2, dtype=np.int64)
+    entry = responses.Cached(b"{}", rev.Revision(1, "t"), reached, reached)
+    responses.shared.root().parent.mkdir(parents=True, exist_ok=True)
+    responses.shared.root().write_text("not a directory")
+    with caplog.at_level(logging.WARNING, logger="graph.responses"):
+        responses.shared.save(("k", 1), entry)
+        assert responses.shared.flush()
+    assert "could not keep a response" in caplog.text
+    responses.shared.root().unlink()
+    responses.shared.save(("k", 2), entry)
+    assert responses.shared.flush()
+    assert responses.shared.load(("k", 2)) is not None
