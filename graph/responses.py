@@ -95,6 +95,7 @@ def _edge_endpoints(edge_ids: list[int]) -> tuple[set[int], set[int]] | None:
 
 
 def worth_keeping(body: bytes, nodes: int) -> bool:
+    """Whether an answer of ``nodes`` nodes is large enough to keep (see MIN_NODES)."""
     return nodes >= MIN_NODES or len(body) >= MIN_BYTES
 
 
