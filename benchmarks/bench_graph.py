@@ -4,8 +4,9 @@
 
 For each scale: a PostgreSQL database ``lineage_bench_<N>`` is created and
 filled with ``manage.py generate_lineage`` (kept for ``--reuse``); the app is
-served by gunicorn on 127.0.0.1 as the README deploys it (sync workers, one per
-core; ``--workers``, ``--worker-class gthread --threads N`` to compare); 1 and 4
+served by gunicorn on 127.0.0.1 as the README deploys it (the project's sync
+workers, one per core; ``--workers``, ``--worker-class sync`` for gunicorn's own,
+``--worker-class gthread --threads N`` to compare); 1 and 4
 concurrent clients, each its own process, time full JSON responses (P50/P95).
 Right before each scenario's 4-client part, the reference call (``namespaces``:
 token, role, one query) is timed the same way: ``reference_p95_ms`` and
@@ -52,7 +53,13 @@ RESULTS = ROOT / "benchmarks" / "results" / "graph.json"
 PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
 ANCHOR = datetime(2026, 1, 1, tzinfo=UTC)
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
-SERVER: dict[str, Any] = {"workers": 2, "threads": 1, "worker_class": "sync"}  # gunicorn
+SERVER: dict[str, Any] = {"workers": 2, "threads": 1, "worker_class": "lineage"}  # gunicorn
+# --worker-class choices, as gunicorn names them.
+WORKER_CLASSES = {
+    "lineage": "lineage_site.serving.SyncWorker",
+    "sync": "sync",
+    "gthread": "gthread",
+}
 
 
 def pg_url(db: str) -> str:
@@ -234,7 +241,7 @@ def start_server(db: str, port: int) -> subprocess.Popen[bytes]:
             "--workers",
             str(SERVER["workers"]),
             "--worker-class",
-            SERVER["worker_class"],
+            WORKER_CLASSES[SERVER["worker_class"]],
             *(["--threads", str(SERVER["threads"])] if SERVER["worker_class"] == "gthread" else []),
             "--timeout",
             "300",
@@ -662,9 +669,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--worker-class",
-        default="sync",
-        choices=["sync", "gthread"],
-        help="gunicorn worker class (sync, gunicorn's default, is what the README deploys)",
+        default="lineage",
+        choices=sorted(WORKER_CLASSES),
+        help="gunicorn worker class: lineage (lineage_site.serving.SyncWorker, what the README "
+        "deploys), sync (gunicorn's own) or gthread",
     )
     args = parser.parse_args()
     report: dict[str, Any] = {
@@ -718,7 +726,7 @@ if __name__ == "__main__":
         parser.add_argument("--per-client", type=int, default=60)
         parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
         parser.add_argument("--threads", type=int, default=1)
-        parser.add_argument("--worker-class", default="sync")
+        parser.add_argument("--worker-class", default="lineage", choices=sorted(WORKER_CLASSES))
         ns = parser.parse_args()
         SERVER.update(workers=ns.workers, threads=ns.threads, worker_class=ns.worker_class)
         real_stdout = sys.stdout
