@@ -119,6 +119,47 @@ class DocFile:
             # Kernels before 5.14: read ahead at least, and take the faults on use.
             self.map.madvise(mmap.MADV_WILLNEED)
 
+    def _trusted(
+        self,
+        kind: str,
+        pks: list[int],
+        horizon: int,
+        changed: dict[tuple[str, int], int],
+        info: bool = False,
+    ) -> tuple[_Part, list[int], IntArray] | None:
+        """(the kind's part, the pks of the trusted documents of these nodes, where they
+        are in the part): at least as new as ``horizon``, with no change to the node after
+        the document's revision (``changed``); with ``info``, only those with a summary."""
+        part = self.parts.get(kind)
+        if part is None or part.pks.size == 0 or not pks:
+            return None
+        wanted = np.asarray(pks, dtype=np.int64)
+        at = np.minimum(np.searchsorted(part.pks, wanted), part.pks.size - 1)
+        usable = (part.pks[at] == wanted) & (part.revisions[at] >= horizon)
+        if info:
+            summaries = part.offsets["info"]
+            usable &= summaries[at + 1] > summaries[at]
+        found = wanted[usable].tolist()
+        at = at[usable]
+        if changed:
+            revisions = part.revisions[at].tolist()
+            kept = [i for i, pk in enumerate(found) if changed.get((kind, pk), 0) <= revisions[i]]
+            if len(kept) < len(found):
+                found = [found[i] for i in kept]
+                at = at[kept]
+        return part, found, at
+
+    def _texts(self, part: _Part, at: IntArray, column: str) -> list[str]:
+        """The ``column`` text of the documents at ``at``."""
+        offsets, start = part.offsets[column], part.starts[column]
+        view = self.map
+        return [
+            view[lo:hi].decode()
+            for lo, hi in zip(
+                (offsets[at] + start).tolist(), (offsets[at + 1] + start).tolist(), strict=True
+            )
+        ]
+
     def lookup(
         self,
         kind: str,
@@ -130,53 +171,35 @@ class DocFile:
         """The trusted documents of these nodes by pk: at least as new as ``horizon``, with
         no change to the node after the document's revision (``changed``). With ``info``,
         only those that carry a summary; without, the summary is left out ("")."""
-        part = self.parts.get(kind)
-        if part is None or part.pks.size == 0 or not pks:
+        trusted = self._trusted(kind, pks, horizon, changed, info)
+        if trusted is None:
             return {}
-        wanted = np.asarray(pks, dtype=np.int64)
-        at = np.minimum(np.searchsorted(part.pks, wanted), part.pks.size - 1)
-        usable = (part.pks[at] == wanted) & (part.revisions[at] >= horizon)
-        if info:
-            summaries = part.offsets["info"]
-            usable &= summaries[at + 1] > summaries[at]
-        at = at[usable]
+        part, found, at = trusted
+        columns = [self._texts(part, at, column) for column in COLUMNS[:3]]
+        columns.append(self._texts(part, at, "info") if info else [""] * len(found))
+        return dict(zip(found, zip(*columns, strict=True), strict=True))
 
-        def spans(column: str) -> tuple[list[int], list[int]]:
-            offsets, start = part.offsets[column], part.starts[column]
-            return (offsets[at] + start).tolist(), (offsets[at + 1] + start).tolist()
-
+    def data(
+        self, kind: str, pks: list[int], horizon: int, changed: dict[tuple[str, int], int]
+    ) -> dict[int, bytes]:
+        """Only the node ``data`` of the trusted documents of these nodes (as
+        :meth:`lookup`), by pk, as UTF-8 copied out of the map: what a lineage answer
+        splices in."""
+        trusted = self._trusted(kind, pks, horizon, changed)
+        if trusted is None:
+            return {}
+        part, found, at = trusted
+        offsets, start = part.offsets["data"], part.starts["data"]
         view = self.map
-        rows = zip(
-            wanted[usable].tolist(),
-            part.revisions[at].tolist(),
-            *spans("namespace"),
-            *spans("name"),
-            *spans("data"),
-            *(spans("info") if info else ([0] * at.size, [0] * at.size)),
-            strict=True,
-        )
-        found: dict[int, Document] = {}
-        for (
-            pk,
-            revision,
-            ns_lo,
-            ns_hi,
-            name_lo,
-            name_hi,
-            data_lo,
-            data_hi,
-            info_lo,
-            info_hi,
-        ) in rows:
-            if changed.get((kind, pk), 0) > revision:
-                continue
-            found[pk] = (
-                view[ns_lo:ns_hi].decode(),
-                view[name_lo:name_hi].decode(),
-                view[data_lo:data_hi].decode(),
-                view[info_lo:info_hi].decode(),
+        return {
+            pk: view[lo:hi]
+            for pk, lo, hi in zip(
+                found,
+                (offsets[at] + start).tolist(),
+                (offsets[at + 1] + start).tolist(),
+                strict=True,
             )
-        return found
+        }
 
 
 def _read_layout(view: mmap.mmap, size: int, path: Path) -> tuple[dict[str, Any], dict[str, _Part]]:

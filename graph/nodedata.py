@@ -138,23 +138,42 @@ def render_jobs(pks: list[int]) -> dict[int, Entry]:
 
 def node_json(
     ds_pks: Iterable[int], job_pks: Iterable[int], as_of: datetime | None = None
-) -> tuple[dict[int, str], dict[int, str]]:
-    """:func:`dataset_json` and :func:`job_json` at once: the shared documents either lacks
-    come in one query."""
+) -> tuple[dict[int, bytes], dict[int, bytes]]:
+    """:func:`dataset_json` and :func:`job_json` at once: the shared documents that the
+    host's document file lacks come in one query."""
     datasets = sorted({int(pk) for pk in ds_pks})
     jobs = sorted({int(pk) for pk in job_pks})
     changed = set() if as_of is None else changed_datasets(datasets, as_of)
     current = [pk for pk in datasets if pk not in changed]
-    cache.preload({DATASET: current, JOB: jobs})
-    return _dataset_json(current, changed, as_of), job_json(jobs, as_of)
+    ds_found = cache.file_data(DATASET, current)
+    job_found = cache.file_data(JOB, jobs)
+    cache.preload({DATASET: _rest(current, ds_found), JOB: _rest(jobs, job_found)})
+    return _dataset_json(current, changed, as_of, ds_found), job_json(jobs, as_of, job_found)
 
 
-def dataset_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, str]:
-    """JSON text of each dataset's node ``data``, by pk (missing pks are left out).
+def _rest(pks: list[int], found: dict[int, bytes]) -> list[int]:
+    return [pk for pk in pks if pk not in found] if found else pks
 
-    Current data comes from the node cache. As of a past instant, datasets whose
-    fields or steward-edited attributes changed since are rendered as they were;
-    the others show their current data.
+
+def _current_data(
+    kind: str, pks: list[int], render: Render, found: dict[int, bytes] | None = None
+) -> dict[int, bytes]:
+    """Current node data by pk: from the host's document file (``found``, when already
+    read from it), the rest from the node cache."""
+    out = cache.file_data(kind, pks) if found is None else found
+    rest = _rest(pks, out)
+    if rest:
+        entries = cache.entries(kind, rest, render)
+        out.update({pk: entry.data.encode() for pk, entry in entries.items()})
+    return out
+
+
+def dataset_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, bytes]:
+    """JSON text (UTF-8) of each dataset's node ``data``, by pk (missing pks are left out).
+
+    Current data comes from the host's document file or the node cache. As of a
+    past instant, datasets whose fields or steward-edited attributes changed
+    since are rendered as they were; the others show their current data.
     """
     wanted = sorted({int(pk) for pk in pks})
     changed = set() if as_of is None else changed_datasets(wanted, as_of)
@@ -162,10 +181,12 @@ def dataset_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int,
 
 
 def _dataset_json(
-    unchanged: list[int], changed: set[int], as_of: datetime | None
-) -> dict[int, str]:
-    current = cache.entries(DATASET, unchanged, render_datasets)
-    out = {pk: entry.data for pk, entry in current.items()}
+    unchanged: list[int],
+    changed: set[int],
+    as_of: datetime | None,
+    found: dict[int, bytes] | None = None,
+) -> dict[int, bytes]:
+    out = _current_data(DATASET, unchanged, render_datasets, found)
     if changed and as_of is not None:
         out.update(_past_json(sorted(changed), as_of))
     return out
@@ -181,9 +202,9 @@ class _PastCache:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.entries: OrderedDict[tuple[int, int, int], tuple[str, int, int]] = OrderedDict()
+        self.entries: OrderedDict[tuple[int, int, int], tuple[bytes, int, int]] = OrderedDict()
 
-    def get(self, key: tuple[int, int, int]) -> str | None:
+    def get(self, key: tuple[int, int, int]) -> bytes | None:
         with self.lock:
             hit = self.entries.get(key)
             if hit is None:
@@ -195,7 +216,7 @@ class _PastCache:
             self.entries.move_to_end(key)
             return text
 
-    def put(self, key: tuple[int, int, int], text: str, revision: int, epoch: int) -> None:
+    def put(self, key: tuple[int, int, int], text: bytes, revision: int, epoch: int) -> None:
         with self.lock:
             self.entries[key] = (text, revision, epoch)
             self.entries.move_to_end(key)
@@ -210,14 +231,14 @@ class _PastCache:
 past_cache = _PastCache()
 
 
-def _past_json(pks: list[int], as_of: datetime) -> dict[int, str]:
-    """JSON text of datasets as they were at ``as_of``: kept per past state when the node
-    directory can name it, rendered otherwise."""
+def _past_json(pks: list[int], as_of: datetime) -> dict[int, bytes]:
+    """JSON text (UTF-8) of datasets as they were at ``as_of``: kept per past state when
+    the node directory can name it, rendered otherwise."""
     synced = cache.sync().value
     epoch = cache.epoch
     found = directory.get()
     keys = {pk: found.past_key(pk, as_of) for pk in pks} if found is not None else {}
-    out: dict[int, str] = {}
+    out: dict[int, bytes] = {}
     missing: list[int] = []
     for pk in pks:
         key = keys.get(pk)
@@ -227,10 +248,10 @@ def _past_json(pks: list[int], as_of: datetime) -> dict[int, str]:
         else:
             out[pk] = text
     for pk, entry in (render_datasets(missing, as_of) if missing else {}).items():
-        out[pk] = entry.data
+        out[pk] = data = entry.data.encode()
         key = keys.get(pk)
         if key is not None:
-            past_cache.put(key, entry.data, synced, epoch)
+            past_cache.put(key, data, synced, epoch)
     return out
 
 
@@ -285,11 +306,14 @@ def _run(run: RunInfo | None) -> dict[str, Any] | None:
     }
 
 
-def job_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, str]:
-    """JSON text of each job's node ``data`` with its latest run (as of ``as_of``; without
-    inputs/outputs, which the caller adds), by pk."""
+def job_json(
+    pks: Iterable[int], as_of: datetime | None = None, found: dict[int, bytes] | None = None
+) -> dict[int, bytes]:
+    """JSON text (UTF-8) of each job's node ``data`` with its latest run (as of ``as_of``; without
+    inputs/outputs, which the caller adds), by pk; ``found``: what the host's document
+    file held of them, when already read."""
     wanted = sorted({int(pk) for pk in pks})
-    current = {pk: e.data for pk, e in cache.entries(JOB, wanted, render_jobs).items()}
+    current = _current_data(JOB, wanted, render_jobs, found)
     if as_of is None:
         return current
     # Seen from the past, the run may differ: splice the run as of then over the cached one.
@@ -299,10 +323,11 @@ def job_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, str
         if pk in shown:
             out[pk] = text
             continue
-        cut = text.rfind(',"latestRun":')
+        cut = text.rfind(b',"latestRun":')
         head = text[:cut] if cut >= 0 else text[:-1]
         run = runs.get(pk)
-        out[pk] = f'{head},"latestRun":{"null" if run is None else _dumps(_run(run))}}}'
+        shown_run = b"null" if run is None else _dumps(_run(run)).encode()
+        out[pk] = b'%s,"latestRun":%s}' % (head, shown_run)
     return out
 
 

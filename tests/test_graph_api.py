@@ -90,6 +90,30 @@ def test_it_answers_lineage_in_marquez_shape(api, viewer, shop):
     assert body["truncated"] is False and body["direction"] == "both"
 
 
+def test_a_node_gone_between_the_walk_and_the_body_is_left_out_with_its_edges(
+    api, viewer, shop, monkeypatch
+):
+    from graph import nodedata
+
+    gone = shop.ds["mart.daily"].pk
+    texts = nodedata.node_texts
+
+    def without_gone(kind, pks, what, render):
+        found = texts(kind, pks, what, render)
+        return {pk: text for pk, text in found.items() if (kind, pk) != (nodecache.DATASET, gone)}
+
+    monkeypatch.setattr(nodedata, "node_texts", without_gone)
+    response = api(viewer).get(url("lineage", nodeId=shop.id("clean.orders"), depth=5))
+    assert response.status_code == 200, response.content
+    nodes = {n["id"]: n for n in response.json()["graph"]}
+    assert shop.id("mart.daily") not in nodes
+    report = nodes[shop.id("job:report")]
+    assert report["outEdges"] == [] and report["data"]["outputs"] == []
+    assert report["inEdges"] == [
+        {"origin": shop.id("clean.orders"), "destination": shop.id("job:report")}
+    ]
+
+
 def test_it_follows_direction_and_as_of(api, viewer, shop):
     client = api(viewer)
     up = client.get(url("lineage", nodeId=shop.id("clean.orders"), direction="upstream"))

@@ -143,13 +143,13 @@ def test_a_dataset_is_rendered_once_per_past_state_and_again_after_a_change(g, m
     monkeypatch.setattr(nodedata, "render_datasets", counting)
     nodedata.past_cache.clear()
     before = nodedata.dataset_json([grown.pk], T1)[grown.pk]
-    assert '"late"' not in before
+    assert b'"late"' not in before
     # Another instant between the same two changes: the same text, not rendered again.
     assert nodedata.dataset_json([grown.pk], T1 + timedelta(days=3))[grown.pk] == before
     assert calls == [[grown.pk]]
     DatasetField.objects.filter(dataset=grown, name="id").update(description="the key")
     again = nodedata.dataset_json([grown.pk], T1)[grown.pk]
-    assert '"the key"' in again and len(calls) == 2
+    assert b'"the key"' in again and len(calls) == 2
 
 
 def test_it_tells_each_jobs_run_as_of_a_past_instant_as_the_database_does(g, settings):
@@ -184,14 +184,14 @@ def test_it_tells_each_jobs_run_as_of_a_past_instant_as_the_database_does(g, set
     settings.GRAPH_NODE_DIRECTORY = False
     assert answers() == with_directory
     settings.GRAPH_NODE_DIRECTORY = True
-    assert '"state":"RUNNING"' in with_directory[T2 + timedelta(days=1)][0][clean]
+    assert b'"state":"RUNNING"' in with_directory[T2 + timedelta(days=1)][0][clean]
     # A run added after the directory was read: that job is the database's to answer.
     found = directory.get()
     assert found is not None
     newest = g.run("late", at=T3)
     nodecache.cache.sync()
     assert found.runs_at([late], T3) == ([], [], [late])
-    assert str(newest.run_uuid) in nodedata.job_json([late], T3)[late]
+    assert str(newest.run_uuid).encode() in nodedata.job_json([late], T3)[late]
 
 
 def test_a_directory_held_past_the_end_of_its_epoch_trusts_nothing(g):

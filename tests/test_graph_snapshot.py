@@ -119,11 +119,11 @@ def test_a_large_overlay_is_folded_into_a_new_base(chain, monkeypatch, settings)
 def test_the_node_cache_drops_datasets_that_changed(chain, steward):
     pk = chain.ds["b"].pk
     first = nodedata.dataset_json([pk])[pk]
-    assert '"description":null' in first
+    assert b'"description":null' in first
     actions.update_dataset(
         chain.ds["b"], {"description": "Bronze orders"}, actions.Actor(user=steward)
     )
-    assert '"description":"Bronze orders"' in nodedata.dataset_json([pk])[pk]
+    assert b'"description":"Bronze orders"' in nodedata.dataset_json([pk])[pk]
     assert nodecache.cache.stats()["entries"] >= 1
 
 

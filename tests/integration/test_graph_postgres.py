@@ -466,6 +466,68 @@ def test_a_new_pass_brings_a_new_file_and_a_file_off_the_timeline_is_not_used(se
     assert other.stats()["file_hits"] == 0
 
 
+def test_lineage_data_is_read_straight_from_the_file_and_not_kept(steward, settings):
+    from catalog import actions
+    from graph import docfile, documents
+    from graph.models import NodeDocument
+    from graph.nodecache import DATASET, JOB, NodeCache
+
+    settings.GRAPH_SHARED_NODE_DATA = True
+    g = LineageBuilder()
+    g.chain("a", "b", "c")
+    a, b, c = (g.ds[name].pk for name in ("a", "b", "c"))
+    assert documents.render_documents().full
+    mapped = docfile.get()
+    assert mapped is not None
+    table = {(row.kind, row.obj_id): row.data for row in NodeDocument.objects.all()}
+    reader = NodeCache(100, shared=True)
+    found = reader.file_data(DATASET, [a, b, c, 10**9])
+    assert found == {pk: table[(DATASET, pk)].encode() for pk in (a, b, c)}
+    jobs = sorted(job.pk for job in g.jobs.values())
+    assert reader.file_data(JOB, jobs) == {pk: table[(JOB, pk)].encode() for pk in jobs}
+    # The file already holds them for every process: this one keeps nothing.
+    assert reader.stats()["entries"] == 0
+    assert reader.stats()["file_hits"] == 5
+    # A node changed since the pass is not read from the file; the others still are.
+    actions.update_dataset(g.ds["a"], {"description": "Raw"}, actions.Actor(user=steward))
+    assert set(reader.file_data(DATASET, [a, b, c])) == {b, c}
+    # Nor by a process whose horizon is past the file's documents.
+    assert mapped.data(DATASET, [b], reader.horizon + 1, {}) == {}
+
+
+def test_a_lineage_answer_from_the_file_is_the_answer_rendered_afresh(steward, settings):
+    from catalog import actions
+    from graph import documents, nodecache, nodedata, responses
+    from graph.api import lineage_body
+
+    settings.GRAPH_SHARED_NODE_DATA = True
+    g = LineageBuilder()
+    g.chain("a", "b", "c")
+    g.dataset("d")
+    g.job("fork", reads=["b"], writes=["d"], at=T1)
+    g.run("fork", at=T1)
+    assert documents.render_documents().full
+    actions.update_dataset(g.ds["c"], {"description": "Gold"}, actions.Actor(user=steward))
+    root = resolve_node_id(g.id("a"))
+
+    def bodies() -> list[bytes]:
+        nodecache.cache.clear()
+        nodedata.past_cache.clear()
+        responses.cache.clear()
+        with revision.pinned():
+            return [
+                lineage_body(queries.table_answer(root, depth=5, as_of=as_of))
+                for as_of in (None, T1, T2)
+            ]
+
+    from_file = bodies()
+    assert nodecache.cache.stats()["file_hits"] > 0
+    assert b'"description":"Gold"' in from_file[0]
+    settings.GRAPH_NODE_DOCUMENT_FILE = False
+    settings.GRAPH_SHARED_NODE_DATA = False
+    assert bodies() == from_file
+
+
 def test_an_unreadable_document_file_is_written_again(settings, caplog):
     from graph import docfile, documents
 
