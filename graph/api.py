@@ -15,8 +15,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
@@ -52,7 +50,6 @@ from graph.nodeids import (
     UnknownNodeId,
     resolve_node_id,
 )
-from graph.snapshot import IntArray
 from graph.taint import TaintError, clear_taint, mark_tainted
 
 DIRECTIONS = ("upstream", "downstream", "both")
@@ -188,148 +185,90 @@ def _job_text(namespace: str, name: str) -> bytes:
     return _quote(f"{JOB_PREFIX}{namespace}:{name}").encode()
 
 
-class _Grouped:
-    """Texts grouped by the node each belongs to, in their order within a node; joined per
-    node by :meth:`joined`."""
-
-    def __init__(self, owners: IntArray, texts: list[bytes]) -> None:
-        order = np.argsort(owners, kind="stable")
-        self.owners = owners[order]
-        self.texts = [texts[i] for i in order.tolist()]
-
-    def joined(self, pks: IntArray) -> list[bytes]:
-        """For each of ``pks``, its texts joined by commas."""
-        texts = self.texts
-        return [
-            b",".join(texts[lo:hi])
-            for lo, hi in zip(
-                np.searchsorted(self.owners, pks, "left").tolist(),
-                np.searchsorted(self.owners, pks, "right").tolist(),
-                strict=True,
-            )
-        ]
-
-
-def _known(pks: IntArray, texts: Mapping[int, object]) -> npt.NDArray[np.bool_]:
-    """Which of ``pks`` have a text."""
-    return np.isin(pks, np.fromiter(texts, dtype=np.int64, count=len(texts)))
-
-
 def lineage_body(answer: queries.TableAnswer) -> bytes:
     """Marquez's ``{"graph": [...]}`` for ``answer``, as UTF-8.
 
     Built as bytes straight from the traversal's arrays: node data comes
     pre-rendered from the host's document file (copied once, out of the map) or
     the node cache, every id is escaped once per process (kept with the node
-    directory), each node's edges are grouped by sorting the edge arrays, and
-    the body is joined once. A 2,000-node answer costs a few joins per node
-    rather than a JSON encoding of 20,000 nested objects, and its megabytes are
-    copied three times, not seven.
+    directory), and the body is joined once. A 2,000-node answer costs a few
+    joins per node rather than a JSON encoding of 20,000 nested objects, and its
+    megabytes are copied three times, not seven.
     """
     sel, edges = answer.sel, answer.edges
     is_ds = sel.kinds == queries.KIND_DS
-    ds_pks, job_pks = sel.pks[is_ds], sel.pks[~is_ds]
-    ds_texts = nodedata.node_texts(DATASET, ds_pks.tolist(), "lineage", _dataset_texts)
-    job_ids = nodedata.node_texts(JOB, job_pks.tolist(), "lineage", _job_text)
+    ds_texts = nodedata.node_texts(DATASET, sel.pks[is_ds].tolist(), "lineage", _dataset_texts)
+    job_ids = nodedata.node_texts(JOB, sel.pks[~is_ds].tolist(), "lineage", _job_text)
     ds_data, job_data = nodedata.node_json(ds_texts, job_ids, answer.as_of)
-    # Edge texts, each grouped under both its ends (and a job's inputs and outputs), in
-    # the order Marquez lists them. Edges run between nodes shown; an edge to a node with
-    # no text (gone since the traversal) is left out.
-    read_ds, read_job, write_job, write_ds = (
-        edges.read_ds,
-        edges.read_job,
-        edges.write_job,
-        edges.write_ds,
-    )
-    if len(ds_texts) < ds_pks.size or len(job_ids) < job_pks.size:
-        keep = _known(read_ds, ds_texts) & _known(read_job, job_ids)
-        read_ds, read_job = read_ds[keep], read_job[keep]
-        keep = _known(write_job, job_ids) & _known(write_ds, ds_texts)
-        write_job, write_ds = write_job[keep], write_ds[keep]
-    origins = [ds_texts[pk] for pk in read_ds.tolist()]
-    reads = [
-        b'{"origin":%s,"destination":%s}' % (texts[0], job_ids[job])
-        for texts, job in zip(origins, read_job.tolist(), strict=True)
-    ]
-    targets = [ds_texts[pk] for pk in write_ds.tolist()]
-    writes = [
-        b'{"origin":%s,"destination":%s}' % (job_ids[job], texts[0])
-        for job, texts in zip(write_job.tolist(), targets, strict=True)
-    ]
-    ds_in = _Grouped(write_ds, writes).joined(ds_pks)
-    ds_out = _Grouped(read_ds, reads).joined(ds_pks)
-    job_in = _Grouped(read_job, reads).joined(job_pks)
-    job_out = _Grouped(write_job, writes).joined(job_pks)
-    inputs = _Grouped(read_job, [texts[1] for texts in origins]).joined(job_pks)
-    outputs = _Grouped(write_job, [texts[1] for texts in targets]).joined(job_pks)
+    # Edge texts under both their ends (and each job's inputs and outputs), in the order
+    # Marquez lists them. Edges run between nodes shown; an edge to a node with no text
+    # (gone since the traversal) is left out.
+    ds_in: dict[int, list[bytes]] = defaultdict(list)
+    ds_out: dict[int, list[bytes]] = defaultdict(list)
+    job_in: dict[int, list[bytes]] = defaultdict(list)
+    job_out: dict[int, list[bytes]] = defaultdict(list)
+    inputs: dict[int, list[bytes]] = defaultdict(list)
+    outputs: dict[int, list[bytes]] = defaultdict(list)
+    for ds, job in zip(edges.read_ds.tolist(), edges.read_job.tolist(), strict=True):
+        texts, destination = ds_texts.get(ds), job_ids.get(job)
+        if texts is not None and destination is not None:
+            pair = b'{"origin":%s,"destination":%s}' % (texts[0], destination)
+            ds_out[ds].append(pair)
+            job_in[job].append(pair)
+            inputs[job].append(texts[1])
+    for job, ds in zip(edges.write_job.tolist(), edges.write_ds.tolist(), strict=True):
+        origin, texts = job_ids.get(job), ds_texts.get(ds)
+        if origin is not None and texts is not None:
+            pair = b'{"origin":%s,"destination":%s}' % (origin, texts[0])
+            job_out[job].append(pair)
+            ds_in[ds].append(pair)
+            outputs[job].append(texts[1])
+    hidden_ds = (edges.hidden_up_ds, edges.hidden_down_ds)
+    hidden_job = (edges.hidden_up_job, edges.hidden_down_job)
     sides = {side: name.encode() for side, name in queries.SIDE_NAMES.items()}
-    parts: list[bytes] = [b""] * sel.pks.size
-    hidden_up, hidden_down = edges.hidden_up_ds, edges.hidden_down_ds
-    for at, pk, distance, side, in_edges, out_edges in zip(
-        np.flatnonzero(is_ds).tolist(),
-        ds_pks.tolist(),
-        sel.dists[is_ds].tolist(),
-        sel.sides[is_ds].tolist(),
-        ds_in,
-        ds_out,
-        strict=True,
+    none: tuple[bytes, ...] = ()
+    parts = []
+    for kind, pk, distance, side in zip(
+        sel.kinds.tolist(), sel.pks.tolist(), sel.dists.tolist(), sel.sides.tolist(), strict=True
     ):
-        texts = ds_texts.get(pk)
-        if texts is None:
-            continue
-        parts[at] = (
-            b'{"id":%s,"type":"DATASET","data":%s,"inEdges":[%s],"outEdges":[%s],'
-            b'"distance":%d,"side":"%s","hiddenInEdges":%d,"hiddenOutEdges":%d}'
-            % (
-                texts[0],
-                ds_data.get(pk, b"null"),
-                in_edges,
-                out_edges,
-                distance,
-                sides[side],
-                hidden_up.get(pk, 0),
-                hidden_down.get(pk, 0),
+        if kind == queries.KIND_DS:
+            texts = ds_texts.get(pk)
+            if texts is None:
+                continue
+            quoted = texts[0]
+            data = ds_data.get(pk, b"null")
+            in_edges, out_edges = ds_in.get(pk, none), ds_out.get(pk, none)
+            up, down = hidden_ds[0].get(pk, 0), hidden_ds[1].get(pk, 0)
+            node_type = b"DATASET"
+        else:
+            job_id = job_ids.get(pk)
+            if job_id is None:
+                continue
+            quoted = job_id
+            job = job_data.get(pk)
+            # JobData lists the job's inputs and outputs among the nodes shown.
+            data = (
+                b"null"
+                if job is None
+                else b'%s,"inputs":[%s],"outputs":[%s]}'
+                % (job[:-1], b",".join(inputs.get(pk, none)), b",".join(outputs.get(pk, none)))
             )
-        )
-    hidden_up, hidden_down = edges.hidden_up_job, edges.hidden_down_job
-    for at, pk, distance, side, in_edges, out_edges, ins, outs in zip(
-        np.flatnonzero(~is_ds).tolist(),
-        job_pks.tolist(),
-        sel.dists[~is_ds].tolist(),
-        sel.sides[~is_ds].tolist(),
-        job_in,
-        job_out,
-        inputs,
-        outputs,
-        strict=True,
-    ):
-        quoted = job_ids.get(pk)
-        if quoted is None:
-            continue
-        job = job_data.get(pk)
-        # JobData lists the job's inputs and outputs among the nodes shown.
-        data = (
-            b"null"
-            if job is None
-            else b'%s,"inputs":[%s],"outputs":[%s]}'
-            % (
-                job[:-1],
-                ins,
-                outs,
-            )
-        )
-        parts[at] = (
-            b'{"id":%s,"type":"JOB","data":%s,"inEdges":[%s],"outEdges":[%s],'
+            in_edges, out_edges = job_in.get(pk, none), job_out.get(pk, none)
+            up, down = hidden_job[0].get(pk, 0), hidden_job[1].get(pk, 0)
+            node_type = b"JOB"
+        parts.append(
+            b'{"id":%s,"type":"%s","data":%s,"inEdges":[%s],"outEdges":[%s],'
             b'"distance":%d,"side":"%s","hiddenInEdges":%d,"hiddenOutEdges":%d}'
             % (
                 quoted,
+                node_type,
                 data,
-                in_edges,
-                out_edges,
+                b",".join(in_edges),
+                b",".join(out_edges),
                 distance,
                 sides[side],
-                hidden_up.get(pk, 0),
-                hidden_down.get(pk, 0),
+                up,
+                down,
             )
         )
     meta = {
@@ -342,10 +281,10 @@ def lineage_body(answer: queries.TableAnswer) -> bytes:
         "cut": cut_json(answer.sel.cut),
     }
     # One join: the opening rides on the first node, the closing and the meta on the last.
-    shown = [part for part in parts if part] or [b""]
-    shown[0] = b'{"graph":[' + shown[0]
-    shown[-1] += b"]," + _dumps(meta)[1:].encode()
-    return b",".join(shown)
+    parts = parts or [b""]
+    parts[0] = b'{"graph":[' + parts[0]
+    parts[-1] += b"]," + _dumps(meta)[1:].encode()
+    return b",".join(parts)
 
 
 class LineageView(GraphView):

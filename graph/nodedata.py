@@ -136,6 +136,13 @@ def render_jobs(pks: list[int]) -> dict[int, Entry]:
     }
 
 
+# From this many nodes on, an answer's node data is read straight from the host's document
+# file and not kept in the node cache: per node, that is a fifth of making and keeping an
+# entry, and answers this large are kept whole (graph/responses.py). Below it, a few
+# microseconds of array work per lookup would outweigh finding the nodes kept.
+FILE_READ_MIN = 200
+
+
 def node_json(
     ds_pks: Iterable[int], job_pks: Iterable[int], as_of: datetime | None = None
 ) -> tuple[dict[int, bytes], dict[int, bytes]]:
@@ -145,8 +152,11 @@ def node_json(
     jobs = sorted({int(pk) for pk in job_pks})
     changed = set() if as_of is None else changed_datasets(datasets, as_of)
     current = [pk for pk in datasets if pk not in changed]
-    ds_found = cache.file_data(DATASET, current)
-    job_found = cache.file_data(JOB, jobs)
+    ds_found: dict[int, bytes] = {}
+    job_found: dict[int, bytes] = {}
+    if len(datasets) + len(jobs) >= FILE_READ_MIN:
+        ds_found = cache.file_data(DATASET, current)
+        job_found = cache.file_data(JOB, jobs)
     cache.preload({DATASET: _rest(current, ds_found), JOB: _rest(jobs, job_found)})
     return _dataset_json(current, changed, as_of, ds_found), job_json(jobs, as_of, job_found)
 
@@ -158,9 +168,11 @@ def _rest(pks: list[int], found: dict[int, bytes]) -> list[int]:
 def _current_data(
     kind: str, pks: list[int], render: Render, found: dict[int, bytes] | None = None
 ) -> dict[int, bytes]:
-    """Current node data by pk: from the host's document file (``found``, when already
-    read from it), the rest from the node cache."""
-    out = cache.file_data(kind, pks) if found is None else found
+    """Current node data by pk: from the host's document file when there are many
+    (``found``, when already read from it), the rest from the node cache."""
+    if found is None:
+        found = cache.file_data(kind, pks) if len(pks) >= FILE_READ_MIN else {}
+    out = found
     rest = _rest(pks, out)
     if rest:
         entries = cache.entries(kind, rest, render)

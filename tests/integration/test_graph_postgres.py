@@ -495,7 +495,9 @@ def test_lineage_data_is_read_straight_from_the_file_and_not_kept(steward, setti
     assert mapped.data(DATASET, [b], reader.horizon + 1, {}) == {}
 
 
-def test_a_lineage_answer_from_the_file_is_the_answer_rendered_afresh(steward, settings):
+def test_a_lineage_answer_from_the_file_is_the_answer_rendered_afresh(
+    steward, settings, monkeypatch
+):
     from catalog import actions
     from graph import documents, nodecache, nodedata, responses
     from graph.api import lineage_body
@@ -520,9 +522,16 @@ def test_a_lineage_answer_from_the_file_is_the_answer_rendered_afresh(steward, s
                 for as_of in (None, T1, T2)
             ]
 
+    # As a large answer reads it: straight from the file, nothing kept.
+    monkeypatch.setattr(nodedata, "FILE_READ_MIN", 1)
     from_file = bodies()
     assert nodecache.cache.stats()["file_hits"] > 0
+    assert nodecache.cache.stats()["entries"] == 1  # "c", changed since the pass
     assert b'"description":"Gold"' in from_file[0]
+    # As a small one does: through the node cache.
+    monkeypatch.setattr(nodedata, "FILE_READ_MIN", 10**6)
+    assert bodies() == from_file
+    assert nodecache.cache.stats()["entries"] > 1
     settings.GRAPH_NODE_DOCUMENT_FILE = False
     settings.GRAPH_SHARED_NODE_DATA = False
     assert bodies() == from_file
