@@ -149,16 +149,19 @@ class DocFile:
                 at = at[kept]
         return part, found, at
 
-    def _texts(self, part: _Part, at: IntArray, column: str) -> list[str]:
-        """The ``column`` text of the documents at ``at``."""
+    def _slices(self, part: _Part, at: IntArray, column: str) -> list[bytes]:
+        """The ``column`` text (UTF-8) of the documents at ``at``, copied out of the map."""
         offsets, start = part.offsets[column], part.starts[column]
         view = self.map
         return [
-            view[lo:hi].decode()
+            view[lo:hi]
             for lo, hi in zip(
                 (offsets[at] + start).tolist(), (offsets[at + 1] + start).tolist(), strict=True
             )
         ]
+
+    def _texts(self, part: _Part, at: IntArray, column: str) -> list[str]:
+        return [text.decode() for text in self._slices(part, at, column)]
 
     def lookup(
         self,
@@ -189,17 +192,7 @@ class DocFile:
         if trusted is None:
             return {}
         part, found, at = trusted
-        offsets, start = part.offsets["data"], part.starts["data"]
-        view = self.map
-        return {
-            pk: view[lo:hi]
-            for pk, lo, hi in zip(
-                found,
-                (offsets[at] + start).tolist(),
-                (offsets[at + 1] + start).tolist(),
-                strict=True,
-            )
-        }
+        return dict(zip(found, self._slices(part, at, "data"), strict=True))
 
 
 def _read_layout(view: mmap.mmap, size: int, path: Path) -> tuple[dict[str, Any], dict[str, _Part]]:
