@@ -38,7 +38,6 @@ from catalog.params import (
 )
 from graph import exports, nodedata, queries, responses, revision
 from graph.models import Taint
-from graph.nodecache import DATASET, JOB
 from graph.nodedata import iso
 from graph.nodeids import (
     DATASET_PREFIX,
@@ -185,23 +184,27 @@ def _job_text(namespace: str, name: str) -> bytes:
     return _quote(f"{JOB_PREFIX}{namespace}:{name}").encode()
 
 
+# Distances and hidden-edge counts as JSON text, for the small ones a body is full of.
+_NUMBERS = {n: b"%d" % n for n in range(1024)}
+
+
 def lineage_body(answer: queries.TableAnswer) -> bytes:
     """Marquez's ``{"graph": [...]}`` for ``answer``, as UTF-8.
 
-    Built as bytes straight from the traversal's arrays: node data comes
-    pre-rendered from the host's document file (copied once, out of the map) or
-    the node cache, every id is escaped once per process (kept with the node
-    directory), and the body is joined once. A 2,000-node answer costs a few
+    Built as bytes straight from the traversal's arrays: node data and escaped
+    ids come pre-rendered from the host's document file (copied once, out of the
+    map) or, for small answers, the node cache and the node directory, and the
+    body's pieces are joined once. A 2,000-node answer costs a few
     joins per node rather than a JSON encoding of 20,000 nested objects, and its
     megabytes are copied three times, not seven.
     """
     sel, edges = answer.sel, answer.edges
     is_ds = sel.kinds == queries.KIND_DS
-    ds_texts = nodedata.node_texts(DATASET, sel.pks[is_ds].tolist(), "lineage", _dataset_texts)
-    job_ids = nodedata.node_texts(JOB, sel.pks[~is_ds].tolist(), "lineage", _job_text)
-    ds_data, job_data = nodedata.node_json(ds_texts, job_ids, answer.as_of)
+    ds_ids, ds_names, job_ids, ds_data, job_data = nodedata.lineage_nodes(
+        sel.pks[is_ds].tolist(), sel.pks[~is_ds].tolist(), answer.as_of, _dataset_texts, _job_text
+    )
     # Edge texts under both their ends (and each job's inputs and outputs), in the order
-    # Marquez lists them. Edges run between nodes shown; an edge to a node with no text
+    # Marquez lists them. Edges run between nodes shown; an edge to a node with no id
     # (gone since the traversal) is left out.
     ds_in: dict[int, list[bytes]] = defaultdict(list)
     ds_out: dict[int, list[bytes]] = defaultdict(list)
@@ -210,67 +213,72 @@ def lineage_body(answer: queries.TableAnswer) -> bytes:
     inputs: dict[int, list[bytes]] = defaultdict(list)
     outputs: dict[int, list[bytes]] = defaultdict(list)
     for ds, job in zip(edges.read_ds.tolist(), edges.read_job.tolist(), strict=True):
-        texts, destination = ds_texts.get(ds), job_ids.get(job)
-        if texts is not None and destination is not None:
-            pair = b'{"origin":%s,"destination":%s}' % (texts[0], destination)
+        origin, destination = ds_ids.get(ds), job_ids.get(job)
+        if origin is not None and destination is not None:
+            pair = b'{"origin":%s,"destination":%s}' % (origin, destination)
             ds_out[ds].append(pair)
             job_in[job].append(pair)
-            inputs[job].append(texts[1])
+            inputs[job].append(ds_names[ds])
     for job, ds in zip(edges.write_job.tolist(), edges.write_ds.tolist(), strict=True):
-        origin, texts = job_ids.get(job), ds_texts.get(ds)
-        if origin is not None and texts is not None:
-            pair = b'{"origin":%s,"destination":%s}' % (origin, texts[0])
+        origin, destination = job_ids.get(job), ds_ids.get(ds)
+        if origin is not None and destination is not None:
+            pair = b'{"origin":%s,"destination":%s}' % (origin, destination)
             job_out[job].append(pair)
             ds_in[ds].append(pair)
-            outputs[job].append(texts[1])
+            outputs[job].append(ds_names[ds])
     hidden_ds = (edges.hidden_up_ds, edges.hidden_down_ds)
     hidden_job = (edges.hidden_up_job, edges.hidden_down_job)
     sides = {side: name.encode() for side, name in queries.SIDE_NAMES.items()}
     none: tuple[bytes, ...] = ()
-    parts = []
+    # The body's pieces, joined once at the end: a node's data is copied only then.
+    parts = [b'{"graph":[']
+    opening = b'{"id":'
     for kind, pk, distance, side in zip(
         sel.kinds.tolist(), sel.pks.tolist(), sel.dists.tolist(), sel.sides.tolist(), strict=True
     ):
         if kind == queries.KIND_DS:
-            texts = ds_texts.get(pk)
-            if texts is None:
+            quoted = ds_ids.get(pk)
+            if quoted is None:
                 continue
-            quoted = texts[0]
-            data = ds_data.get(pk, b"null")
+            parts += (opening, quoted, b',"type":"DATASET","data":', ds_data.get(pk, b"null"))
             in_edges, out_edges = ds_in.get(pk, none), ds_out.get(pk, none)
             up, down = hidden_ds[0].get(pk, 0), hidden_ds[1].get(pk, 0)
-            node_type = b"DATASET"
         else:
-            job_id = job_ids.get(pk)
-            if job_id is None:
+            quoted = job_ids.get(pk)
+            if quoted is None:
                 continue
-            quoted = job_id
+            parts += (opening, quoted, b',"type":"JOB","data":')
             job = job_data.get(pk)
-            # JobData lists the job's inputs and outputs among the nodes shown.
-            data = (
-                b"null"
-                if job is None
-                else b'%s,"inputs":[%s],"outputs":[%s]}'
-                % (job[:-1], b",".join(inputs.get(pk, none)), b",".join(outputs.get(pk, none)))
-            )
+            if job is None:
+                parts.append(b"null")
+            else:
+                # JobData lists the job's inputs and outputs among the nodes shown.
+                parts += (
+                    job[:-1],
+                    b',"inputs":[',
+                    b",".join(inputs.get(pk, none)),
+                    b'],"outputs":[',
+                    b",".join(outputs.get(pk, none)),
+                    b"]}",
+                )
             in_edges, out_edges = job_in.get(pk, none), job_out.get(pk, none)
             up, down = hidden_job[0].get(pk, 0), hidden_job[1].get(pk, 0)
-            node_type = b"JOB"
-        parts.append(
-            b'{"id":%s,"type":"%s","data":%s,"inEdges":[%s],"outEdges":[%s],'
-            b'"distance":%d,"side":"%s","hiddenInEdges":%d,"hiddenOutEdges":%d}'
-            % (
-                quoted,
-                node_type,
-                data,
-                b",".join(in_edges),
-                b",".join(out_edges),
-                distance,
-                sides[side],
-                up,
-                down,
-            )
+        parts += (
+            b',"inEdges":[',
+            b",".join(in_edges),
+            b'],"outEdges":[',
+            b",".join(out_edges),
+            b'],"distance":',
+            _NUMBERS.get(distance) or b"%d" % distance,
+            b',"side":"',
+            sides[side],
+            b'","hiddenInEdges":',
+            _NUMBERS.get(up) or b"%d" % up,
+            b',"hiddenOutEdges":',
+            _NUMBERS.get(down) or b"%d" % down,
+            b"}",
         )
+        opening = b',{"id":'
     meta = {
         "root": answer.root,
         "direction": answer.direction,
@@ -280,11 +288,8 @@ def lineage_body(answer: queries.TableAnswer) -> bytes:
         "truncated": answer.sel.truncated,
         "cut": cut_json(answer.sel.cut),
     }
-    # One join: the opening rides on the first node, the closing and the meta on the last.
-    parts = parts or [b""]
-    parts[0] = b'{"graph":[' + parts[0]
-    parts[-1] += b"]," + _dumps(meta)[1:].encode()
-    return b",".join(parts)
+    parts += (b"],", _dumps(meta)[1:].encode())
+    return b"".join(parts)
 
 
 class LineageView(GraphView):

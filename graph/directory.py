@@ -229,13 +229,19 @@ class Directory:
 
     def _split_trusted(self, kind: str, pks: list[int]) -> tuple[IntArray, list[int]]:
         """(the pks it knows and trusts, the others)."""
-        keys = self.dataset_keys if kind == DATASET else self.job_keys
-        known: list[int] = []
-        unknown: list[int] = []
         if self.epoch != cache.epoch:
-            return np.asarray(known, dtype=np.int64), list(pks)
-        for pk in pks:
-            (known if pk in keys and self.trusts(kind, pk) else unknown).append(pk)
+            return np.zeros(0, dtype=np.int64), list(pks)
+        keys = self.dataset_keys if kind == DATASET else self.job_keys
+        changed, revision = cache.changed, self.revision
+        # As :meth:`trusts`, once for all of them.
+        if changed:
+            known = [pk for pk in pks if pk in keys and changed.get((kind, pk), 0) <= revision]
+        else:
+            known = [pk for pk in pks if pk in keys]
+        unknown: list[int] = []
+        if len(known) < len(pks):
+            kept = set(known)
+            unknown = [pk for pk in pks if pk not in kept]
         return np.asarray(known, dtype=np.int64), unknown
 
     @staticmethod

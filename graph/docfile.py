@@ -51,22 +51,19 @@ from graph import revision as rev
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"LXDOCS01"
-COLUMNS = ("namespace", "name", "data", "info")
+MAGIC = b"LXDOCS02"
 KINDS = ("d", "j")  # graph.nodecache.DATASET, JOB
+# Besides a node's document, a lineage body splices in its id as a JSON string
+# ("quoted") and, for a dataset, its {"namespace", "name"} object ("named"). The file
+# holds them for plain ids (printable ASCII with no quote or backslash: the JSON string's
+# contents as they are, graph.api._plain) and "" for the rest, which readers render.
+COLUMNS = ("namespace", "name", "data", "info", "quoted", "named")
+ID_PREFIXES = {"d": "dataset:", "j": "job:"}  # graph.nodeids
+PLAIN_ID = r"^[ !#-[\]-~]*$"
 CHUNK_IDS = 20_000
 # Per document, packed by PostgreSQL: node pk, revision, then the UTF-8 byte length of
 # each of COLUMNS.
-ROW = np.dtype(
-    [
-        ("id", ">i8"),
-        ("revision", ">i8"),
-        ("namespace", ">i4"),
-        ("name", ">i4"),
-        ("data", ">i4"),
-        ("info", ">i4"),
-    ]
-)
+ROW = np.dtype([("id", ">i8"), ("revision", ">i8"), *((c, ">i4") for c in COLUMNS)])
 
 IntArray = npt.NDArray[np.int64]
 # madvise(2)'s "populate (prefault) page tables readable": Linux 5.14 on; Python 3.11 does
@@ -182,22 +179,32 @@ class DocFile:
         columns.append(self._texts(part, at, "info") if info else [""] * len(found))
         return dict(zip(found, zip(*columns, strict=True), strict=True))
 
-    def data(
-        self, kind: str, pks: list[int], horizon: int, changed: dict[tuple[str, int], int]
-    ) -> dict[int, bytes]:
-        """Only the node ``data`` of the trusted documents of these nodes (as
-        :meth:`lookup`), by pk, as UTF-8 copied out of the map: what a lineage answer
-        splices in."""
+    def spliced(
+        self,
+        kind: str,
+        pks: list[int],
+        horizon: int,
+        changed: dict[tuple[str, int], int],
+        columns: tuple[str, ...],
+    ) -> dict[str, dict[int, bytes]]:
+        """Each of ``columns`` of the trusted documents of these nodes (as :meth:`lookup`),
+        by pk, as UTF-8 copied out of the map: what a lineage answer splices in."""
         trusted = self._trusted(kind, pks, horizon, changed)
         if trusted is None:
-            return {}
+            return {column: {} for column in columns}
         part, found, at = trusted
-        return dict(zip(found, self._slices(part, at, "data"), strict=True))
+        return {
+            column: dict(zip(found, self._slices(part, at, column), strict=True))
+            for column in columns
+        }
 
 
 def _read_layout(view: mmap.mmap, size: int, path: Path) -> tuple[dict[str, Any], dict[str, _Part]]:
     if view[:8] != MAGIC:
-        raise CorruptFile(f"{path}: not a node document file")
+        older = view[:6] == MAGIC[:6]
+        raise CorruptFile(
+            f"{path}: " + ("an older layout" if older else "not a node document file")
+        )
     length = int.from_bytes(view[8:16], "little")
     if 16 + length > size:
         raise CorruptFile(f"{path}: header runs past the end of the file")
@@ -274,11 +281,12 @@ def write(path: Path, pass_revision: rev.Revision) -> int:
 def _read_kind(kind: str, scratch: Path, blobs: dict[tuple[str, str], Path]) -> npt.NDArray[Any]:
     """One kind's rows (ROW), in pk order; each column's text goes to a file in
     ``scratch``, packed by the database per pk range: no per-row Python work."""
+    sources = _sources(kind)
     packed = "int8send(obj_id) || int8send(revision) || " + " || ".join(
-        f"int4send(octet_length(convert_to({c}, 'UTF8')))" for c in COLUMNS
+        f"int4send(octet_length(convert_to({sources[c]}, 'UTF8')))" for c in COLUMNS
     )
     texts = ", ".join(
-        f"string_agg(convert_to({c}, 'UTF8'), ''::bytea ORDER BY obj_id)" for c in COLUMNS
+        f"string_agg(convert_to({sources[c]}, 'UTF8'), ''::bytea ORDER BY obj_id)" for c in COLUMNS
     )
     heads: list[bytes] = []
     handles = {c: open(scratch / f"{kind}.{c}", "wb") for c in COLUMNS}  # noqa: SIM115
@@ -307,6 +315,24 @@ def _read_kind(kind: str, scratch: Path, blobs: dict[tuple[str, str], Path]) -> 
     for column in COLUMNS:
         blobs[(kind, column)] = scratch / f"{kind}.{column}"
     return np.frombuffer(b"".join(heads), dtype=ROW)
+
+
+def _sources(kind: str) -> dict[str, str]:
+    """Each column's text for ``kind``, as SQL over graph_nodedoc."""
+    node_id = f"('{ID_PREFIXES[kind]}' || namespace || ':' || name)"
+    plain = f"{node_id} ~ '{PLAIN_ID}'"
+    named = (
+        f"""CASE WHEN {plain} THEN '{{"namespace":"' || namespace || '","name":"' || name """
+        """|| '"}' ELSE '' END"""
+    )
+    return {
+        "namespace": "namespace",
+        "name": "name",
+        "data": "data",
+        "info": "info",
+        "quoted": f"""CASE WHEN {plain} THEN '"' || {node_id} || '"' ELSE '' END""",
+        "named": named if kind == "d" else "''",
+    }
 
 
 def _assemble(

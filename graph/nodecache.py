@@ -222,17 +222,19 @@ class NodeCache:
                 publisher.submit(kind, synced.value, rendered)
         return found
 
-    def file_data(self, kind: str, pks: list[int]) -> dict[int, bytes]:
-        """The node ``data`` (UTF-8) of those of these nodes whose document in the host's
-        document file this process trusts, read straight from the file. Nothing is kept:
-        the file holds every document for all the host's processes, and reading a few
-        thousand from it costs no more than finding them here."""
+    def file_columns(
+        self, kind: str, pks: list[int], columns: tuple[str, ...]
+    ) -> dict[str, dict[int, bytes]]:
+        """Each of ``columns`` (graph.docfile.COLUMNS, UTF-8) of those of these nodes whose
+        document in the host's document file this process trusts, read straight from the
+        file. Nothing is kept: the file holds every document for all the host's processes,
+        and reading a few thousand from it costs no more than finding them here."""
         self.sync()
         mapped = self._document_file()
         if mapped is None:
-            return {}
-        found = mapped.data(kind, pks, self.horizon, self.changed)
-        self.file_hits += len(found)
+            return {column: {} for column in columns}
+        found = mapped.spliced(kind, pks, self.horizon, self.changed, columns)
+        self.file_hits += len(found[columns[0]])
         return found
 
     def fields(self, pks: Iterable[int], load: LoadFields) -> dict[int, FieldRow]:

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from graph import details, directory
 from graph.details import (
@@ -143,22 +143,79 @@ def render_jobs(pks: list[int]) -> dict[int, Entry]:
 FILE_READ_MIN = 200
 
 
-def node_json(
-    ds_pks: Iterable[int], job_pks: Iterable[int], as_of: datetime | None = None
-) -> tuple[dict[int, bytes], dict[int, bytes]]:
-    """:func:`dataset_json` and :func:`job_json` at once: the shared documents that the
-    host's document file lacks come in one query."""
+class LineageNodes(NamedTuple):
+    """What a lineage body splices in for its nodes, by pk: each dataset's id as a JSON
+    string and its ``{"namespace", "name"}`` object, each job's id as a JSON string, and
+    their node ``data`` (:func:`dataset_json`, :func:`job_json`)."""
+
+    ds_ids: dict[int, bytes]
+    ds_names: dict[int, bytes]
+    job_ids: dict[int, bytes]
+    ds_data: dict[int, bytes]
+    job_data: dict[int, bytes]
+
+
+def lineage_nodes(
+    ds_pks: Iterable[int],
+    job_pks: Iterable[int],
+    as_of: datetime | None,
+    render_ds: Callable[[str, str], tuple[bytes, bytes]],
+    render_job: Callable[[str, str], bytes],
+) -> LineageNodes:
+    """Ids and node data of these datasets and jobs (``render_ds`` and ``render_job``
+    make ids from names); nodes found nowhere are left out.
+
+    An answer of :data:`FILE_READ_MIN` nodes or more takes all of it from the host's
+    document file, one look per kind; the rest (and ids the file leaves to readers) come
+    from the node directory, the node cache and, as of a past instant, the history.
+    """
     datasets = sorted({int(pk) for pk in ds_pks})
     jobs = sorted({int(pk) for pk in job_pks})
+    if len(datasets) + len(jobs) >= FILE_READ_MIN:
+        ds_file = cache.file_columns(DATASET, datasets, ("quoted", "named", "data"))
+        job_file = cache.file_columns(JOB, jobs, ("quoted", "data"))
+    else:
+        ds_file = {"quoted": {}, "named": {}, "data": {}}
+        job_file = {"quoted": {}, "data": {}}
+    ds_ids, ds_names, job_ids = ds_file["quoted"], ds_file["named"], job_file["quoted"]
+    rest = _unnamed(datasets, ds_ids)
+    if rest:
+        rendered = node_texts(DATASET, rest, "lineage", render_ds)
+        for pk in rest:
+            texts = rendered.get(pk)
+            if texts is None:
+                ds_ids.pop(pk, None)
+            else:
+                ds_ids[pk], ds_names[pk] = texts
+        datasets = [pk for pk in datasets if pk in ds_ids]
+    rest = _unnamed(jobs, job_ids)
+    if rest:
+        rendered_jobs = node_texts(JOB, rest, "lineage", render_job)
+        for pk in rest:
+            text = rendered_jobs.get(pk)
+            if text is None:
+                job_ids.pop(pk, None)
+            else:
+                job_ids[pk] = text
+        jobs = [pk for pk in jobs if pk in job_ids]
     changed = set() if as_of is None else changed_datasets(datasets, as_of)
     current = [pk for pk in datasets if pk not in changed]
-    ds_found: dict[int, bytes] = {}
-    job_found: dict[int, bytes] = {}
-    if len(datasets) + len(jobs) >= FILE_READ_MIN:
-        ds_found = cache.file_data(DATASET, current)
-        job_found = cache.file_data(JOB, jobs)
+    ds_found, job_found = ds_file["data"], job_file["data"]
+    for pk in changed:
+        ds_found.pop(pk, None)
     cache.preload({DATASET: _rest(current, ds_found), JOB: _rest(jobs, job_found)})
-    return _dataset_json(current, changed, as_of, ds_found), job_json(jobs, as_of, job_found)
+    return LineageNodes(
+        ds_ids,
+        ds_names,
+        job_ids,
+        _dataset_json(current, changed, as_of, ds_found),
+        job_json(jobs, as_of, job_found),
+    )
+
+
+def _unnamed(pks: list[int], ids: dict[int, bytes]) -> list[int]:
+    """The pks whose id text is not among ``ids`` ("" where the file left it to readers)."""
+    return [pk for pk in pks if not ids.get(pk)] if ids else pks
 
 
 def _rest(pks: list[int], found: dict[int, bytes]) -> list[int]:
@@ -171,7 +228,9 @@ def _current_data(
     """Current node data by pk: from the host's document file when there are many
     (``found``, when already read from it), the rest from the node cache."""
     if found is None:
-        found = cache.file_data(kind, pks) if len(pks) >= FILE_READ_MIN else {}
+        found = (
+            cache.file_columns(kind, pks, ("data",))["data"] if len(pks) >= FILE_READ_MIN else {}
+        )
     out = found
     rest = _rest(pks, out)
     if rest:

@@ -469,6 +469,7 @@ def test_a_new_pass_brings_a_new_file_and_a_file_off_the_timeline_is_not_used(se
 def test_lineage_data_is_read_straight_from_the_file_and_not_kept(steward, settings):
     from catalog import actions
     from graph import docfile, documents
+    from graph.api import _dataset_texts, _job_text
     from graph.models import NodeDocument
     from graph.nodecache import DATASET, JOB, NodeCache
 
@@ -481,18 +482,38 @@ def test_lineage_data_is_read_straight_from_the_file_and_not_kept(steward, setti
     assert mapped is not None
     table = {(row.kind, row.obj_id): row.data for row in NodeDocument.objects.all()}
     reader = NodeCache(100, shared=True)
-    found = reader.file_data(DATASET, [a, b, c, 10**9])
-    assert found == {pk: table[(DATASET, pk)].encode() for pk in (a, b, c)}
+    found = reader.file_columns(DATASET, [a, b, c, 10**9], ("data", "quoted", "named"))
+    assert found["data"] == {pk: table[(DATASET, pk)].encode() for pk in (a, b, c)}
+    # With each node's id escaped as the API renders it.
+    for pk, quoted in found["quoted"].items():
+        ds = Dataset.objects.get(pk=pk)
+        assert (quoted, found["named"][pk]) == _dataset_texts(ds.namespace.name, ds.name)
     jobs = sorted(job.pk for job in g.jobs.values())
-    assert reader.file_data(JOB, jobs) == {pk: table[(JOB, pk)].encode() for pk in jobs}
+    found = reader.file_columns(JOB, jobs, ("data", "quoted", "named"))
+    assert found["data"] == {pk: table[(JOB, pk)].encode() for pk in jobs}
+    assert found["quoted"] == {j.pk: _job_text(j.namespace.name, j.name) for j in g.jobs.values()}
+    assert set(found["named"].values()) == {b""}
     # The file already holds them for every process: this one keeps nothing.
     assert reader.stats()["entries"] == 0
     assert reader.stats()["file_hits"] == 5
     # A node changed since the pass is not read from the file; the others still are.
     actions.update_dataset(g.ds["a"], {"description": "Raw"}, actions.Actor(user=steward))
-    assert set(reader.file_data(DATASET, [a, b, c])) == {b, c}
+    assert set(reader.file_columns(DATASET, [a, b, c], ("data",))["data"]) == {b, c}
     # Nor by a process whose horizon is past the file's documents.
-    assert mapped.data(DATASET, [b], reader.horizon + 1, {}) == {}
+    assert mapped.spliced(DATASET, [b], reader.horizon + 1, {}, ("data",)) == {"data": {}}
+
+
+@pytest.mark.parametrize("code", [*range(1, 128), 0xE9, 0xA0, 0x2028, 0x65E5, 0x1F600])
+def test_the_file_escapes_exactly_the_ids_the_api_passes_through(code):
+    """PostgreSQL's test for a plain id (written into the file as it is) agrees with the
+    API's, character by character; the others are left for readers to escape."""
+    from graph import docfile
+    from graph.api import _plain
+
+    text = f"dataset:ns:a{chr(code)}b"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT %s ~ '{docfile.PLAIN_ID}'", [text])
+        assert cursor.fetchone()[0] is _plain(text)
 
 
 def test_a_lineage_answer_from_the_file_is_the_answer_rendered_afresh(
@@ -505,9 +526,10 @@ def test_a_lineage_answer_from_the_file_is_the_answer_rendered_afresh(
     settings.GRAPH_SHARED_NODE_DATA = True
     g = LineageBuilder()
     g.chain("a", "b", "c")
-    g.dataset("d")
-    g.job("fork", reads=["b"], writes=["d"], at=T1)
-    g.run("fork", at=T1)
+    # Ids the file leaves for readers to escape.
+    g.dataset('d "quoted" \\ é')
+    g.job("fork → d", reads=["b"], writes=['d "quoted" \\ é'], at=T1)
+    g.run("fork → d", at=T1)
     assert documents.render_documents().full
     actions.update_dataset(g.ds["c"], {"description": "Gold"}, actions.Actor(user=steward))
     root = resolve_node_id(g.id("a"))
@@ -528,6 +550,7 @@ def test_a_lineage_answer_from_the_file_is_the_answer_rendered_afresh(
     assert nodecache.cache.stats()["file_hits"] > 0
     assert nodecache.cache.stats()["entries"] == 1  # "c", changed since the pass
     assert b'"description":"Gold"' in from_file[0]
+    assert b'"dataset:%s:d \\"quoted\\" \\\\ \\u00e9"' % g.ns.name.encode() in from_file[0]
     # As a small one does: through the node cache.
     monkeypatch.setattr(nodedata, "FILE_READ_MIN", 10**6)
     assert bodies() == from_file
@@ -545,6 +568,9 @@ def test_an_unreadable_document_file_is_written_again(settings, caplog):
     assert documents.render_documents().full
     path = docfile.file_path()
     path.parent.mkdir(parents=True)
+    path.write_bytes(b"LXDOCS01" + bytes(64))
+    with pytest.raises(docfile.CorruptFile, match="an older layout"):
+        docfile.DocFile(path)
     path.write_bytes(b"not a document file at all")
     with pytest.raises(docfile.CorruptFile, match="not a node document file"):
         docfile.DocFile(path)
