@@ -31,6 +31,7 @@ import shutil
 import struct
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -190,6 +191,8 @@ class ResponseCache:
 # --- the bodies a host's processes share ------------------------------------------------------
 
 MAGIC = b"LXRESP01"
+# How old a directory's modification time must be before a listing of it is kept.
+SETTLED_NS = 100_000_000
 PREFIX = struct.Struct("<8sI")  # magic, length of the JSON header that follows
 # The packages whose code decides what a body says: a new release reads none of the old files.
 RENDERING_PACKAGES = ("graph", "catalog")
@@ -205,6 +208,13 @@ def code_digest() -> str:
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=16)
+def _directory(data_dir: object, host: object, port: object, name: object, code: str) -> Path:
+    address = f"{host or ''}:{port or ''}/{name}"
+    digest = hashlib.sha256(f"{address}|{code}".encode()).hexdigest()[:16]
+    return Path(str(data_dir)) / "responses" / f"{Path(str(name)).name}-{digest}"
 
 
 class SharedStore:
@@ -223,6 +233,8 @@ class SharedStore:
         self.writer_pid = 0
         self.hits = 0
         self.misses = 0
+        # (directory, its modification time, the names in it) when last listed.
+        self.listing: tuple[Path, int, frozenset[str]] | None = None
 
     @staticmethod
     def enabled() -> bool:
@@ -235,20 +247,28 @@ class SharedStore:
     def directory(self) -> Path:
         """This database's and this code's directory."""
         db = connection.settings_dict
-        address = f"{db.get('HOST') or ''}:{db.get('PORT') or ''}/{db.get('NAME')}"
-        digest = hashlib.sha256(f"{address}|{code_digest()}".encode()).hexdigest()[:16]
-        return self.root() / f"{Path(str(db.get('NAME'))).name}-{digest}"
+        return _directory(
+            settings.DATA_DIR, db.get("HOST"), db.get("PORT"), db.get("NAME"), code_digest()
+        )
 
     def path(self, key: Hashable) -> tuple[Path, str]:
+        folder, name, text = self._where(key)
+        return folder / name, text
+
+    def _where(self, key: Hashable) -> tuple[Path, str, str]:
+        """(the directory, the file's name, the key's text) of ``key``'s file."""
         text = repr(key)
-        name = hashlib.sha256(text.encode()).hexdigest()[:32]
-        return self.directory() / f"{name}.resp", text
+        return self.directory(), hashlib.sha256(text.encode()).hexdigest()[:32] + ".resp", text
 
     def load(self, key: Hashable) -> Cached | None:
         """The body another process (or this one) kept for ``key``, not yet checked."""
         if not self.enabled():
             return None
-        path, text = self.path(key)
+        folder, name, text = self._where(key)
+        if not self.may_hold(folder, name):
+            self.misses += 1
+            return None
+        path = folder / name
         try:
             with open(path, "rb") as handle:
                 magic, size = PREFIX.unpack(handle.read(PREFIX.size))
@@ -272,6 +292,30 @@ class SharedStore:
             os.utime(path)  # the oldest files are pruned first: this one was just used
         self.hits += 1
         return Cached(body, revision, datasets, jobs)
+
+    def may_hold(self, folder: Path, name: str) -> bool:
+        """Whether a file ``name`` may be in ``folder``, from its listing: most answers are
+        too small ever to be kept, and a stat costs a fraction of failing to open a file.
+        The directory is listed again when its modification time moves. A listing is kept
+        only once that time is :data:`SETTLED_NS` old, so any later change moves it past
+        what was kept (the time is taken from a clock that ticks every few ms)."""
+        try:
+            stamp = os.stat(folder).st_mtime_ns
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # opening the file will say what is wrong
+        listing = self.listing
+        if listing is not None and listing[0] == folder and listing[1] == stamp:
+            return name in listing[2]
+        if time.time_ns() - stamp < SETTLED_NS:
+            return True  # changed just now: try the file itself
+        try:
+            names = frozenset(os.listdir(folder))
+        except OSError:
+            return True
+        self.listing = (folder, stamp, names)
+        return name in names
 
     def save(self, key: Hashable, entry: Cached) -> None:
         """Keep ``entry`` for the other processes. A thread of this process writes it, so

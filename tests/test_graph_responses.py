@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+import time
 from urllib.parse import urlencode
 
 import numpy as np
@@ -194,4 +196,56 @@ def test_its_writer_outlives_a_file_it_cannot_write(caplog):
     responses.shared.root().unlink()
     responses.shared.save(("k", 2), entry)
     assert responses.shared.flush()
+    assert responses.shared.load(("k", 2)) is not None
+
+
+_settled = itertools.count(int(time.time()) - 3600)
+
+
+def settle(folder) -> None:
+    """Date ``folder``'s last change an hour back (a new second each time), as if nothing
+    had touched it since."""
+    moment = next(_settled)
+    os.utime(folder, (moment, moment))
+
+
+def test_it_opens_no_file_its_settled_directory_does_not_list(tmp_path):
+    store = responses.SharedStore()
+    folder = tmp_path / "answers"
+    assert not store.may_hold(folder, "a.resp")  # no directory yet
+    folder.mkdir()
+    settle(folder)
+    assert not store.may_hold(folder, "a.resp")
+    kept = store.listing
+    assert kept is not None and kept[2] == frozenset()
+    # Another process writes a file: the directory has just changed, so its files are
+    # looked for, and it is not listed again until it has settled.
+    (folder / "a.resp").write_bytes(b"")
+    assert store.may_hold(folder, "a.resp") and store.may_hold(folder, "b.resp")
+    assert store.listing is kept
+    settle(folder)
+    assert store.may_hold(folder, "a.resp") and not store.may_hold(folder, "b.resp")
+    assert store.listing is not kept and store.listing[2] == {"a.resp"}
+    # A directory it cannot read is left for opening the file to report.
+    (tmp_path / "file").write_text("not a directory")
+    assert store.may_hold(tmp_path / "file" / "x", "a.resp")
+
+
+def test_it_finds_a_body_kept_after_its_listing_of_the_directory():
+    reached = np.arange(2, dtype=np.int64)
+    entry = responses.Cached(b"{}", rev.Revision(1, "t"), reached, reached)
+    other = responses.SharedStore()
+    other.save(("k", 1), entry)
+    assert other.flush()
+    folder = responses.shared.directory()
+    settle(folder)
+    assert responses.shared.load(("k", 2)) is None
+    assert responses.shared.listing is not None
+    misses = responses.shared.misses
+    assert responses.shared.load(("k", 3)) is None  # told by the listing alone
+    assert responses.shared.misses == misses + 1
+    other.save(("k", 2), entry)
+    assert other.flush()
+    assert responses.shared.load(("k", 2)) is not None
+    settle(folder)
     assert responses.shared.load(("k", 2)) is not None
