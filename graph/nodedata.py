@@ -178,25 +178,12 @@ def lineage_nodes(
         ds_file = {"quoted": {}, "named": {}, "data": {}}
         job_file = {"quoted": {}, "data": {}}
     ds_ids, ds_names, job_ids = ds_file["quoted"], ds_file["named"], job_file["quoted"]
-    rest = _unnamed(datasets, ds_ids)
-    if rest:
-        rendered = node_texts(DATASET, rest, "lineage", render_ds)
-        for pk in rest:
-            texts = rendered.get(pk)
-            if texts is None:
-                ds_ids.pop(pk, None)
-            else:
-                ds_ids[pk], ds_names[pk] = texts
+    for pk, (quoted, named) in _render_ids(DATASET, datasets, ds_ids, render_ds).items():
+        ds_ids[pk], ds_names[pk] = quoted, named
+    job_ids.update(_render_ids(JOB, jobs, job_ids, render_job))
+    if len(ds_ids) < len(datasets):
         datasets = [pk for pk in datasets if pk in ds_ids]
-    rest = _unnamed(jobs, job_ids)
-    if rest:
-        rendered_jobs = node_texts(JOB, rest, "lineage", render_job)
-        for pk in rest:
-            text = rendered_jobs.get(pk)
-            if text is None:
-                job_ids.pop(pk, None)
-            else:
-                job_ids[pk] = text
+    if len(job_ids) < len(jobs):
         jobs = [pk for pk in jobs if pk in job_ids]
     changed = set() if as_of is None else changed_datasets(datasets, as_of)
     current = [pk for pk in datasets if pk not in changed]
@@ -213,9 +200,19 @@ def lineage_nodes(
     )
 
 
-def _unnamed(pks: list[int], ids: dict[int, bytes]) -> list[int]:
-    """The pks whose id text is not among ``ids`` ("" where the file left it to readers)."""
-    return [pk for pk in pks if not ids.get(pk)] if ids else pks
+def _render_ids(
+    kind: str, pks: list[int], ids: dict[int, bytes], render: Callable[[str, str], T]
+) -> dict[int, T]:
+    """``render`` of the nodes whose id is not among ``ids`` (those the document file
+    gave, "" where it left them to readers); nodes found nowhere are dropped from ``ids``."""
+    rest = [pk for pk in pks if not ids.get(pk)] if ids else pks
+    if not rest:
+        return {}
+    rendered = node_texts(kind, rest, "lineage", render)
+    for pk in rest:
+        if pk not in rendered:
+            ids.pop(pk, None)
+    return rendered
 
 
 def _rest(pks: list[int], found: dict[int, bytes]) -> list[int]:
