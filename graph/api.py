@@ -292,6 +292,30 @@ def lineage_body(answer: queries.TableAnswer) -> bytes:
     return b"".join(parts)
 
 
+def lineage_json(params: Mapping[str, str]) -> bytes:
+    """The JSON body of ``GET /api/v1/lineage`` for ``params`` (ApiError for bad ones); large
+    answers are kept until a change touches a node they reached (graph/responses.py)."""
+    node = node_param(params)
+    depth = _depth(params)
+    as_of = optional_instant(params)
+    direction = choice_param(params, "direction", "both", DIRECTIONS)
+    max_nodes = _max_nodes(params)
+    key = ("lineage", node.kind, node.pk, depth, as_of, direction, max_nodes)
+    if (cached := responses.cache.get(key)) is not None:
+        return cached
+    answer = queries.table_answer(
+        node,
+        depth=depth,
+        as_of=as_of,
+        direction=direction,  # type: ignore[arg-type]
+        max_nodes=max_nodes,
+    )
+    body = lineage_body(answer)
+    if responses.worth_keeping(body, int(answer.sel.pks.size)):
+        responses.cache.put(key, body, *answer.reached)
+    return body
+
+
 class LineageView(GraphView):
     """GET /api/v1/lineage (POST on the same path is the ingest endpoint)."""
 
@@ -311,27 +335,16 @@ class LineageView(GraphView):
     )
     def get(self, request: Request) -> HttpResponse:
         params = request.query_params
-        node = node_param(params)
-        depth = _depth(params)
-        as_of = optional_instant(params)
-        direction = choice_param(params, "direction", "both", DIRECTIONS)
-        max_nodes = _max_nodes(params)
         fmt = params.get("format") or "json"
-        key = ("lineage", node.kind, node.pk, depth, as_of, direction, max_nodes)
-        if fmt == "json" and (cached := responses.cache.get(key)) is not None:
-            return _json(cached)
-        answer = queries.table_answer(
-            node,
-            depth=depth,
-            as_of=as_of,
-            direction=direction,  # type: ignore[arg-type]
-            max_nodes=max_nodes,
-        )
         if fmt == "json":
-            body = lineage_body(answer)
-            if responses.worth_keeping(body, int(answer.sel.pks.size)):
-                responses.cache.put(key, body, *answer.reached)
-            return _json(body)
+            return _json(lineage_json(params))
+        answer = queries.table_answer(
+            node_param(params),
+            depth=_depth(params),
+            as_of=optional_instant(params),
+            direction=choice_param(params, "direction", "both", DIRECTIONS),  # type: ignore[arg-type]
+            max_nodes=_max_nodes(params),
+        )
         graph = queries.lineage_graph(answer, details=False)
         if fmt == "csv":
             return _text(exports.lineage_csv(graph), "text/csv", "lineage.csv")
@@ -406,6 +419,21 @@ def column_body(graph: queries.ColumnGraph) -> str:
     )
 
 
+def column_lineage_json(params: Mapping[str, str]) -> bytes:
+    """The JSON body of ``GET /api/v1/column-lineage`` for ``params`` (ApiError for bad ones)."""
+    node = node_param(params)
+    if not isinstance(node.id, FieldNodeId | DatasetNodeId):
+        raise ApiError("Column lineage needs a datasetField:… or dataset:… id", "nodeId")
+    graph = queries.column_lineage(
+        node,
+        depth=_depth(params),
+        as_of=optional_instant(params),
+        with_downstream=bool_param(params, "withDownstream", False),
+        max_nodes=_max_nodes(params),
+    )
+    return column_body(graph).encode()
+
+
 class ColumnLineageView(GraphView):
     permission_classes = [CanReadLineage]
 
@@ -422,18 +450,7 @@ class ColumnLineageView(GraphView):
         ],
     )
     def get(self, request: Request) -> HttpResponse:
-        params = request.query_params
-        node = node_param(params)
-        if not isinstance(node.id, FieldNodeId | DatasetNodeId):
-            raise ApiError("Column lineage needs a datasetField:… or dataset:… id", "nodeId")
-        graph = queries.column_lineage(
-            node,
-            depth=_depth(params),
-            as_of=optional_instant(params),
-            with_downstream=bool_param(params, "withDownstream", False),
-            max_nodes=_max_nodes(params),
-        )
-        return _json(column_body(graph))
+        return _json(column_lineage_json(request.query_params))
 
 
 # --- impact and root cause ---------------------------------------------------------------

@@ -260,6 +260,9 @@ NODE_ID_CACHE_SECONDS = env_int("NODE_ID_CACHE_SECONDS", 60)
 GRAPH_NODE_DIRECTORY = env_bool("GRAPH_NODE_DIRECTORY", True)
 # Server processes (lineage_site/wsgi.py) build the lineage snapshots before serving.
 GRAPH_WARM_ON_START = env_bool("GRAPH_WARM_ON_START", True)
+# Plain bearer-token JSON GETs of /api/v1/lineage and /api/v1/column-lineage are answered
+# before the middleware chain and DRF (graph/lean.py), with the same bodies and headers.
+GRAPH_LEAN_READS = env_bool("GRAPH_LEAN_READS", True)
 # PostgreSQL: node documents of changed datasets and jobs are rendered this often, ahead
 # of the requests that show them (graph/documents.py).
 GRAPH_DOCUMENTS_INTERVAL = env_int("GRAPH_DOCUMENTS_INTERVAL", 30, minimum=1)
