@@ -19,8 +19,7 @@ alike: ``api_pooled`` holds the P50/P95 over every round's requests (720 per
 ordinary scenario instead of 120), each round's P95 and the reference call's.
 One round's P95 of 120 requests moved by a third or more from run to run of the
 same code on the 2-core machine; ``api`` keeps the first round, measured as
-before. In the same
-run, over the same data:
+before. In the same run, over the same data:
 
 - floor: breadth-first search over Python dicts of the current edges in this
   process (ids only, no I/O) — what the traversal alone costs;
