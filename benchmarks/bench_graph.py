@@ -62,6 +62,14 @@ PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
 ANCHOR = datetime(2026, 1, 1, tzinfo=UTC)
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
 SERVER: dict[str, Any] = {"workers": 2, "threads": 1, "worker_class": "lineage"}  # gunicorn
+# The settings the app is served with here (production ones, on the loopback address).
+SERVED_SETTINGS = {
+    "DEBUG": "false",
+    "SECRET_KEY": "benchmark-only-secret-key-0123456789abcdefghijklmnopqrstuvwxyz",
+    "ALLOWED_HOSTS": "127.0.0.1,localhost",
+    "SECURE_SSL_REDIRECT": "false",
+    "LOG_LEVEL": "WARNING",
+}
 # --worker-class choices, as gunicorn names them.
 WORKER_CLASSES = {
     "lineage": "lineage_site.serving.SyncWorker",
@@ -240,15 +248,7 @@ def free_port() -> int:
 def start_server(db: str, port: int) -> subprocess.Popen[bytes]:
     # Every run starts with no answer kept by an earlier server (graph/responses.py).
     shutil.rmtree(ROOT / "data" / "responses", ignore_errors=True)
-    env = {
-        **os.environ,
-        "DATABASE_URL": pg_url(db),
-        "DEBUG": "false",
-        "SECRET_KEY": "benchmark-only-secret-key-0123456789abcdefghijklmnopqrstuvwxyz",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "SECURE_SSL_REDIRECT": "false",
-        "LOG_LEVEL": "WARNING",
-    }
+    env = {**os.environ, "DATABASE_URL": pg_url(db), **SERVED_SETTINGS}
     env.pop("CELERY_BROKER_URL", None)
     proc = subprocess.Popen(
         [

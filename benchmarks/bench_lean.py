@@ -5,7 +5,7 @@
 Uses the graph benchmark's database ``lineage_bench_<N>`` (``bench_graph
 --reuse`` makes it) and its first draw of random datasets, fields and
 instants. Each scenario's requests go through a WSGI application in this
-process, settings as the graph benchmark serves them (``DEBUG=false``):
+process, with the settings the graph benchmark serves it with (``DEBUG=false``):
 
 - full: Django's own ``WSGIHandler``, the middleware chain and DRF;
 - lean: ``lineage_site.handler.LineageWSGIHandler``, what ``lineage_site.wsgi``
@@ -36,7 +36,15 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from benchmarks.bench_graph import ROOT, bench_token, loadavg, pick_nodes, scenarios, setup_django
+from benchmarks.bench_graph import (
+    ROOT,
+    SERVED_SETTINGS,
+    bench_token,
+    loadavg,
+    pick_nodes,
+    scenarios,
+    setup_django,
+)
 
 RESULTS = ROOT / "benchmarks" / "results" / "lean.json"
 SCENARIOS = (
@@ -108,14 +116,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300)
     args = parser.parse_args()
 
-    os.environ.update(
-        DEBUG="false",
-        SECRET_KEY="benchmark-only-secret-key-0123456789abcdefghijklmnopqrstuvwxyz",
-        ALLOWED_HOSTS="127.0.0.1,localhost",
-        SECURE_SSL_REDIRECT="false",
-        LOG_LEVEL="WARNING",
-        GRAPH_LEAN_READS="true",
-    )
+    os.environ.update(SERVED_SETTINGS, GRAPH_LEAN_READS="true")
     os.environ.pop("CELERY_BROKER_URL", None)
     # WhiteNoise warns that nothing was collected: no static file is asked for here.
     warnings.filterwarnings("ignore", message="No directory at")
