@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import csv
-import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
+from catalog.exports import csv_text
 from graph.queries import GraphEdge, Impact, LineageGraph, TaintImpact
 
 IMPACT_COLUMNS = (
@@ -23,24 +22,9 @@ IMPACT_COLUMNS = (
 )
 
 
-def _csv(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    for row in rows:
-        writer.writerow(["" if v is None else _safe(v) for v in row])
-    return buffer.getvalue()
-
-
-def _safe(value: object) -> str:
-    # Spreadsheets run cells starting with these as formulas: quote them.
-    text = str(value)
-    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
-
-
 def impact_csv(impact: Impact) -> str:
     """One row per impacted dataset, nearest first, with who to notify."""
-    return _csv(
+    return csv_text(
         IMPACT_COLUMNS,
         (
             (
@@ -78,7 +62,7 @@ def lineage_csv(graph: LineageGraph) -> str:
                 destination.kind if destination else "",
             )
         )
-    return _csv(("origin", "origin_type", "destination", "destination_type"), rows)
+    return csv_text(("origin", "origin_type", "destination", "destination_type"), rows)
 
 
 def taint_csv(impact: TaintImpact) -> str:
@@ -86,11 +70,20 @@ def taint_csv(impact: TaintImpact) -> str:
         ("dataset", d.node_id, d.distance, "", "; ".join(o.name for o in d.dataset.owners))
         for d in impact.datasets
     ] + [("rerun", j.node_id, j.distance, j.order, "") for j in impact.jobs_to_rerun]
-    return _csv(("kind", "node_id", "distance", "rerun_order", "owners"), rows)
+    return csv_text(("kind", "node_id", "distance", "rerun_order", "owners"), rows)
 
 
-def _escape(label: str) -> str:
-    return label.replace('"', "#quot;")
+# Label characters Mermaid shows as they are; every other one is written as Mermaid's
+# entity code ``#<decimal>;`` (its documented escape), so that no name can close a label,
+# start a line (a ``%%{init}%%`` directive, a new node) or carry markup.
+_MERMAID_PLAIN = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _-./:,@=+()$!?*'"
+)
+
+
+def mermaid_label(label: str) -> str:
+    """``label`` as the text of a quoted Mermaid label."""
+    return "".join(c if c in _MERMAID_PLAIN else f"#{ord(c)};" for c in label)
 
 
 def mermaid(nodes: Iterable[tuple[str, str, str]], edges: Iterable[GraphEdge]) -> str:
@@ -105,7 +98,7 @@ def mermaid(nodes: Iterable[tuple[str, str, str]], edges: Iterable[GraphEdge]) -
             continue
         key = f"n{len(keys)}"
         keys[node_id] = key
-        text = _escape(label)
+        text = mermaid_label(label)
         if kind == "JOB":
             lines.append(f'  {key}("{text}")')
         elif kind == "DATASET":

@@ -7,8 +7,6 @@ is used, so no browsable page can repeat a posted body.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from datetime import datetime
 from typing import Any, NoReturn
@@ -427,19 +425,11 @@ class ErasurePlanDetailView(PrivacyView):
         return Response(plan_json(_plan_or_404(request, plan_id)))
 
 
-def plan_csv(plan: ErasurePlan) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    for row in erasure.plan_csv_rows(plan.steps):
-        writer.writerow(row)
-    return buffer.getvalue()
-
-
 def export_response(plan: ErasurePlan, fmt: str) -> HttpResponse:
     """Return the plan as a CSV or JSON download."""
     filename = f"erasure-plan-{plan.id}.{fmt}"
     if fmt == "csv":
-        response = HttpResponse(plan_csv(plan), content_type="text/csv; charset=utf-8")
+        response = HttpResponse(erasure.plan_csv(plan.steps), content_type="text/csv; charset=utf-8")
     else:
         response = HttpResponse(
             json.dumps(plan_json(plan), indent=2), content_type="application/json"

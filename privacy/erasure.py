@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from catalog.exports import csv_text
 from catalog.models import PiiCategory, RetentionAction
 from privacy.queries import AGGREGATE, RELATION_RANK, DatasetHit, DatasetLink, SubjectSearch
 
@@ -216,14 +217,9 @@ PLAN_CSV_COLUMNS = (
 )
 
 
-def _cell(text: str) -> str:
-    # Names come from lineage producers: keep spreadsheets from reading them as formulas.
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
-
-
-def plan_csv_rows(steps: Iterable[dict[str, Any]]) -> Iterable[list[str]]:
-    """Return the plan as CSV rows (header first); list cells are joined with ``; ``."""
-    yield list(PLAN_CSV_COLUMNS)
+def plan_csv(steps: Iterable[dict[str, Any]]) -> str:
+    """The plan as CSV, a row per step; list cells are joined with ``; ``."""
+    rows = []
     for step in steps:
         row: list[str] = []
         for column in PLAN_CSV_COLUMNS:
@@ -233,7 +229,8 @@ def plan_csv_rows(steps: Iterable[dict[str, Any]]) -> Iterable[list[str]]:
             elif column == "owners":
                 value = [o["name"] for o in value or []]
             if isinstance(value, list):
-                row.append(_cell("; ".join(str(v) for v in value)))
+                row.append("; ".join(str(v) for v in value))
             else:
-                row.append("" if value is None else _cell(str(value)))
-        yield row
+                row.append("" if value is None else str(value))
+        rows.append(row)
+    return csv_text(PLAN_CSV_COLUMNS, rows)
