@@ -45,7 +45,7 @@ VIEW_AUDIT = "privacy.view_audit"
 ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
     VIEWER: (READ_LINEAGE,),
     ENGINEER: (READ_LINEAGE, TAINT_DATASET, OPERATE_INGESTION),
-    STEWARD: (READ_LINEAGE, EDIT_CATALOG, TAINT_DATASET),
+    STEWARD: (READ_LINEAGE, EDIT_CATALOG),
     COMPLIANCE: (READ_LINEAGE, SEARCH_SUBJECTS, VIEW_AUDIT),
     ADMIN: (
         READ_LINEAGE,
@@ -245,12 +245,12 @@ class CanPostLineage(_PermissionRequired):
 
 class CanOperateIngestion(_PermissionRequired):
     perm = OPERATE_INGESTION
-    message = "Operating ingestion needs the engineer role"
+    message = "Operating ingestion (replays, SQL logs) needs the engineer role"
 
 
 class CanTaint(_PermissionRequired):
     perm = TAINT_DATASET
-    message = "Marking datasets needs the engineer or steward role"
+    message = "Marking datasets as tainted needs the engineer role"
 
 
 class CanSearchSubjects(_PermissionRequired):

@@ -6,10 +6,11 @@ import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.template import loader
 from rest_framework import exceptions, status
 from rest_framework.response import Response
-from rest_framework.views import exception_handler
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,10 @@ def _first_field_error(detail: Any, prefix: str = "") -> tuple[str | None, str]:
 
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF exception handler that answers every error in the project's shape."""
+    # Imported here: DRF's views module reads the parser setting, which names catalog.params,
+    # which imports this module.
+    from rest_framework.views import exception_handler
+
     if isinstance(exc, ApiError):
         return Response(error_body(exc.message, exc.field, exc.extra), status=exc.status_code)
     if isinstance(exc, Http404):
@@ -87,3 +92,58 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
 
 def json_error(message: str, status_code: int, field: str | None = None) -> JsonResponse:
     return JsonResponse(error_body(message, field), status=status_code)
+
+
+# -- errors outside the API's views: the same shape under /api/, a page elsewhere ----------
+
+TITLES = {
+    400: "Cannot show this",
+    403: "Not allowed",
+    404: "Not found",
+    405: "Not allowed",
+    500: "Something went wrong",
+}
+
+
+def error_response(
+    request: HttpRequest | None, status_code: int, message: str, field: str | None = None
+) -> HttpResponse:
+    """The error as the API's JSON under ``/api/``, else as the app's error page."""
+    if request is not None and request.path_info.startswith("/api/"):
+        return json_error(message, status_code, field)
+    context = {
+        "status": status_code,
+        "title": TITLES.get(status_code, "Cannot show this"),
+        "message": message,
+        "param": field,
+    }
+    if request is None or status_code >= 500:
+        # Without the request's context: a failing database must not fail the error page.
+        body = loader.get_template("error.html").render(context)
+        return HttpResponse(body, status=status_code)
+    return render(request, "error.html", context, status=status_code)
+
+
+def _message(exception: BaseException | None, default: str) -> str:
+    """Our own exceptions carry a message for people; Django's resolver carries a dict."""
+    text = exception.args[0] if exception is not None and exception.args else None
+    return text if isinstance(text, str) and text else default
+
+
+def bad_request(request: HttpRequest, exception: BaseException) -> HttpResponse:
+    return error_response(request, 400, "The request could not be read.")
+
+
+def permission_denied(request: HttpRequest, exception: BaseException) -> HttpResponse:
+    return error_response(request, 403, _message(exception, "Your role does not allow this."))
+
+
+def page_not_found(request: HttpRequest, exception: BaseException) -> HttpResponse:
+    return error_response(request, 404, _message(exception, "There is nothing at this address."))
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    message = "The server met an error; it has been logged. Try again, or tell an admin."
+    if request.path_info.startswith("/api/"):
+        return json_error(message, 500)
+    return error_response(None, 500, message)

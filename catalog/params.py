@@ -1,33 +1,93 @@
-"""Query-parameter parsing shared by every API view: each error names the parameter."""
+"""Input parsing shared by every view: instants, text, numbers and JSON bodies.
+
+Each error names the parameter or the path in the body at fault. The text rule
+(``text_problem``) is applied once to every request by ``TextGuardMiddleware``
+(path, query and form fields) and by ``JSONBodyParser`` (API bodies); the
+OpenLineage endpoint applies it to events in ``ingest.events``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import math
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from typing import Any
 
-from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
+from django.http import HttpRequest, HttpResponseBase
+from rest_framework.parsers import JSONParser
 
-from catalog.errors import ApiError
+from catalog.errors import ApiError, error_response
+
+
+def instant_from_iso(text: str) -> datetime:
+    """An ISO-8601 instant (a date means its start) as aware UTC; a missing offset means UTC.
+
+    Raises ValueError for anything else, including instants that fall outside the
+    calendar once moved to UTC (``0001-01-01T00:00:00+01:00``). The one date parser
+    of the project: query parameters, request bodies and OpenLineage events use it.
+    """
+    try:
+        parsed = datetime.fromisoformat(text.strip().replace("z", "Z"))
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        return parsed.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError(f"{text!r} is outside the calendar in UTC") from exc
 
 
 def parse_instant(raw: str, param: str) -> datetime:
     """Parse an ISO-8601 instant (or a date, meaning its start, UTC) into aware UTC."""
-    value = raw.strip()
+    check_text(raw, param)
     try:
-        parsed = (
-            parse_datetime(value.replace("Z", "+00:00")) if "T" in value or " " in value else None
-        )
-        if parsed is None:
-            day = parse_date(value)
-            if day is None:
-                raise ValueError(value)
-            parsed = datetime(day.year, day.month, day.day)  # noqa: DTZ001 - made aware below
+        return instant_from_iso(raw)
     except ValueError as exc:
-        raise ApiError(f"{param} is not an ISO-8601 instant: {raw!r}", param) from exc
-    if timezone.is_naive(parsed):
-        parsed = timezone.make_aware(parsed, UTC)
-    return parsed.astimezone(UTC)
+        raise ApiError(f"{param} is not an ISO-8601 instant: {raw[:64]!r}", param) from exc
+
+
+def text_problem(text: str) -> str:
+    """What makes ``text`` unstorable ("" when nothing): PostgreSQL's text holds no NUL, and
+    no database holds a lone UTF-16 surrogate (JSON can spell one, ``"\\ud800"``)."""
+    if "\x00" in text:
+        return "holds a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "holds a lone UTF-16 surrogate (not valid Unicode)"
+    return ""
+
+
+def check_text(value: str, param: str) -> str:
+    """``value`` when every database can store it; else ApiError (400) naming ``param``."""
+    problem = text_problem(value)
+    if problem:
+        raise ApiError(f"{param} {problem}", param)
+    return value
+
+
+def unstorable_value(value: Any) -> tuple[str, str] | None:
+    """(path, message) of the first part of decoded JSON that no database stores: a string
+    or key that ``text_problem`` refuses, or a number beyond the range of a double (JSON
+    spells one as ``1e999``, Python reads it as infinity); None when there is none."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        where = path or "body"
+        if isinstance(item, dict):
+            for key, child in item.items():
+                problem = text_problem(key)
+                if problem:
+                    return where, f"{where} has a key that {problem}"
+                stack.append((child, f"{path}.{key}" if path else key))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
+        elif isinstance(item, str):
+            problem = text_problem(item)
+            if problem:
+                return where, f"{where} {problem}"
+        elif isinstance(item, float) and not math.isfinite(item):
+            return where, f"{where} is a number beyond the range of a double"
+    return None
 
 
 def optional_instant(params: Mapping[str, str], param: str = "asOf") -> datetime | None:
@@ -71,3 +131,57 @@ def choice_param(
     if raw not in choices:
         raise ApiError(f"{param} must be one of {', '.join(choices)}, got {raw!r}", param)
     return raw
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+class JSONBodyParser(JSONParser):
+    """DRF's JSON parser, refusing NaN and Infinity, and values no database stores
+    (``unstorable_value``) with a 400 naming their path."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        try:
+            value = json.loads(stream.read(), parse_constant=_refuse_constant)
+        except RecursionError as exc:
+            raise ApiError("Body is nested too deeply", "body") from exc
+        except ValueError as exc:  # UnicodeDecodeError too
+            raise ApiError(f"Body is not valid JSON: {exc}", "body") from exc
+        found = unstorable_value(value)
+        if found is not None:
+            raise ApiError(found[1], found[0])
+        return value
+
+
+class TextGuardMiddleware:
+    """Refuses a request whose path, query parameters or form fields hold text no database
+    stores (``text_problem``): 400 naming the parameter, in the API's JSON shape under
+    ``/api/`` and as a page elsewhere. Views then never meet such text."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        try:
+            check_request_text(request)
+        except ApiError as exc:
+            return error_response(request, 400, exc.message, exc.field)
+        return self.get_response(request)
+
+
+def check_request_text(request: HttpRequest) -> None:
+    """ApiError naming the first part of the request's path, query or form fields that
+    ``text_problem`` refuses."""
+    check_text(request.path_info, "path")
+    fields = [request.GET]
+    if request.method == "POST" and request.content_type in FORM_TYPES:
+        fields.append(request.POST)
+    for params in fields:
+        for key, values in params.lists():
+            check_text(key, "parameter name")
+            for value in values:
+                check_text(value, key)
+
+
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")

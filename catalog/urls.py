@@ -8,8 +8,8 @@ from django.urls import path, re_path
 
 from catalog import api, views
 
-NS = r"(?P<namespace>.+?)"
-NAME = r"(?P<name>.+)"
+NS = r"(?P<namespace>[\s\S]+?)"
+NAME = r"(?P<name>[\s\S]+)"
 
 api_urlpatterns = [
     path("namespaces", api.NamespaceListView.as_view(), name="api-namespaces"),

@@ -40,6 +40,7 @@ from django.utils import timezone
 
 from catalog import bulk
 from catalog.models import DatasetField, DatasetVersion
+from catalog.params import instant_from_iso
 from graph.models import (
     TERMINAL_RUN_STATES,
     ColumnEdge,
@@ -467,12 +468,9 @@ def _time_or_none(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
     try:
-        parsed = datetime.fromisoformat(value.replace("z", "Z"))
+        return instant_from_iso(value)
     except ValueError:
         return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed
 
 
 def _uuid_or_none(value: Any) -> uuid.UUID | None:

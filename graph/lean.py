@@ -45,6 +45,7 @@ from rest_framework.views import APIView
 from catalog.api import PLAIN_ACCEPT
 from catalog.auth import READ_LINEAGE, BearerTokenAuthentication, has_perm
 from catalog.errors import ApiError
+from catalog.params import check_request_text
 from graph import api, revision
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 # Called by the lean path itself, request side first, response side in reverse.
 CALLED = (
     "django.middleware.security.SecurityMiddleware",
+    "catalog.params.TextGuardMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 )
@@ -135,6 +137,7 @@ class LeanReads:
             # Redirects (HTTPS, www, a slash), unknown hosts, refused user agents.
             if self.security.process_request(request) or self.common.process_request(request):
                 return None
+            check_request_text(request)
             with revision.pinned():
                 user, _ = self.authentication.authenticate_key(parts[1])
                 if not has_perm(user, READ_LINEAGE):

@@ -27,7 +27,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_GET
 
 from catalog import auth
-from catalog.errors import ApiError
+from catalog.errors import ApiError, error_response
 from catalog.models import Dataset, Namespace, RetentionPolicy
 from catalog.params import choice_param, int_param, optional_instant
 from catalog.views import cached, filtered_datasets, platforms
@@ -66,12 +66,7 @@ class PageError(Exception):
 
 
 def _error_page(request: HttpRequest, error: PageError) -> HttpResponse:
-    return render(
-        request,
-        "graph/error.html",
-        {"message": error.message, "param": error.param},
-        status=error.status,
-    )
+    return error_response(request, error.status, error.message, error.param)
 
 
 def _instant(params: Any, name: str) -> datetime | None:

@@ -30,6 +30,7 @@ from django.db.models import F, Field, Q
 from django.utils import timezone
 
 from catalog import bulk, pgsql
+from ingest import queries
 from ingest.events import EventError, ParsedEvent, parse_event
 from ingest.models import EventState, RawEvent
 from ingest.normalizer import NormalizeResult, RetryBatch, collector_paused, normalize
@@ -113,6 +114,27 @@ def store_events(
             ids = sorted(result.stored.values())
             transaction.on_commit(lambda: enqueue_processing(ids))
     return result
+
+
+def reused_run_ids(events: list[ParsedEvent]) -> dict[int, EventError]:
+    """Errors (409) by position for events whose run id belongs to another job: a stored
+    run's, or an earlier event's of the same list. OpenLineage run ids are unique, so such
+    an event is refused rather than stored and then failed."""
+    owners = queries.jobs_of_runs({e.run_uuid for e in events if e.run_uuid is not None})
+    errors: dict[int, EventError] = {}
+    for index, event in enumerate(events):
+        if event.run_uuid is None or not event.job_name:
+            continue
+        job = (event.job_namespace, event.job_name)
+        owner = owners.setdefault(event.run_uuid, job)
+        if owner != job:
+            errors[index] = EventError(
+                f"run.runId {event.run_uuid} belongs to job {owner[0]}:{owner[1]}, "
+                f"not {job[0]}:{job[1]}",
+                "run.runId",
+                409,
+            )
+    return errors
 
 
 # Above this many events a store goes through COPY.
@@ -209,10 +231,28 @@ def enqueue_processing(ids: list[int]) -> bool:
     """
     if not ids:
         return True
-    if settings.CELERY_TASK_ALWAYS_EAGER or not setting("INGEST_PUBLISH_IN_BACKGROUND", 1):
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        sent = send_tasks(ids)
+        _sweep_when_due()
+        return sent
+    if not setting("INGEST_PUBLISH_IN_BACKGROUND", 1):
         return send_tasks(ids)
     _publisher.submit(ids)
     return True
+
+
+_next_sweep = 0.0
+
+
+def _sweep_when_due() -> None:
+    """With in-process tasks there is no scheduler: the process that stores events sweeps
+    every INGEST_SWEEP_INTERVAL_SECONDS, so events left pending by a process that stopped
+    are normalised once events arrive again."""
+    global _next_sweep
+    now = time.monotonic()
+    if now >= _next_sweep:
+        _next_sweep = now + setting("INGEST_SWEEP_INTERVAL_SECONDS", 30)
+        sweep()
 
 
 def send_tasks(ids: list[int]) -> bool:
@@ -421,6 +461,20 @@ def process_events(
     ``known`` holds events already parsed (by fingerprint), to skip reading them back.
     """
     return normalize_claimed(claim(ids, extra), known)
+
+
+def process_until_settled(ids: Iterable[int]) -> ProcessResult:
+    """``process_events`` until each event is done or failed: with in-process tasks nothing
+    else would try again an event put back to pending. Each claim counts an attempt, so
+    INGEST_MAX_ATTEMPTS bounds the rounds."""
+    total = ProcessResult()
+    pending = list(ids)
+    while pending:
+        result = process_events(pending)
+        total.done += result.done
+        total.failed += result.failed
+        pending = result.retry
+    return total
 
 
 def normalize_claimed(

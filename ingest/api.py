@@ -8,6 +8,7 @@ normalisation happens after, in a task. Errors use the project's shape,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, cast
 from uuid import UUID
@@ -32,32 +33,65 @@ from catalog.models import Dataset, DatasetVersion
 from catalog.params import choice_param, int_param, optional_instant
 from graph.models import Direction, Job, Run
 from ingest import actions, queries
-from ingest.events import EventError, ParsedEvent, decode_body, parse_event
+from ingest.events import EventError, InvalidItem, ParsedEvent, decode_body, parse_event
 from ingest.models import EventState, RawEvent
 from ingest.normalizer import collector_paused
 
 
-def read_json_body(request: Request) -> Any:
-    """The request's JSON, gunzipped if sent so, within LINEAGE_MAX_BODY_BYTES."""
+def read_json_body(request: Request, items: bool = False) -> Any:
+    """The request's JSON, gunzipped if sent so, within LINEAGE_MAX_BODY_BYTES (``items`` is
+    ``ingest.events.loads``'s)."""
     limit = int(settings.LINEAGE_MAX_BODY_BYTES)
     try:
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
+        return decode_body(
+            _raw_body(request, limit), request.META.get("HTTP_CONTENT_ENCODING", ""), limit, items
+        )
+    except EventError as exc:
+        raise _api_error(exc) from exc
+
+
+def _raw_body(request: Request, limit: int) -> bytes:
+    meta = request.META
+    try:
+        length = int(meta.get("CONTENT_LENGTH") or 0)
     except ValueError as exc:
         raise ApiError("Content-Length is not a number", "Content-Length") from exc
     if length > limit:
         raise ApiError(
             f"Body is {length} bytes; the limit is {limit}", "body", 413, {"limit": limit}
         )
+    if not meta.get("CONTENT_LENGTH") and "chunked" in meta.get("HTTP_TRANSFER_ENCODING", ""):
+        return _chunked_body(meta, limit)
     try:
         raw = request.body
     except RequestDataTooBig as exc:
         raise ApiError(f"Body is larger than the {limit}-byte limit", "body", 413) from exc
     if len(raw) > limit:
         raise ApiError(f"Body is larger than the {limit}-byte limit", "body", 413)
-    try:
-        return decode_body(raw, request.META.get("HTTP_CONTENT_ENCODING", ""), limit)
-    except EventError as exc:
-        raise _api_error(exc) from exc
+    return raw
+
+
+def _chunked_body(meta: Mapping[str, Any], limit: int) -> bytes:
+    """A body sent in chunks, without Content-Length: Django reads such a body as empty, but
+    a server that decodes the chunks and says so (``wsgi.input_terminated``, as gunicorn
+    does) lets it be read to its end."""
+    if not meta.get("wsgi.input_terminated"):
+        raise ApiError(
+            "A chunked body needs Content-Length with this server (or a server that decodes "
+            "chunks, such as gunicorn)",
+            "Content-Length",
+            411,
+        )
+    stream = meta["wsgi.input"]
+    parts: list[bytes] = []
+    size = 0
+    while size <= limit:
+        part = stream.read(min(65536, limit + 1 - size))
+        if not part:
+            return b"".join(parts)
+        parts.append(part)
+        size += len(part)
+    raise ApiError(f"Body is larger than the {limit}-byte limit", "body", 413)
 
 
 def _api_error(exc: EventError, prefix: str = "") -> ApiError:
@@ -82,6 +116,8 @@ class LineageView(PlainJsonNegotiation, APIView):
         body = read_json_body(request)
         try:
             event = parse_event(body)
+            for error in actions.reused_run_ids([event]).values():
+                raise error
         except EventError as exc:
             raise _api_error(exc) from exc
         result = actions.store_events([event], source="api")
@@ -110,7 +146,7 @@ class LineageBatchView(PlainJsonNegotiation, APIView):
             return self._store_batch(request)
 
     def _store_batch(self, request: Request) -> Response:
-        body = read_json_body(request)
+        body = read_json_body(request, items=True)
         if isinstance(body, dict) and isinstance(body.get("events"), list):
             body = body["events"]
         if not isinstance(body, list):
@@ -122,6 +158,8 @@ class LineageBatchView(PlainJsonNegotiation, APIView):
         accepted: list[tuple[int, ParsedEvent]] = []
         for index, item in enumerate(body):
             try:
+                if isinstance(item, InvalidItem):
+                    raise item.error
                 accepted.append((index, parse_event(item)))
                 statuses.append({"index": index})
             except EventError as exc:
@@ -129,11 +167,20 @@ class LineageBatchView(PlainJsonNegotiation, APIView):
                 statuses.append(
                     {"index": index, "status": "rejected", "error": exc.message, "field": field}
                 )
-        result = actions.store_events([e for _, e in accepted], source="api")
-        for index, event in accepted:
+        reused = actions.reused_run_ids([e for _, e in accepted])
+        for position, error in reused.items():
+            index = accepted[position][0]
             statuses[index].update(
-                {"status": result.status(event.fingerprint), "fingerprint": event.fingerprint}
+                status="rejected", error=error.message, field=f"[{index}].{error.field}"
             )
+        accepted = [pair for position, pair in enumerate(accepted) if position not in reused]
+        result = actions.store_events([e for _, e in accepted], source="api")
+        seen: set[str] = set()
+        for index, event in accepted:
+            # The same event twice in one batch is stored once: the second is a duplicate.
+            status = "duplicate" if event.fingerprint in seen else result.status(event.fingerprint)
+            seen.add(event.fingerprint)
+            statuses[index].update({"status": status, "fingerprint": event.fingerprint})
         rejected = [s for s in statuses if s["status"] == "rejected"]
         summary = {
             "stored": sum(1 for s in statuses if s["status"] == "stored"),

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 import uuid
 import zlib
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from catalog.params import instant_from_iso, unstorable_value
 from pipelines.fingerprint import canonical_json
 
 MAX_NAME_LENGTH = 1024
@@ -137,45 +140,77 @@ class ParsedEvent:
         return (self.event_time, self.fingerprint)
 
 
-def decode_body(raw: bytes, encoding: str, limit: int) -> Any:
+def decode_body(raw: bytes, encoding: str, limit: int, items: bool = False) -> Any:
     """The JSON value of a request body, gunzipped if ``encoding`` says so, within ``limit`` bytes.
 
     Raises EventError (400, or 413 when the decompressed body is over the limit).
+    ``items`` is ``loads``'s.
     """
     encoding = encoding.strip().lower()
     if encoding in ("gzip", "x-gzip"):
         raw = gunzip(raw, limit)
     elif encoding not in ("", "identity"):
         raise EventError(f"Unsupported Content-Encoding {encoding!r}", "Content-Encoding", 415)
-    return loads(raw)
+    return loads(raw, items=items)
 
 
 def gunzip(raw: bytes, limit: int) -> bytes:
-    """Decompress gzip data, refusing to grow past ``limit`` bytes (a gzip bomb is 413)."""
-    decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    """Decompress gzip data, every member of it (RFC 1952), refusing to grow past ``limit``
+    bytes (a gzip bomb is 413)."""
+    data = b""
+    rest = raw
     try:
-        data = decompressor.decompress(raw, limit + 1)
-        if len(data) > limit or decompressor.unconsumed_tail:
-            raise EventError(
-                f"Decompressed body is larger than the {limit}-byte limit", "body", 413
-            )
-        data += decompressor.flush()
+        while True:
+            decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            data += decompressor.decompress(rest, limit + 1 - len(data))
+            if len(data) > limit or decompressor.unconsumed_tail:
+                raise EventError(
+                    f"Decompressed body is larger than the {limit}-byte limit", "body", 413
+                )
+            data += decompressor.flush()
+            if not decompressor.eof:
+                raise EventError("Body is truncated gzip", "Content-Encoding", 400)
+            rest = decompressor.unused_data
+            if not rest.strip(b"\x00"):  # gzip allows zero padding after the last member
+                return data
     except (zlib.error, EOFError) as exc:
         raise EventError(f"Body is not valid gzip: {exc}", "Content-Encoding", 400) from exc
-    if not decompressor.eof:
-        raise EventError("Body is truncated gzip", "Content-Encoding", 400)
-    return data
 
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def loads(raw: bytes | str) -> Any:
-    """Parse JSON text, answering 400 for anything that is not JSON (or is absurdly nested)."""
+@dataclass(frozen=True)
+class InvalidItem:
+    """An item of a batch whose values cannot be stored: the batch rejects it alone."""
+
+    error: EventError
+
+
+# JSON escapes of UTF-16 surrogates: a lone one decodes to a string no database stores.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def loads(raw: bytes | str, items: bool = False) -> Any:
+    """Parse JSON text, answering 400 for anything that is not JSON, is absurdly nested, or
+    holds a value no database stores (see ``unstorable``).
+
+    With ``items``, the elements of a top-level list (or of ``{"events": [...]}``) holding
+    such a value are replaced by InvalidItem, so that a batch refuses only them.
+    """
+    out_of_range = False
+
+    def parse_float(text: str) -> float:
+        nonlocal out_of_range
+        value = float(text)
+        if math.isinf(value):
+            out_of_range = True
+        return value
+
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=parse_float)
     except UnicodeDecodeError as exc:
         raise EventError("Body is not UTF-8", "body", 400) from exc
     except RecursionError as exc:
@@ -183,20 +218,32 @@ def loads(raw: bytes | str) -> Any:
     except ValueError as exc:
         raise EventError(f"Body is not valid JSON: {exc}", "body", 400) from exc
     check_structure(value, text=text)
+    if out_of_range or "\\u0000" in text or _SURROGATE_ESCAPE.search(text):
+        listed = value.get("events") if isinstance(value, dict) else value
+        if items and isinstance(listed, list):
+            for index, item in enumerate(listed):
+                error = unstorable(item)
+                if error is not None:
+                    listed[index] = InvalidItem(error)
+        else:
+            error = unstorable(value)
+            if error is not None:
+                raise error
     return value
 
 
-def check_structure(value: Any, limit: int = MAX_DEPTH, text: str | None = None) -> None:
-    """Refuse JSON nested deeper than ``limit`` or holding NUL characters (no database stores
-    them in text); iterative, so hostile input cannot exhaust the stack.
+def unstorable(value: Any) -> EventError | None:
+    """The first value of ``value`` no database stores (``catalog.params.unstorable_value``),
+    as an error naming its path."""
+    found = unstorable_value(value)
+    return None if found is None else EventError(found[1], found[0], 400)
 
-    ``text``, the JSON the value was decoded from, lets the common case skip the strings:
-    JSON can only spell a NUL as the escape ``\\u0000``.
-    """
-    if text is None or "\\u0000" in text:
-        _check_every_node(value, limit)
-        return
-    if len(text) >= BRACKET_SCAN_MIN_CHARS:
+
+def check_structure(value: Any, limit: int = MAX_DEPTH, text: str | None = None) -> None:
+    """Refuse JSON nested deeper than ``limit``; iterative, so hostile input cannot exhaust
+    the stack. ``text``, the JSON the value was decoded from, lets large values be checked
+    by counting brackets."""
+    if text is not None and len(text) >= BRACKET_SCAN_MIN_CHARS:
         depth = _bracket_depth(text)
         if depth is not None and depth < limit:
             return
@@ -249,14 +296,9 @@ def _check_every_node(value: Any, limit: int) -> None:
         if depth > limit:
             raise EventError(f"Body is nested deeper than {limit} levels", "body", 400)
         if isinstance(item, dict):
-            for key, child in item.items():
-                if "\x00" in key:
-                    raise EventError("Body holds a NUL character", "body", 400)
-                stack.append((child, depth + 1))
+            stack.extend((child, depth + 1) for child in item.values())
         elif isinstance(item, list):
             stack.extend((child, depth + 1) for child in item)
-        elif isinstance(item, str) and "\x00" in item:
-            raise EventError("Body holds a NUL character", "body", 400)
 
 
 # -- the checks ---------------------------------------------------------------------------
@@ -333,11 +375,8 @@ def parse_time(value: Any, path: str, required: bool = True) -> datetime | None:
         return None
     text = _text(value, path, required=True)
     try:
-        parsed = datetime.fromisoformat(text.strip().replace("z", "Z"))
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=UTC)
-        return parsed.astimezone(UTC)
-    except (ValueError, OverflowError) as exc:
+        return instant_from_iso(text)
+    except ValueError as exc:
         raise _fail(f"{path} is not an ISO-8601 date-time: {text[:64]!r}", path) from exc
 
 

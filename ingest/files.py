@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ingest.events import EventError, check_structure
+from ingest.events import EventError, loads
 
 
 @dataclass
@@ -50,9 +50,8 @@ def read_events(path: Path) -> Iterator[FileItem]:
         yield FileItem(name, 0, error=f"cannot read: {exc}")
         return
     try:
-        document = json.loads(text)
-        check_structure(document, text=text)
-    except (ValueError, RecursionError, EventError) as exc:
+        document = loads(text)
+    except EventError as exc:
         yield FileItem(name, 1, error=f"not JSON: {exc}")
         return
     items = document if isinstance(document, list) else [document]
@@ -79,10 +78,8 @@ def _ndjson(name: str, first: str, handle: IO[str]) -> Iterator[FileItem]:
         text = current.strip()
         if text:
             try:
-                value = json.loads(text)
-                check_structure(value, text=text)
-                yield FileItem(name, number, value=value)
-            except (ValueError, RecursionError, EventError) as exc:
+                yield FileItem(name, number, value=loads(text))
+            except EventError as exc:
                 yield FileItem(name, number, error=f"not JSON: {exc}")
         try:
             current = next(lines)

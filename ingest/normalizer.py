@@ -68,6 +68,8 @@ CLOSING_KINDS = {"DROP": LifecycleState.DROPPED, "RENAMED": LifecycleState.RENAM
 FILE_SCHEMES = {"file", "s3", "s3a", "gs", "gcs", "hdfs", "abfss", "wasbs", "dbfs"}
 JOB_EVENT_RUNS = uuid.UUID("5b1d3a52-7f0e-4c1a-9d43-0c6b3f1e2a77")
 VERSION_IDS = uuid.UUID("0c1f6a4e-93b2-4f7e-8a55-4d2b9e61c0d8")
+# Conditions OR-ed in one query: SQLite builds a tree one level deep per OR, at most 1,000.
+OR_TERMS_PER_QUERY = 400
 
 
 class RetryBatch(Exception):
@@ -755,17 +757,20 @@ class _Batch:
         from the first instant where this batch changed a dataset's versions."""
         if not self.versions_changed:
             return
-        query = Q()
-        for dataset_id, changed_at in self.versions_changed.items():
-            query |= Q(dataset_id=dataset_id, event_time__gte=changed_at)
         stale = []
-        for row in RunDataset.objects.filter(query).only(
-            "pk", "dataset_id", "event_time", "dataset_version_id"
-        ):
-            wanted = self._version_at(row.dataset_id, row.event_time)
-            if row.dataset_version_id != wanted:
-                row.dataset_version_id = wanted
-                stale.append(row)
+        changed = list(self.versions_changed.items())
+        # A few hundred conditions a query: SQLite refuses an expression deeper than 1,000.
+        for start in range(0, len(changed), OR_TERMS_PER_QUERY):
+            query = Q()
+            for dataset_id, changed_at in changed[start : start + OR_TERMS_PER_QUERY]:
+                query |= Q(dataset_id=dataset_id, event_time__gte=changed_at)
+            for row in RunDataset.objects.filter(query).only(
+                "pk", "dataset_id", "event_time", "dataset_version_id"
+            ):
+                wanted = self._version_at(row.dataset_id, row.event_time)
+                if row.dataset_version_id != wanted:
+                    row.dataset_version_id = wanted
+                    stale.append(row)
         if stale:
             graph_actions.bulk_set(RunDataset, stale, ["dataset_version"])
 

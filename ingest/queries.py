@@ -15,6 +15,16 @@ from graph.models import Job, Run, RunDataset, TableEdge
 from ingest.models import EventState, RawEvent
 
 
+def jobs_of_runs(run_uuids: set[UUID]) -> dict[UUID, tuple[str, str]]:
+    """The (namespace, name) of the job each of these stored runs belongs to."""
+    if not run_uuids:
+        return {}
+    rows = Run.objects.filter(run_uuid__any_of=list(run_uuids)).values_list(
+        "run_uuid", "job__namespace__name", "job__name"
+    )
+    return {run_uuid: (namespace, name) for run_uuid, namespace, name in rows}
+
+
 @dataclass
 class IngestionStatus:
     """Counts by state, lag, throughput and the newest failures."""

@@ -14,30 +14,17 @@ from django.http import HttpRequest
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import permissions, serializers
+from rest_framework import serializers
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from catalog.auth import ADMIN, ENGINEER, STEWARD, has_role
+from catalog.auth import CanOperateIngestion
 from catalog.errors import ApiError
 from ingest import sql_actions, sql_queries
 from ingest.sql.readers import FORMATS
-
-
-class CanIngestSqlLogs(permissions.BasePermission):
-    """Engineers, stewards and admins send query logs and read their status."""
-
-    message = "Sending SQL logs needs the engineer, steward or admin role"
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        from rest_framework import exceptions
-
-        if not (request.user and request.user.is_authenticated):
-            raise exceptions.NotAuthenticated()
-        return has_role(request.user, ENGINEER, STEWARD, ADMIN)
 
 
 class SqlLogOptions(serializers.Serializer[dict[str, Any]]):
@@ -66,7 +53,7 @@ class _RawBody:
 
 
 class SqlLogListView(APIView):
-    permission_classes = [CanIngestSqlLogs]
+    permission_classes = [CanOperateIngestion]
     parser_classes = [MultiPartParser, FormParser]
     content_negotiation_class = _LogFormatNegotiation
 
@@ -154,7 +141,7 @@ class SqlLogListView(APIView):
 
 
 class SqlLogDetailView(APIView):
-    permission_classes = [CanIngestSqlLogs]
+    permission_classes = [CanOperateIngestion]
 
     @extend_schema(
         summary="A SQL log upload: state, progress, counts and problems",

@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 
-from catalog.auth import ADMIN, ENGINEER, STEWARD, has_role
+from catalog.auth import OPERATE_INGESTION, has_perm
 from ingest import sql_actions, sql_queries
 from ingest.models import SqlLogFormat
 from ingest.sql.dialects import SUPPORTED_DIALECTS, resolve_dialect
@@ -23,14 +23,14 @@ DIALECT_CHOICES = sorted(
 
 
 def may_ingest_sql_logs(user: Any) -> bool:
-    return has_role(user, ENGINEER, STEWARD, ADMIN)
+    return has_perm(user, OPERATE_INGESTION)
 
 
 def sql_log_role_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     @wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not may_ingest_sql_logs(request.user):
-            raise PermissionDenied("SQL logs need the engineer, steward or admin role")
+            raise PermissionDenied("SQL logs need the engineer role")
         return view(request, *args, **kwargs)
 
     return wrapped

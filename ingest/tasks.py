@@ -18,8 +18,12 @@ from ingest import actions
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def process_batch(event_ids: list[int]) -> dict[str, Any]:
     """Normalise these events (and, on a worker, up to INGEST_DRAIN_BATCH more pending ones)."""
-    extra = 0 if settings.CELERY_TASK_ALWAYS_EAGER else actions.setting("INGEST_DRAIN_BATCH", 2000)
-    result = actions.process_events(event_ids, extra=extra)
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        result = actions.process_until_settled(event_ids)
+    else:
+        result = actions.process_events(
+            event_ids, extra=actions.setting("INGEST_DRAIN_BATCH", 2000)
+        )
     return {"done": len(result.done), "failed": len(result.failed), "retry": len(result.retry)}
 
 

@@ -9,9 +9,9 @@ from django.urls import URLPattern, URLResolver, path, re_path
 
 from ingest import api, sql_api, sql_views, views
 
-NS = r"(?P<namespace>.+?)"
-JOB = r"(?P<job>.+)"
-NAME = r"(?P<name>.+)"
+NS = r"(?P<namespace>[\s\S]+?)"
+JOB = r"(?P<job>[\s\S]+)"
+NAME = r"(?P<name>[\s\S]+)"
 
 api_urlpatterns: list[URLPattern | URLResolver] = [
     path("lineage", api.lineage_endpoint, name="api-lineage"),

@@ -59,8 +59,13 @@ DEBUG = env_bool("DEBUG", True)
 
 _DEV_SECRET_KEY = "dev-only-insecure-key-do-not-use-in-production-0123456789abcdef"  # noqa: S105
 SECRET_KEY = env_str("SECRET_KEY", _DEV_SECRET_KEY)
-if SECRET_KEY == _DEV_SECRET_KEY and not DEBUG:
-    raise RuntimeError("SECRET_KEY must be set when DEBUG is off")
+if not DEBUG and (
+    SECRET_KEY == _DEV_SECRET_KEY or len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5
+):
+    # Django's own rule for a key it calls safe (check --deploy, security.W009).
+    raise ImproperlyConfigured(
+        "SECRET_KEY must be set to a random secret of at least 50 characters when DEBUG is off"
+    )
 if SECRET_KEY == _DEV_SECRET_KEY and "runserver" in sys.argv:
     sys.stderr.write(
         "WARNING: development settings (built-in SECRET_KEY, DEBUG on); "
@@ -89,6 +94,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "catalog.params.TextGuardMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -170,6 +176,14 @@ if not DEBUG:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    if not SECURE_HSTS_PRELOAD:
+        # Preloading is a commitment to the browsers' HSTS list that an operator makes by
+        # setting SECURE_HSTS_PRELOAD=true; without it, check --deploy has nothing to say.
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]
+
+# Whatever DEBUG says, an error in a request to the privacy pages or API shows, reports
+# and logs no variable, message or field of it (a subject's identifier may be in one).
+DEFAULT_EXCEPTION_REPORTER = "privacy.reporting.SubjectSafeExceptionReporter"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -179,6 +193,11 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["catalog.auth.CanReadLineage"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "catalog.errors.api_exception_handler",
+    "DEFAULT_PARSER_CLASSES": [
+        "catalog.params.JSONBodyParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 
@@ -284,7 +303,18 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"subject_safe": {"()": "privacy.reporting.SubjectSafeLogFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["subject_safe"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # Django's own handler for this logger (on when DEBUG is) would skip the filter.
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
 }

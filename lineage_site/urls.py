@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path, re_path
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from catalog import urls as catalog_urls
@@ -12,6 +13,7 @@ from ingest import urls as ingest_urls
 from privacy import urls as privacy_urls
 
 
+@csrf_exempt
 def api_not_found(request: HttpRequest) -> JsonResponse:
     """Unknown API paths answer in the API's error shape, not with an HTML page."""
     return JsonResponse({"error": f"No API endpoint at {request.path}", "field": None}, status=404)
@@ -38,3 +40,8 @@ urlpatterns = [
     path("", include(catalog_urls.urlpatterns)),
     re_path(r"^api/", api_not_found),
 ]
+
+handler400 = "catalog.errors.bad_request"
+handler403 = "catalog.errors.permission_denied"
+handler404 = "catalog.errors.page_not_found"
+handler500 = "catalog.errors.server_error"

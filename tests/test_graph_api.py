@@ -259,8 +259,8 @@ def test_taints_put_downstream_at_risk_until_cleared(api, engineer, viewer, shop
     )
 
 
-def test_taint_input_errors_name_the_field(api, steward, shop):
-    client = api(steward)
+def test_taint_input_errors_name_the_field(api, engineer, shop):
+    client = api(engineer)
     bad = [
         ({"reason": "x"}, "nodeId", 400),
         ({"nodeId": shop.id("raw.orders")}, "reason", 400),

@@ -318,14 +318,15 @@ BAD_INPUTS = [
         "body",
     ),
     ("NaN", b'{"eventTime": NaN}', 400, "body"),
-    ("NUL in a name", _with(good_event(), "a\u0000b", "job", "name"), 400, "body"),
+    ("NUL in a name", _with(good_event(), "a\u0000b", "job", "name"), 400, "job.name"),
     (
         "NUL in a facet's key",
         _with(good_event(), {"a\u0000": 1}, "run", "facets", "x"),
         400,
-        "body",
+        "run.facets.x",
     ),
-    ("lone surrogate", _with(good_event(), "a\ud800", "job", "name"), 400, "body"),
+    ("lone surrogate", _with(good_event(), "a\ud800", "job", "name"), 400, "job.name"),
+    ("number beyond a double", b'{"eventTime": 1e999}', 400, "eventTime"),
 ]
 
 
@@ -385,9 +386,9 @@ def test_it_accepts_a_batch_with_a_status_per_event(post):
     response = post([good_event(1), bad, good_event(1)], path="/api/v1/lineage/batch")
     assert response.status_code == 207, response.content
     body = response.json()
-    assert [e["status"] for e in body["events"]] == ["stored", "rejected", "stored"]
+    assert [e["status"] for e in body["events"]] == ["stored", "rejected", "duplicate"]
     assert body["events"][1]["field"] == "[1].eventTime"
-    assert (body["stored"], body["rejected"]) == (2, 1)
+    assert (body["stored"], body["duplicates"], body["rejected"]) == (1, 1, 1)
     assert RawEvent.objects.count() == 1
 
 

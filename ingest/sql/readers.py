@@ -18,6 +18,8 @@ from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from catalog.params import instant_from_iso
+
 FORMATS = ("csv", "jsonl", "pgcsvlog")
 DEFAULT_MAX_LINE_BYTES = 4 * 1024 * 1024
 
@@ -162,17 +164,6 @@ class _DecodedLines:
 # -- values ------------------------------------------------------------------
 
 
-def parse_time(value: str) -> datetime:
-    """Return an aware UTC datetime from ISO-8601 (naive times are taken as UTC)."""
-    text = value.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    parsed = datetime.fromisoformat(text)
-    if parsed.tzinfo is None:
-        return parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
-
-
 def _clean(value: Any) -> str | None:
     if value is None:
         return None
@@ -194,7 +185,7 @@ def _record(line: int, values: dict[str, Any]) -> Item:
         if not isinstance(raw, str):
             return LineError(line, f"{key} must be an ISO-8601 string", key)
         try:
-            times[key] = parse_time(raw)
+            times[key] = instant_from_iso(raw)
         except ValueError:
             return LineError(line, f"{key} is not an ISO-8601 time: {raw[:40]!r}", key)
     end_time = times["end_time"]
@@ -314,6 +305,13 @@ _ZONE_ABBREVIATIONS = {
 
 def parse_pg_time(value: str) -> datetime:
     """Return an aware UTC datetime from csvlog's ``2024-01-15 10:00:00.123 UTC``."""
+    try:
+        return _pg_time(value)
+    except OverflowError:
+        raise ValueError(f"{value[:40]!r} is outside the calendar in UTC") from None
+
+
+def _pg_time(value: str) -> datetime:
     m = _PG_TIME.match(value.strip())
     if m is None:
         raise ValueError(value)
@@ -402,7 +400,11 @@ def _pg_line(number: int, row: list[str], pending: OrderedDict[str, QueryRecord]
     if m["duration"]:
         # The duration line is written when the statement ends.
         end = start
-        start = end - timedelta(milliseconds=float(m["duration"]))
+        try:
+            start = end - timedelta(milliseconds=float(m["duration"]))
+        except OverflowError:
+            yield LineError(number, f"duration {m['duration'][:40]} ms is out of range", "message")
+            return
     query_id = (
         row[_PG_QUERY_ID]
         if len(row) > _PG_QUERY_ID and row[_PG_QUERY_ID] not in ("", "0")
