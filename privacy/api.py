@@ -429,7 +429,9 @@ def export_response(plan: ErasurePlan, fmt: str) -> HttpResponse:
     """Return the plan as a CSV or JSON download."""
     filename = f"erasure-plan-{plan.id}.{fmt}"
     if fmt == "csv":
-        response = HttpResponse(erasure.plan_csv(plan.steps), content_type="text/csv; charset=utf-8")
+        response = HttpResponse(
+            erasure.plan_csv(plan.steps), content_type="text/csv; charset=utf-8"
+        )
     else:
         response = HttpResponse(
             json.dumps(plan_json(plan), indent=2), content_type="application/json"

@@ -216,9 +216,7 @@ def test_an_event_with_ten_thousand_inputs_is_normalised(post):
     assert RawEvent.objects.get().state == "done", RawEvent.objects.get().error[:2000]
 
 
-def test_every_accepted_event_ends_done_or_failed_when_tasks_run_in_process(
-    post, monkeypatch
-):
+def test_every_accepted_event_ends_done_or_failed_when_tasks_run_in_process(post, monkeypatch):
     from ingest import actions
 
     def broken(events):
