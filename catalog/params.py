@@ -97,6 +97,10 @@ def optional_instant(params: Mapping[str, str], param: str = "asOf") -> datetime
     return parse_instant(raw, param)
 
 
+# The largest id a database keeps (a signed 64-bit integer).
+MAX_ID = 2**63 - 1
+
+
 def int_param(
     params: Mapping[str, str], param: str, default: int, minimum: int, maximum: int
 ) -> int:
@@ -106,7 +110,7 @@ def int_param(
     try:
         value = int(raw)
     except ValueError as exc:
-        raise ApiError(f"{param} must be an integer, got {raw!r}", param) from exc
+        raise ApiError(f"{param} must be an integer, got {raw[:64]!r}", param) from exc
     if not minimum <= value <= maximum:
         raise ApiError(f"{param} must be between {minimum} and {maximum}, got {value}", param)
     return value
@@ -121,7 +125,7 @@ def bool_param(params: Mapping[str, str], param: str, default: bool) -> bool:
         return True
     if lowered in {"false", "0", "no"}:
         return False
-    raise ApiError(f"{param} must be true or false, got {raw!r}", param)
+    raise ApiError(f"{param} must be true or false, got {raw[:64]!r}", param)
 
 
 def choice_param(
@@ -129,7 +133,7 @@ def choice_param(
 ) -> str:
     raw = params.get(param) or default
     if raw not in choices:
-        raise ApiError(f"{param} must be one of {', '.join(choices)}, got {raw!r}", param)
+        raise ApiError(f"{param} must be one of {', '.join(choices)}, got {raw[:64]!r}", param)
     return raw
 
 

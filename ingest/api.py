@@ -30,7 +30,7 @@ from catalog.api import PlainJsonNegotiation, iso
 from catalog.auth import CanOperateIngestion, CanPostLineage, CanReadLineage
 from catalog.errors import ApiError
 from catalog.models import Dataset, DatasetVersion
-from catalog.params import choice_param, int_param, optional_instant
+from catalog.params import MAX_ID, choice_param, int_param, optional_instant
 from graph.models import Direction, Job, Run
 from ingest import actions, queries
 from ingest.events import EventError, InvalidItem, ParsedEvent, decode_body, parse_event
@@ -523,7 +523,7 @@ class ReplayView(APIView):
         ids = data.get("ids")
         state = data.get("state", EventState.FAILED if ids is None else None)
         if ids is not None and (
-            not isinstance(ids, list) or not all(isinstance(i, int) for i in ids)
+            not isinstance(ids, list) or not all(type(i) is int and 0 < i <= MAX_ID for i in ids)
         ):
             raise ApiError("ids must be a list of event ids", "ids")
         if state is not None and state not in (EventState.FAILED, EventState.PENDING):

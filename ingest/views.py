@@ -9,6 +9,8 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from catalog import auth
+from catalog.errors import ApiError
+from catalog.params import MAX_ID, int_param
 from ingest import actions, queries, sql_queries
 from ingest.models import EventState
 
@@ -34,12 +36,13 @@ def status(request: HttpRequest) -> HttpResponse:
 @operate_required
 @require_POST
 def replay(request: HttpRequest) -> HttpResponse:
-    raw_id = request.POST.get("event_id", "")
-    if raw_id:
-        if not raw_id.isdigit():
+    if request.POST.get("event_id"):
+        try:
+            event_id = int_param(request.POST, "event_id", 0, 1, MAX_ID)
+        except ApiError:
             messages.error(request, "No such event.")
             return redirect("ingestion-status")
-        count = actions.replay([int(raw_id)], state=None)
+        count = actions.replay([event_id], state=None)
     else:
         count = actions.replay(state=EventState.FAILED)
     messages.success(request, f"{count} event{'s' if count != 1 else ''} queued again.")

@@ -24,6 +24,7 @@ from rest_framework.exceptions import APIException
 
 from catalog.auth import SEARCH_SUBJECTS, VIEW_AUDIT, has_perm
 from catalog.errors import ApiError, api_exception_handler
+from catalog.models import SubjectKind
 from privacy import actions, queries
 from privacy.api import (
     DEFAULT_LIMIT,
@@ -311,6 +312,8 @@ def _lookup_digests(request: HttpRequest) -> tuple[list[str] | None, str]:
     value = request.POST.get("value", "")
     if not kind or not value.strip():
         return None, "Choose a subject kind and enter a value"
+    if not SubjectKind.objects.filter(name=kind).exists():
+        return None, "Choose one of the subject kinds"
     digests = sorted({value_hash(kind, normalise(value, k)) for k in (None, "email")})
     actions.log_audit(
         request.user,

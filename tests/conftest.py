@@ -94,6 +94,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    from tests.fuzz import SENT
+
+    if SENT["requests"]:
+        terminalreporter.write_line(
+            f"fuzzing tier: {SENT['requests']} requests, {SENT['server_errors']} answered >= 500"
+        )
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     """Documents a test had rendered are written before its database is torn down: the
