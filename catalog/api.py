@@ -7,9 +7,9 @@ from typing import Any, cast
 
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -30,7 +30,20 @@ from catalog.models import (
     Sensitivity,
     SubjectKind,
 )
-from catalog.params import int_param, optional_instant
+from catalog.params import TextField, int_param, optional_instant
+from catalog.schema import (
+    CHANGE,
+    DATASET,
+    DATASET_AS_OF,
+    FIELD,
+    NAMESPACE,
+    TOKEN,
+    arr,
+    instant_parameter,
+    obj,
+    page_of,
+    paging_parameters,
+)
 
 # Accept headers that API clients send and that mean "JSON": no media types to parse.
 PLAIN_ACCEPT = frozenset({"*/*", "application/json"})
@@ -47,6 +60,14 @@ class PlainJsonNegotiation:
             renderer = cast(APIView, self).get_renderers()[0]
             return renderer, renderer.media_type
         return super().perform_content_negotiation(request, force)  # type: ignore[misc]
+
+
+class JsonOnlyNegotiation(DefaultContentNegotiation):
+    """For views that always answer JSON: ``?format=`` is not about the response (DRF would
+    answer 404 for a format none of their renderers has)."""
+
+    class settings:  # stands in for DRF's api_settings
+        URL_FORMAT_OVERRIDE = None
 
 
 def iso(value: datetime | None) -> str | None:
@@ -175,16 +196,16 @@ def fetch_dataset(namespace: str, name: str) -> Dataset:
 
 class NamespaceListView(APIView):
     @extend_schema(
-        responses=OpenApiTypes.OBJECT, summary="List namespaces", operation_id="listNamespaces"
+        responses={200: obj({"namespaces": arr(NAMESPACE)})},
+        summary="List namespaces",
+        operation_id="listNamespaces",
     )
     def get(self, request: Request) -> Response:
         return Response({"namespaces": [namespace_json(ns) for ns in Namespace.objects.all()]})
 
 
 class NamespaceDetailView(APIView):
-    @extend_schema(
-        responses=OpenApiTypes.OBJECT, summary="One namespace", operation_id="getNamespace"
-    )
+    @extend_schema(responses={200: NAMESPACE}, summary="One namespace", operation_id="getNamespace")
     def get(self, request: Request, namespace: str) -> Response:
         ns = queries.get_namespace(namespace)
         if ns is None:
@@ -200,12 +221,11 @@ def paged(request: Request, qs: QuerySet[Any]) -> tuple[list[Any], int]:
 
 class DatasetListView(APIView):
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={200: page_of("datasets", DATASET)},
         summary="Datasets of a namespace",
         operation_id="listDatasets",
         parameters=[
-            OpenApiParameter("limit", int, description="1 to 1000, default 100"),
-            OpenApiParameter("offset", int),
+            *paging_parameters(),
         ],
     )
     def get(self, request: Request, namespace: str) -> Response:
@@ -217,21 +237,19 @@ class DatasetListView(APIView):
 
 
 class OwnerInput(serializers.Serializer[Any]):
-    name = serializers.CharField(max_length=255)
-    type = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+    name = TextField(max_length=255)
+    type = TextField(max_length=64, required=False, allow_blank=True, default="")
     kind = serializers.ChoiceField(choices=OwnerKind.choices, required=False, default="team")
 
 
 class DatasetPatchInput(serializers.Serializer[Any]):
-    description = serializers.CharField(required=False, allow_blank=True, max_length=10000)
+    description = TextField(required=False, allow_blank=True, max_length=10000)
     sensitivity = serializers.ChoiceField(
         choices=Sensitivity.values, required=False, allow_null=True, allow_blank=True
     )
     owners = serializers.ListField(child=OwnerInput(), required=False, max_length=100)
-    tags = serializers.ListField(
-        child=serializers.CharField(max_length=128), required=False, max_length=100
-    )
-    retentionPolicy = serializers.CharField(required=False, allow_null=True, max_length=128)
+    tags = serializers.ListField(child=TextField(max_length=128), required=False, max_length=100)
+    retentionPolicy = TextField(required=False, allow_null=True, max_length=128)
 
     def validate_retentionPolicy(self, value: str | None) -> RetentionPolicy | None:
         if value is None or value == "":
@@ -256,10 +274,10 @@ class DatasetDetailView(APIView):
     permission_classes = [ReadOrEditCatalog]
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={200: {"oneOf": [DATASET, DATASET_AS_OF]}},
         summary="One dataset (optionally as of a past instant)",
         operation_id="getDataset",
-        parameters=[OpenApiParameter("asOf", OpenApiTypes.DATETIME)],
+        parameters=[instant_parameter("asOf")],
     )
     def get(self, request: Request, namespace: str, name: str) -> Response:
         as_of = optional_instant(request.query_params)
@@ -270,7 +288,7 @@ class DatasetDetailView(APIView):
 
     @extend_schema(
         request=DatasetPatchInput,
-        responses=OpenApiTypes.OBJECT,
+        responses={200: DATASET},
         summary="Edit a dataset",
         operation_id="updateDataset",
     )
@@ -303,11 +321,11 @@ class FieldPatchInput(serializers.Serializer[Any]):
     pii = serializers.ChoiceField(
         choices=PiiCategory.choices, required=False, allow_null=True, allow_blank=True
     )
-    subjectKind = serializers.CharField(required=False, allow_null=True, max_length=64)
+    subjectKind = TextField(required=False, allow_null=True, max_length=64)
     sensitivity = serializers.ChoiceField(
         choices=Sensitivity.values, required=False, allow_null=True, allow_blank=True
     )
-    description = serializers.CharField(required=False, allow_blank=True, max_length=10000)
+    description = TextField(required=False, allow_blank=True, max_length=10000)
 
     def validate_subjectKind(self, value: str | None) -> SubjectKind | None:
         if value is None or value == "":
@@ -329,15 +347,13 @@ class FieldDetailView(APIView):
             raise ApiError(f"Field {field!r} not found in {namespace}:{name}", "field", 404)
         return found
 
-    @extend_schema(
-        responses=OpenApiTypes.OBJECT, summary="One field", operation_id="getDatasetField"
-    )
+    @extend_schema(responses={200: FIELD}, summary="One field", operation_id="getDatasetField")
     def get(self, request: Request, namespace: str, name: str, field: str) -> Response:
         return Response(field_json(self._field(namespace, name, field)))
 
     @extend_schema(
         request=FieldPatchInput,
-        responses=OpenApiTypes.OBJECT,
+        responses={200: FIELD},
         summary="Edit a field",
         operation_id="updateDatasetField",
     )
@@ -366,7 +382,7 @@ class FieldDetailView(APIView):
 
 class DatasetHistoryView(APIView):
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={200: obj({"changes": arr(CHANGE)})},
         summary="Who changed what on a dataset",
         operation_id="getDatasetHistory",
     )
@@ -381,7 +397,9 @@ class TokenListView(APIView):
     permission_classes = [IsAuthenticated]
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT, summary="Your API tokens", operation_id="listTokens"
+        responses={200: obj({"tokens": arr(TOKEN)})},
+        summary="Your API tokens",
+        operation_id="listTokens",
     )
     def get(self, request: Request) -> Response:
         tokens = ApiToken.objects.filter(user=cast(User, request.user))
@@ -406,7 +424,7 @@ class TokenDetailView(APIView):
     permission_classes = [IsAuthenticated]
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={204: None},
         summary="Revoke one of your API tokens",
         operation_id="revokeToken",
     )

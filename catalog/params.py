@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.http import HttpRequest, HttpResponseBase
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
 from rest_framework.parsers import JSONParser
 
 from catalog.errors import ApiError, error_response
@@ -43,6 +45,34 @@ def parse_instant(raw: str, param: str) -> datetime:
         return instant_from_iso(raw)
     except ValueError as exc:
         raise ApiError(f"{param} is not an ISO-8601 instant: {raw[:64]!r}", param) from exc
+
+
+class TextField(serializers.CharField):
+    """DRF's CharField for JSON bodies: a number or a boolean is not text."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
+@extend_schema_field({"type": "string", "format": "date-time", "pattern": "^(?!0000)"})
+class InstantField(serializers.Field):  # type: ignore[type-arg]
+    """A request body's ISO-8601 instant, read by ``instant_from_iso`` into aware UTC."""
+
+    default_error_messages = {"invalid": "Not an ISO-8601 instant."}
+
+    def to_internal_value(self, data: Any) -> datetime:
+        if not isinstance(data, str) or text_problem(data):
+            self.fail("invalid")
+        try:
+            return instant_from_iso(data)
+        except ValueError:
+            self.fail("invalid")
+        raise AssertionError("unreachable")
+
+    def to_representation(self, value: datetime) -> str:
+        return value.isoformat().replace("+00:00", "Z")
 
 
 def text_problem(text: str) -> str:

@@ -30,13 +30,22 @@ from catalog.auth import CanReadLineage, CanTaint
 from catalog.errors import ApiError
 from catalog.models import Dataset
 from catalog.params import (
+    InstantField,
+    TextField,
     bool_param,
     choice_param,
     int_param,
     optional_instant,
     parse_instant,
 )
-from graph import exports, nodedata, queries, responses, revision
+from catalog.schema import (
+    NODE_ID_PATTERNS,
+    instant_parameter,
+    int_parameter,
+    node_id_parameter,
+    paging_parameters,
+)
+from graph import exports, nodedata, queries, responses, revision, schema
 from graph.models import Taint
 from graph.nodedata import iso
 from graph.nodeids import (
@@ -109,6 +118,13 @@ class GraphView(APIView):
         with revision.pinned():
             return super().dispatch(request, *args, **kwargs)
 
+    def handle_exception(self, exc: Exception) -> Response:
+        response = super().handle_exception(exc)
+        # The JSON error shape, whatever format was asked for (CSV, Mermaid).
+        self.request.accepted_renderer = JSONRenderer()
+        self.request.accepted_media_type = JSONRenderer.media_type
+        return response
+
     def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
         fmt = request.query_params.get("format")
         if not fmt and request.META.get("HTTP_ACCEPT", "*/*") in PLAIN_ACCEPT:
@@ -159,9 +175,9 @@ def cut_json(cut: queries.Cut) -> dict[str, int]:
 
 
 COMMON_PARAMETERS = [
-    OpenApiParameter("depth", int, description="jobs away from the node (0-1000), default 20"),
-    OpenApiParameter("asOf", OpenApiTypes.DATETIME, description="the graph as it was then"),
-    OpenApiParameter("maxNodes", int, description="cap on nodes returned (default 2000)"),
+    int_parameter("depth", 0, queries.MAX_DEPTH, "jobs away from the node, default 20"),
+    instant_parameter("asOf", description="the graph as it was then"),
+    int_parameter("maxNodes", 1, queries.MAX_NODES_LIMIT, "cap on nodes returned (default 2000)"),
 ]
 
 
@@ -323,11 +339,15 @@ class LineageView(GraphView):
     renderer_classes = [JSONRenderer, CsvRenderer, MermaidRenderer]
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={
+            200: schema.LINEAGE,
+            (200, "text/csv"): OpenApiTypes.STR,
+            (200, "text/vnd.mermaid"): OpenApiTypes.STR,
+        },
         summary="Table-level lineage graph around a dataset or job (Marquez's shape)",
         operation_id="getLineage",
         parameters=[
-            OpenApiParameter("nodeId", str, required=True, description="dataset:… or job:…"),
+            node_id_parameter(),
             OpenApiParameter("direction", str, enum=list(DIRECTIONS), description="default both"),
             OpenApiParameter("format", str, enum=["json", "csv", "mermaid"]),
             *COMMON_PARAMETERS,
@@ -438,13 +458,14 @@ class ColumnLineageView(GraphView):
     permission_classes = [CanReadLineage]
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={200: schema.COLUMN_LINEAGE},
         summary="Column-level lineage of a field (or every field of a dataset)",
         operation_id="getColumnLineage",
         parameters=[
             OpenApiParameter(
                 "nodeId", str, required=True, description="datasetField:… or dataset:…"
             ),
+            node_id_parameter(kinds=("datasetField", "dataset")),
             OpenApiParameter("withDownstream", bool, description="also downstream (false)"),
             *COMMON_PARAMETERS,
         ],
@@ -536,10 +557,14 @@ class ImpactView(GraphView):
     renderer_classes = [JSONRenderer, CsvRenderer, MermaidRenderer]
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={
+            200: schema.IMPACT,
+            (200, "text/csv"): OpenApiTypes.STR,
+            (200, "text/vnd.mermaid"): OpenApiTypes.STR,
+        },
         summary="Everything downstream of a dataset, job or field, with owners, PII, retention",
         parameters=[
-            OpenApiParameter("nodeId", str, required=True),
+            node_id_parameter(kinds=("dataset", "job", "datasetField")),
             OpenApiParameter("format", str, enum=["json", "csv", "mermaid"]),
             *COMMON_PARAMETERS,
         ],
@@ -570,9 +595,12 @@ class RootCauseView(GraphView):
     permission_classes = [CanReadLineage]
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={200: schema.ROOT_CAUSE},
         summary="Everything upstream with each job's latest run; failures first",
-        parameters=[OpenApiParameter("nodeId", str, required=True), *COMMON_PARAMETERS],
+        parameters=[
+            node_id_parameter(kinds=("dataset", "job", "datasetField")),
+            *COMMON_PARAMETERS,
+        ],
     )
     def get(self, request: Request) -> HttpResponse:
         params = request.query_params
@@ -617,12 +645,12 @@ class PathView(GraphView):
     permission_classes = [CanReadLineage]
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={200: schema.PATH},
         summary="A shortest lineage path between two nodes (either direction)",
         parameters=[
-            OpenApiParameter("from", str, required=True, description="node id"),
-            OpenApiParameter("to", str, required=True, description="node id"),
-            OpenApiParameter("asOf", OpenApiTypes.DATETIME),
+            node_id_parameter("from", kinds=("dataset", "job", "datasetField")),
+            node_id_parameter("to", kinds=("dataset", "job", "datasetField")),
+            instant_parameter("asOf"),
         ],
     )
     def get(self, request: Request) -> HttpResponse:
@@ -667,15 +695,15 @@ class DiffView(GraphView):
     permission_classes = [CanReadLineage]
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={200: schema.DIFF},
         summary="Edges, datasets and fields added or removed between two instants",
         parameters=[
-            OpenApiParameter("t1", OpenApiTypes.DATETIME, required=True),
-            OpenApiParameter("t2", OpenApiTypes.DATETIME, required=True),
-            OpenApiParameter("nodeId", str, description="limit to this node's lineage"),
-            OpenApiParameter("depth", int),
+            instant_parameter("t1", required=True),
+            instant_parameter("t2", required=True),
+            node_id_parameter(required=False, description="limit to this node's lineage"),
+            int_parameter("depth", 0, queries.MAX_DEPTH, "default 5"),
             OpenApiParameter("direction", str, enum=list(DIRECTIONS)),
-            OpenApiParameter("limit", int, description="items per list (default 1000)"),
+            int_parameter("limit", 1, 10_000, "items per list (default 1000)"),
         ],
     )
     def get(self, request: Request) -> HttpResponse:
@@ -723,13 +751,13 @@ class ChangesView(GraphView):
     permission_classes = [CanReadLineage]
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={200: schema.CHANGES},
         summary="Instants at which the graph around a node (or anywhere) changed",
         parameters=[
-            OpenApiParameter("nodeId", str),
-            OpenApiParameter("depth", int),
+            node_id_parameter(required=False, description="around this node (or anywhere)"),
+            int_parameter("depth", 0, queries.MAX_DEPTH, "default 5"),
             OpenApiParameter("direction", str, enum=list(DIRECTIONS)),
-            OpenApiParameter("limit", int),
+            int_parameter("limit", 1, 10_000, "default 500"),
         ],
     )
     def get(self, request: Request) -> HttpResponse:
@@ -765,10 +793,9 @@ def page_json(page: queries.DatasetPage) -> dict[str, Any]:
 
 
 LIST_PARAMETERS = [
-    OpenApiParameter("asOf", OpenApiTypes.DATETIME),
+    instant_parameter("asOf"),
     OpenApiParameter("namespace", str),
-    OpenApiParameter("limit", int, description="1 to 1000, default 100"),
-    OpenApiParameter("offset", int),
+    *paging_parameters(),
 ]
 
 
@@ -777,7 +804,7 @@ class OrphansView(GraphView):
     query = staticmethod(queries.orphans)
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={200: schema.DATASET_PAGE},
         summary="Datasets no job reads",
         parameters=LIST_PARAMETERS,
     )
@@ -796,7 +823,7 @@ class SourcesView(OrphansView):
     query = staticmethod(queries.sources)
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={200: schema.DATASET_PAGE},
         summary="Datasets jobs read but no job writes",
         parameters=LIST_PARAMETERS,
     )
@@ -849,10 +876,10 @@ def at_risk_json(impact: queries.TaintImpact) -> dict[str, Any]:
 
 
 class TaintInput(serializers.Serializer[Any]):
-    nodeId = serializers.CharField(max_length=4096)
-    reason = serializers.CharField(max_length=2000)
-    windowStart = serializers.DateTimeField(required=False, allow_null=True, default=None)
-    windowEnd = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    nodeId = serializers.RegexField(NODE_ID_PATTERNS["dataset"], max_length=4096)
+    reason = TextField(max_length=2000)
+    windowStart = InstantField(required=False, allow_null=True, default=None)
+    windowEnd = InstantField(required=False, allow_null=True, default=None)
 
 
 def _taints() -> QuerySet[Taint]:
@@ -864,7 +891,7 @@ class TaintListView(GraphView):
         return [CanTaint()] if self.request.method == "POST" else [CanReadLineage()]
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={200: schema.TAINTS},
         summary="Active taints (all with ?all=true) and what they put at risk",
         operation_id="listTaints",
         parameters=[OpenApiParameter("all", bool)],
@@ -885,7 +912,7 @@ class TaintListView(GraphView):
 
     @extend_schema(
         request=TaintInput,
-        responses={201: OpenApiTypes.OBJECT},
+        responses={201: schema.TAINT_WITH_RISK},
         summary="Mark a dataset as bad (optionally for a window); downstream is at risk",
         operation_id="createTaint",
     )
@@ -928,7 +955,7 @@ class TaintDetailView(GraphView):
         return taint
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={200: schema.TAINT_WITH_RISK},
         summary="One taint and what it puts at risk",
         operation_id="getTaint",
     )
@@ -940,7 +967,7 @@ class TaintDetailView(GraphView):
         )
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT, summary="Clear a taint", operation_id="clearTaint"
+        responses={200: schema.CLEARED}, summary="Clear a taint", operation_id="clearTaint"
     )
     def delete(self, request: Request, taint_id: int) -> Response:
         taint = clear_taint(self._taint(taint_id), actor=request.user)

@@ -78,12 +78,16 @@ class Route:
     headers: tuple[tuple[str, str], ...]
 
 
-def _route(view: type[APIView], body: Callable[[Mapping[str, str]], bytes]) -> Route:
+def _route(
+    view: type[APIView], body: Callable[[Mapping[str, str]], bytes], allow: str = ""
+) -> Route:
     instance = view()
     if hasattr(instance, "get") and not hasattr(instance, "head"):
         # As View.setup does for each request, so that Allow names HEAD.
         setattr(instance, "head", instance.get)  # noqa: B010
     defaults = instance.default_response_headers
+    if allow:
+        defaults["Allow"] = allow
     # DRF's finalize_response sets Vary before Allow.
     order = sorted(defaults, key=lambda name: name != "Vary")
     return Route(body, tuple((name, defaults[name]) for name in order))
@@ -115,7 +119,10 @@ class LeanReads:
             return None
         return cls(
             {
-                reverse("api-lineage-graph"): _route(api.LineageView, api.lineage_json),
+                # The path takes POST too (the ingest app's): Allow says so.
+                reverse("api-lineage-graph"): _route(
+                    api.LineageView, api.lineage_json, allow="GET, POST, HEAD, OPTIONS"
+                ),
                 reverse("api-column-lineage"): _route(
                     api.ColumnLineageView, api.column_lineage_json
                 ),

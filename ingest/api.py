@@ -15,7 +15,6 @@ from uuid import UUID
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import Resolver404
 from django.views.decorators.csrf import csrf_exempt
@@ -26,13 +25,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from catalog.api import PlainJsonNegotiation, iso
+from catalog.api import JsonOnlyNegotiation, PlainJsonNegotiation, iso, paged
 from catalog.auth import CanOperateIngestion, CanPostLineage, CanReadLineage
 from catalog.errors import ApiError
 from catalog.models import Dataset, DatasetVersion
-from catalog.params import MAX_ID, choice_param, int_param, optional_instant
+from catalog.params import MAX_ID, choice_param, optional_instant
+from catalog.schema import BODY_REQUIRED, instant_parameter, paging_parameters
 from graph.models import Direction, Job, Run
-from ingest import actions, queries
+from ingest import actions, queries, schema
 from ingest.events import EventError, InvalidItem, ParsedEvent, decode_body, parse_event
 from ingest.models import EventState, RawEvent
 from ingest.normalizer import collector_paused
@@ -103,14 +103,17 @@ def _api_error(exc: EventError, prefix: str = "") -> ApiError:
 class LineageView(PlainJsonNegotiation, APIView):
     """POST one OpenLineage RunEvent, DatasetEvent or JobEvent."""
 
+    content_negotiation_class = JsonOnlyNegotiation
+
     permission_classes = [CanPostLineage]
     parser_classes: list[Any] = []
 
     @extend_schema(
-        request=OpenApiTypes.OBJECT,
-        responses={201: OpenApiTypes.OBJECT},
+        request=schema.EVENT_REQUEST,
+        responses={201: schema.STORED},
         summary="Send an OpenLineage event (RunEvent, DatasetEvent or JobEvent)",
         operation_id="postLineageEvent",
+        extensions={BODY_REQUIRED: True},
     )
     def post(self, request: Request) -> Response:
         body = read_json_body(request)
@@ -130,14 +133,17 @@ class LineageView(PlainJsonNegotiation, APIView):
 class LineageBatchView(PlainJsonNegotiation, APIView):
     """POST a JSON array of events (OpenLineage's /lineage/batch); each gets its own status."""
 
+    content_negotiation_class = JsonOnlyNegotiation
+
     permission_classes = [CanPostLineage]
     parser_classes: list[Any] = []
 
     @extend_schema(
-        request=OpenApiTypes.OBJECT,
-        responses={201: OpenApiTypes.OBJECT, 207: OpenApiTypes.OBJECT},
+        request=schema.BATCH_REQUEST,
+        responses={201: schema.BATCH, 207: schema.BATCH},
         summary="Send a batch of OpenLineage events",
         operation_id="postLineageBatch",
+        extensions={BODY_REQUIRED: True},
     )
     def post(self, request: Request) -> Response:
         # Hundreds of decoded events stay alive until the response: the collector
@@ -153,7 +159,7 @@ class LineageBatchView(PlainJsonNegotiation, APIView):
             raise ApiError("Body must be a JSON array of events", "body", 422)
         max_events = int(getattr(settings, "LINEAGE_MAX_BATCH_EVENTS", 10000))
         if len(body) > max_events:
-            raise ApiError(f"A batch holds at most {max_events} events", "body", 413)
+            raise ApiError(f"A batch holds at most {max_events} events", "body", 422)
         statuses: list[dict[str, Any]] = []
         accepted: list[tuple[int, ParsedEvent]] = []
         for index, item in enumerate(body):
@@ -211,14 +217,20 @@ def _graph_lineage_view() -> Any:
 _post_view = LineageView.as_view()
 
 
+# What /api/v1/lineage answers to, between the two apps' views.
+LINEAGE_METHODS = "GET, POST, HEAD, OPTIONS"
+
+
 @csrf_exempt
 def lineage_endpoint(request: HttpRequest) -> HttpResponse:
     """``/api/v1/lineage``: POST stores an event here; GET is the graph app's lineage query."""
-    if request.method != "POST":
-        graph_view = _graph_lineage_view()
-        if graph_view is not None:
-            return cast(HttpResponse, graph_view(request))
-    return cast(HttpResponse, _post_view(request))
+    view = _post_view
+    if request.method in ("GET", "HEAD", "OPTIONS"):
+        view = _graph_lineage_view() or _post_view
+    response = cast(HttpResponse, view(request))
+    if response.has_header("Allow"):
+        response["Allow"] = LINEAGE_METHODS
+    return response
 
 
 # The OpenAPI generator reads the view class from here, so POST is documented on this path.
@@ -344,16 +356,7 @@ def version_json(version: DatasetVersion, runs: dict[UUID, Run]) -> dict[str, An
     }
 
 
-def paged(request: Request, qs: QuerySet[Any]) -> tuple[list[Any], int]:
-    limit = int_param(request.query_params, "limit", 100, 1, 1000)
-    offset = int_param(request.query_params, "offset", 0, 0, 10**9)
-    return list(qs[offset : offset + limit]), qs.count()
-
-
-PAGING = [
-    OpenApiParameter("limit", int, description="1 to 1000, default 100"),
-    OpenApiParameter("offset", int),
-]
+PAGING = paging_parameters()
 
 
 def fetch_job(namespace: str, name: str) -> Job:
@@ -367,7 +370,7 @@ class JobListView(APIView):
     permission_classes = [CanReadLineage]
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={200: schema.JOBS},
         summary="Jobs of a namespace",
         operation_id="listJobs",
         parameters=PAGING,
@@ -380,7 +383,7 @@ class JobListView(APIView):
 class JobDetailView(APIView):
     permission_classes = [CanReadLineage]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One job", operation_id="getJob")
+    @extend_schema(responses={200: schema.JOB}, summary="One job", operation_id="getJob")
     def get(self, request: Request, namespace: str, job: str) -> Response:
         return Response(job_json(fetch_job(namespace, job)))
 
@@ -389,7 +392,7 @@ class JobRunsView(APIView):
     permission_classes = [CanReadLineage]
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={200: schema.RUNS},
         summary="Runs of a job, newest first",
         operation_id="listJobRuns",
         parameters=PAGING,
@@ -405,7 +408,12 @@ class JobRunsView(APIView):
 class RunDetailView(APIView):
     permission_classes = [CanReadLineage]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One run", operation_id="getRun")
+    @extend_schema(
+        responses={200: schema.RUN},
+        summary="One run",
+        operation_id="getRun",
+        parameters=[OpenApiParameter("run_id", OpenApiTypes.UUID, OpenApiParameter.PATH)],
+    )
     def get(self, request: Request, run_id: str) -> Response:
         try:
             run_uuid = UUID(run_id)
@@ -421,7 +429,7 @@ class DatasetVersionsView(APIView):
     permission_classes = [CanReadLineage]
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={200: schema.VERSIONS},
         summary="Schema versions of a dataset, newest first",
         operation_id="listDatasetVersions",
         parameters=PAGING,
@@ -450,12 +458,12 @@ class EventListView(APIView):
     permission_classes = [CanReadLineage]
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={200: schema.EVENTS},
         summary="Raw OpenLineage events as received, by event time",
         operation_id="listLineageEvents",
         parameters=[
-            OpenApiParameter("before", OpenApiTypes.DATETIME),
-            OpenApiParameter("after", OpenApiTypes.DATETIME),
+            instant_parameter("before"),
+            instant_parameter("after"),
             OpenApiParameter("sortDirection", str, enum=["desc", "asc"]),
             *PAGING,
         ],
@@ -499,7 +507,7 @@ class IngestionStatusView(APIView):
     permission_classes = [CanReadLineage]
 
     @extend_schema(
-        responses=OpenApiTypes.OBJECT,
+        responses={200: schema.STATUS},
         summary="Outbox counts by state, lag, throughput and failures",
         operation_id="getIngestionStatus",
     )
@@ -511,8 +519,8 @@ class ReplayView(APIView):
     permission_classes: list[type[BasePermission]] = [CanOperateIngestion]
 
     @extend_schema(
-        request=OpenApiTypes.OBJECT,
-        responses=OpenApiTypes.OBJECT,
+        request=schema.REPLAY_REQUEST,
+        responses={200: schema.REPLAYED},
         summary="Replay events: {'ids': [...]} or {'state': 'failed'}",
         operation_id="replayLineageEvents",
     )
@@ -520,13 +528,15 @@ class ReplayView(APIView):
         data = request.data
         if not isinstance(data, dict):
             raise ApiError("Request body must be a JSON object", "body")
+        for key in sorted(set(data) - {"ids", "state"})[:1]:
+            raise ApiError(f"Unknown key {key!r}", key)
         ids = data.get("ids")
         state = data.get("state", EventState.FAILED if ids is None else None)
-        if ids is not None and (
+        if "ids" in data and (
             not isinstance(ids, list) or not all(type(i) is int and 0 < i <= MAX_ID for i in ids)
         ):
             raise ApiError("ids must be a list of event ids", "ids")
-        if state is not None and state not in (EventState.FAILED, EventState.PENDING):
+        if "state" in data and state not in (EventState.FAILED, EventState.PENDING):
             raise ApiError("state must be failed or pending", "state")
         count = actions.replay(ids, state=state)
         return Response({"replayed": count})

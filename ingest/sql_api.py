@@ -12,18 +12,19 @@ from typing import IO, Any, cast
 
 from django.http import HttpRequest
 from django.urls import reverse
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
-from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from catalog.api import JsonOnlyNegotiation
 from catalog.auth import CanOperateIngestion
 from catalog.errors import ApiError
-from ingest import sql_actions, sql_queries
+from catalog.schema import BODY_REQUIRED
+from ingest import schema, sql_actions, sql_queries
+from ingest.sql.dialects import SUPPORTED_DIALECTS
 from ingest.sql.readers import FORMATS
 
 
@@ -33,13 +34,6 @@ class SqlLogOptions(serializers.Serializer[dict[str, Any]]):
     format = serializers.ChoiceField(choices=FORMATS)
     database = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
     schema = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
-
-
-class _LogFormatNegotiation(DefaultContentNegotiation):
-    """``?format=`` names the log's format here, not the response's (always JSON)."""
-
-    class settings:  # stands in for DRF's api_settings
-        URL_FORMAT_OVERRIDE = None
 
 
 class _RawBody:
@@ -55,7 +49,7 @@ class _RawBody:
 class SqlLogListView(APIView):
     permission_classes = [CanOperateIngestion]
     parser_classes = [MultiPartParser, FormParser]
-    content_negotiation_class = _LogFormatNegotiation
+    content_negotiation_class = JsonOnlyNegotiation  # ?format= names the log's format here
 
     @extend_schema(
         summary="Send a SQL query log (CSV, JSON Lines or PostgreSQL csvlog)",
@@ -64,18 +58,28 @@ class SqlLogListView(APIView):
             "options as query parameters. Answers 202 with the upload; lineage follows."
         ),
         parameters=[
-            OpenApiParameter("namespace", str, description="data source, e.g. postgres://db:5432"),
-            OpenApiParameter("dialect", str, description="postgres, redshift, snowflake, …"),
-            OpenApiParameter("format", str, enum=list(FORMATS)),
-            OpenApiParameter("database", str, required=False),
-            OpenApiParameter("schema", str, required=False),
+            OpenApiParameter(
+                "namespace",
+                {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": r"\S"},
+                required=True,
+                description="data source, e.g. postgres://db:5432",
+            ),
+            OpenApiParameter("dialect", str, enum=sorted(SUPPORTED_DIALECTS), required=True),
+            OpenApiParameter("format", str, enum=list(FORMATS), required=True),
+            OpenApiParameter("database", {"type": "string", "maxLength": 255}),
+            OpenApiParameter("schema", {"type": "string", "maxLength": 255}),
         ],
         request={
-            "multipart/form-data": OpenApiTypes.OBJECT,
-            "application/octet-stream": OpenApiTypes.BINARY,
+            "multipart/form-data": {
+                "type": "object",
+                "properties": {"file": {"type": "string", "format": "binary", "minLength": 1}},
+                "required": ["file"],
+            },
+            "application/octet-stream": {"type": "string", "format": "binary", "minLength": 1},
         },
-        responses={202: OpenApiTypes.OBJECT},
+        responses={202: schema.SQL_LOG_ACCEPTED},
         operation_id="postSqlLog",
+        extensions={BODY_REQUIRED: True},
     )
     def post(self, request: Request) -> Response:
         content_type = request.META.get("CONTENT_TYPE", "")
@@ -83,10 +87,11 @@ class SqlLogListView(APIView):
             ("multipart/form-data", "application/x-www-form-urlencoded")
         )
         limit = sql_actions.max_upload_bytes()
-        length = request.META.get("CONTENT_LENGTH") or "0"
-        if not length.isdigit():
-            raise ApiError("Content-Length is not a number", "Content-Length")
-        if int(length) > limit:
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError as exc:
+            raise ApiError("Content-Length is not a number", "Content-Length") from exc
+        if length > limit:
             raise ApiError(f"the log is larger than the {limit:,}-byte limit", "file", 413)
         source = dict(request.query_params.items())
         stream: IO[bytes]
@@ -127,7 +132,7 @@ class SqlLogListView(APIView):
 
     @extend_schema(
         summary="Recent SQL log uploads",
-        responses={200: OpenApiTypes.OBJECT},
+        responses={200: schema.SQL_LOGS},
         operation_id="listSqlLogs",
     )
     def get(self, request: Request) -> Response:
@@ -145,7 +150,7 @@ class SqlLogDetailView(APIView):
 
     @extend_schema(
         summary="A SQL log upload: state, progress, counts and problems",
-        responses={200: OpenApiTypes.OBJECT},
+        responses={200: schema.SQL_LOG},
         operation_id="getSqlLog",
     )
     def get(self, request: Request, upload_id: int) -> Response:

@@ -193,11 +193,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["catalog.auth.CanReadLineage"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "catalog.errors.api_exception_handler",
-    "DEFAULT_PARSER_CLASSES": [
-        "catalog.params.JSONBodyParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
+    # The API takes JSON (SQL log uploads name their own parsers).
+    "DEFAULT_PARSER_CLASSES": ["catalog.params.JSONBodyParser"],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 
@@ -211,6 +208,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # The project's error shape under every error status of every operation.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "catalog.schema.add_error_responses",
+        "catalog.schema.document_text_rule",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "PiiCategoryEnum": "catalog.models.PiiCategory",
         "OwnerKindEnum": "catalog.models.OwnerKind",

@@ -18,7 +18,7 @@ from django.utils.decorators import method_decorator
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_variables
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -28,8 +28,9 @@ from rest_framework.views import APIView
 from catalog.auth import VIEW_AUDIT, CanSearchSubjects
 from catalog.errors import ApiError
 from catalog.models import PiiCategory, SubjectKind
-from catalog.params import int_param, parse_instant
-from privacy import actions, erasure, queries
+from catalog.params import TextField, int_param, parse_instant
+from catalog.schema import paging_parameters
+from privacy import actions, erasure, queries, schema
 from privacy.models import AuditAction, AuditEntry, ErasurePlan, PrivacyRun
 from privacy.queries import UNCATEGORISED_KIND, DatasetHit, Evidence, SubjectSearch
 
@@ -54,18 +55,18 @@ def _reject_unknown(payload: dict[str, Any], allowed: set[str], prefix: str = ""
 
 
 class IdentifierInput(serializers.Serializer[Any]):
-    value = serializers.CharField(max_length=MAX_VALUE_LENGTH)
+    value = TextField(max_length=MAX_VALUE_LENGTH)
     kind = serializers.ChoiceField(choices=IDENTIFIER_KINDS, required=False, allow_null=True)
-    field = serializers.CharField(max_length=2048, required=False, allow_null=True)
+    field = TextField(max_length=2048, required=False, allow_null=True)
 
 
 class SubjectInput(serializers.Serializer[Any]):
-    subjectKind = serializers.CharField(max_length=64)
-    value = serializers.CharField(max_length=MAX_VALUE_LENGTH, required=False)
+    subjectKind = TextField(max_length=64)
+    value = TextField(max_length=MAX_VALUE_LENGTH, required=False)
     identifiers = serializers.ListField(
         child=IdentifierInput(), required=False, min_length=1, max_length=MAX_IDENTIFIERS
     )
-    asOf = serializers.CharField(max_length=64, required=False, allow_null=True, allow_blank=True)
+    asOf = TextField(max_length=64, required=False, allow_null=True, allow_blank=True)
 
     def validate_subjectKind(self, value: str) -> SubjectKind:
         kind = SubjectKind.objects.filter(name=value).first()
@@ -361,7 +362,7 @@ SEARCH_EXAMPLES = [
 class SubjectSearchView(PrivacyView):
     @extend_schema(
         request=SubjectInput,
-        responses=OpenApiTypes.OBJECT,
+        responses={200: schema.SEARCH},
         examples=SEARCH_EXAMPLES,
         summary="Every dataset holding or derived from one data subject's data",
     )
@@ -382,7 +383,7 @@ class ScanListView(PrivacyView):
 
     @extend_schema(
         request=SubjectInput,
-        responses=OpenApiTypes.OBJECT,
+        responses={202: schema.RUN_ACCEPTED},
         summary="Verify on Spark: count the subject's rows in each candidate dataset",
     )
     @method_decorator(sensitive_variables())
@@ -395,7 +396,7 @@ class ScanListView(PrivacyView):
 
 
 class RunDetailView(PrivacyView):
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="State, progress and counts of a run")
+    @extend_schema(responses={200: schema.RUN}, summary="State, progress and counts of a run")
     def get(self, request: Request, run_id: UUID) -> Response:
         return Response(run_json(_run_or_404(request, run_id)))
 
@@ -405,7 +406,7 @@ class ErasurePlanListView(PrivacyView):
 
     @extend_schema(
         request=SubjectInput,
-        responses=OpenApiTypes.OBJECT,
+        responses={201: schema.PLAN, 202: schema.PLAN_ACCEPTED},
         summary="Make an erasure plan: ordered steps per dataset, owners to notify",
     )
     @method_decorator(sensitive_variables())
@@ -420,7 +421,7 @@ class ErasurePlanListView(PrivacyView):
 
 
 class ErasurePlanDetailView(PrivacyView):
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One erasure plan")
+    @extend_schema(responses={200: schema.PLAN}, summary="One erasure plan")
     def get(self, request: Request, plan_id: UUID) -> Response:
         return Response(plan_json(_plan_or_404(request, plan_id)))
 
@@ -444,7 +445,10 @@ def export_response(plan: ErasurePlan, fmt: str) -> HttpResponse:
 class ErasurePlanExportView(PrivacyView):
     audit_action = AuditAction.EXPORT
 
-    @extend_schema(responses={(200, "text/csv"): OpenApiTypes.STR}, summary="Plan as CSV or JSON")
+    @extend_schema(
+        responses={(200, "text/csv"): OpenApiTypes.STR, (200, "application/json"): schema.PLAN},
+        summary="Plan as CSV or JSON",
+    )
     def get(self, request: Request, plan_id: UUID, fmt: str) -> HttpResponse:
         plan = _plan_or_404(request, plan_id)
         try:
@@ -461,7 +465,7 @@ class ErasureRunView(PrivacyView):
 
     @extend_schema(
         request=SubjectInput,
-        responses=OpenApiTypes.OBJECT,
+        responses={202: schema.RUN_ACCEPTED},
         summary="Run the plan on Spark: dry-run counts, or apply (needs a dry run and confirm)",
     )
     @method_decorator(sensitive_variables())
@@ -492,7 +496,14 @@ class ErasureApplyView(ErasureRunView):
 class AuditListView(PrivacyView):
     permission_classes = [CanViewAudit]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="The privacy audit log, newest first")
+    @extend_schema(
+        responses={200: schema.AUDIT},
+        summary="The privacy audit log, newest first",
+        parameters=[
+            *paging_parameters(),
+            OpenApiParameter("action", str, enum=list(AuditAction.values)),
+        ],
+    )
     def get(self, request: Request) -> Response:
         limit = int_param(request.query_params, "limit", 100, 1, 1000)
         offset = int_param(request.query_params, "offset", 0, 0, 10**9)
@@ -507,7 +518,9 @@ class AuditListView(PrivacyView):
 
 
 class SubjectKindListView(PrivacyView):
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="Subject kinds and identifier kinds")
+    @extend_schema(
+        responses={200: schema.SUBJECT_KINDS}, summary="Subject kinds and identifier kinds"
+    )
     def get(self, request: Request) -> Response:
         kinds = queries.subject_kinds()
         return Response(

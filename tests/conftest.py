@@ -179,6 +179,14 @@ def token_for() -> Callable[[User], str]:
     return build
 
 
+@pytest.fixture
+def world(admin_user: User, api: Any, django_capture_on_commit_callbacks: Any) -> dict[str, Any]:
+    """The fuzzing tier's seeded world (tests/fuzz.py)."""
+    from tests.fuzz import build_world
+
+    return build_world(admin_user, api, django_capture_on_commit_callbacks)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_data_dir(tmp_path_factory: pytest.TempPathFactory, settings: Any) -> Iterator[None]:
     settings.DATA_DIR = tmp_path_factory.mktemp("data")

@@ -17,6 +17,11 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.utils import timezone
+
+from tests.ingest_builders import at, columns, dataset, run_event, run_id
+from tests.ingest_builders import schema as schema_facet
+from tests.privacy_builders import CUSTOMERS, SHOP, build_shop
 
 # Values a careless client or an attacker sends. Each is tried in every parameter, path
 # segment and body field the tier knows; none may cause a 5xx.
@@ -254,3 +259,84 @@ def problems_of(response: Any, value: str) -> list[str]:
     elif response.get("Content-Type", "").startswith("text/html") and reflected(value, text):
         found.append("the value is shown unescaped")
     return found
+
+
+# -- the world the requests aim at -------------------------------------------------------------
+
+
+def good_event(n: int = 1) -> dict[str, Any]:
+    return run_event(
+        "COMPLETE",
+        run_id(n),
+        at(1, n % 24),
+        job="load_customers",
+        inputs=[dataset(CUSTOMERS, ns=SHOP, schema=schema_facet("customer_id", "email"))],
+        outputs=[
+            dataset(
+                "dw.customers",
+                ns=SHOP,
+                schema=schema_facet("customer_id", "email"),
+                columnLineage=columns({"email": [(CUSTOMERS, "email")]}, ns=SHOP),
+            )
+        ],
+    )
+
+
+def build_world(
+    admin_user: Any, api: Any, django_capture_on_commit_callbacks: Any
+) -> dict[str, Any]:
+    """The shop of the privacy tests, events, a taint, a token, a plan, a scan, a SQL log."""
+    from catalog import actions as catalog_actions
+    from catalog.models import Dataset
+    from graph.taint import mark_tainted
+    from ingest import sql_actions
+    from privacy import actions as privacy_actions
+
+    build_shop()
+    client = api(admin_user)
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post("/api/v1/lineage/batch", [good_event(1), good_event(2)], format="json")
+    taint = mark_tainted(
+        Dataset.objects.get(name=CUSTOMERS), reason="fuzz", actor=admin_user, window_start=None
+    )
+    token, _ = catalog_actions.issue_token(admin_user, name="fuzz")
+    request = privacy_actions.SubjectRequest.build(_customer_kind(), [(None, None, "4242")], None)
+    plan = privacy_actions.create_erasure_plan(admin_user, request)
+    privacy_actions.build_erasure_plan(str(plan.id))
+    scan = privacy_actions.request_scan(admin_user, request)
+    with django_capture_on_commit_callbacks(execute=True):
+        upload = _sql_log(sql_actions, admin_user)
+    now = timezone.now()
+    return {
+        "namespace": SHOP,
+        "name": CUSTOMERS,
+        "field": "email",
+        "job": "load_customers",
+        "run_id": run_id(1),
+        "plan_id": str(plan.id),
+        "taint_id": str(taint.pk),
+        "token_id": str(token.pk),
+        "upload_id": str(upload.pk),
+        "privacy_run": str(scan.id),
+        "now": now,
+    }
+
+
+def _customer_kind() -> Any:
+    from catalog.models import SubjectKind
+
+    return SubjectKind.objects.get(name="customer")
+
+
+def _sql_log(sql_actions: Any, user: Any) -> Any:
+    import io
+
+    log = io.BytesIO(b"query,start_time\nINSERT INTO dw.t SELECT * FROM shop.public.orders,\n")
+    return sql_actions.create_upload(
+        user=user,
+        stream=log,
+        original_name="fuzz.csv",
+        namespace=SHOP,
+        dialect="postgres",
+        fmt="csv",
+    )

@@ -139,7 +139,7 @@ def test_it_keeps_the_full_stacks_headers(shop, viewer, token_for):
     names = dict(headers)
     assert names["Content-Type"] == "application/json"
     assert names["Vary"] == "Accept"
-    assert names["Allow"] == "GET, HEAD, OPTIONS"
+    assert names["Allow"] == "GET, POST, HEAD, OPTIONS"
     assert names["X-Frame-Options"] == "DENY"
     assert names["X-Content-Type-Options"] == "nosniff"
     assert int(names["Content-Length"]) > 0
