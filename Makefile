@@ -21,10 +21,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The demo is served as in production (DEBUG off, its own secret, static files by WhiteNoise),
+# over plain HTTP on this machine.
+DATA_DIR = $(or $(LINEAGE_DATA_DIR),data)
+SERVE_ENV = DEBUG=false SECRET_KEY="$$(cat $(DATA_DIR)/secret-key)" ALLOWED_HOSTS=$(HOST),localhost \
+	SECURE_SSL_REDIRECT=false SESSION_COOKIE_SECURE=false CSRF_COOKIE_SECURE=false SECURE_HSTS_SECONDS=0
+
 run: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py setup_demo
-	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+	$(SERVE_ENV) $(BIN)/python manage.py collectstatic --noinput -v 0
+	$(SERVE_ENV) $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 demo: install
 	$(BIN)/python manage.py migrate --noinput

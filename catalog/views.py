@@ -16,12 +16,15 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import urlencode
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
+from django.contrib.auth.views import LoginView
 from django.core.cache import cache
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -545,6 +548,18 @@ def field_edit(request: HttpRequest) -> HttpResponse:
     template = "catalog/_field_form.html" if is_fragment(request) else "catalog/edit.html"
     status = 422 if form.is_bound else 200
     return render(request, template, context, status=status)
+
+
+class SignInView(LoginView):
+    """Django's sign-in page, saying where the demo's logins are when ``make run`` made them."""
+
+    template_name = "registration/login.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context: dict[str, Any] = super().get_context_data(**kwargs)
+        logins = Path(settings.DATA_DIR) / "demo-login.txt"
+        context["demo_login"] = str(logins) if logins.exists() else ""
+        return context
 
 
 # --- stewardship -----------------------------------------------------------

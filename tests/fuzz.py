@@ -146,11 +146,13 @@ SKIPPED = {
 
 
 def routes() -> list[Route]:
-    """Every named route of the project's URL conf (Django's admin excepted)."""
+    """Every named route of the project's URL conf (Django's admin excepted; its sign-in and
+    sign-out pages included)."""
     found: list[Route] = []
     for pattern, converters in _walk(get_resolver().url_patterns, {}):
         name = pattern.name
-        if not name or name in SKIPPED or pattern.callback.__module__.startswith("django."):
+        django_own = pattern.callback.__module__.startswith("django.contrib.")
+        if not name or name in SKIPPED or (django_own and name not in ("login", "logout")):
             continue
         keys = list(pattern.pattern.regex.groupindex)
         found.append(Route(name, {k: "" for k in keys}, converters))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -42,14 +43,17 @@ NAMES_A_SUBJECT_KIND = (
 )
 
 
-@pytest.fixture(autouse=True)
-def _requests_in_the_tests_transaction() -> Iterator[None]:
-    """As Django's test client does: the test's transaction must outlive each request."""
+@contextmanager
+def in_the_tests_transaction() -> Iterator[None]:
+    """As Django's test client does around each request: the test's transaction must outlive
+    it (Django closes old connections when a request starts and ends)."""
     signals.request_started.disconnect(close_old_connections)
     signals.request_finished.disconnect(close_old_connections)
-    yield
-    signals.request_started.connect(close_old_connections)
-    signals.request_finished.connect(close_old_connections)
+    try:
+        yield
+    finally:
+        signals.request_started.connect(close_old_connections)
+        signals.request_finished.connect(close_old_connections)
 
 
 # Bodies that may carry keys of their own choosing (facets, extra keys), which OpenAPI 3.0
@@ -109,7 +113,7 @@ def test_the_api_answers_what_its_schema_says(
     case: Any, world: dict[str, Any], django_capture_on_commit_callbacks: Any
 ) -> None:
     execute = case.path.startswith(RUN_ON_COMMIT)
-    with django_capture_on_commit_callbacks(execute=execute):
+    with django_capture_on_commit_callbacks(execute=execute), in_the_tests_transaction():
         response = case.call_and_validate(excluded_checks=_excluded(case))
     fuzz.SENT["requests"] += 1
     if response.status_code >= 500:

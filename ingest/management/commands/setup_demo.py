@@ -1,7 +1,7 @@
 """`manage.py setup_demo`: what `make run` needs before serving.
 
 Creates one login per role (the password is generated once and kept in the
-data folder), runs the demo Spark pipeline so there is real lineage to
+data folder, as is the secret key the demo is served with), runs the demo Spark pipeline so there is real lineage to
 explore (run_demo also applies the demo's catalog file), and prints the
 logins last.
 """
@@ -41,6 +41,18 @@ def demo_password(data_dir: Path) -> str:
     return password
 
 
+def demo_secret(data_dir: Path) -> str:
+    """The secret key ``make run`` serves the demo with: made once, kept in the data folder."""
+    path = data_dir / "secret-key"
+    if path.exists():
+        return path.read_text(encoding="utf-8").strip()
+    secret = secrets.token_urlsafe(48)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(secret + "\n", encoding="utf-8")
+    path.chmod(0o600)
+    return secret
+
+
 class Command(BaseCommand):
     help = "Create demo logins and run the demo Spark pipeline."
 
@@ -52,6 +64,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         data_dir = Path(settings.DATA_DIR)
         password = demo_password(data_dir)
+        demo_secret(data_dir)
         for username, role in DEMO_USERS.items():
             user, _ = User.objects.get_or_create(username=username)
             user.set_password(password)
