@@ -25,6 +25,7 @@ from catalog.models import (
     SubjectKind,
     Tag,
 )
+from catalog.signals import flags_changed
 
 
 @dataclass(frozen=True)
@@ -142,11 +143,18 @@ def update_field(
     changes: Mapping[str, Any],
     actor: Actor,
     at: datetime | None = None,
+    propagate: bool = True,
 ) -> list[ChangeRecord]:
     """Apply steward changes to a field; returns the history records written.
 
-    ``changes`` keys: pii_category ("" for none), subject_kind (SubjectKind or
-    None), sensitivity, description. A person's edit makes the flags declared.
+    ``changes`` keys: pii_category ("" for none), subject_kind (SubjectKind or None),
+    propagation_blocked (bool), sensitivity, description. Flags a person sets are declared:
+    on a field showing a propagated flag, the attribute not given starts from nothing
+    declared (``confirm_flag`` declares both as shown). The history keeps declared values
+    and blocks; propagated flags are derived (graph.propagation), so the records of a flag
+    edit say what was declared before, not what was shown. Unless ``propagate`` is False
+    (the caller sends ``flags_changed`` once for many fields), the flags this field
+    propagates are brought up to date in the same transaction.
     """
     at = at or timezone.now()
     records: list[ChangeRecord | None] = []
@@ -157,7 +165,11 @@ def update_field(
             .get(pk=field.pk)
         )
         dataset = field.dataset
-        for attribute in ("pii_category", "sensitivity", "description"):
+        declared = field.flag_source == FlagSource.DECLARED
+        flag_changed = "pii_category" in changes or "subject_kind" in changes
+        if flag_changed and not declared:
+            field.pii_category, field.subject_kind = "", None
+        for attribute in ("pii_category", "sensitivity", "description", "propagation_blocked"):
             if attribute in changes:
                 old = getattr(field, attribute)
                 setattr(field, attribute, changes[attribute])
@@ -173,11 +185,27 @@ def update_field(
                     actor, dataset, "subject_kind", old_kind, kind and kind.name, at, field.name
                 )
             )
-        flag_changed = "pii_category" in changes or "subject_kind" in changes
         if flag_changed and actor.source != ChangeSource.PROPAGATION:
             field.flag_source = FlagSource.DECLARED
+            field.flag_masked = False
+        if changes.get("propagation_blocked") and field.flag_source == FlagSource.PROPAGATED:
+            field.pii_category, field.subject_kind = "", None
+            field.flag_source, field.flag_masked = FlagSource.DECLARED, False
         field.save()
+        if propagate and (flag_changed or "propagation_blocked" in changes):
+            flags_changed.send(sender=DatasetField, field_ids=[field.pk])
     return [r for r in records if r is not None]
+
+
+def confirm_flag(field: DatasetField, actor: Actor, at: datetime | None = None) -> None:
+    """A steward confirms the flag a field shows: it becomes declared (and a source)."""
+    field = DatasetField.objects.select_related("subject_kind").get(pk=field.pk)
+    update_field(
+        field,
+        {"pii_category": field.pii_category, "subject_kind": field.subject_kind},
+        actor,
+        at,
+    )
 
 
 def ensure_subject_kind(name: str) -> SubjectKind:

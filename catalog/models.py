@@ -221,6 +221,11 @@ class DatasetField(models.Model):
     flag_source = models.CharField(
         max_length=16, choices=FlagSource.choices, default=FlagSource.DECLARED
     )
+    # With a propagated flag: whether every path it came by masks the value (a hash is still
+    # personal data). Kept with the flag by graph.propagation.
+    flag_masked = models.BooleanField(default=False)
+    # A steward stopped propagated flags here (and below): this column holds no personal data.
+    propagation_blocked = models.BooleanField(default=False)
     sensitivity = models.CharField(max_length=16, choices=Sensitivity.choices, blank=True)
     tags = models.ManyToManyField(Tag, blank=True, related_name="fields")
     first_seen = models.DateTimeField(default=timezone.now)
@@ -239,6 +244,44 @@ class DatasetField(models.Model):
     @property
     def identifies_subject(self) -> bool:
         return self.subject_kind_id is not None
+
+
+class PropagatedFlag(models.Model):
+    """The personal-data flag declared on ``source`` reached ``field`` along column lineage,
+    over [valid_from, valid_to) (open while current); ``masked`` when every path masks it.
+
+    Derived state, written only by graph.propagation (which documents the rules and is
+    checked against a from-scratch recomputation); a field reached from several declared
+    fields has a row per source.
+    """
+
+    field = models.ForeignKey(
+        DatasetField, on_delete=models.CASCADE, related_name="propagated_flags"
+    )
+    source = models.ForeignKey(DatasetField, on_delete=models.CASCADE, related_name="+")
+    masked = models.BooleanField(default=False)
+    valid_from = models.DateTimeField()
+    valid_to = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["field", "valid_to"]),
+            models.Index(fields=["source", "valid_to"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_id} -> {self.field_id} from {self.valid_from:%Y-%m-%d %H:%M}"
+
+
+class DerivedVersion(models.Model):
+    """The version of the code that made a kind of derived state (``name``): a release that
+    changes the rules finds an older version here and rebuilds that state."""
+
+    name = models.CharField(max_length=64, unique=True)
+    version = models.IntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.name} v{self.version}"
 
 
 class DatasetVersion(models.Model):

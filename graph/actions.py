@@ -41,6 +41,7 @@ from django.utils import timezone
 from catalog import bulk
 from catalog.models import DatasetField, DatasetVersion
 from catalog.params import instant_from_iso
+from graph import propagation
 from graph.models import (
     TERMINAL_RUN_STATES,
     ColumnEdge,
@@ -700,6 +701,12 @@ class _WritePlan:
     column_delete: list[int] = field(default_factory=list)
     column_update: list[ColumnEdge] = field(default_factory=list)
     column_insert: list[tuple[Any, ...]] = field(default_factory=list)  # COLUMN_EDGE_FIELDS
+    # Fields out of which an edge that carries personal-data flags opened, closed or moved.
+    carrying_sources: set[int] = field(default_factory=set)
+
+    def touch(self, key: ColumnKey) -> None:
+        if key[2] is not None and propagation.carries(key[3], key[4]):
+            self.carrying_sources.add(key[0])
 
     def apply(self) -> EdgeChanges:
         # Deletes, then closings, then re-openings, then inserts: the at-most-one-open-edge
@@ -715,6 +722,8 @@ class _WritePlan:
             bulk_set(ColumnEdge, crows, ["valid_to", "masking", "description"])
         bulk.insert_values(TableEdge, TABLE_EDGE_FIELDS, self.table_insert)
         bulk.insert_values(ColumnEdge, COLUMN_EDGE_FIELDS, self.column_insert)
+        if self.carrying_sources:
+            propagation.edges_changed(self.carrying_sources)
         return EdgeChanges(
             inserted=len(self.table_insert) + len(self.column_insert),
             updated=len(self.table_update) + len(self.column_update),
@@ -811,10 +820,13 @@ def _replay_columns(
             if (edge.valid_to, edge.masking, edge.description) != (end, masking, description):
                 edge.valid_to, edge.masking, edge.description = end, masking, description
                 plan.column_update.append(edge)
+                plan.touch(ident[0])
         else:
             plan.column_delete.append(edge.pk)
+            plan.touch(ident[0])
     for (key, start), (end, (masking, description)) in intervals.items():
         plan.column_insert.append((job_id, *key, masking, description, start, end))
+        plan.touch(key)
 
 
 def _column_key(edge: ColumnEdge) -> ColumnKey:

@@ -1,0 +1,261 @@
+"""Personal-data flags as of any instant: what people declared (the catalog's history), what
+propagation derived (``PropagatedFlag`` rows, written by graph.propagation, whose docstring
+gives the rules), and what a field shows.
+
+The catalog's history records declarations and blocks only: a record of a flag edit says
+what was declared before it, never a propagated value. So the declared flag of a field at
+any instant is a replay of its records, and the flag it shows then is that declaration, or
+else (unless blocked then) the union of the sources whose rows were valid then, each with
+the category its source declared then.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+
+from catalog.models import (
+    ChangeRecord,
+    ChangeSource,
+    DatasetField,
+    FlagSource,
+    PiiCategory,
+    PropagatedFlag,
+)
+
+FLAG_ATTRIBUTES = ("pii_category", "subject_kind", "propagation_blocked")
+CHUNK = 500
+
+# Which category a field reached from several sources shows: the most identifying first.
+PRIORITY: list[str] = [
+    PiiCategory.IDENTIFIER,
+    PiiCategory.NATIONAL_ID,
+    PiiCategory.EMAIL,
+    PiiCategory.PHONE,
+    PiiCategory.NAME,
+    PiiCategory.ADDRESS,
+    PiiCategory.DATE_OF_BIRTH,
+    PiiCategory.DEVICE_ID,
+    PiiCategory.IP,
+    PiiCategory.FINANCIAL,
+    PiiCategory.HEALTH,
+    PiiCategory.LOCATION,
+    PiiCategory.FREE_TEXT,
+    PiiCategory.OTHER,
+]
+
+Steps = list[tuple[datetime | None, Any]]  # (from, value): the value holds from then on
+
+
+def _steps(records: Sequence[tuple[datetime, Any, Any]], current: Any) -> Steps:
+    """An attribute's values over time from its change records (at, old, new), in order."""
+    if not records:
+        return [(None, current)]
+    steps: Steps = [(None, records[0][1])]
+    steps.extend((at, new) for at, _, new in records)
+    return steps
+
+
+def _value_at(steps: Steps, at: datetime) -> Any:
+    value = steps[0][1]
+    for start, new in steps[1:]:
+        if start is not None and start > at:
+            break
+        value = new
+    return value
+
+
+@dataclass
+class FieldTimeline:
+    """A field's declared category and subject kind, and its block, over time."""
+
+    pii: Steps
+    kind: Steps
+    blocked: Steps
+
+    def declared_at(self, at: datetime) -> bool:
+        return bool(_value_at(self.pii, at)) or bool(_value_at(self.kind, at))
+
+    def blocked_at(self, at: datetime) -> bool:
+        return bool(_value_at(self.blocked, at))
+
+    def instants(self) -> Iterator[datetime]:
+        for steps in (self.pii, self.kind, self.blocked):
+            for start, _ in steps:
+                if start is not None:
+                    yield start
+
+
+def timelines(field_ids: Iterable[int]) -> dict[int, FieldTimeline]:
+    """Each field's declarations and blocks over time, from the catalog's history (the
+    propagation's own writes are not history: they are derived)."""
+    ids = sorted(set(field_ids))
+    rows: dict[tuple[int, str], int] = {}
+    current: dict[int, tuple[str, str | None, bool]] = {}
+    for chunk in chunks(ids):
+        for (
+            pk,
+            dataset_id,
+            name,
+            pii_value,
+            kind_name,
+            source,
+            blocked,
+        ) in DatasetField.objects.filter(pk__in=chunk).values_list(
+            "pk",
+            "dataset_id",
+            "name",
+            "pii_category",
+            "subject_kind__name",
+            "flag_source",
+            "propagation_blocked",
+        ):
+            rows[(dataset_id, name)] = pk
+            declared = source == FlagSource.DECLARED
+            current[pk] = (
+                pii_value if declared else "",
+                kind_name if declared else None,
+                blocked,
+            )
+    history: dict[tuple[int, str], list[tuple[datetime, Any, Any]]] = defaultdict(list)
+    datasets = sorted({dataset_id for dataset_id, _ in rows})
+    for chunk in chunks(datasets):
+        records = (
+            ChangeRecord.objects.filter(dataset_id__in=chunk, attribute__in=FLAG_ATTRIBUTES)
+            .exclude(source=ChangeSource.PROPAGATION)
+            .order_by("at", "id")
+            .values_list("dataset_id", "field_name", "attribute", "at", "old", "new")
+        )
+        for dataset_id, name, attribute, at, old, new in records:
+            field_id = rows.get((dataset_id, name))
+            if field_id is not None:
+                history[(field_id, attribute)].append((at, old, new))
+    return {
+        pk: FieldTimeline(
+            pii=_steps(history.get((pk, "pii_category"), []), values[0]),
+            kind=_steps(history.get((pk, "subject_kind"), []), values[1]),
+            blocked=_steps(history.get((pk, "propagation_blocked"), []), values[2]),
+        )
+        for pk, values in current.items()
+    }
+
+
+def chunks(ids: Sequence[int], size: int = CHUNK) -> Iterator[Sequence[int]]:
+    for start in range(0, len(ids), size):
+        yield ids[start : start + size]
+
+
+def rank(category: str) -> int:
+    return PRIORITY.index(category) if category in PRIORITY else len(PRIORITY)
+
+
+@dataclass(frozen=True)
+class FieldFlag:
+    """The personal-data flag a field shows: declared, or propagated from declared sources
+    (``propagated_from``: their node ids), masked when every path that brought it masks."""
+
+    pii: str
+    subject_kind: str | None
+    source: str
+    masked: bool
+    propagated_from: tuple[str, ...]
+    blocked: bool
+
+    @property
+    def personal(self) -> bool:
+        return bool(self.pii or self.subject_kind)
+
+
+def _node_ids(field_ids: Iterable[int]) -> dict[int, str]:
+    ids = sorted(set(field_ids))
+    found = {}
+    for chunk in chunks(ids):
+        for pk, namespace, dataset, name in DatasetField.objects.filter(pk__in=chunk).values_list(
+            "pk", "dataset__namespace__name", "dataset__name", "name"
+        ):
+            found[pk] = f"datasetField:{namespace}:{dataset}:{name}"
+    return found
+
+
+def field_flags(
+    fields: Sequence[DatasetField], as_of: datetime | None = None
+) -> dict[int, FieldFlag]:
+    """The flag each field shows now (from its columns) or as of an instant (from history)."""
+    ids = [f.pk for f in fields]
+    window = Q(valid_to__isnull=True)
+    if as_of is not None:
+        window = Q(valid_from__lte=as_of) & (Q(valid_to__isnull=True) | Q(valid_to__gt=as_of))
+    sources: dict[int, list[tuple[int, bool]]] = defaultdict(list)
+    for chunk in chunks(ids):
+        for field_id, source_id, masked in (
+            PropagatedFlag.objects.filter(window, field_id__in=chunk)
+            .order_by("source_id")
+            .values_list("field_id", "source_id", "masked")
+        ):
+            sources[field_id].append((source_id, masked))
+    all_sources = {s for found in sources.values() for s, _ in found}
+    names = _node_ids(all_sources)
+    if as_of is None:
+        return {f.pk: _current(f, sources.get(f.pk, []), names) for f in fields}
+    lines = timelines([*ids, *all_sources])
+    found = {}
+    for f in fields:
+        line = lines[f.pk]
+        pii, kind = _value_at(line.pii, as_of) or "", _value_at(line.kind, as_of)
+        blocked = bool(_value_at(line.blocked, as_of))
+        if pii or kind:
+            found[f.pk] = FieldFlag(pii, kind, FlagSource.DECLARED, False, (), blocked)
+            continue
+        reached = [] if blocked else sources.get(f.pk, [])
+        declared = {
+            s: (_value_at(lines[s].pii, as_of) or "", _value_at(lines[s].kind, as_of))
+            for s, _ in reached
+        }
+        found[f.pk] = union_flag(reached, declared, names, blocked)
+    return found
+
+
+def _current(f: DatasetField, reached: list[tuple[int, bool]], names: dict[int, str]) -> FieldFlag:
+    kind = f.subject_kind.name if f.subject_kind else None
+    if f.flag_source != FlagSource.PROPAGATED:
+        return FieldFlag(
+            f.pii_category, kind, FlagSource.DECLARED, False, (), f.propagation_blocked
+        )
+    return FieldFlag(
+        f.pii_category,
+        kind,
+        FlagSource.PROPAGATED,
+        f.flag_masked,
+        tuple(names[s] for s, _ in reached if s in names),
+        False,
+    )
+
+
+def union_flag(
+    reached: list[tuple[int, bool]],
+    declared: dict[int, tuple[str, Any]],
+    names: dict[int, str],
+    blocked: bool,
+) -> FieldFlag:
+    """A field's flag from the (source, masked) pairs that reached it, given what each
+    source declared (category, subject kind): the first in PRIORITY order gives the
+    category and the subject kind; masked when every source's path masks."""
+    reached = [(s, m) for s, m in reached if declared[s][0] or declared[s][1]]
+    if not reached:
+        return FieldFlag("", None, FlagSource.DECLARED, False, (), blocked)
+    ordered = sorted(reached, key=lambda item: (rank(declared[item[0]][0]), item[0]))
+    pii = next((declared[s][0] for s, _ in ordered if declared[s][0]), "")
+    kind = next((declared[s][1] for s, _ in ordered if declared[s][1]), None)
+    return FieldFlag(
+        pii,
+        kind,
+        FlagSource.PROPAGATED,
+        all(m for _, m in reached),
+        tuple(names[s] for s, _ in reached if s in names),
+        False,
+    )

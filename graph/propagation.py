@@ -1,0 +1,345 @@
+"""Personal data follows the data: PII flags propagated along column lineage.
+
+The rules, as plain functions below:
+
+- A field's flag is *declared* when a person (or a catalog import) gave it a PII category or
+  a subject kind. Declared fields are the sources.
+- A source's flag reaches every field its values flow into, through column edges that carry
+  values: DIRECT IDENTITY and DIRECT TRANSFORMATION (and DIRECT with no subtype: a value
+  made by a transformation nobody named is taken to carry its input). A masking
+  TRANSFORMATION marks the flag ``masked``: a hash or a pseudonym is still personal data.
+  A field is masked when every path reaching it masks.
+- DIRECT AGGREGATION and every INDIRECT edge (JOIN, FILTER, GROUP_BY, SORT, WINDOW,
+  CONDITIONAL, and dataset-level dependencies) carry none.
+- A field reached from several sources keeps each (a union). The category and subject kind
+  it shows are those of its first source in ``PRIORITY`` order.
+- Declared flags win: propagation does not enter a declared field, which is a source itself.
+- A steward's block on a field stops propagation there and below; the field shows no flag.
+- All of it holds as of any instant. Edges, declarations and blocks each have a validity
+  over time, and so do the propagated flags: ``catalog.PropagatedFlag`` rows, one per
+  (field, source) and interval, and the current flag kept on each ``DatasetField``.
+
+Maintenance: a change names the sources whose reach it may alter (``sources_touching``):
+a declaration or block on a field, or an edge opened or closed by ingestion from a field.
+Each such source's rows are recomputed over its closure and replaced where they differ
+(``refresh``). ``recompute_all`` recomputes every source from scratch; the property tests
+hold the two equal, now and as of any instant. ``RULES_VERSION`` is kept with the rows: a
+release that changes these rules recomputes everything when it migrates.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from django.db import transaction
+from django.db.models import Q
+from django.dispatch import receiver
+
+from catalog.flags import FieldTimeline, chunks, timelines, union_flag
+from catalog.models import (
+    ChangeRecord,
+    ChangeSource,
+    DatasetField,
+    DerivedVersion,
+    FlagSource,
+    PropagatedFlag,
+)
+from catalog.signals import flags_changed
+from graph.models import ColumnEdge
+
+RULES_VERSION = 1
+CARRYING = {("DIRECT", "IDENTITY"), ("DIRECT", "TRANSFORMATION"), ("DIRECT", "")}
+
+
+def carries(transformation_type: str, subtype: str) -> bool:
+    """Whether a column edge of this kind carries a personal-data flag to its target."""
+    return (transformation_type, subtype) in CARRYING
+
+
+class Edge(NamedTuple):
+    source: int
+    target: int
+    masking: bool
+    valid_from: datetime
+    valid_to: datetime | None
+
+    def valid_at(self, at: datetime) -> bool:
+        return self.valid_from <= at and (self.valid_to is None or at < self.valid_to)
+
+
+def reach(
+    source: int,
+    edges_from: dict[int, list[Edge]],
+    at: datetime,
+    declared: set[int],
+    blocked: set[int],
+) -> dict[int, bool]:
+    """The fields ``source``'s flag reaches at ``at`` and whether each is masked, over the
+    edges valid then; ``declared`` and ``blocked`` are the fields declared and blocked then.
+    A source not declared at ``at`` reaches nothing."""
+    if source not in declared:
+        return {}
+    found: dict[int, bool] = {}
+    # Unmasked paths first: a field reached by one is not masked, whatever else reaches it.
+    for masked in (False, True):
+        frontier = [source] if not masked else [source, *[f for f, m in found.items() if not m]]
+        seen = set(frontier)
+        while frontier:
+            following = []
+            for field in frontier:
+                for edge in edges_from.get(field, ()):
+                    target = edge.target
+                    if target in seen or not edge.valid_at(at) or (edge.masking and not masked):
+                        continue
+                    seen.add(target)
+                    if target in declared or target in blocked:
+                        continue
+                    if target not in found:
+                        found[target] = masked
+                    following.append(target)
+            frontier = following
+    found.pop(source, None)
+    return found
+
+
+# -- one source's reach over time -------------------------------------------------------------
+
+
+Row = tuple[int, bool, datetime, datetime | None]  # field, masked, valid_from, valid_to
+
+
+def closure_edges(sources: Iterable[int]) -> dict[int, list[Edge]]:
+    """Every carrying edge, of any time, out of the fields these sources could reach."""
+    edges_from: dict[int, list[Edge]] = defaultdict(list)
+    seen = set(sources)
+    frontier = sorted(seen)
+    while frontier:
+        following: set[int] = set()
+        for chunk in chunks(frontier):
+            for source, target, kind, subtype, masking, start, end in ColumnEdge.objects.filter(
+                source_field_id__in=chunk, target_field__isnull=False
+            ).values_list(
+                "source_field_id",
+                "target_field_id",
+                "transformation_type",
+                "transformation_subtype",
+                "masking",
+                "valid_from",
+                "valid_to",
+            ):
+                if not carries(kind, subtype):
+                    continue
+                edges_from[source].append(Edge(source, target, masking, start, end))
+                if target not in seen:
+                    seen.add(target)
+                    following.add(target)
+        frontier = sorted(following)
+    return edges_from
+
+
+def source_rows(
+    source: int, edges_from: dict[int, list[Edge]], lines: dict[int, FieldTimeline]
+) -> set[Row]:
+    """The PropagatedFlag rows ``source`` should have: its reach at each instant anything in
+    its closure changes, merged into intervals."""
+    closure = {source}
+    frontier = [source]
+    while frontier:
+        following = []
+        for field in frontier:
+            for edge in edges_from.get(field, ()):
+                if edge.target not in closure:
+                    closure.add(edge.target)
+                    following.append(edge.target)
+        frontier = following
+    instants: set[datetime] = set()
+    for field in closure:
+        for edge in edges_from.get(field, ()):
+            instants.add(edge.valid_from)
+            if edge.valid_to is not None:
+                instants.add(edge.valid_to)
+        line = lines.get(field)
+        if line is not None:
+            instants.update(line.instants())
+    rows: set[Row] = set()
+    open_: dict[int, tuple[bool, datetime]] = {}
+    for at in sorted(instants):
+        declared = {f for f in closure if f in lines and lines[f].declared_at(at)}
+        blocked = {f for f in closure if f in lines and lines[f].blocked_at(at)}
+        now = reach(source, edges_from, at, declared, blocked)
+        for field, (masked, start) in list(open_.items()):
+            if now.get(field) != masked:
+                rows.add((field, masked, start, at))
+                del open_[field]
+        for field, masked in now.items():
+            if field not in open_:
+                open_[field] = (masked, at)
+    rows.update((field, masked, start, None) for field, (masked, start) in open_.items())
+    return rows
+
+
+# -- keeping the rows and the fields current ---------------------------------------------------
+
+
+def sources_through(field_ids: Iterable[int]) -> set[int]:
+    """The declared sources whose flag leaves through these fields: each field ever declared,
+    and every source whose flag ever reached one of them."""
+    ids = sorted(set(field_ids))
+    found: set[int] = set()
+    for chunk in chunks(ids):
+        found.update(
+            PropagatedFlag.objects.filter(field_id__in=chunk).values_list("source_id", flat=True)
+        )
+    found.update(pk for pk, line in timelines(ids).items() if _ever_declared(line))
+    return found
+
+
+def sources_touching(field_ids: Iterable[int]) -> set[int]:
+    """The sources whose reach a new declaration or block at these fields may alter: those
+    flowing into the fields (a declaration or a block stops them there) and the fields'
+    own."""
+    ids = sorted(set(field_ids))
+    parents: set[int] = set()
+    for chunk in chunks(ids):
+        for source, kind, subtype in ColumnEdge.objects.filter(
+            target_field_id__in=chunk
+        ).values_list("source_field_id", "transformation_type", "transformation_subtype"):
+            if carries(kind, subtype):
+                parents.add(source)
+    return sources_through(parents) | {
+        pk for pk, line in timelines(ids).items() if _ever_declared(line)
+    }
+
+
+def _ever_declared(line: FieldTimeline) -> bool:
+    return any(value for _, value in line.pii) or any(value for _, value in line.kind)
+
+
+def refresh(sources: Iterable[int]) -> set[int]:
+    """Recompute these sources' rows, write what differs, and bring the flags shown on the
+    fields they reach (or reached) up to date; returns the fields whose rows changed."""
+    wanted = sorted(set(sources))
+    if not wanted:
+        return set()
+    with transaction.atomic():
+        edges_from = closure_edges(wanted)
+        fields = set(wanted) | {e.target for edges in edges_from.values() for e in edges}
+        lines = timelines(fields)
+        changed: set[int] = set()
+        for source in wanted:
+            changed |= _replace_rows(source, source_rows(source, edges_from, lines))
+        sync_fields(changed | set(wanted))
+    return changed
+
+
+def _replace_rows(source: int, rows: set[Row]) -> set[int]:
+    stored: dict[Row, int] = {
+        (field, masked, start, end): pk
+        for pk, field, masked, start, end in PropagatedFlag.objects.filter(
+            source_id=source
+        ).values_list("pk", "field_id", "masked", "valid_from", "valid_to")
+    }
+    gone = [pk for row, pk in stored.items() if row not in rows]
+    new = [row for row in rows if row not in stored]
+    for chunk in chunks(gone):
+        PropagatedFlag.objects.filter(pk__in=chunk).delete()
+    PropagatedFlag.objects.bulk_create(
+        [
+            PropagatedFlag(
+                field_id=field, source_id=source, masked=masked, valid_from=start, valid_to=end
+            )
+            for field, masked, start, end in new
+        ],
+        batch_size=1000,
+    )
+    return {row[0] for row in stored if row not in rows} | {row[0] for row in new}
+
+
+def sync_fields(field_ids: Iterable[int]) -> None:
+    """Set each field's shown flag from its declaration or, failing one, its current
+    propagated rows (``catalog.flags.union_flag``)."""
+    ids = sorted(set(field_ids))
+    for chunk in chunks(ids):
+        sources: dict[int, list[tuple[int, bool]]] = defaultdict(list)
+        for field_id, source_id, masked_by in PropagatedFlag.objects.filter(
+            field_id__in=chunk, valid_to__isnull=True
+        ).values_list("field_id", "source_id", "masked"):
+            sources[field_id].append((source_id, masked_by))
+        flags = {
+            pk: (pii, kind)
+            for pk, pii, kind in DatasetField.objects.filter(
+                pk__in={s for found in sources.values() for s, _ in found}
+            ).values_list("pk", "pii_category", "subject_kind_id")
+        }
+        for row in DatasetField.objects.filter(pk__in=chunk).select_for_update():
+            if row.flag_source == FlagSource.DECLARED and (row.pii_category or row.subject_kind_id):
+                continue
+            reached = [] if row.propagation_blocked else sources.get(row.pk, [])
+            flag = union_flag(reached, flags, {}, False)
+            wanted = (flag.pii, flag.subject_kind, flag.source, flag.masked)
+            if (row.pii_category, row.subject_kind_id, row.flag_source, row.flag_masked) != wanted:
+                row.pii_category, row.subject_kind_id = flag.pii, flag.subject_kind
+                row.flag_source, row.flag_masked = flag.source, flag.masked
+                row.save(
+                    update_fields=["pii_category", "subject_kind", "flag_source", "flag_masked"]
+                )
+
+
+def recompute_all() -> int:
+    """Every source's rows from scratch (rows of fields never declared removed); returns how
+    many sources there are."""
+    with transaction.atomic():
+        ever = set(
+            DatasetField.objects.filter(
+                Q(flag_source=FlagSource.DECLARED)
+                & (~Q(pii_category="") | Q(subject_kind__isnull=False))
+            ).values_list("pk", flat=True)
+        )
+        named = set(
+            ChangeRecord.objects.filter(attribute__in=("pii_category", "subject_kind"))
+            .exclude(source=ChangeSource.PROPAGATION)
+            .values_list("dataset_id", "field_name")
+        )
+        by_dataset: dict[int, set[str]] = defaultdict(set)
+        for dataset_id, name in named:
+            by_dataset[dataset_id].add(name)
+        for dataset_id, names in by_dataset.items():
+            ever.update(
+                DatasetField.objects.filter(dataset_id=dataset_id, name__in=names).values_list(
+                    "pk", flat=True
+                )
+            )
+        stale = PropagatedFlag.objects.exclude(source_id__in=ever)
+        affected = set(stale.values_list("field_id", flat=True))
+        stale.delete()
+        sync_fields(affected)
+        refresh(ever)
+    return len(ever)
+
+
+def rebuild_if_rules_changed(**kwargs: Any) -> None:
+    """post_migrate: recompute every flag when the stored rows were made by other rules."""
+    stored = DerivedVersion.objects.filter(name="propagated_flags").first()
+    if stored is not None and stored.version == RULES_VERSION:
+        return
+    recompute_all()
+    DerivedVersion.objects.update_or_create(
+        name="propagated_flags", defaults={"version": RULES_VERSION}
+    )
+
+
+# -- what changes them ---------------------------------------------------------------------------
+
+
+def edges_changed(source_fields: Iterable[int]) -> None:
+    """Ingestion opened, closed or moved carrying edges out of these fields."""
+    refresh(sources_through(source_fields))
+
+
+@receiver(flags_changed)
+def _on_flags_changed(sender: Any, field_ids: Sequence[int], **kwargs: Any) -> None:
+    """A steward, an import or the API changed declarations or blocks of these fields."""
+    refresh(sources_touching(field_ids))
