@@ -144,7 +144,9 @@ class World:
 
 def rows() -> set[tuple[int, int, bool, datetime, datetime | None]]:
     return set(
-        PropagatedFlag.objects.values_list("field_id", "source_id", "masked", "valid_from", "valid_to")
+        PropagatedFlag.objects.values_list(
+            "field_id", "source_id", "masked", "valid_from", "valid_to"
+        )
     )
 
 
@@ -209,7 +211,9 @@ def test_a_field_reached_from_several_sources_keeps_each():
     w.declare(1, PiiCategory.EMAIL, at(0))
     w.open(0, 2, "TRANSFORMATION", False, at(1), None)
     w.open(1, 2, "TRANSFORMATION", True, at(1), None)
-    sources = set(PropagatedFlag.objects.filter(field=w.fields[2]).values_list("source_id", flat=True))
+    sources = set(
+        PropagatedFlag.objects.filter(field=w.fields[2]).values_list("source_id", flat=True)
+    )
     assert sources == {w.fields[0].pk, w.fields[1].pk}
     assert w.flag(2) == (PiiCategory.EMAIL, None, FlagSource.PROPAGATED, False)
 
@@ -288,9 +292,8 @@ def flags_from_rows(moment: datetime) -> dict[int, dict[int, bool]]:
 def test_incremental_flags_equal_a_recomputation_now_and_as_of_any_instant(ops):
     with transaction.atomic():
         w = World(N_FIELDS)
-        clock = 0
-        for op in ops:
-            clock += 1  # steward edits happen in order; edges may be late or early
+        # Steward edits happen in order (one an hour); edges may be late or early.
+        for clock, op in enumerate(ops, start=1):
             if op[0] == "declare":
                 w.declare(op[1], op[2], at(clock))
             elif op[0] == "undeclare":
