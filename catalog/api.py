@@ -18,11 +18,13 @@ from rest_framework.views import APIView
 from catalog import actions, queries
 from catalog.auth import ReadOrEditCatalog
 from catalog.errors import ApiError
+from catalog.flags import FieldFlag, field_flags
 from catalog.models import (
     ApiToken,
     ChangeRecord,
     Dataset,
     DatasetField,
+    FlagSource,
     Namespace,
     OwnerKind,
     PiiCategory,
@@ -96,23 +98,38 @@ def retention_json(policy: RetentionPolicy | None) -> dict[str, Any] | None:
     }
 
 
-def field_json(f: DatasetField) -> dict[str, Any]:
+def flag_json(flag: FieldFlag) -> dict[str, Any]:
+    """A field's personal-data flag: declared or propagated (from which declared fields)."""
+    return {
+        "pii": flag.pii or None,
+        "subjectKind": flag.subject_kind,
+        "flagSource": flag.source,
+        "masked": flag.masked,
+        "propagatedFrom": list(flag.propagated_from),
+        "propagationBlocked": flag.blocked,
+    }
+
+
+def field_json(f: DatasetField, flag: FieldFlag | None = None) -> dict[str, Any]:
+    if flag is None:
+        flag = field_flags([f])[f.pk]
     return {
         "name": f.name,
         "type": f.type or None,
         "tags": [t.name for t in f.tags.all()],
         "description": f.description or None,
-        "pii": f.pii_category or None,
-        "subjectKind": f.subject_kind.name if f.subject_kind else None,
-        "flagSource": f.flag_source,
+        **flag_json(flag),
         "sensitivity": f.sensitivity or None,
         "removed": f.removed_at is not None,
     }
 
 
-def dataset_json(ds: Dataset) -> dict[str, Any]:
-    """Marquez's dataset shape, plus owners, retention, sensitivity and PII per field."""
+def dataset_json(ds: Dataset, flags: dict[int, FieldFlag] | None = None) -> dict[str, Any]:
+    """Marquez's dataset shape, plus owners, retention, sensitivity and PII per field
+    (``flags``: the fields' flags, when the caller read them for many datasets at once)."""
     fields = [f for f in ds.fields.all() if f.removed_at is None]
+    if flags is None:
+        flags = field_flags(fields)
     return {
         "id": {"namespace": ds.namespace.name, "name": ds.name},
         "type": "DB_TABLE",
@@ -122,7 +139,7 @@ def dataset_json(ds: Dataset) -> dict[str, Any]:
         "updatedAt": iso(ds.updated_at),
         "namespace": ds.namespace.name,
         "sourceName": ds.source_name or ds.namespace.name,
-        "fields": [field_json(f) for f in fields],
+        "fields": [field_json(f, flags[f.pk]) for f in fields],
         "tags": [t.name for t in ds.tags.all()],
         "lastModifiedAt": iso(ds.last_seen),
         "lastLifecycleState": ds.lifecycle_state,
@@ -164,8 +181,7 @@ def dataset_as_of_json(ds: Dataset, as_of: datetime) -> dict[str, Any]:
                     "name": f.name,
                     "type": f.type or None,
                     "description": f.description or None,
-                    "pii": f.pii_category or None,
-                    "subjectKind": f.subject_kind,
+                    **flag_json(f.flag),
                     "sensitivity": f.sensitivity or None,
                 }
                 for f in state.fields
@@ -233,7 +249,8 @@ class DatasetListView(APIView):
             raise ApiError(f"Namespace {namespace} not found", "namespace", status_code=404)
         qs = queries.datasets_with_details().filter(namespace__name=namespace).order_by("name")
         rows, total = paged(request, qs)
-        return Response({"totalCount": total, "datasets": [dataset_json(d) for d in rows]})
+        flags = field_flags([f for d in rows for f in d.fields.all() if f.removed_at is None])
+        return Response({"totalCount": total, "datasets": [dataset_json(d, flags) for d in rows]})
 
 
 class OwnerInput(serializers.Serializer[Any]):
@@ -326,6 +343,12 @@ class FieldPatchInput(serializers.Serializer[Any]):
         choices=Sensitivity.values, required=False, allow_null=True, allow_blank=True
     )
     description = TextField(required=False, allow_blank=True, max_length=10000)
+    confirm = serializers.BooleanField(
+        required=False, help_text="true: the propagated flag shown becomes declared"
+    )
+    propagationBlocked = serializers.BooleanField(
+        required=False, help_text="true stops propagated flags here and below; false lifts it"
+    )
 
     def validate_subjectKind(self, value: str | None) -> SubjectKind | None:
         if value is None or value == "":
@@ -367,16 +390,33 @@ class FieldDetailView(APIView):
         serializer = FieldPatchInput(data=payload)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
+        actor = actions.Actor(user=request.user)
+        propagated = target.flag_source == FlagSource.PROPAGATED
+        if data.get("confirm"):
+            if not propagated:
+                raise ApiError("This field shows no propagated flag to confirm", "confirm")
+            if "pii" in data or "subjectKind" in data:
+                raise ApiError(
+                    "confirm declares the flag shown: give no pii or subjectKind", "confirm"
+                )
+            actions.confirm_flag(target, actor)
         changes: dict[str, Any] = {}
-        if "pii" in data:
-            changes["pii_category"] = data["pii"] or ""
-        if "subjectKind" in data:
-            changes["subject_kind"] = data["subjectKind"]
+        clearing = not data.get("pii") and not data.get("subjectKind")
+        if propagated and ("pii" in data or "subjectKind" in data) and clearing:
+            # Null on a propagated flag: this column holds no personal data; stop it here.
+            changes["propagation_blocked"] = True
+        else:
+            if "pii" in data:
+                changes["pii_category"] = data["pii"] or ""
+            if "subjectKind" in data:
+                changes["subject_kind"] = data["subjectKind"]
+        if "propagationBlocked" in data:
+            changes["propagation_blocked"] = data["propagationBlocked"]
         if "sensitivity" in data:
             changes["sensitivity"] = data["sensitivity"] or ""
         if "description" in data:
             changes["description"] = data["description"]
-        actions.update_field(target, changes, actions.Actor(user=request.user))
+        actions.update_field(target, changes, actor)
         return Response(field_json(self._field(namespace, name, field)))
 
 

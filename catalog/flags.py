@@ -171,6 +171,9 @@ class FieldFlag:
         return bool(self.pii or self.subject_kind)
 
 
+NO_FLAG = FieldFlag("", None, FlagSource.DECLARED, False, (), False)
+
+
 def _node_ids(field_ids: Iterable[int]) -> dict[int, str]:
     ids = sorted(set(field_ids))
     found = {}

@@ -10,6 +10,7 @@ from typing import Any
 from django.db.models import Prefetch, Q, QuerySet
 
 from catalog.actions import owners_value, tags_value
+from catalog.flags import NO_FLAG, FieldFlag, field_flags
 from catalog.models import (
     ChangeRecord,
     Dataset,
@@ -77,9 +78,16 @@ class FieldState:
     name: str
     type: str
     description: str
-    pii_category: str
-    subject_kind: str | None
+    flag: FieldFlag
     sensitivity: str
+
+    @property
+    def pii_category(self) -> str:
+        return self.flag.pii
+
+    @property
+    def subject_kind(self) -> str | None:
+        return self.flag.subject_kind
 
 
 @dataclass
@@ -122,6 +130,7 @@ def dataset_state_as_of(dataset: Dataset, as_of: datetime) -> DatasetState:
         if version is not None
         else [{"name": f.name, "type": f.type} for f in current_fields.values()]
     )
+    flags = field_flags(list(current_fields.values()), as_of)
     for item in schema:
         name = item["name"]
         live = current_fields.get(name)
@@ -130,12 +139,7 @@ def dataset_state_as_of(dataset: Dataset, as_of: datetime) -> DatasetState:
                 name=name,
                 type=item.get("type") or "",
                 description=attr("description", live.description if live else "", name),
-                pii_category=attr("pii_category", live.pii_category if live else "", name),
-                subject_kind=attr(
-                    "subject_kind",
-                    live.subject_kind.name if live and live.subject_kind else None,
-                    name,
-                ),
+                flag=flags[live.pk] if live else NO_FLAG,
                 sensitivity=attr("sensitivity", live.sensitivity if live else "", name),
             )
         )

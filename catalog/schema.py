@@ -65,15 +65,21 @@ NAMESPACE = obj(
     }
 )
 RETENTION = obj({"name": STR, "durationDays": NINT, "action": NSTR, "legalBasis": NSTR})
+FLAG: dict[str, Schema] = {
+    "pii": NSTR,
+    "subjectKind": NSTR,
+    "flagSource": {"type": "string", "enum": ["declared", "propagated"]},
+    "masked": BOOL,
+    "propagatedFrom": arr(STR),
+    "propagationBlocked": BOOL,
+}
 FIELD = obj(
     {
         "name": STR,
         "type": NSTR,
         "tags": arr(STR),
         "description": NSTR,
-        "pii": NSTR,
-        "subjectKind": NSTR,
-        "flagSource": STR,
+        **FLAG,
         "sensitivity": NSTR,
         "removed": BOOL,
     }
@@ -114,16 +120,7 @@ DATASET_AS_OF = obj(
         "asOf": TIME,
         "existed": BOOL,
         "fields": arr(
-            obj(
-                {
-                    "name": STR,
-                    "type": NSTR,
-                    "description": NSTR,
-                    "pii": NSTR,
-                    "subjectKind": NSTR,
-                    "sensitivity": NSTR,
-                }
-            )
+            obj({"name": STR, "type": NSTR, "description": NSTR, **FLAG, "sensitivity": NSTR})
         ),
         "owners": arr(obj({"name": STR, "type": NSTR})),
         "retentionPolicy": null(obj({"name": STR}, optional=("durationDays", "action"))),

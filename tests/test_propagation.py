@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import time_machine
 from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -325,3 +326,183 @@ def test_incremental_flags_equal_a_recomputation_now_and_as_of_any_instant(ops):
                     assert set(flag.propagated_from) <= {node_id[s] for s in naive[f.pk]}
                     assert flag.masked == all(naive[f.pk].values())
         transaction.set_rollback(True)
+
+
+# -- through the API and ingestion ------------------------------------------------------------
+
+
+def _ingest(api, producer, capture, events):
+    with capture(execute=True):
+        response = api(producer).post("/api/v1/lineage/batch", events, format="json")
+    assert response.status_code == 201, response.content
+
+
+def _copy_event(n, when, source, target, columns, masking=False, source_schema=None):
+    from tests.ingest_builders import PG, dataset, run_event, run_id, schema
+
+    fields = {
+        out: {
+            "inputFields": [
+                {
+                    "namespace": PG,
+                    "name": source,
+                    "field": inp,
+                    "transformations": [
+                        {
+                            "type": "DIRECT",
+                            "subtype": "TRANSFORMATION" if masking else "IDENTITY",
+                            "masking": masking,
+                        }
+                    ],
+                }
+            ]
+        }
+        for out, inp in columns.items()
+    }
+    return run_event(
+        "COMPLETE",
+        run_id(n),
+        when,
+        job=f"copy.{target}",
+        inputs=[dataset(source, schema=schema(*(source_schema or columns.values())))],
+        outputs=[dataset(target, schema=schema(*columns), columnLineage={"fields": fields})],
+    )
+
+
+def test_flags_reach_copies_made_by_ingestion_and_show_in_the_api(
+    api, producer, steward, viewer, django_capture_on_commit_callbacks
+):
+    from urllib.parse import quote
+
+    from tests.ingest_builders import PG, at as event_at
+
+    SubjectKind.objects.create(name="customer")
+    capture = django_capture_on_commit_callbacks
+    _ingest(
+        api,
+        producer,
+        capture,
+        [
+            _copy_event(
+                1,
+                event_at(1),
+                "raw.customers",
+                "staging.customers",
+                {"cust_key": "id", "full_name": "name"},
+            ),
+            _copy_event(
+                2,
+                event_at(2),
+                "staging.customers",
+                "marts.c360",
+                {"customer": "cust_key"},
+                masking=True,
+                source_schema=("cust_key", "full_name"),
+            ),
+        ],
+    )
+    base = f"/api/v1/namespaces/{quote(PG, safe='')}/datasets"
+    with capture(execute=True):
+        for column, body in (
+            ("id", {"pii": "identifier", "subjectKind": "customer"}),
+            ("name", {"pii": "name"}),
+        ):
+            response = api(steward).patch(
+                f"{base}/raw.customers/fields/{column}", body, format="json"
+            )
+            assert response.status_code == 200, response.content
+    staging = {f["name"]: f for f in api(viewer).get(f"{base}/staging.customers").json()["fields"]}
+    expected = {
+        "pii": "identifier",
+        "subjectKind": "customer",
+        "flagSource": "propagated",
+        "masked": False,
+        "propagatedFrom": [f"datasetField:{PG}:raw.customers:id"],
+    }
+    assert {key: staging["cust_key"][key] for key in expected} == expected
+    assert staging["full_name"]["pii"] == "name"
+    mart = api(viewer).get(f"{base}/marts.c360").json()["fields"][0]
+    assert (mart["pii"], mart["masked"], mart["flagSource"]) == ("identifier", True, "propagated")
+
+    # A steward blocks the flag on the copy: it stops there and below, and history keeps it.
+    response = api(steward).patch(
+        f"{base}/staging.customers/fields/cust_key", {"pii": None}, format="json"
+    )
+    assert response.status_code == 200
+    assert (response.json()["pii"], response.json()["propagationBlocked"]) == (None, True)
+    assert api(viewer).get(f"{base}/marts.c360").json()["fields"][0]["pii"] is None
+    history = api(viewer).get(f"{base}/staging.customers/history").json()["changes"]
+    assert any(c["attribute"] == "propagation_blocked" and c["new"] is True for c in history)
+    api(steward).patch(
+        f"{base}/staging.customers/fields/cust_key", {"propagationBlocked": False}, format="json"
+    )
+    assert api(viewer).get(f"{base}/marts.c360").json()["fields"][0]["pii"] == "identifier"
+
+    # Confirming makes the propagated flag declared.
+    response = api(steward).patch(
+        f"{base}/staging.customers/fields/full_name", {"confirm": True}, format="json"
+    )
+    assert (response.json()["flagSource"], response.json()["pii"]) == ("declared", "name")
+    again = api(steward).patch(
+        f"{base}/staging.customers/fields/full_name", {"confirm": True}, format="json"
+    )
+    assert again.status_code == 400 and again.json()["field"] == "confirm"
+
+    # As of before the steward declared anything, no copy held a flag.
+    before = api(viewer).get(f"{base}/staging.customers?asOf=2026-03-01T12:00:00Z").json()
+    assert all(f["pii"] is None for f in before["fields"])
+
+
+def test_an_aggregate_report_stays_unflagged_and_a_dropped_copy_loses_its_flag(
+    api, producer, steward, viewer, django_capture_on_commit_callbacks
+):
+    from urllib.parse import quote
+
+    from tests.ingest_builders import PG, at as event_at, drop, run_event, run_id, dataset, schema
+
+    capture = django_capture_on_commit_callbacks
+    _ingest(
+        api,
+        producer,
+        capture,
+        [_copy_event(1, event_at(1), "raw.people", "tmp.export", {"email": "email"})],
+    )
+    report = run_event(
+        "COMPLETE",
+        run_id(9),
+        event_at(2),
+        job="report",
+        inputs=[dataset("raw.people", schema=schema("email"))],
+        outputs=[
+            dataset(
+                "marts.report",
+                schema=schema("people"),
+                columnLineage={
+                    "fields": {
+                        "people": {
+                            "inputFields": [
+                                {
+                                    "namespace": PG,
+                                    "name": "raw.people",
+                                    "field": "email",
+                                    "transformations": [
+                                        {"type": "DIRECT", "subtype": "AGGREGATION"}
+                                    ],
+                                }
+                            ]
+                        }
+                    }
+                },
+            )
+        ],
+    )
+    _ingest(api, producer, capture, [report])
+    base = f"/api/v1/namespaces/{quote(PG, safe='')}/datasets"
+    with time_machine.travel(datetime(2026, 2, 1, tzinfo=UTC)), capture(execute=True):
+        api(steward).patch(f"{base}/raw.people/fields/email", {"pii": "email"}, format="json")
+    assert api(viewer).get(f"{base}/tmp.export").json()["fields"][0]["pii"] == "email"
+    assert api(viewer).get(f"{base}/marts.report").json()["fields"][0]["pii"] is None
+    _ingest(api, producer, capture, [drop("tmp.export", event_at(5))])
+    assert api(viewer).get(f"{base}/tmp.export/fields/email").json()["pii"] is None
+    then = api(viewer).get(f"{base}/tmp.export?asOf=2026-03-04T00:00:00Z").json()["fields"][0]
+    assert (then["pii"], then["flagSource"]) == ("email", "propagated")
