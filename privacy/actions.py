@@ -44,6 +44,7 @@ from privacy.queries import (
     SubjectSearch,
     as_json_safe,
     dataset_links,
+    scan_findings,
     search_subject,
 )
 from privacy.sealing import SealError, normalise, seal, unseal, value_hash
@@ -162,6 +163,7 @@ def do_subject_search(
         limit=limit,
         offset=offset,
     )
+    search.scan = scan_findings(request.subject_kind.name, [h["hash"] for h in request.hashes()])
     totals = search.totals
     entry = log_audit(
         user,

@@ -32,7 +32,13 @@ from catalog.params import TextField, int_param, parse_instant
 from catalog.schema import paging_parameters
 from privacy import actions, erasure, queries, schema
 from privacy.models import AuditAction, AuditEntry, ErasurePlan, PrivacyRun
-from privacy.queries import UNCATEGORISED_KIND, DatasetHit, Evidence, SubjectSearch
+from privacy.queries import (
+    UNCATEGORISED_KIND,
+    DatasetHit,
+    Evidence,
+    ScanFindings,
+    SubjectSearch,
+)
 
 MAX_IDENTIFIERS = 20
 MAX_VALUE_LENGTH = 512
@@ -154,8 +160,9 @@ def evidence_json(evidence: Evidence) -> dict[str, Any]:
     }
 
 
-def hit_json(hit: DatasetHit) -> dict[str, Any]:
+def hit_json(hit: DatasetHit, scan: ScanFindings | None = None) -> dict[str, Any]:
     storage = erasure.storage_target(hit)
+    found = scan.for_dataset(hit.node_id) if scan else None
     return {
         "namespace": hit.namespace,
         "name": hit.name,
@@ -195,6 +202,8 @@ def hit_json(hit: DatasetHit) -> dict[str, Any]:
         "notScannableReason": storage.reason or None,
         "lifecycleState": hit.lifecycle_state,
         "evidence": evidence_json(hit.evidence),
+        # Lineage says the dataset may hold the subject's rows; a scan says whether it does.
+        "scan": {"rows": found["rows"], "at": iso(found["at"])} if found else None,
     }
 
 
@@ -224,8 +233,9 @@ def search_json(search: SubjectSearch, entry: AuditEntry | None = None) -> dict[
             "aggregatesTotal": totals["aggregate"],
             "complete": search.complete,
         },
-        "datasets": [hit_json(h) for h in search.datasets],
-        "aggregates": [hit_json(h) for h in search.aggregates],
+        "datasets": [hit_json(h, search.scan) for h in search.datasets],
+        "aggregates": [hit_json(h, search.scan) for h in search.aggregates],
+        "scannedAt": iso(search.scan.finished_at) if search.scan else None,
     }
 
 

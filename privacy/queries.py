@@ -288,9 +288,47 @@ class DatasetLink:
     job: str | None
 
 
+@dataclass(frozen=True)
+class ScanFindings:
+    """What a finished Spark scan found for a subject: rows per dataset node id."""
+
+    run_id: str
+    finished_at: datetime
+    rows: dict[str, int]
+
+    def for_dataset(self, node_id: str) -> dict[str, Any] | None:
+        """``{"rows": N, "at": …}`` when the scan looked at the dataset, else None."""
+        if node_id not in self.rows:
+            return None
+        return {"rows": self.rows[node_id], "at": self.finished_at}
+
+
+def scan_findings(subject_kind: str, hashes: Sequence[str]) -> ScanFindings | None:
+    """The newest finished scan for these identifiers (their keyed hashes), if any."""
+    wanted = sorted(hashes)
+    runs = PrivacyRun.objects.filter(
+        kind="scan", state="done", subject_kind=subject_kind, finished_at__isnull=False
+    ).order_by("-finished_at")[:50]
+    for run in runs:
+        if sorted(h["hash"] for h in run.value_hashes) == wanted:
+            rows = {
+                key: int(result["rowsFound"])
+                for key, result in (run.results or {}).items()
+                if isinstance(result, dict) and isinstance(result.get("rowsFound"), int)
+            }
+            assert run.finished_at is not None
+            return ScanFindings(str(run.id), run.finished_at, rows)
+    return None
+
+
 @dataclass
 class SubjectSearch:
-    """A search's answer: totals for every relation, and one page of hydrated datasets."""
+    """A search's answer: totals for every relation, and one page of hydrated datasets.
+
+    Lineage says which datasets *may* hold the subject's rows; ``scan`` (the newest
+    finished Spark scan for the same subject and identifiers, if any) says per dataset
+    whether they are really there.
+    """
 
     subject_kind: str
     as_of: datetime | None
@@ -303,6 +341,7 @@ class SubjectSearch:
     # Every field reached and its dataset (for the links an erasure plan orders by).
     reached_fields: Any = field(default=None, repr=False)
     reached_datasets: Any = field(default=None, repr=False)
+    scan: ScanFindings | None = None
 
     @property
     def all_hits(self) -> list[DatasetHit]:

@@ -67,6 +67,7 @@ HIT = obj(
         "notScannableReason": NSTR,
         "lifecycleState": STR,
         "evidence": EVIDENCE,
+        "scan": null(obj({"rows": INT, "at": TIME})),
     }
 )
 SEARCH = obj(
@@ -98,6 +99,7 @@ SEARCH = obj(
         ),
         "datasets": arr(HIT),
         "aggregates": arr(HIT),
+        "scannedAt": NTIME,
     }
 )
 RUN = obj(

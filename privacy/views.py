@@ -154,8 +154,11 @@ def search(request: HttpRequest) -> HttpResponse:
         {
             "result": result,
             "entry": entry,
-            "datasets": [hit_json(h) for h in result.datasets],
-            "aggregates": [hit_json(h) for h in result.aggregates],
+            "datasets": [hit_json(h, result.scan) for h in result.datasets],
+            "aggregates": [hit_json(h, result.scan) for h in result.aggregates],
+            "confirmed": sum(
+                1 for h in result.datasets if result.scan and result.scan.rows.get(h.node_id)
+            ),
             "hidden_rows": [r for r in rows if r["value"].strip()],
             "holding_total": holding,
             "next_offset": (

@@ -236,6 +236,26 @@ def test_it_scans_candidates_and_reports_progress(
     assert outcomes == ["requested", "ok"]
 
 
+def test_a_search_says_may_hold_before_a_scan_and_what_the_scan_found_after(
+    shop, officer, fake_spark, django_capture_on_commit_callbacks
+):
+    shop.datasets[CUSTOMERS].location = "/lake/customers"
+    shop.datasets[CUSTOMERS].save()
+    before = officer.post(SEARCH, body(value=SECRET), format="json").json()
+    assert before["scannedAt"] is None
+    assert {d["scan"] is None for d in before["datasets"]} == {True}
+    with django_capture_on_commit_callbacks(execute=True):
+        officer.post(SCANS, body(value=SECRET), format="json")
+    after = officer.post(SEARCH, body(value=SECRET), format="json").json()
+    assert after["scannedAt"] is not None
+    by_name = {d["name"]: d for d in after["datasets"]}
+    assert by_name[CUSTOMERS]["scan"]["rows"] == 2
+    assert by_name[ORDERS]["scan"] is None  # not scannable: nothing was looked at
+    # Another identifier has no scan of its own.
+    other = officer.post(SEARCH, body(value="somebody-else@example.com"), format="json").json()
+    assert other["scannedAt"] is None
+
+
 def test_it_fails_a_run_whose_seal_cannot_be_opened(shop, compliance, settings):
     settings.PRIVACY_RUNS_INLINE = True
     run = PrivacyRun.objects.create(

@@ -374,7 +374,8 @@ def test_flags_reach_copies_made_by_ingestion_and_show_in_the_api(
 ):
     from urllib.parse import quote
 
-    from tests.ingest_builders import PG, at as event_at
+    from tests.ingest_builders import PG
+    from tests.ingest_builders import at as event_at
 
     SubjectKind.objects.create(name="customer")
     capture = django_capture_on_commit_callbacks
@@ -458,14 +459,15 @@ def test_an_aggregate_report_stays_unflagged_and_a_dropped_copy_loses_its_flag(
 ):
     from urllib.parse import quote
 
-    from tests.ingest_builders import PG, at as event_at, drop, run_event, run_id, dataset, schema
+    from tests.ingest_builders import PG, dataset, drop, run_event, run_id, schema
+    from tests.ingest_builders import at as event_at
 
     capture = django_capture_on_commit_callbacks
     _ingest(
         api,
         producer,
         capture,
-        [_copy_event(1, event_at(1), "raw.people", "tmp.export", {"email": "email"})],
+        [_copy_event(1, event_at(1), "raw.people", "scratch.export", {"email": "email"})],
     )
     report = run_event(
         "COMPLETE",
@@ -500,9 +502,9 @@ def test_an_aggregate_report_stays_unflagged_and_a_dropped_copy_loses_its_flag(
     base = f"/api/v1/namespaces/{quote(PG, safe='')}/datasets"
     with time_machine.travel(datetime(2026, 2, 1, tzinfo=UTC)), capture(execute=True):
         api(steward).patch(f"{base}/raw.people/fields/email", {"pii": "email"}, format="json")
-    assert api(viewer).get(f"{base}/tmp.export").json()["fields"][0]["pii"] == "email"
+    assert api(viewer).get(f"{base}/scratch.export").json()["fields"][0]["pii"] == "email"
     assert api(viewer).get(f"{base}/marts.report").json()["fields"][0]["pii"] is None
-    _ingest(api, producer, capture, [drop("tmp.export", event_at(5))])
-    assert api(viewer).get(f"{base}/tmp.export/fields/email").json()["pii"] is None
-    then = api(viewer).get(f"{base}/tmp.export?asOf=2026-03-04T00:00:00Z").json()["fields"][0]
+    _ingest(api, producer, capture, [drop("scratch.export", event_at(5))])
+    assert api(viewer).get(f"{base}/scratch.export/fields/email").json()["pii"] is None
+    then = api(viewer).get(f"{base}/scratch.export?asOf=2026-03-04T00:00:00Z").json()["fields"][0]
     assert (then["pii"], then["flagSource"]) == ("email", "propagated")
