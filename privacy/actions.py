@@ -392,6 +392,14 @@ def request_erasure_run(
     """
     require_ready(plan)
     if not _same_identifiers(plan, request):
+        log_audit(
+            user,
+            AuditAction.ERASURE_APPLY if apply else AuditAction.ERASURE_DRY_RUN,
+            outcome=AuditOutcome.REFUSED,
+            subject_kind=plan.subject_kind,
+            hashes=request.hashes(),
+            detail={"plan": str(plan.id)},
+        )
         raise PrivacyError(
             "The identifiers do not match this erasure plan", "identifiers", status=422
         )

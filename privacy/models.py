@@ -30,6 +30,7 @@ class AuditOutcome(models.TextChoices):
     REQUESTED = "requested", "Requested"
     FAILED = "failed", "Failed"
     DENIED = "denied", "Denied"
+    REFUSED = "refused", "Refused: the identifiers do not match the plan"
 
 
 class AuditEntry(models.Model):

@@ -379,6 +379,9 @@ def test_it_guards_dry_run_and_apply(shop, officer, fake_spark, django_capture_o
     url = f"{PLANS}/{plan['id']}"
     wrong = officer.post(f"{url}/dry-run", body(value="someone else"), format="json")
     assert (wrong.status_code, wrong.json()["field"]) == (422, "identifiers")
+    refused = AuditEntry.objects.get(outcome="refused")
+    assert (refused.action, refused.detail) == ("erasure_dry_run", {"plan": plan["id"]})
+    assert "someone else" not in json.dumps(refused.value_hashes)
     early = officer.post(f"{url}/apply", body(value=SECRET, confirm=True), format="json")
     assert (early.status_code, early.json()["field"]) == (409, "apply")
     as_of = officer.post(f"{url}/dry-run", body(value=SECRET, asOf="2024-01-01"), format="json")
