@@ -3,6 +3,7 @@ as a ChangeRecord (who, when, old → new) in the same transaction."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -210,6 +211,37 @@ def confirm_flag(field: DatasetField, actor: Actor, at: datetime | None = None) 
 
 def ensure_subject_kind(name: str) -> SubjectKind:
     kind, _ = SubjectKind.objects.get_or_create(name=name)
+    return kind
+
+
+class SubjectKindError(ValueError):
+    def __init__(self, message: str, field: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message, self.field, self.status = message, field, status
+
+
+SUBJECT_KIND_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+
+
+def create_subject_kind(name: str, description: str = "") -> SubjectKind:
+    """A new kind of data subject (customer, employee, …): a lower-case slug, once."""
+    name = name.strip()
+    if not SUBJECT_KIND_NAME.match(name):
+        raise SubjectKindError(
+            "A subject kind is a lower-case word (letters, digits, - and _), "
+            f"starting with a letter, at most 64 characters: {name[:64]!r}",
+            "name",
+        )
+    with transaction.atomic():
+        if SubjectKind.objects.filter(name=name).exists():
+            raise SubjectKindError(f"Subject kind {name!r} exists already", "name", 409)
+        return SubjectKind.objects.create(name=name, description=description.strip())
+
+
+def describe_subject_kind(kind: SubjectKind, description: str) -> SubjectKind:
+    """A kind's description (its name stays: history and audits refer to it)."""
+    kind.description = description.strip()
+    kind.save(update_fields=["description"])
     return kind
 
 

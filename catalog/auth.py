@@ -258,6 +258,21 @@ class CanSearchSubjects(_PermissionRequired):
     message = "Subject search needs the compliance role"
 
 
+class ManageSubjectKinds(permissions.BasePermission):
+    """Subject kinds: compliance reads them (to search), stewards define them."""
+
+    message = "Subject kinds are read by compliance and stewards, and defined by stewards"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if not (request.user and request.user.is_authenticated):
+            raise exceptions.NotAuthenticated()
+        if has_perm(request.user, EDIT_CATALOG):
+            return True
+        return request.method in permissions.SAFE_METHODS and has_perm(
+            request.user, SEARCH_SUBJECTS
+        )
+
+
 class ReadOrEditCatalog(permissions.BasePermission):
     """Safe methods need read access; writes need steward."""
 

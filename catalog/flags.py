@@ -154,34 +154,42 @@ def rank(category: str) -> int:
     return PRIORITY.index(category) if category in PRIORITY else len(PRIORITY)
 
 
+FieldName = tuple[str, str, str]  # namespace, dataset, field
+
+
 @dataclass(frozen=True)
 class FieldFlag:
     """The personal-data flag a field shows: declared, or propagated from declared sources
-    (``propagated_from``: their node ids), masked when every path that brought it masks."""
+    (``sources``), masked when every path that brought it masks."""
 
     pii: str
     subject_kind: str | None
     source: str
     masked: bool
-    propagated_from: tuple[str, ...]
+    sources: tuple[FieldName, ...]
     blocked: bool
 
     @property
     def personal(self) -> bool:
         return bool(self.pii or self.subject_kind)
 
+    @property
+    def propagated_from(self) -> tuple[str, ...]:
+        """The sources' node ids (``datasetField:{namespace}:{dataset}:{field}``)."""
+        return tuple(f"datasetField:{ns}:{ds}:{name}" for ns, ds, name in self.sources)
+
 
 NO_FLAG = FieldFlag("", None, FlagSource.DECLARED, False, (), False)
 
 
-def _node_ids(field_ids: Iterable[int]) -> dict[int, str]:
+def _names(field_ids: Iterable[int]) -> dict[int, FieldName]:
     ids = sorted(set(field_ids))
     found = {}
     for chunk in chunks(ids):
         for pk, namespace, dataset, name in DatasetField.objects.filter(pk__in=chunk).values_list(
             "pk", "dataset__namespace__name", "dataset__name", "name"
         ):
-            found[pk] = f"datasetField:{namespace}:{dataset}:{name}"
+            found[pk] = (namespace, dataset, name)
     return found
 
 
@@ -202,7 +210,7 @@ def field_flags(
         ):
             sources[field_id].append((source_id, masked))
     all_sources = {s for found in sources.values() for s, _ in found}
-    names = _node_ids(all_sources)
+    names = _names(all_sources)
     if as_of is None:
         return {f.pk: _current(f, sources.get(f.pk, []), names) for f in fields}
     lines = timelines([*ids, *all_sources])
@@ -223,7 +231,9 @@ def field_flags(
     return found
 
 
-def _current(f: DatasetField, reached: list[tuple[int, bool]], names: dict[int, str]) -> FieldFlag:
+def _current(
+    f: DatasetField, reached: list[tuple[int, bool]], names: dict[int, FieldName]
+) -> FieldFlag:
     kind = f.subject_kind.name if f.subject_kind else None
     if f.flag_source != FlagSource.PROPAGATED:
         return FieldFlag(
@@ -242,7 +252,7 @@ def _current(f: DatasetField, reached: list[tuple[int, bool]], names: dict[int, 
 def union_flag(
     reached: list[tuple[int, bool]],
     declared: dict[int, tuple[str, Any]],
-    names: dict[int, str],
+    names: dict[int, FieldName],
     blocked: bool,
 ) -> FieldFlag:
     """A field's flag from the (source, masked) pairs that reached it, given what each

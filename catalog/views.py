@@ -34,13 +34,15 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
 from catalog import actions, auth, queries
-from catalog.errors import ApiError
+from catalog.errors import ApiError, error_response
+from catalog.flags import field_flags
 from catalog.models import (
     ChangeRecord,
     Dataset,
     DatasetField,
     DatasetOwnership,
     DatasetVersion,
+    FlagSource,
     Namespace,
     PiiCategory,
     RetentionPolicy,
@@ -213,8 +215,54 @@ class FieldForm(forms.Form):
         required=False,
         empty_label="no",
     )
+    new_subject_kind = forms.CharField(
+        label="or a new subject kind", required=False, max_length=64, strip=True
+    )
     sensitivity = forms.ChoiceField(choices=[("", "—"), *Sensitivity.choices], required=False)
     description = forms.CharField(required=False, max_length=4000)
+
+    def clean_new_subject_kind(self) -> str:
+        name: str = self.cleaned_data.get("new_subject_kind", "")
+        if name and not actions.SUBJECT_KIND_NAME.match(name):
+            raise forms.ValidationError(
+                "A lower-case word: letters, digits, - and _, starting with a letter"
+            )
+        return name
+
+
+FLAG_ACTIONS = {
+    "block": {"propagation_blocked": True},
+    "unblock": {"propagation_blocked": False},
+}
+
+
+def with_flags(fields: list[DatasetField]) -> list[DatasetField]:
+    """The fields, each with its flag's ``flag`` (where a propagated one came from)."""
+    flags = field_flags(fields)
+    for f in fields:
+        f.flag = flags[f.pk]  # type: ignore[attr-defined]
+    return fields
+
+
+def field_changes(target: DatasetField, cleaned: dict[str, Any]) -> dict[str, Any]:
+    """What a posted field form changes. A field showing a propagated flag is declared only
+    when the flag posted differs from the one shown (the form shows it); none posted on it
+    means "not personal data here": a block."""
+    changes = dict(cleaned)
+    name = changes.pop("new_subject_kind", "")
+    if name:
+        changes["subject_kind"] = actions.ensure_subject_kind(name)
+    if target.flag_source == FlagSource.PROPAGATED:
+        shown = (target.pii_category, target.subject_kind)
+        posted = (changes.get("pii_category", ""), changes.get("subject_kind"))
+        if posted == shown:
+            changes.pop("pii_category", None)
+            changes.pop("subject_kind", None)
+        elif posted == ("", None):
+            changes.pop("pii_category", None)
+            changes.pop("subject_kind", None)
+            changes["propagation_blocked"] = True
+    return changes
 
 
 def dataset_initial(dataset: Dataset) -> dict[str, Any]:
@@ -420,7 +468,7 @@ def dataset_detail(request: HttpRequest) -> HttpResponse:
     as_of = page_as_of(request)
     state = queries.dataset_state_as_of(dataset, as_of) if as_of else None
     versions = queries.latest_versions(dataset, limit=21)
-    fields = [f for f in dataset.fields.all() if f.removed_at is None]
+    fields = with_flags([f for f in dataset.fields.all() if f.removed_at is None])
     return render(
         request,
         "catalog/dataset_detail.html",
@@ -516,10 +564,23 @@ def field_edit(request: HttpRequest) -> HttpResponse:
     """Steward edit of one field's PII category, subject kind, sensitivity and description."""
     dataset = fetch_dataset(request.GET)
     target = fetch_field(dataset, request.GET.get("field", ""))
+    if request.method == "POST" and request.POST.get("action"):
+        actor = actions.Actor(user=request.user)
+        action = request.POST["action"]
+        if action == "confirm" and target.flag_source == FlagSource.PROPAGATED:
+            actions.confirm_flag(target, actor)
+        elif action in FLAG_ACTIONS:
+            actions.update_field(target, FLAG_ACTIONS[action], actor)
+        else:
+            return error_response(request, 400, f"Unknown action {action[:40]!r}", "action")
+        forget_worklists()
+        messages.success(request, f"Field {target.name} updated.")
+        return HttpResponseRedirect(dataset_url(dataset))
     if request.method == "POST":
         form = FieldForm(request.POST)
         if form.is_valid():
-            actions.update_field(target, form.cleaned_data, actions.Actor(user=request.user))
+            changes = field_changes(target, form.cleaned_data)
+            actions.update_field(target, changes, actions.Actor(user=request.user))
             forget_worklists()
             if not is_fragment(request):
                 messages.success(request, f"Field {target.name} updated.")
@@ -530,7 +591,7 @@ def field_edit(request: HttpRequest) -> HttpResponse:
                 "catalog/_field_row.html",
                 {
                     "dataset": dataset,
-                    "field": fetch_field(dataset, target.name),
+                    "field": with_flags([fetch_field(dataset, target.name)])[0],
                     "editable": True,
                     "field_node_prefix": field_node_prefix(dataset),
                 },

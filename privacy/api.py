@@ -25,7 +25,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from catalog.auth import VIEW_AUDIT, CanSearchSubjects
+from catalog import actions as catalog_actions
+from catalog.auth import VIEW_AUDIT, CanSearchSubjects, ManageSubjectKinds
 from catalog.errors import ApiError
 from catalog.models import PiiCategory, SubjectKind
 from catalog.params import TextField, int_param, parse_instant
@@ -527,7 +528,23 @@ class AuditListView(PrivacyView):
         return Response({"totalCount": qs.count(), "entries": [audit_json(e) for e in rows]})
 
 
+def subject_kind_json(kind: SubjectKind, fields: int) -> dict[str, Any]:
+    return {"name": kind.name, "description": kind.description or None, "fields": fields}
+
+
+class SubjectKindInput(serializers.Serializer[Any]):
+    name = TextField(max_length=64)
+    description = TextField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class SubjectKindPatchInput(serializers.Serializer[Any]):
+    description = TextField(allow_blank=True, max_length=2000)
+
+
 class SubjectKindListView(PrivacyView):
+    permission_classes = [ManageSubjectKinds]
+    audit_action = AuditAction.LOOKUP
+
     @extend_schema(
         responses={200: schema.SUBJECT_KINDS}, summary="Subject kinds and identifier kinds"
     )
@@ -535,10 +552,50 @@ class SubjectKindListView(PrivacyView):
         kinds = queries.subject_kinds()
         return Response(
             {
-                "subjectKinds": [
-                    {"name": k.name, "description": k.description or None, "fields": n}
-                    for k, n in kinds
-                ],
+                "subjectKinds": [subject_kind_json(k, n) for k, n in kinds],
                 "identifierKinds": IDENTIFIER_KINDS,
             }
         )
+
+    @extend_schema(
+        request=SubjectKindInput,
+        responses={201: schema.SUBJECT_KIND},
+        summary="Define a kind of data subject (stewards)",
+    )
+    def post(self, request: Request) -> Response:
+        data = _strict(SubjectKindInput, request.data)
+        try:
+            kind = catalog_actions.create_subject_kind(data["name"], data["description"])
+        except catalog_actions.SubjectKindError as exc:
+            raise ApiError(exc.message, exc.field, exc.status) from exc
+        return Response(subject_kind_json(kind, 0), status=status.HTTP_201_CREATED)
+
+
+class SubjectKindDetailView(PrivacyView):
+    permission_classes = [ManageSubjectKinds]
+    audit_action = AuditAction.LOOKUP
+
+    @extend_schema(
+        request=SubjectKindPatchInput,
+        responses={200: schema.SUBJECT_KIND},
+        summary="Describe a kind of data subject (stewards; the name stays)",
+    )
+    def patch(self, request: Request, name: str) -> Response:
+        kind = SubjectKind.objects.filter(name=name).first()
+        if kind is None:
+            raise ApiError(f"Subject kind {name!r} not found", "name", 404)
+        data = _strict(SubjectKindPatchInput, request.data)
+        kind = catalog_actions.describe_subject_kind(kind, data["description"])
+        return Response(
+            subject_kind_json(kind, kind.fields.filter(removed_at__isnull=True).count())
+        )
+
+
+def _strict(serializer_class: type[serializers.Serializer[Any]], payload: Any) -> dict[str, Any]:
+    """A JSON object's fields, checked; an unknown key is an error naming it."""
+    if not isinstance(payload, dict):
+        raise ApiError("Request body must be a JSON object", "body")
+    _reject_unknown(payload, set(serializer_class().fields))
+    serializer = serializer_class(data=payload)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)

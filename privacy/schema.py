@@ -198,9 +198,5 @@ AUDIT = obj(
         ),
     }
 )
-SUBJECT_KINDS = obj(
-    {
-        "subjectKinds": arr(obj({"name": STR, "description": NSTR, "fields": INT})),
-        "identifierKinds": arr(STR),
-    }
-)
+SUBJECT_KIND = obj({"name": STR, "description": NSTR, "fields": INT})
+SUBJECT_KINDS = obj({"subjectKinds": arr(SUBJECT_KIND), "identifierKinds": arr(STR)})

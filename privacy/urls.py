@@ -7,6 +7,11 @@ from privacy import api, views
 api_urlpatterns: list[URLPattern | URLResolver] = [
     path("privacy/subject-search", api.SubjectSearchView.as_view(), name="privacy-api-search"),
     path("privacy/subject-kinds", api.SubjectKindListView.as_view(), name="privacy-api-kinds"),
+    path(
+        "privacy/subject-kinds/<slug:name>",
+        api.SubjectKindDetailView.as_view(),
+        name="privacy-api-kind",
+    ),
     path("privacy/scans", api.ScanListView.as_view(), name="privacy-api-scans"),
     path("privacy/runs/<uuid:run_id>", api.RunDetailView.as_view(), name="privacy-api-run"),
     path("privacy/erasure-plans", api.ErasurePlanListView.as_view(), name="privacy-api-plans"),

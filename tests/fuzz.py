@@ -174,7 +174,14 @@ PAGES: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "field-edit": {
         "GET": ("namespace", "name", "field"),
-        "POST": ("pii_category", "subject_kind", "sensitivity", "description"),
+        "POST": (
+            "pii_category",
+            "subject_kind",
+            "new_subject_kind",
+            "sensitivity",
+            "description",
+            "action",
+        ),
     },
     "dataset-history": {"GET": ("namespace", "name")},
     "schema-compare": {"GET": ("namespace", "name", "from", "to")},

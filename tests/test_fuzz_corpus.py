@@ -93,7 +93,9 @@ PATH_VALUES = {
 def path_kwargs(route: fuzz.Route, world: dict[str, Any]) -> dict[str, str]:
     values = {}
     for key in route.kwargs:
-        if key in PATH_VALUES:
+        if route.converters.get(key) == "slug":  # a subject kind's name
+            values[key] = "customer"
+        elif key in PATH_VALUES:
             values[key] = PATH_VALUES[key]
         elif key == "run_id":
             values[key] = world["privacy_run"] if "privacy" in route.name else world["run_id"]

@@ -551,3 +551,29 @@ def test_it_lends_the_erasure_job_a_producer_token_for_its_own_lineage(
     assert seen["active"] is True
     assert seen["lineage"]["url"] == "http://testserver"
     assert not ApiToken.objects.filter(user=seen["user"], revoked_at__isnull=True).exists()
+
+
+def test_stewards_define_subject_kinds_and_compliance_reads_them(db, api, steward, compliance):
+    kinds = "/api/v1/privacy/subject-kinds"
+    assert api(steward).get(kinds).json()["subjectKinds"] == []
+    created = api(steward).post(
+        kinds, {"name": "patient", "description": "A clinic's patient"}, format="json"
+    )
+    assert created.status_code == 201, created.content
+    assert created.json() == {"name": "patient", "description": "A clinic's patient", "fields": 0}
+    again = api(steward).post(kinds, {"name": "patient"}, format="json")
+    assert (again.status_code, again.json()["field"]) == (409, "name")
+    bad = api(steward).post(kinds, {"name": "Patient Records"}, format="json")
+    assert (bad.status_code, bad.json()["field"]) == (400, "name")
+    unknown = api(steward).post(kinds, {"name": "x", "colour": "red"}, format="json")
+    assert (unknown.status_code, unknown.json()["field"]) == (400, "colour")
+    described = api(steward).patch(
+        f"{kinds}/patient", {"description": "Anyone treated"}, format="json"
+    )
+    assert described.json()["description"] == "Anyone treated"
+    assert (
+        api(steward).patch(f"{kinds}/nobody", {"description": ""}, format="json").status_code == 404
+    )
+    assert api(compliance).post(kinds, {"name": "visitor"}, format="json").status_code == 403
+    names = [k["name"] for k in api(compliance).get(kinds).json()["subjectKinds"]]
+    assert names == ["patient"]

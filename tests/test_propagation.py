@@ -508,3 +508,34 @@ def test_an_aggregate_report_stays_unflagged_and_a_dropped_copy_loses_its_flag(
     assert api(viewer).get(f"{base}/scratch.export/fields/email").json()["pii"] is None
     then = api(viewer).get(f"{base}/scratch.export?asOf=2026-03-04T00:00:00Z").json()["fields"][0]
     assert (then["pii"], then["flagSource"]) == ("email", "propagated")
+
+
+# -- on the pages ------------------------------------------------------------------------------
+
+
+def test_the_dataset_page_says_where_a_flag_came_from_and_lets_a_steward_confirm_or_block_it(
+    client, steward
+):
+    w = World(3)
+    w.declare(0, PiiCategory.EMAIL, at(0))
+    w.open(0, 1, "TRANSFORMATION", True, at(1), None)
+    w.open(1, 2, "IDENTITY", False, at(1), None)
+    client.force_login(steward)
+    page = "/datasets/show?namespace=pg://w&name=t1"
+    html = client.get(page).content.decode()
+    assert "PII · Email address · masked" in html
+    assert 'title="datasetField:pg://w:t0:c"' in html
+    assert "t0.c</a>" in html
+    edit = "/datasets/field?namespace=pg://w&name=t1&field=c"
+    assert client.post(edit, {"action": "block"}).status_code == 302
+    assert "not personal data here" in client.get(page).content.decode()
+    assert w.flag(2)[0] == ""
+    client.post(edit, {"action": "unblock"})
+    assert w.flag(2)[0] == PiiCategory.EMAIL
+    # Saving the form unchanged keeps the flag propagated; a new kind is made in place.
+    client.post(edit, {"pii_category": "email", "description": "hashed e-mail"})
+    assert w.flag(1)[2] == FlagSource.PROPAGATED
+    client.post(edit, {"pii_category": "email", "new_subject_kind": "newsletter-reader"})
+    assert w.flag(1)[:3] == (PiiCategory.EMAIL, "newsletter-reader", FlagSource.DECLARED)
+    bad = client.post(edit, {"pii_category": "email", "new_subject_kind": "Not A Slug"})
+    assert bad.status_code == 422 and "lower-case word" in bad.content.decode()

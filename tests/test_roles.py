@@ -28,7 +28,7 @@ pytestmark = pytest.mark.django_db
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 READ = "read the catalog and the lineage"
-EDIT = "edit descriptions, owners, tags, sensitivity, PII flags, retention"
+EDIT = "edit descriptions, owners, tags, sensitivity, PII flags, retention, subject kinds"
 TAINT = "mark datasets as tainted and clear taints"
 OPERATE = "replay events; send and read SQL logs"
 PRIVACY = "search for a data subject; scans, erasure plans"
@@ -37,7 +37,8 @@ POST_LINEAGE = "post lineage"
 TOKENS = "list and revoke their own API tokens"
 PUBLIC = "anyone, signed in or not"
 
-ACCESS: dict[str, dict[str, str]] = {
+# A row, or any of several rows.
+ACCESS: dict[str, dict[str, str | tuple[str, ...]]] = {
     # API
     "api-lineage": {"GET": READ, "POST": POST_LINEAGE},
     "api-lineage-graph": {"GET": READ, "POST": POST_LINEAGE},
@@ -63,7 +64,8 @@ ACCESS: dict[str, dict[str, str]] = {
     "api-taints": {"GET": READ, "POST": TAINT},
     "api-taint": {"GET": READ, "DELETE": TAINT},
     "privacy-api-search": {"POST": PRIVACY},
-    "privacy-api-kinds": {"GET": PRIVACY},
+    "privacy-api-kinds": {"GET": (PRIVACY, EDIT), "POST": EDIT},
+    "privacy-api-kind": {"PATCH": EDIT},
     "privacy-api-scans": {"POST": PRIVACY},
     "privacy-api-run": {"GET": PRIVACY},
     "privacy-api-plans": {"POST": PRIVACY},
@@ -152,7 +154,7 @@ def test_every_route_has_a_row():
 def test_every_row_is_in_the_readme():
     table = readme_table()
     assert set(ROLES) <= set.union(*table.values())
-    used = {capability for methods in ACCESS.values() for capability in methods.values()}
+    used = {row for methods in ACCESS.values() for rows in methods.values() for row in _rows(rows)}
     assert used - {PUBLIC} <= set(table), used - set(table)
 
 
@@ -188,13 +190,20 @@ def test_each_role_gets_exactly_what_the_readme_gives_it(role, world, settings):
             response = client.generic(method, path)
             allowed = capability == PUBLIC or (
                 user is not None
-                and (capability == TOKENS or (role is not None and role in table[capability]))
+                and any(
+                    row == TOKENS or (role is not None and role in table[row])
+                    for row in _rows(capability)
+                )
             )
             got = "allowed" if capability == PUBLIC else _verdict(response, route.is_api)
             expected = "allowed" if allowed else ("anonymous" if user is None else "refused")
             if got != expected:
                 wrong.append(f"{role}: {method} {path} gave {response.status_code} ({got})")
     assert not wrong, "\n".join(wrong)
+
+
+def _rows(capability: str | tuple[str, ...]) -> tuple[str, ...]:
+    return capability if isinstance(capability, tuple) else (capability,)
 
 
 def _verdict(response: Any, is_api: bool) -> str:
