@@ -44,4 +44,5 @@ urlpatterns = [
     path("datasets/history", views.dataset_history, name="dataset-history"),
     path("datasets/schema", views.schema_compare, name="schema-compare"),
     path("stewardship/", views.stewardship, name="stewardship"),
+    path("stewardship/subject-kinds", views.subject_kinds, name="subject-kinds"),
 ]

@@ -26,6 +26,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.contrib.auth.views import LoginView
 from django.core.cache import cache
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
@@ -717,6 +718,45 @@ def stewardship_worklists() -> dict[str, Any]:
 def forget_worklists() -> None:
     """Drop cached counts and lists after an edit, so the steward sees the change."""
     cache.delete_many([STEWARDSHIP_CACHE_KEY, OVERVIEW_CACHE_KEY])
+
+
+class SubjectKindForm(forms.Form):
+    name = forms.CharField(max_length=64, strip=True)
+    description = forms.CharField(required=False, max_length=2000, strip=True)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def subject_kinds(request: HttpRequest) -> HttpResponse:
+    """The kinds of data subject: defined and described by stewards, read by compliance."""
+    may_edit = auth.has_perm(request.user, auth.EDIT_CATALOG)
+    if not (may_edit or auth.has_perm(request.user, auth.SEARCH_SUBJECTS)):
+        raise PermissionDenied("Subject kinds are for stewards and compliance officers")
+    form = SubjectKindForm()
+    status = 200
+    if request.method == "POST":
+        if not may_edit:
+            raise PermissionDenied("Defining subject kinds needs the steward role")
+        form = SubjectKindForm(request.POST)
+        if form.is_valid():
+            data = form.cleaned_data
+            existing = SubjectKind.objects.filter(name=data["name"]).first()
+            try:
+                if existing is not None and request.POST.get("edit"):
+                    actions.describe_subject_kind(existing, data["description"])
+                else:
+                    actions.create_subject_kind(data["name"], data["description"])
+            except actions.SubjectKindError as exc:
+                form.add_error(exc.field, exc.message)
+            else:
+                messages.success(request, f"Subject kind {data['name']} saved.")
+                return HttpResponseRedirect(reverse("subject-kinds"))
+        status = 422
+    kinds = SubjectKind.objects.annotate(
+        n=Count("fields", filter=Q(fields__removed_at__isnull=True))
+    ).order_by("name")
+    context = {"kinds": kinds, "form": form, "may_edit": may_edit, "nav": "stewardship"}
+    return render(request, "catalog/subject_kinds.html", context, status=status)
 
 
 @login_required

@@ -186,6 +186,7 @@ PAGES: dict[str, dict[str, tuple[str, ...]]] = {
     "dataset-history": {"GET": ("namespace", "name")},
     "schema-compare": {"GET": ("namespace", "name", "from", "to")},
     "stewardship": {"GET": ("list", "namespace", "owner", "page")},
+    "subject-kinds": {"GET": (), "POST": ("name", "description", "edit")},
     "search": {"GET": ("q", "kind", "namespace", "platform", "owner", "retention", "pii", "page")},
     "search-suggest": {"GET": ("q",)},
     "job-detail": {"GET": ("namespace", "name", "page")},

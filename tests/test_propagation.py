@@ -539,3 +539,23 @@ def test_the_dataset_page_says_where_a_flag_came_from_and_lets_a_steward_confirm
     assert w.flag(1)[:3] == (PiiCategory.EMAIL, "newsletter-reader", FlagSource.DECLARED)
     bad = client.post(edit, {"pii_category": "email", "new_subject_kind": "Not A Slug"})
     assert bad.status_code == 422 and "lower-case word" in bad.content.decode()
+
+
+def test_stewards_manage_subject_kinds_on_a_page(client, steward, compliance):
+    client.force_login(steward)
+    page = client.get("/stewardship/subject-kinds").content.decode()
+    assert "No subject kinds yet" in page
+    response = client.post(
+        "/stewardship/subject-kinds", {"name": "patient", "description": "Treated"}
+    )
+    assert response.status_code == 302
+    client.post(
+        "/stewardship/subject-kinds",
+        {"name": "patient", "description": "Anyone treated", "edit": "1"},
+    )
+    assert SubjectKind.objects.get(name="patient").description == "Anyone treated"
+    twice = client.post("/stewardship/subject-kinds", {"name": "patient"})
+    assert twice.status_code == 422 and "exists already" in twice.content.decode()
+    client.force_login(compliance)
+    assert "Anyone treated" in client.get("/stewardship/subject-kinds").content.decode()
+    assert client.post("/stewardship/subject-kinds", {"name": "visitor"}).status_code == 403

@@ -94,6 +94,7 @@ ACCESS: dict[str, dict[str, str | tuple[str, ...]]] = {
     "dataset-history": {"GET": READ},
     "schema-compare": {"GET": READ},
     "stewardship": {"GET": READ},
+    "subject-kinds": {"GET": (PRIVACY, EDIT), "POST": EDIT},
     "search": {"GET": READ},
     "search-suggest": {"GET": READ},
     "job-detail": {"GET": READ},
