@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from catalog.models import ApiToken, Dataset
+from catalog.models import ApiToken, Dataset, FlagSource
 from graph.models import ColumnEdge
 from ingest.models import EventState, RawEvent
 
@@ -35,4 +35,14 @@ def test_it_loads_the_demo_over_http_and_applies_its_catalog(
     email = customers.fields.get(name="email")
     assert email.subject_kind is not None  # the demo's catalog file was applied
     assert not ApiToken.objects.filter(revoked_at__isnull=True, name="run_demo").exists()
+    # Personal data follows the data: the copies downstream carry the flags the raw layer
+    # declares, propagated along column lineage.
+    staging = Dataset.objects.get(namespace__name="file", name=str(lake / "staging/customers"))
+    copied = staging.fields.get(name="name")
+    assert (copied.pii_category, copied.flag_source) == ("name", FlagSource.PROPAGATED)
+    mart = Dataset.objects.get(namespace__name="file", name=str(lake / "marts/customer_360"))
+    full_name = mart.fields.get(name="full_name")
+    assert (full_name.pii_category, full_name.flag_source) == ("name", FlagSource.PROPAGATED)
+    cust_key = mart.fields.get(name="cust_key")
+    assert cust_key.subject_kind is not None and cust_key.flag_source == FlagSource.PROPAGATED
     # A rerun sends the very same events (see test_demo_lakehouse), which are stored once.
