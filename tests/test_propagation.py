@@ -559,3 +559,33 @@ def test_stewards_manage_subject_kinds_on_a_page(client, steward, compliance):
     client.force_login(compliance)
     assert "Anyone treated" in client.get("/stewardship/subject-kinds").content.decode()
     assert client.post("/stewardship/subject-kinds", {"name": "visitor"}).status_code == 403
+
+
+def test_an_erasure_plan_anonymises_every_personal_column_of_a_copy(admin_user):
+    from datetime import timedelta as days
+
+    from catalog.models import RetentionAction, RetentionPolicy
+    from privacy import actions as privacy_actions
+
+    w = World(6)  # 0..2: raw id, name, phone; 3..5: the copy's key, full name, country
+    w.declare(0, PiiCategory.IDENTIFIER, at(0))
+    w.declare(1, PiiCategory.NAME, at(0))
+    w.declare(2, PiiCategory.PHONE, at(0))
+    copy = w.fields[3].dataset
+    for i in (4, 5):  # one dataset for the copy: move the fields into it
+        DatasetField.objects.filter(pk=w.fields[i].pk).update(dataset=copy, name=f"c{i}")
+    w.fields = list(DatasetField.objects.filter(pk__in=[f.pk for f in w.fields]).order_by("pk"))
+    copy.retention_policy = RetentionPolicy.objects.create(
+        name="anonymise-later", duration=days(days=30), action=RetentionAction.ANONYMISE
+    )
+    copy.save()
+    w.open(0, 3, "IDENTITY", False, at(1), None)
+    w.open(1, 4, "IDENTITY", False, at(1), None)
+    w.open(2, 5, "TRANSFORMATION", True, at(1), None)
+    request = privacy_actions.SubjectRequest.build(w.kind, [(None, None, "4242")], None)
+    plan = privacy_actions.create_erasure_plan(admin_user, request)
+    privacy_actions.build_erasure_plan(str(plan.id))
+    plan.refresh_from_db()
+    step = next(s for s in plan.steps if s["name"] == copy.name)
+    assert step["operation"] == "anonymise"
+    assert step["anonymiseColumns"] == ["c", "c4", "c5"]
