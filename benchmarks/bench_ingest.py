@@ -8,8 +8,8 @@ Everything runs on this machine, in one run:
 * **single**: ``POST /api/v1/lineage``, one event per request, from ``--clients``
   processes to gunicorn as the README deploys it (the project's sync workers,
   ``lineage_site.serving.SyncWorker``, one per core;
-  ``--worker-class gthread --workers 2 --threads 4`` was the layout until the
-  ninth session: a keep-alive connection stays on one threaded worker, so the
+  ``--worker-class gthread --workers 2 --threads 4`` was the layout until
+  2026-11-24: a keep-alive connection stays on one threaded worker, so the
   four clients could land unevenly on the two); no worker runs, so this is the
   accept path alone (store + queue a task);
 * **batch**: ``POST /api/v1/lineage/batch`` with 500 events per request;
