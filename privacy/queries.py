@@ -35,10 +35,12 @@ from django.db import connection
 from django.db.models import Count, Q, QuerySet
 
 from catalog.auth import SEARCH_SUBJECTS, VIEW_AUDIT, has_perm
+from catalog.flags import timelines
 from catalog.models import (
     ChangeRecord,
     ChangeSource,
     Dataset,
+    DatasetField,
     FlagSource,
     LifecycleState,
     SubjectKind,
@@ -390,6 +392,31 @@ class _Best:
     job: npt.NDArray[np.int64]
 
 
+def blocked_fields(as_of: datetime | None) -> npt.NDArray[np.int64]:
+    """The fields a steward had blocked personal-data flags on (now, or at ``as_of``)."""
+    current = set(
+        DatasetField.objects.filter(propagation_blocked=True).values_list("pk", flat=True)
+    )
+    if as_of is None:
+        return np.asarray(sorted(current), dtype=np.int64)
+    named = set(
+        ChangeRecord.objects.filter(attribute="propagation_blocked").values_list(
+            "dataset_id", "field_name"
+        )
+    )
+    candidates = set(current)
+    for dataset_id, name in named:
+        candidates.update(
+            DatasetField.objects.filter(dataset_id=dataset_id, name=name).values_list(
+                "pk", flat=True
+            )
+        )
+    lines = timelines(candidates)
+    return np.asarray(
+        sorted(pk for pk, line in lines.items() if line.blocked_at(as_of)), dtype=np.int64
+    )
+
+
 def _traverse(seeds: list[FieldInfo], as_of: datetime | None, depth: int | None) -> _Group:
     snap = snapshot.columns()
     arrays, masked = holding_reach(
@@ -398,6 +425,7 @@ def _traverse(seeds: list[FieldInfo], as_of: datetime | None, depth: int | None)
         np.asarray([s.dataset_id for s in seeds], dtype=np.int64),
         TimeFilter.at(as_of),
         depth,
+        blocked_fields(as_of),
     )
     codes = np.where(
         arrays.parent_field < 0,
@@ -416,8 +444,13 @@ def holding_reach(
     seed_datasets: npt.NDArray[np.int64],
     tf: TimeFilter,
     max_depth: int | None = None,
+    blocked: npt.NDArray[np.int64] | None = None,
 ) -> tuple[traverse.RankedReach, npt.NDArray[np.int64]]:
     """Fields downstream of the seeds, split in two: rows still held, or only contributed to.
+
+    ``blocked`` fields (a steward said they hold no personal data) hold no rows: the flag
+    stops there as it does in propagation (graph.propagation), so they and what only
+    they feed count as contributed to.
 
     The graph engine's ``ranked_field_reach`` ranks four strengths in four
     passes, each expanding every field reached so far again. Subject search
@@ -483,12 +516,17 @@ def holding_reach(
         )
         return targets
 
+    stop = np.zeros(size, dtype=bool)
+    if blocked is not None and blocked.size:
+        stop[blocked[blocked < size]] = True
     frontier = seeds
     while frontier.size:
         batch = snap.expand("down", frontier, tf)
         if batch.size == 0:
             break
-        strong = snap.column("strength", batch) >= STRENGTH_TRANSFORMATION
+        strong = (snap.column("strength", batch) >= STRENGTH_TRANSFORMATION) & ~stop[
+            batch.dst.astype(np.int64)
+        ]
         if not strong.all():
             aside.append(keep(batch, ~strong))
         frontier = take(keep(batch, strong), STRENGTH_TRANSFORMATION)

@@ -589,3 +589,23 @@ def test_an_erasure_plan_anonymises_every_personal_column_of_a_copy(admin_user):
     step = next(s for s in plan.steps if s["name"] == copy.name)
     assert step["operation"] == "anonymise"
     assert step["anonymiseColumns"] == ["c", "c4", "c5"]
+
+
+def test_subject_search_stops_where_a_steward_blocked_the_flag(admin_user):
+    from privacy import actions as privacy_actions
+    from privacy.queries import search_subject
+
+    w = World(4)
+    w.declare(0, PiiCategory.IDENTIFIER, at(0))
+    for u, v in ((0, 1), (1, 2), (0, 3)):
+        w.open(u, v, "IDENTITY", False, at(1), None)
+    request = privacy_actions.SubjectRequest.build(w.kind, [(None, None, "4242")], None)
+
+    def relations() -> dict[str, str]:
+        found = search_subject(w.kind, request.identifiers, None, None)
+        return {h.name: h.relation for h in found.all_hits}
+
+    assert relations() == {"t0": "direct", "t1": "derived", "t2": "derived", "t3": "derived"}
+    w.block(1, True, at(2))
+    assert relations() == {"t0": "direct", "t1": "aggregate", "t2": "aggregate", "t3": "derived"}
+    assert {w.flag(i)[0] for i in (1, 2)} == {""}
