@@ -231,6 +231,11 @@ def field_flags(
     return found
 
 
+def flags_as_of(field_ids: Sequence[int], as_of: datetime) -> dict[int, FieldFlag]:
+    """The flag each of these fields showed at ``as_of``."""
+    return field_flags(list(DatasetField.objects.filter(pk__in=list(field_ids))), as_of)
+
+
 def _current(
     f: DatasetField, reached: list[tuple[int, bool]], names: dict[int, FieldName]
 ) -> FieldFlag:

@@ -15,6 +15,7 @@ from uuid import UUID
 
 from django.db import connection
 
+from catalog.flags import flags_as_of
 from catalog.models import ChangeRecord, RetentionPolicy
 from catalog.pgsql import bound_cursor
 from graph.models import RunState
@@ -379,8 +380,9 @@ FIELD_ATTRIBUTES = ("pii_category", "subject_kind", "sensitivity", "description"
 
 
 def changed_since(pks: list[int], as_of: datetime) -> set[int]:
-    """Datasets whose shown data differed at ``as_of``: fields added or removed since, or
-    steward-edited attributes changed since (one query)."""
+    """Datasets whose shown data differed at ``as_of``: fields added or removed since,
+    steward-edited attributes changed since, or propagated flags that began or ended since
+    (one query)."""
     if not pks:
         return set()
     attributes = list(DATASET_ATTRIBUTES + FIELD_ATTRIBUTES)
@@ -394,14 +396,58 @@ def changed_since(pks: list[int], as_of: datetime) -> set[int]:
             f"SELECT dataset_id FROM catalog_datasetfield WHERE {fields_in} "
             "AND (first_seen > %s OR removed_at > %s) "
             f"UNION SELECT dataset_id FROM catalog_changerecord WHERE {changes_in} "
-            f"AND at > %s AND attribute IN ({attr_marks})",
-            [*params, when, when, *more, when, *attributes],
+            f"AND at > %s AND attribute IN ({attr_marks}) "
+            "UNION SELECT f.dataset_id FROM catalog_propagatedflag p "
+            f"JOIN catalog_datasetfield f ON f.id = p.field_id WHERE f.{fields_in} "
+            "AND (p.valid_from > %s OR p.valid_to > %s)",
+            [*params, when, when, *more, when, *attributes, *params, when, when],
         )
         out.update(row[0] for row in rows)
     return out
 
 
 def _rewind(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, DatasetInfo]:
+    """Steward-edited attributes and personal-data flags as they were at ``as_of``."""
+    found = _rewind_edits(found, as_of)
+    ever = _ever_flagged(found)
+    flagged = [f.pk for info in found.values() for f in info.fields if f.pk in ever]
+    if not flagged:
+        return found
+    flags = flags_as_of(flagged, as_of)
+    out = {}
+    for ds_pk, info in found.items():
+        new_fields = tuple(
+            replace(
+                f,
+                pii_category=flags[f.pk].pii,
+                subject_kind=flags[f.pk].subject_kind,
+                flag_source=flags[f.pk].source,
+            )
+            if f.pk in flags
+            else f
+            for f in info.fields
+        )
+        out[ds_pk] = replace(info, fields=new_fields)
+    return out
+
+
+def _ever_flagged(found: dict[int, DatasetInfo]) -> set[int]:
+    """Fields of these datasets that propagation ever flagged: their flags then come from
+    catalog.flags, which knows propagated flags as of any instant."""
+    ids = sorted(f.pk for info in found.values() for f in info.fields)
+    out: set[int] = set()
+    for chunk in _chunks(ids):
+        where, params = _where_in("field_id", chunk)
+        out.update(
+            row[0]
+            for row in _rows(
+                f"SELECT DISTINCT field_id FROM catalog_propagatedflag WHERE {where}", params
+            )
+        )
+    return out
+
+
+def _rewind_edits(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, DatasetInfo]:
     """Steward-edited attributes as they were at ``as_of``.
 
     An attribute's value at t is the ``old`` of its first change after t (the

@@ -609,3 +609,22 @@ def test_subject_search_stops_where_a_steward_blocked_the_flag(admin_user):
     w.block(1, True, at(2))
     assert relations() == {"t0": "direct", "t1": "aggregate", "t2": "aggregate", "t3": "derived"}
     assert {w.flag(i)[0] for i in (1, 2)} == {""}
+
+
+def test_the_graph_shows_flags_as_they_were_at_an_instant(client, viewer):
+    from urllib.parse import quote
+
+    w = World(2)
+    w.open(0, 1, "IDENTITY", False, at(5), None)
+    w.declare(0, PiiCategory.EMAIL, at(8))
+    client.force_login(viewer)
+
+    def copy_flag(hour: int) -> tuple[bool, bool]:
+        when = quote(at(hour).isoformat())
+        url = f"/graph/data?node=datasetField:pg://w:t0:c&level=column&asOf={when}"
+        nodes = {n["id"]: n for n in client.get(url).json()["nodes"]}
+        node = nodes["datasetField:pg://w:t1:c"]
+        return node["pii"], node["propagated"]
+
+    assert copy_flag(10) == (True, True)
+    assert copy_flag(6) == (False, False)  # the source was not declared yet
