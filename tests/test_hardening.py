@@ -388,3 +388,67 @@ def test_api_errors_for_csv_and_mermaid_requests_are_json(api, viewer):
         assert response.status_code == 404
         assert response["Content-Type"] == "application/json"
         assert response.json()["field"] == "nodeId"
+
+
+def test_gunicorn_hands_a_chunked_event_to_the_app_whole(tmp_path):
+    """Through the server the README deploys: a body sent in chunks, no Content-Length."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")},
+        "LINEAGE_DATA_DIR": str(tmp_path),
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "GRAPH_WARM_ON_START": "false",
+    }
+    manage = [sys.executable, "manage.py"]
+    subprocess.run([*manage, "migrate", "-v", "0"], cwd=root, env=env, check=True)
+    issued = subprocess.run(
+        [*manage, "issue_token", "--user", "spark", "--role", "producer"],
+        cwd=root,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    token = issued.stdout.strip().splitlines()[-1]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    gunicorn = Path(sys.executable).parent / "gunicorn"
+    server = subprocess.Popen(
+        [str(gunicorn), "lineage_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "1"],
+        cwd=root,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.5).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "no server"
+                time.sleep(0.2)
+        body = json.dumps(event()).encode()
+        chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:100], body[100:]))
+        request = (
+            b"POST /api/v1/lineage HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+            b"Authorization: Bearer " + token.encode() + b"\r\n\r\n" + chunks + b"0\r\n\r\n"
+        )
+        with socket.create_connection(("127.0.0.1", port), 30) as client:
+            client.sendall(request)
+            answer = b""
+            while part := client.recv(65536):
+                answer += part
+        assert answer.startswith(b"HTTP/1.1 201"), answer[:500]
+        assert b'"status":"stored"' in answer
+    finally:
+        server.terminate()
+        server.wait(10)
