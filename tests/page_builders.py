@@ -21,13 +21,13 @@ from catalog.models import (
     DatasetField,
     DatasetOwnership,
     DatasetVersion,
-    FlagSource,
     Namespace,
     Owner,
     RetentionPolicy,
     SubjectKind,
     Tag,
 )
+from graph import propagation
 from graph.models import (
     ColumnEdge,
     Direction,
@@ -226,12 +226,6 @@ def build_shop() -> Shop:
         subject_kind=customer, pii_category="identifier"
     )
     DatasetField.objects.filter(dataset=customers, name="email").update(pii_category="email")
-    DatasetField.objects.filter(dataset__in=[raw, c360], name="customer_id").update(
-        subject_kind=customer, flag_source=FlagSource.PROPAGATED
-    )
-    DatasetField.objects.filter(dataset=raw, name="email").update(
-        pii_category="email", flag_source=FlagSource.PROPAGATED
-    )
 
     ingest = make_job(SPARK, "ingest_customers", sql="SELECT * FROM shop.public.customers")
     cleaner = make_job(SPARK, "clean_customers")
@@ -333,6 +327,8 @@ def build_shop() -> Shop:
         old="",
         new="email",
     )
+    # The copies' flags come from propagation along the column edges above.
+    propagation.recompute_all()
     return Shop(
         customers=customers,
         orders=orders,

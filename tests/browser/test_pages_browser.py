@@ -265,3 +265,26 @@ def test_it_shows_every_page_with_its_heading(page_as, steward, shot):
         expect(page.get_by_role("heading", level=1)).to_contain_text(heading)
         page.wait_for_load_state("networkidle")
         shot(page, name)
+
+
+def test_a_steward_sees_where_a_propagated_flag_came_from_and_blocks_it(page_as, steward, shot):
+    pb.build_shop()
+    page = page_as(steward)
+    clean = "lake/clean/customers"
+    page.goto(f"/datasets/show?namespace={quote(pb.LAKE, safe='')}&name={quote(clean, safe='')}")
+    row = page.locator("tr[data-field='email_hash']")
+    expect(row.locator(".badge-pii")).to_contain_text("PII · Email address · masked")
+    source = row.locator(".flag-origin a")
+    expect(source).to_have_attribute("title", re.compile(r"shop.public.customers:email$"))
+    shot(page, "propagated")
+    row.get_by_role("button", name=re.compile("Not personal")).click()
+    expect(page.locator("tr[data-field='email_hash']")).to_contain_text("not personal data here")
+    expect(page.locator("tr[data-field='email_hash'] .badge-pii")).to_have_count(0)
+    shot(page, "blocked")
+    # The graph's personal-data overlay lights the copies the flag reached.
+    node = f"datasetField:{pb.LAKE}:lake/raw/customers:email"
+    page.goto(f"/graph/?node={quote(node, safe='')}&level=column&direction=downstream")
+    wait_for_graph(page)
+    lit = page.evaluate("window.lineageExplorer.cy.nodes('.pii').map(n => n.id())")
+    assert any(node.endswith("lake/raw/customers:email") for node in lit)
+    assert not any(node.endswith("email_hash") for node in lit)  # blocked above
