@@ -194,7 +194,7 @@ def update_field(
             field.flag_source, field.flag_masked = FlagSource.DECLARED, False
         field.save()
         if propagate and (flag_changed or "propagation_blocked" in changes):
-            flags_changed.send(sender=DatasetField, field_ids=[field.pk])
+            flags_changed.send(sender=DatasetField, field_ids=[field.pk], at=at)
     return [r for r in records if r is not None]
 
 

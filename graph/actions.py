@@ -701,12 +701,18 @@ class _WritePlan:
     column_delete: list[int] = field(default_factory=list)
     column_update: list[ColumnEdge] = field(default_factory=list)
     column_insert: list[tuple[Any, ...]] = field(default_factory=list)  # COLUMN_EDGE_FIELDS
-    # Fields out of which an edge that carries personal-data flags opened, closed or moved.
+    # Fields out of which an edge that carries personal-data flags opened, closed or moved,
+    # and the earliest instant such a change took effect.
     carrying_sources: set[int] = field(default_factory=set)
+    carrying_since: datetime | None = None
 
-    def touch(self, key: ColumnKey) -> None:
+    def touch(self, key: ColumnKey, *moments: datetime | None) -> None:
         if key[2] is not None and propagation.carries(key[3], key[4]):
             self.carrying_sources.add(key[0])
+            known = [m for m in moments if m is not None]
+            if self.carrying_since is not None:
+                known.append(self.carrying_since)
+            self.carrying_since = min(known)
 
     def apply(self) -> EdgeChanges:
         # Deletes, then closings, then re-openings, then inserts: the at-most-one-open-edge
@@ -723,7 +729,7 @@ class _WritePlan:
         bulk.insert_values(TableEdge, TABLE_EDGE_FIELDS, self.table_insert)
         bulk.insert_values(ColumnEdge, COLUMN_EDGE_FIELDS, self.column_insert)
         if self.carrying_sources:
-            propagation.edges_changed(self.carrying_sources)
+            propagation.edges_changed(self.carrying_sources, self.carrying_since)
         return EdgeChanges(
             inserted=len(self.table_insert) + len(self.column_insert),
             updated=len(self.table_update) + len(self.column_update),
@@ -818,15 +824,28 @@ def _replay_columns(
         if ident in intervals:
             end, (masking, description) = intervals.pop(ident)
             if (edge.valid_to, edge.masking, edge.description) != (end, masking, description):
+                # The change takes effect at the earlier end (or, masking changed, at once).
+                moment = (
+                    edge.valid_from if edge.masking != masking else _earlier(edge.valid_to, end)
+                )
                 edge.valid_to, edge.masking, edge.description = end, masking, description
                 plan.column_update.append(edge)
-                plan.touch(ident[0])
+                plan.touch(ident[0], moment or edge.valid_from)
         else:
             plan.column_delete.append(edge.pk)
-            plan.touch(ident[0])
+            plan.touch(ident[0], edge.valid_from)
     for (key, start), (end, (masking, description)) in intervals.items():
         plan.column_insert.append((job_id, *key, masking, description, start, end))
-        plan.touch(key)
+        plan.touch(key, start)
+
+
+def _earlier(a: datetime | None, b: datetime | None) -> datetime | None:
+    """The earlier of two interval ends (None: open, the latest of all)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
 
 
 def _column_key(edge: ColumnEdge) -> ColumnKey:

@@ -32,12 +32,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from django.db import transaction
 from django.db.models import Q
 from django.dispatch import receiver
 
+from catalog import bulk
 from catalog.flags import FieldTimeline, chunks, timelines, union_flag
 from catalog.models import (
     ChangeRecord,
@@ -111,16 +112,18 @@ def reach(
 Row = tuple[int, bool, datetime, datetime | None]  # field, masked, valid_from, valid_to
 
 
-def closure_edges(sources: Iterable[int]) -> dict[int, list[Edge]]:
-    """Every carrying edge, of any time, out of the fields these sources could reach."""
+def closure_edges(sources: Iterable[int], since: datetime | None = None) -> dict[int, list[Edge]]:
+    """Every carrying edge out of the fields these sources could reach: of any time, or
+    still valid at or after ``since``."""
     edges_from: dict[int, list[Edge]] = defaultdict(list)
     seen = set(sources)
     frontier = sorted(seen)
+    window = Q() if since is None else Q(valid_to__isnull=True) | Q(valid_to__gt=since)
     while frontier:
         following: set[int] = set()
         for chunk in chunks(frontier):
             for source, target, kind, subtype, masking, start, end in ColumnEdge.objects.filter(
-                source_field_id__in=chunk, target_field__isnull=False
+                window, source_field_id__any_of=list(chunk), target_field__isnull=False
             ).values_list(
                 "source_field_id",
                 "target_field_id",
@@ -141,10 +144,14 @@ def closure_edges(sources: Iterable[int]) -> dict[int, list[Edge]]:
 
 
 def source_rows(
-    source: int, edges_from: dict[int, list[Edge]], lines: dict[int, FieldTimeline]
+    source: int,
+    edges_from: dict[int, list[Edge]],
+    lines: dict[int, FieldTimeline],
+    since: datetime | None = None,
 ) -> set[Row]:
     """The PropagatedFlag rows ``source`` should have: its reach at each instant anything in
-    its closure changes, merged into intervals."""
+    its closure changes, merged into intervals. With ``since``, only from then on: rows
+    start no earlier than ``since`` (``_replace_rows`` joins them to the stored ones)."""
     closure = {source}
     frontier = [source]
     while frontier:
@@ -155,7 +162,7 @@ def source_rows(
                     closure.add(edge.target)
                     following.append(edge.target)
         frontier = following
-    instants: set[datetime] = set()
+    instants: set[datetime] = set() if since is None else {since}
     for field in closure:
         for edge in edges_from.get(field, ()):
             instants.add(edge.valid_from)
@@ -164,6 +171,8 @@ def source_rows(
         line = lines.get(field)
         if line is not None:
             instants.update(line.instants())
+    if since is not None:
+        instants = {at for at in instants if at >= since}
     rows: set[Row] = set()
     open_: dict[int, tuple[bool, datetime]] = {}
     for at in sorted(instants):
@@ -191,7 +200,9 @@ def sources_through(field_ids: Iterable[int]) -> set[int]:
     found: set[int] = set()
     for chunk in chunks(ids):
         found.update(
-            PropagatedFlag.objects.filter(field_id__in=chunk).values_list("source_id", flat=True)
+            PropagatedFlag.objects.filter(field_id__any_of=list(chunk)).values_list(
+                "source_id", flat=True
+            )
         )
     found.update(pk for pk, line in timelines(ids).items() if _ever_declared(line))
     return found
@@ -205,7 +216,7 @@ def sources_touching(field_ids: Iterable[int]) -> set[int]:
     parents: set[int] = set()
     for chunk in chunks(ids):
         for source, kind, subtype in ColumnEdge.objects.filter(
-            target_field_id__in=chunk
+            target_field_id__any_of=list(chunk)
         ).values_list("source_field_id", "transformation_type", "transformation_subtype"):
             if carries(kind, subtype):
                 parents.add(source)
@@ -218,42 +229,57 @@ def _ever_declared(line: FieldTimeline) -> bool:
     return any(value for _, value in line.pii) or any(value for _, value in line.kind)
 
 
-def refresh(sources: Iterable[int]) -> set[int]:
-    """Recompute these sources' rows, write what differs, and bring the flags shown on the
-    fields they reach (or reached) up to date; returns the fields whose rows changed."""
+def refresh(sources: Iterable[int], since: datetime | None = None) -> set[int]:
+    """Recompute these sources' rows (from ``since`` on, when the change that calls for it
+    took effect then: rows that ended before are left as they are), write what differs, and
+    bring the flags shown on the fields they reach (or reached) up to date; returns the
+    fields whose rows changed."""
     wanted = sorted(set(sources))
     if not wanted:
         return set()
     with transaction.atomic():
-        edges_from = closure_edges(wanted)
+        edges_from = closure_edges(wanted, since)
         fields = set(wanted) | {e.target for edges in edges_from.values() for e in edges}
         lines = timelines(fields)
         changed: set[int] = set()
         for source in wanted:
-            changed |= _replace_rows(source, source_rows(source, edges_from, lines))
+            rows = source_rows(source, edges_from, lines, since)
+            changed |= _replace_rows(source, rows, since)
         sync_fields(changed | set(wanted))
     return changed
 
 
-def _replace_rows(source: int, rows: set[Row]) -> set[int]:
+def _replace_rows(source: int, rows: set[Row], since: datetime | None = None) -> set[int]:
+    """Store ``rows`` as the source's (from ``since`` on: a stored row running across
+    ``since`` is cut there, or joined to the new row that carries it on)."""
+    # Rows that ended before ``since`` stay as they are: they are not even read.
+    window = Q() if since is None else Q(valid_to__isnull=True) | Q(valid_to__gte=since)
     stored: dict[Row, int] = {
         (field, masked, start, end): pk
         for pk, field, masked, start, end in PropagatedFlag.objects.filter(
-            source_id=source
+            window, source_id=source
         ).values_list("pk", "field_id", "masked", "valid_from", "valid_to")
     }
+    if since is not None:
+        wanted: set[Row] = set()
+        carried = {(row[0], row[1]): row for row in rows if row[2] == since}
+        for field, masked, start, end in stored:
+            if start < since and (end is None or end >= since):
+                follow = carried.pop((field, masked), None)
+                if follow is not None:
+                    rows.discard(follow)
+                    wanted.add((field, masked, start, follow[3]))
+                else:
+                    wanted.add((field, masked, start, since))
+        rows = wanted | rows
     gone = [pk for row, pk in stored.items() if row not in rows]
     new = [row for row in rows if row not in stored]
     for chunk in chunks(gone):
-        PropagatedFlag.objects.filter(pk__in=chunk).delete()
-    PropagatedFlag.objects.bulk_create(
-        [
-            PropagatedFlag(
-                field_id=field, source_id=source, masked=masked, valid_from=start, valid_to=end
-            )
-            for field, masked, start, end in new
-        ],
-        batch_size=1000,
+        PropagatedFlag.objects.filter(pk__any_of=list(chunk)).delete()
+    bulk.insert_values(
+        PropagatedFlag,
+        ("field_id", "source_id", "masked", "valid_from", "valid_to"),
+        [(field, source, masked, start, end) for field, masked, start, end in new],
     )
     return {row[0] for row in stored if row not in rows} | {row[0] for row in new}
 
@@ -265,7 +291,7 @@ def sync_fields(field_ids: Iterable[int]) -> None:
     for chunk in chunks(ids):
         sources: dict[int, list[tuple[int, bool]]] = defaultdict(list)
         for field_id, source_id, masked_by in PropagatedFlag.objects.filter(
-            field_id__in=chunk, valid_to__isnull=True
+            field_id__any_of=list(chunk), valid_to__isnull=True
         ).values_list("field_id", "source_id", "masked"):
             sources[field_id].append((source_id, masked_by))
         flags = {
@@ -274,18 +300,38 @@ def sync_fields(field_ids: Iterable[int]) -> None:
                 pk__in={s for found in sources.values() for s, _ in found}
             ).values_list("pk", "pii_category", "subject_kind_id")
         }
-        for row in DatasetField.objects.filter(pk__in=chunk).select_for_update():
-            if row.flag_source == FlagSource.DECLARED and (row.pii_category or row.subject_kind_id):
+        # One UPDATE per distinct flag: a source reaching ten thousand fields shows the same
+        # flag on all of them. Rows are locked in id order, as every writer of fields does.
+        updates: dict[tuple[str, int | None, str, bool], list[int]] = defaultdict(list)
+        rows = (
+            DatasetField.objects.filter(pk__any_of=list(chunk))
+            .order_by("pk")
+            .select_for_update()
+            .values_list(
+                "pk",
+                "pii_category",
+                "subject_kind_id",
+                "flag_source",
+                "flag_masked",
+                "propagation_blocked",
+            )
+        )
+        for pk, pii, kind, source, masked, blocked in rows:
+            if source == FlagSource.DECLARED and (pii or kind):
                 continue
-            reached = [] if row.propagation_blocked else sources.get(row.pk, [])
-            flag = union_flag(reached, flags, {}, False)
-            wanted = (flag.pii, flag.subject_kind, flag.source, flag.masked)
-            if (row.pii_category, row.subject_kind_id, row.flag_source, row.flag_masked) != wanted:
-                row.pii_category, row.subject_kind_id = flag.pii, flag.subject_kind
-                row.flag_source, row.flag_masked = flag.source, flag.masked
-                row.save(
-                    update_fields=["pii_category", "subject_kind", "flag_source", "flag_masked"]
-                )
+            flag = union_flag([] if blocked else sources.get(pk, []), flags, {}, False)
+            # union_flag passes the sources' subject kinds through: here, their ids.
+            kind_id = cast(int | None, flag.subject_kind)
+            wanted = (flag.pii, kind_id, flag.source, flag.masked)
+            if (pii, kind, source, masked) != wanted:
+                updates[wanted].append(pk)
+        for (new_pii, new_kind, new_source, new_masked), pks in updates.items():
+            DatasetField.objects.filter(pk__any_of=pks).update(
+                pii_category=new_pii,
+                subject_kind_id=new_kind,
+                flag_source=new_source,
+                flag_masked=new_masked,
+            )
 
 
 def recompute_all() -> int:
@@ -334,12 +380,16 @@ def rebuild_if_rules_changed(**kwargs: Any) -> None:
 # -- what changes them ---------------------------------------------------------------------------
 
 
-def edges_changed(source_fields: Iterable[int]) -> None:
-    """Ingestion opened, closed or moved carrying edges out of these fields."""
-    refresh(sources_through(source_fields))
+def edges_changed(source_fields: Iterable[int], since: datetime | None = None) -> None:
+    """Ingestion opened, closed or moved carrying edges out of these fields, none of them
+    before ``since``."""
+    refresh(sources_through(source_fields), since)
 
 
 @receiver(flags_changed)
-def _on_flags_changed(sender: Any, field_ids: Sequence[int], **kwargs: Any) -> None:
-    """A steward, an import or the API changed declarations or blocks of these fields."""
-    refresh(sources_touching(field_ids))
+def _on_flags_changed(
+    sender: Any, field_ids: Sequence[int], at: datetime | None = None, **kwargs: Any
+) -> None:
+    """A steward, an import or the API changed declarations or blocks of these fields, with
+    effect from ``at``."""
+    refresh(sources_touching(field_ids), at)

@@ -124,14 +124,14 @@ class World:
             valid_to=end,
         )
         self.edges.append(edge)
-        propagation.edges_changed([self.fields[u].pk])
+        propagation.edges_changed([self.fields[u].pk], start)
 
     def close(self, index: int, end: datetime) -> None:
         edge = self.edges[index]
         if edge.valid_to is None and end > edge.valid_from:
             edge.valid_to = end
             edge.save(update_fields=["valid_to"])
-            propagation.edges_changed([edge.source_field_id])
+            propagation.edges_changed([edge.source_field_id], end)
 
     def flag(self, i: int) -> tuple[str, str | None, str, bool]:
         f = DatasetField.objects.select_related("subject_kind").get(pk=self.fields[i].pk)
