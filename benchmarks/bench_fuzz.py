@@ -57,11 +57,19 @@ def run(database_url: str | None, examples: int) -> dict[str, Any]:
         seconds = time.monotonic() - started
         sent = json.loads(report.read_text()) if report.exists() else {}
     failed = re.findall(r"^FAILED (\S+)", result.stdout, re.MULTILINE)
+    # What schemathesis said of each failure: the operation, the check and the request.
+    said = re.findall(
+        r"^_+ (test_\S+\[[^\]]+\]) _+$|^  \| - (ST\d+ .+)$|^  \|     (curl .+)$",
+        result.stdout,
+        re.MULTILINE,
+    )
+    failures = [next(part for part in parts if part)[:500] for parts in said]
     return {
         "database": "postgresql" if database_url else "sqlite",
         "requests": sent.get("requests", 0),
         "server_errors": sent.get("server_errors", 0),
         "tests_failed": failed,
+        "failures": failures[:60],
         "passed": result.returncode == 0,
         "seconds": round(seconds, 1),
         "summary": result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "",

@@ -32,7 +32,7 @@ from catalog.models import (
     Sensitivity,
     SubjectKind,
 )
-from catalog.params import TextField, int_param, optional_instant
+from catalog.params import StrictInput, TextField, int_param, optional_instant
 from catalog.schema import (
     CHANGE,
     DATASET,
@@ -259,7 +259,7 @@ class OwnerInput(serializers.Serializer[Any]):
     kind = serializers.ChoiceField(choices=OwnerKind.choices, required=False, default="team")
 
 
-class DatasetPatchInput(serializers.Serializer[Any]):
+class DatasetPatchInput(StrictInput):
     description = TextField(required=False, allow_blank=True, max_length=10000)
     sensitivity = serializers.ChoiceField(
         choices=Sensitivity.values, required=False, allow_null=True, allow_blank=True
@@ -334,7 +334,7 @@ class DatasetDetailView(APIView):
         return Response(dataset_json(fetch_dataset(namespace, name)))
 
 
-class FieldPatchInput(serializers.Serializer[Any]):
+class FieldPatchInput(StrictInput):
     pii = serializers.ChoiceField(
         choices=PiiCategory.choices, required=False, allow_null=True, allow_blank=True
     )

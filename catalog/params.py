@@ -47,6 +47,18 @@ def parse_instant(raw: str, param: str) -> datetime:
         raise ApiError(f"{param} is not an ISO-8601 instant: {raw[:64]!r}", param) from exc
 
 
+STRICT_INPUTS: set[str] = set()
+
+
+class StrictInput(serializers.Serializer):  # type: ignore[type-arg]
+    """A request body whose view refuses keys it does not know: its OpenAPI component says
+    so (``additionalProperties: false``, catalog.schema.document_text_rule)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        STRICT_INPUTS.add(cls.__name__)
+
+
 class TextField(serializers.CharField):
     """DRF's CharField for JSON bodies: a number or a boolean is not text."""
 

@@ -8,6 +8,8 @@ from typing import Any
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiParameter
 
+from catalog.params import STRICT_INPUTS
+
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
     target_class = "catalog.auth.BearerTokenAuthentication"
@@ -245,8 +247,9 @@ TEXT_PATTERN = "^[^\\u0000]*$"
 
 
 def document_text_rule(result: Schema, generator: Any, request: Any, public: bool) -> Schema:
-    """drf-spectacular postprocessing hook: request strings hold no NUL, and optional query
-    parameters may be sent empty."""
+    """drf-spectacular postprocessing hook: request strings hold no NUL, optional query
+    parameters may be sent empty, and strict inputs (catalog.params.StrictInput) take no
+    keys of their own."""
 
     def visit(schema: Any) -> None:
         if isinstance(schema, dict):
@@ -270,4 +273,6 @@ def document_text_rule(result: Schema, generator: Any, request: Any, public: boo
     for name, component in result.get("components", {}).get("schemas", {}).items():
         if name.endswith("Request"):
             visit(component)
+            if name.removeprefix("Patched").removesuffix("Request") in STRICT_INPUTS:
+                component["additionalProperties"] = False
     return result

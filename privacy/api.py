@@ -29,7 +29,7 @@ from catalog import actions as catalog_actions
 from catalog.auth import VIEW_AUDIT, CanSearchSubjects, ManageSubjectKinds
 from catalog.errors import ApiError
 from catalog.models import PiiCategory, SubjectKind
-from catalog.params import TextField, int_param, parse_instant
+from catalog.params import StrictInput, TextField, int_param, parse_instant
 from catalog.schema import paging_parameters
 from privacy import actions, erasure, queries, schema
 from privacy.models import AuditAction, AuditEntry, ErasurePlan, PrivacyRun
@@ -61,13 +61,13 @@ def _reject_unknown(payload: dict[str, Any], allowed: set[str], prefix: str = ""
         raise ApiError(f"Unknown key {unknown[0]!r}", f"{prefix}{unknown[0]}")
 
 
-class IdentifierInput(serializers.Serializer[Any]):
+class IdentifierInput(StrictInput):
     value = TextField(max_length=MAX_VALUE_LENGTH)
     kind = serializers.ChoiceField(choices=IDENTIFIER_KINDS, required=False, allow_null=True)
     field = TextField(max_length=2048, required=False, allow_null=True)
 
 
-class SubjectInput(serializers.Serializer[Any]):
+class SubjectInput(StrictInput):
     subjectKind = TextField(max_length=64)
     value = TextField(max_length=MAX_VALUE_LENGTH, required=False)
     identifiers = serializers.ListField(
@@ -81,6 +81,27 @@ class SubjectInput(serializers.Serializer[Any]):
             known = ", ".join(SubjectKind.objects.values_list("name", flat=True)) or "none"
             raise serializers.ValidationError(f"Unknown subject kind {value!r} (known: {known})")
         return kind
+
+
+class SearchInput(SubjectInput):
+    """What a subject search takes: the subject, and which page of the answer."""
+
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=5000)
+    offset = serializers.IntegerField(required=False, min_value=0)
+
+
+class PlanInput(StrictInput):
+    """What an erasure plan or a scan of one takes: the subject, as of now."""
+
+    subjectKind = TextField(max_length=64)
+    value = TextField(max_length=MAX_VALUE_LENGTH, required=False)
+    identifiers = serializers.ListField(
+        child=IdentifierInput(), required=False, min_length=1, max_length=MAX_IDENTIFIERS
+    )
+
+
+class RunInput(PlanInput):
+    confirm = serializers.BooleanField(required=False, help_text="true to apply an erasure")
 
 
 SUBJECT_KEYS = {"subjectKind", "value", "identifiers", "asOf"}
@@ -372,7 +393,7 @@ SEARCH_EXAMPLES = [
 
 class SubjectSearchView(PrivacyView):
     @extend_schema(
-        request=SubjectInput,
+        request=SearchInput,
         responses={200: schema.SEARCH},
         examples=SEARCH_EXAMPLES,
         summary="Every dataset holding or derived from one data subject's data",
@@ -416,7 +437,7 @@ class ErasurePlanListView(PrivacyView):
     audit_action = AuditAction.ERASURE_PLAN
 
     @extend_schema(
-        request=SubjectInput,
+        request=PlanInput,
         responses={201: schema.PLAN, 202: schema.PLAN_ACCEPTED},
         summary="Make an erasure plan: ordered steps per dataset, owners to notify",
     )
@@ -475,7 +496,7 @@ class ErasureRunView(PrivacyView):
     apply = False
 
     @extend_schema(
-        request=SubjectInput,
+        request=RunInput,
         responses={202: schema.RUN_ACCEPTED},
         summary="Run the plan on Spark: dry-run counts, or apply (needs a dry run and confirm)",
     )
@@ -532,12 +553,12 @@ def subject_kind_json(kind: SubjectKind, fields: int) -> dict[str, Any]:
     return {"name": kind.name, "description": kind.description or None, "fields": fields}
 
 
-class SubjectKindInput(serializers.Serializer[Any]):
+class SubjectKindInput(StrictInput):
     name = TextField(max_length=64)
     description = TextField(required=False, allow_blank=True, max_length=2000, default="")
 
 
-class SubjectKindPatchInput(serializers.Serializer[Any]):
+class SubjectKindPatchInput(StrictInput):
     description = TextField(allow_blank=True, max_length=2000)
 
 
