@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from catalog.schema import (
     BOOL,
+    DATASET_BASE,
     DATASET_ID,
-    FREE,
     INT,
     NINT,
     NSTR,
@@ -35,14 +35,7 @@ NODE_RUN = obj(
 )
 DATASET_DATA = obj(
     {
-        "id": DATASET_ID,
-        "type": STR,
-        "name": STR,
-        "physicalName": STR,
-        "createdAt": NTIME,
-        "updatedAt": NTIME,
-        "namespace": STR,
-        "sourceName": STR,
+        **DATASET_BASE,
         "fields": arr(
             obj(
                 {
@@ -55,24 +48,12 @@ DATASET_DATA = obj(
                 }
             )
         ),
-        "tags": arr(STR),
-        "lastModifiedAt": NTIME,
-        "lastLifecycleState": STR,
-        "description": NSTR,
-        "facets": FREE,
-        "deleted": BOOL,
-        "nodeId": STR,
-        "platform": NSTR,
-        "location": NSTR,
-        "sensitivity": NSTR,
         "isHidden": BOOL,
         "owners": arr(obj({"name": STR, "type": NSTR, "kind": NSTR})),
         "retentionPolicy": null(
             obj({"name": STR, "durationDays": NINT, "action": NSTR, "legalBasis": NSTR})
         ),
         "hasPii": BOOL,
-        "firstSeen": NTIME,
-        "lastSeen": NTIME,
     }
 )
 JOB_DATA = obj(

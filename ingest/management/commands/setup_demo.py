@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,28 +30,25 @@ DEMO_USERS = {
 }
 
 
-def demo_password(data_dir: Path) -> str:
-    """The demo logins' password: made once, then read back so reruns keep it."""
-    path = data_dir / "demo-login.txt"
+def _kept(path: Path, make: Callable[[], str]) -> str:
+    """A secret made once and kept in ``path`` (only its owner may read it); reruns read it."""
     if path.exists():
         return path.read_text(encoding="utf-8").strip()
-    password = secrets.token_urlsafe(12)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(password + "\n", encoding="utf-8")
+    value = make()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(value + "\n", encoding="utf-8")
     path.chmod(0o600)
-    return password
+    return value
+
+
+def demo_password(data_dir: Path) -> str:
+    """The demo logins' password."""
+    return _kept(data_dir / "demo-login.txt", lambda: secrets.token_urlsafe(12))
 
 
 def demo_secret(data_dir: Path) -> str:
-    """The secret key ``make run`` serves the demo with: made once, kept in the data folder."""
-    path = data_dir / "secret-key"
-    if path.exists():
-        return path.read_text(encoding="utf-8").strip()
-    secret = secrets.token_urlsafe(48)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(secret + "\n", encoding="utf-8")
-    path.chmod(0o600)
-    return secret
+    """The secret key ``make run`` serves the demo with."""
+    return _kept(data_dir / "secret-key", lambda: secrets.token_urlsafe(48))
 
 
 class Command(BaseCommand):
