@@ -91,10 +91,10 @@ class Directory:
     ds_pks: IntArray
     ds_start: IntArray
     # Datasets by pk with the last instant (µs) their shown data changed: a field added or
-    # removed, a steward-edited attribute changed.
+    # removed, a steward-edited attribute changed, a propagated flag began or ended.
     changed_pks: IntArray
     changed_at: IntArray
-    # Datasets by pk with their last steward edit (µs).
+    # Datasets by pk with their last steward edit or propagated flag's start or end (µs).
     edit_pks: IntArray
     edit_at: IntArray
     # Jobs with runs, by pk: when the first and the last run were created, and from when
@@ -262,8 +262,8 @@ class Directory:
     def past_key(self, dataset_pk: int, as_of: datetime) -> tuple[int, int, int] | None:
         """What a trusted dataset showed at ``as_of``, as a key: the fields alive then are
         fixed by how many were added and how many removed by then (both only grow with
-        time). None when it cannot tell, or a steward edit after ``as_of`` rewinds more
-        than fields."""
+        time). None when it cannot tell, or a steward edit or a propagated flag after
+        ``as_of`` rewinds more than fields."""
         if not self.trusts(DATASET, dataset_pk):
             return None
         moment = to_us(as_of)
@@ -420,14 +420,19 @@ def _last_per_dataset(ds: IntArray, at: IntArray) -> tuple[IntArray, IntArray]:
 def _last_changes(
     ds: IntArray, first: IntArray, removed: IntArray
 ) -> tuple[IntArray, IntArray, IntArray, IntArray]:
-    """Per dataset (sorted pks), the last field addition, removal or steward edit; and the
-    last steward edit alone; in µs."""
+    """Per dataset (sorted pks), the last field addition, removal, steward edit or start or
+    end of a propagated flag; and the last of those edits and flags alone; in µs."""
     stamps = np.maximum(first, np.where(removed == OPEN, first, removed))
     with connections["default"].cursor() as cursor:
         attributes = list(DATASET_ATTRIBUTES + FIELD_ATTRIBUTES)
         cursor.execute(
             "SELECT dataset_id, max(at) FROM catalog_changerecord "
-            f"WHERE attribute IN ({', '.join(['%s'] * len(attributes))}) GROUP BY dataset_id",
+            f"WHERE attribute IN ({', '.join(['%s'] * len(attributes))}) GROUP BY dataset_id "
+            "UNION ALL SELECT f.dataset_id, max(p.valid_from) FROM catalog_propagatedflag p "
+            "JOIN catalog_datasetfield f ON f.id = p.field_id GROUP BY f.dataset_id "
+            "UNION ALL SELECT f.dataset_id, max(p.valid_to) FROM catalog_propagatedflag p "
+            "JOIN catalog_datasetfield f ON f.id = p.field_id WHERE p.valid_to IS NOT NULL "
+            "GROUP BY f.dataset_id",
             attributes,
         )
         edits = cursor.fetchall()

@@ -29,6 +29,7 @@ from django.db.models import (
 from django.urls import reverse
 
 from catalog.errors import ApiError
+from catalog.flags import FLAG_ATTRIBUTES, flags_as_of
 from catalog.models import ChangeRecord, Dataset, DatasetField, LifecycleState, Owner, Tag
 from graph import nodeids, queries
 from graph.details import DatasetInfo, JobInfo
@@ -170,24 +171,23 @@ def _chunks(pks: list[int]) -> list[list[int]]:
 def personal_data_flags(pks: list[int], as_of: datetime | None) -> dict[int, dict[str, bool]]:
     """For each dataset: whether a field holds personal data, whether one identifies a subject,
     whether it is dropped — all as they were at ``as_of`` (fields that existed then, with the
-    classification stewards had given them then), or now."""
+    flags they showed then, declared or propagated: catalog.flags), or now."""
     flags: dict[int, dict[str, bool]] = {}
-    exists = Q(removed_at__isnull=True)
-    if as_of is not None:
-        exists = Q(first_seen__lte=as_of) & (Q(removed_at__isnull=True) | Q(removed_at__gt=as_of))
     for chunk in _chunks(pks):
-        reclassified = _reclassified_since(chunk, as_of) if as_of is not None else {}
-        rows = (
-            DatasetField.objects.filter(_personal_data(), exists, dataset_id__any_of=chunk)
-            .exclude(dataset_id__any_of=list(reclassified))
-            .order_by()
-            .values_list("dataset_id", "subject_kind_id")
-        )
-        for dataset_pk, subject in rows:
+        if as_of is None:
+            rows = (
+                DatasetField.objects.filter(
+                    _personal_data(), removed_at__isnull=True, dataset_id__any_of=chunk
+                )
+                .order_by()
+                .values_list("dataset_id", "subject_kind_id")
+            )
+            personal = [(dataset_pk, subject is not None) for dataset_pk, subject in rows]
+        else:
+            personal = _personal_then(chunk, as_of)
+        for dataset_pk, subject in personal:
             entry = flags.setdefault(dataset_pk, {"pii": True, "subject": False})
-            entry["subject"] = entry["subject"] or subject is not None
-        if reclassified:
-            _flags_as_classified_then(reclassified, exists, flags)
+            entry["subject"] = entry["subject"] or subject
         dropped = Dataset.objects.filter(pk__any_of=chunk, lifecycle_state=LifecycleState.DROPPED)
         if as_of is not None:
             dropped = dropped.filter(dropped_at__lte=as_of)
@@ -196,43 +196,32 @@ def personal_data_flags(pks: list[int], as_of: datetime | None) -> dict[int, dic
     return flags
 
 
-CLASSIFICATION = ("pii_category", "subject_kind")
-
-
-def _reclassified_since(pks: list[int], as_of: datetime) -> dict[int, dict[tuple[str, str], Any]]:
-    """Datasets whose fields were classified differently at ``as_of``: the values then.
-
-    The value of an attribute at ``as_of`` is the ``old`` of its first change after it.
-    """
-    then: dict[int, dict[tuple[str, str], Any]] = defaultdict(dict)
-    records = (
+def _personal_then(pks: list[int], as_of: datetime) -> list[tuple[int, bool]]:
+    """(dataset, identifies a subject) for each field of these datasets that held personal
+    data at ``as_of``. Only fields that might have are asked of catalog.flags: flagged now,
+    re-flagged since, or ever reached by propagation."""
+    exists = Q(first_seen__lte=as_of) & (Q(removed_at__isnull=True) | Q(removed_at__gt=as_of))
+    changed = set(
         ChangeRecord.objects.filter(
-            dataset_id__any_of=pks, attribute__in=CLASSIFICATION, at__gt=as_of
+            dataset_id__any_of=pks, attribute__in=FLAG_ATTRIBUTES, at__gt=as_of
+        ).values_list("dataset_id", "field_name")
+    )
+    alive = DatasetField.objects.filter(exists, dataset_id__any_of=pks).order_by()
+    maybe = dict(
+        alive.filter(_personal_data() | Q(propagated_flags__isnull=False)).values_list(
+            "pk", "dataset_id"
         )
-        .exclude(field_name="")
-        .order_by("at", "id")
-        .values_list("dataset_id", "field_name", "attribute", "old")
     )
-    for dataset_pk, field_name, attribute, old in records:
-        then[dataset_pk].setdefault((field_name, attribute), old)
-    return then
-
-
-def _flags_as_classified_then(
-    then: dict[int, dict[tuple[str, str], Any]], exists: Q, flags: dict[int, dict[str, bool]]
-) -> None:
-    rows = (
-        DatasetField.objects.filter(exists, dataset_id__any_of=list(then))
-        .order_by()
-        .values_list("dataset_id", "name", "pii_category", "subject_kind_id")
-    )
-    for dataset_pk, name, pii_category, subject_kind in rows:
-        past = then[dataset_pk]
-        pii = past.get((name, "pii_category"), pii_category)
-        subject = past.get((name, "subject_kind"), subject_kind)
-        if pii or subject:
-            entry = flags.setdefault(dataset_pk, {"pii": True, "subject": False})
-            entry["subject"] = entry["subject"] or bool(subject)
+    if changed:
+        for pk, dataset_pk, name in alive.filter(
+            dataset_id__any_of=sorted({ds for ds, _ in changed})
+        ).values_list("pk", "dataset_id", "name"):
+            if (dataset_pk, name) in changed:
+                maybe[pk] = dataset_pk
+    then = flags_as_of(sorted(maybe), as_of)
+    return [
+        (maybe[pk], flag.subject_kind is not None) for pk, flag in then.items() if flag.personal
+    ]
 
 
 def latest_run_states(pks: list[int]) -> dict[int, str]:

@@ -628,3 +628,39 @@ def test_the_graph_shows_flags_as_they_were_at_an_instant(client, viewer):
 
     assert copy_flag(10) == (True, True)
     assert copy_flag(6) == (False, False)  # the source was not declared yet
+
+
+@pytest.mark.django_db(transaction=True)
+def test_past_flags_are_right_from_a_node_directory_read_after_they_changed(client, viewer):
+    from graph import details, directory, nodecache
+
+    w = World(2)
+    w.open(0, 1, "IDENTITY", False, at(5), None)
+    w.declare(0, PiiCategory.EMAIL, at(8))
+    w.block(1, True, at(12))
+    # A process that starts now reads the directory after every change.
+    nodecache.cache.clear()
+    directory.reset()
+    found = directory.get()
+    assert found is not None
+    pks = sorted({f.dataset_id for f in w.fields})
+    for hour in (4, 6, 9, 11, 13):
+        changed, unknown = found.changed_since(pks, at(hour))
+        assert not unknown
+        assert changed == details.changed_since(pks, at(hour)), hour
+    client.force_login(viewer)
+
+    def copy_flag(hour: int) -> tuple[bool, bool]:
+        when = at(hour).isoformat().replace("+", "%2B")
+        explorer = client.get(f"/graph/data?node=dataset:pg://w:t1&asOf={when}").json()
+        api = client.get(f"/api/v1/lineage?nodeId=dataset:pg://w:t1&asOf={when}").json()
+        return explorer["nodes"][0]["pii"], api["graph"][0]["data"]["hasPii"]
+
+    def api_flag(hour: int) -> str | None:
+        when = at(hour).isoformat().replace("+", "%2B")
+        url = f"/api/v1/namespaces/pg%3A%2F%2Fw/datasets/t1?asOf={when}"
+        return client.get(url).json()["fields"][0]["pii"]
+
+    expected = [(False, False), (True, True), (False, False), (True, True)]
+    assert [copy_flag(h) for h in (6, 9, 13, 9)] == expected
+    assert [api_flag(h) for h in (6, 9, 13)] == [None, "email", None]
