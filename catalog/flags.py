@@ -236,7 +236,12 @@ def field_flags(
 
 def flags_as_of(field_ids: Sequence[int], as_of: datetime) -> dict[int, FieldFlag]:
     """The flag each of these fields showed at ``as_of``."""
-    return field_flags(list(DatasetField.objects.filter(pk__in=list(field_ids))), as_of)
+    fields = [
+        f
+        for chunk in chunks(sorted(field_ids))
+        for f in DatasetField.objects.filter(pk__any_of=list(chunk)).select_related("subject_kind")
+    ]
+    return field_flags(fields, as_of)
 
 
 def _current(

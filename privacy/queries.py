@@ -20,7 +20,6 @@ that output would call everything downstream of a join "personal".
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -35,17 +34,15 @@ from django.db import connection
 from django.db.models import Count, Q, QuerySet
 
 from catalog.auth import SEARCH_SUBJECTS, VIEW_AUDIT, has_perm
-from catalog.flags import timelines
+from catalog.flags import flags_as_of, timelines
 from catalog.models import (
     ChangeRecord,
-    ChangeSource,
     Dataset,
     DatasetField,
     FlagSource,
     LifecycleState,
     SubjectKind,
 )
-from catalog.queries import value_as_of
 from graph import revision, snapshot, traverse
 from graph.details import FieldInfo as GraphFieldInfo
 from graph.details import field_rows, load_dataset_names, load_datasets, load_job_names
@@ -82,16 +79,6 @@ class FieldInfo:
     declared: bool
 
 
-def _declared_as_of(records: list[ChangeRecord], as_of: datetime, current: str) -> bool:
-    """Whether the subject flag in force at ``as_of`` was set by a person (not propagation)."""
-    before = [r for r in records if r.at <= as_of]
-    if before:
-        return before[-1].source != ChangeSource.PROPAGATION
-    if records:
-        return True  # set before history was kept: treat as declared
-    return current == FlagSource.DECLARED
-
-
 _FIELD_COLUMNS = "id, dataset_id, name, type, pii_category, flag_source"
 
 
@@ -117,11 +104,9 @@ def subject_fields(
         ]
     stamp = connection.ops.adapt_datetimefield_value(as_of)
     existed = "first_seen <= %s AND (removed_at IS NULL OR removed_at > %s)"
-    candidates: dict[int, tuple[tuple[Any, ...], str | None]] = {
-        row[0]: (row, kind.name)
-        for row in _field_rows(f"subject_kind_id = %s AND {existed}", [kind.pk, stamp, stamp])
-    }
-    # A field flagged then but not now appears in the flag's history.
+    # Who might have held the flag then: fields that hold it now, fields named in its
+    # history, and fields propagation reached from those by then. catalog.flags decides.
+    kind_ids = {row[0] for row in _field_rows("subject_kind_id = %s", [kind.pk])}
     named: dict[int, set[str]] = defaultdict(set)
     for dataset_id, name in (
         ChangeRecord.objects.filter(attribute="subject_kind")
@@ -129,57 +114,34 @@ def subject_fields(
         .values_list("dataset_id", "field_name")
     ):
         named[dataset_id].add(name)
-    current_kinds = dict(SubjectKind.objects.values_list("id", "name"))
     for dataset_id, names in named.items():
-        for row in _field_rows(
-            f"dataset_id = %s AND {existed}", [dataset_id, stamp, stamp], with_kind=True
-        ):
-            if row[2] in names and row[0] not in candidates:
-                candidates[row[0]] = (row[:6], current_kinds.get(row[6]) if row[6] else None)
-    records = _flag_history(sorted({row[1] for row, _ in candidates.values()}))
-    found = []
-    for (pk, ds, name, ftype, pii, source), current_kind in candidates.values():
-        kind_records = records.get((ds, name, "subject_kind"), [])
-        if ds in gone or value_as_of(kind_records, as_of, current_kind) != kind.name:
-            continue
-        pii_then = value_as_of(records.get((ds, name, "pii_category"), []), as_of, pii) or ""
-        declared = _declared_as_of(kind_records, as_of, source)
-        found.append(FieldInfo(pk, ds, name, ftype, pii_then, kind.name, declared))
-    return sorted(found, key=lambda f: f.id)
-
-
-def _flag_history(dataset_ids: list[int]) -> dict[tuple[int, str, str], list[ChangeRecord]]:
-    """Return the subject-kind and PII-category changes of these datasets' fields, in time order."""
-    found: dict[tuple[int, str, str], list[ChangeRecord]] = defaultdict(list)
-    size = 20_000 if connection.vendor == "postgresql" else _CHUNK
-    for chunk in _chunks(dataset_ids, size):
-        where, params = _where_in("dataset_id", list(chunk))
+        for row in _field_rows("dataset_id = %s", [dataset_id]):
+            if row[2] in names:
+                kind_ids.add(row[0])
+    candidates = set(kind_ids)
+    for chunk in _chunks(sorted(kind_ids), _CHUNK):
+        where, params = _where_in("source_id", list(chunk))
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT dataset_id, field_name, attribute, at, source, old, new "
-                f"FROM catalog_changerecord WHERE {where} "
-                "AND attribute IN ('subject_kind', 'pii_category') AND field_name <> '' "
-                "ORDER BY at, id",
-                params,
+                f"SELECT DISTINCT field_id FROM catalog_propagatedflag WHERE {where} "
+                "AND valid_from <= %s AND (valid_to IS NULL OR valid_to > %s)",
+                [*params, stamp, stamp],
             )
-            rows = cursor.fetchall()
-        for dataset_id, name, attribute, at, source, old, new in rows:
-            record = ChangeRecord(
-                dataset_id=dataset_id,
-                field_name=name,
-                attribute=attribute,
-                at=_moment(at) or at,
-                source=source,
-                old=_json_value(old),
-                new=_json_value(new),
-            )
-            found[(dataset_id, name, attribute)].append(record)
-    return found
-
-
-def _json_value(raw: Any) -> Any:
-    # PostgreSQL hands jsonb back decoded; SQLite hands the JSON text.
-    return json.loads(raw) if isinstance(raw, str) else raw
+            candidates.update(row[0] for row in cursor.fetchall())
+    then = flags_as_of(sorted(candidates), as_of)
+    found = []
+    for chunk in _chunks(
+        sorted(pk for pk, f in then.items() if f.subject_kind == kind.name), _CHUNK
+    ):
+        where, params = _where_in("id", list(chunk))
+        for pk, ds, name, ftype, _, _ in _field_rows(
+            f"{where} AND {existed}", [*params, stamp, stamp]
+        ):
+            if ds not in gone:
+                flag = then[pk]
+                declared = flag.source == FlagSource.DECLARED
+                found.append(FieldInfo(pk, ds, name, ftype, flag.pii, kind.name, declared))
+    return sorted(found, key=lambda f: f.id)
 
 
 def _field_rows(where: str, params: list[Any], with_kind: bool = False) -> list[tuple[Any, ...]]:

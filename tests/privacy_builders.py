@@ -9,7 +9,9 @@ Timeline (all UTC):
   ``marts/customer_ltv`` no longer derives from customers;
 * ``T_DROP`` ``tmp/export_2024`` (a copy of emails) is dropped;
 * ``T_SEG`` ``build_segments`` starts copying the hashed email into
-  ``marts/segments``, and lineage propagation flags ``legacy/crm_dump.cust_no``.
+  ``marts/segments``, and propagation flags ``legacy/crm_dump.cust_no`` from
+  ``customers.customer_id`` (along lineage beyond what the shop records: a copy a
+  search finds only through its flag).
 
 Lineage (→ column edges, through jobs):
 
@@ -45,6 +47,7 @@ from catalog.models import (
     Namespace,
     Owner,
     PiiCategory,
+    PropagatedFlag,
     RetentionAction,
     RetentionPolicy,
     SubjectKind,
@@ -146,23 +149,30 @@ def _edge(
             )
 
 
-def _flag(field: DatasetField, kind: SubjectKind, at: datetime | None, source: str) -> None:
+def _flag(field: DatasetField, kind: SubjectKind, at: datetime | None) -> None:
+    """A steward declares the field as identifying ``kind`` (at ``at``, or before history)."""
     field.subject_kind = kind
-    field.flag_source = (
-        FlagSource.PROPAGATED if source == ChangeSource.PROPAGATION else FlagSource.DECLARED
-    )
+    field.flag_source = FlagSource.DECLARED
     field.save()
     if at is not None:
         ChangeRecord.objects.create(
             at=at,
-            actor_name="stella-steward" if source == ChangeSource.STEWARD else "propagation",
-            source=source,
+            actor_name="stella-steward",
+            source=ChangeSource.STEWARD,
             dataset=field.dataset,
             field_name=field.name,
             attribute="subject_kind",
             old=None,
             new=kind.name,
         )
+
+
+def _propagated(field: DatasetField, source: DatasetField, at: datetime) -> None:
+    """Propagation's own record that ``source``'s flag reached ``field`` from ``at``."""
+    field.subject_kind = source.subject_kind
+    field.flag_source = FlagSource.PROPAGATED
+    field.save()
+    PropagatedFlag.objects.create(field=field, source=source, valid_from=at)
 
 
 def _own(dataset: Dataset, owner: str, kind: str = "DATA_OWNER") -> None:
@@ -228,12 +238,12 @@ def build_shop() -> Shop:
     _own(orders, "ada-finance", "TECHNICAL_OWNER")
     _own(clean, "team-data")
 
-    _flag(shop.f(CUSTOMERS, "customer_id"), customer, None, ChangeSource.STEWARD)
-    _flag(shop.f(CUSTOMERS, "email"), customer, None, ChangeSource.STEWARD)
-    _flag(shop.f(ORDERS, "customer_id"), customer, T_FLAG, ChangeSource.STEWARD)
-    _flag(shop.f(CRM_DUMP, "cust_no"), customer, T_SEG, ChangeSource.PROPAGATION)
-    _flag(shop.f(EMPLOYEES, "employee_id"), employee, None, ChangeSource.STEWARD)
-    _flag(shop.f(EMPLOYEES, "email"), employee, None, ChangeSource.STEWARD)
+    _flag(shop.f(CUSTOMERS, "customer_id"), customer, None)
+    _flag(shop.f(CUSTOMERS, "email"), customer, None)
+    _flag(shop.f(ORDERS, "customer_id"), customer, T_FLAG)
+    _propagated(shop.f(CRM_DUMP, "cust_no"), shop.f(CUSTOMERS, "customer_id"), T_SEG)
+    _flag(shop.f(EMPLOYEES, "employee_id"), employee, None)
+    _flag(shop.f(EMPLOYEES, "email"), employee, None)
     del employees
 
     for job in (

@@ -664,3 +664,24 @@ def test_past_flags_are_right_from_a_node_directory_read_after_they_changed(clie
     expected = [(False, False), (True, True), (False, False), (True, True)]
     assert [copy_flag(h) for h in (6, 9, 13, 9)] == expected
     assert [api_flag(h) for h in (6, 9, 13)] == [None, "email", None]
+
+
+def test_subject_search_as_of_an_instant_lists_only_the_copies_flagged_then():
+    from privacy import actions as privacy_actions
+    from privacy.queries import search_subject
+
+    w = World(3)
+    w.declare(0, PiiCategory.IDENTIFIER, at(1))
+    w.open(0, 1, "IDENTITY", False, at(5), None)
+    w.open(1, 2, "IDENTITY", False, at(2), at(4))
+    request = privacy_actions.SubjectRequest.build(w.kind, [(None, None, "4242")], None)
+
+    def relations(hour: int) -> dict[str, str]:
+        found = search_subject(w.kind, request.identifiers, at(hour), None)
+        return {h.name: h.relation for h in found.all_hits}
+
+    assert relations(3) == {"t0": "direct"}
+    assert relations(6) == {"t0": "direct", "t1": "derived"}
+    # With a depth limit, a copy beyond it is still listed as holding the flag it held then.
+    shallow = search_subject(w.kind, request.identifiers, at(3), 0)
+    assert {h.name for h in shallow.all_hits} == {"t0"}
