@@ -1,7 +1,11 @@
 """Personal-data propagation: a flag reaching 10,000 fields, and ingestion with it on and off.
 
+On PostgreSQL, alone or (``--datasets N``) beside the synthetic lakehouse of
+``manage.py generate_lineage --datasets N`` (whose declared flags are propagated as it
+loads; ``--reuse`` keeps a database already loaded).
+
 (a) reach: a source column copied into ``--fanout`` datasets, each copied again into
-    ``--fanout`` more (10,100 fields reached at 100), on PostgreSQL. A steward declares
+    ``--fanout`` more (10,100 fields reached at 100). A steward declares
     the source column as personal data through the field API; the time until that
     request returns is the time until every copy shows the flag (the flags are brought
     up to date in the edit's own transaction). Then the declaration is removed, timed
@@ -12,7 +16,7 @@
     alternating, ``--rounds`` each; events/s medians and their ratio.
 
 Usage: python -m benchmarks.bench_propagation [--fanout 100] [--events 4000] [--rounds 3]
-           [--database-url URL]
+           [--datasets N] [--reuse] [--database-url URL]
 Writes benchmarks/results/propagation.json.
 """
 
@@ -39,15 +43,41 @@ NS = "postgres://bench:5432"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def fresh_database(url: str) -> None:
+def prepare_database(url: str, reuse: bool) -> None:
+    """Create (or, unless reusing, re-create) the benchmark database."""
     import psycopg
 
     parts = urlsplit(url)
     name = parts.path.lstrip("/")
     admin = urlunsplit(parts._replace(path="/postgres")).replace("postgres://", "postgresql://", 1)
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if exists and not reuse:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+            exists = None
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def load_graph(datasets: int) -> dict[str, Any]:
+    """The lakehouse beside which the flag spreads (loaded unless already there), without
+    what an earlier run of this script left."""
+    from django.core.management import call_command
+
+    from catalog.models import Dataset, DatasetField, Namespace, PropagatedFlag
+    from graph.models import ColumnEdge, Job
+
+    Job.objects.filter(namespace__name=NS).delete()
+    Dataset.objects.filter(namespace__name=NS).delete()
+    Namespace.objects.filter(name=NS).delete()
+    if datasets and Dataset.objects.count() < datasets:
+        call_command("generate_lineage", datasets=datasets, no_progress=True)
+    return {
+        "datasets": Dataset.objects.count(),
+        "fields": DatasetField.objects.count(),
+        "column_edges": ColumnEdge.objects.count(),
+        "propagated_rows": PropagatedFlag.objects.count(),
+    }
 
 
 def build_fanout(fanout: int) -> int:
@@ -96,7 +126,7 @@ def bench_reach(fanout: int, repeat: int) -> dict[str, Any]:
     from catalog.models import DatasetField, FlagSource
 
     reached = build_fanout(fanout)
-    steward = User.objects.create_user("bench-steward")
+    steward, _ = User.objects.get_or_create(username="bench-steward")
     steward.groups.add(Group.objects.get(name="steward"))
     client = Client()
     client.force_login(steward)
@@ -109,12 +139,11 @@ def bench_reach(fanout: int, repeat: int) -> dict[str, Any]:
             response = client.patch(url, body, content_type="application/json")
             times.append((time.perf_counter() - started) * 1000)
             assert response.status_code == 200, response.content
-        flagged = DatasetField.objects.filter(flag_source=FlagSource.PROPAGATED).count()
+        copies = DatasetField.objects.filter(dataset__namespace__name=NS)
+        flagged = copies.filter(flag_source=FlagSource.PROPAGATED).count()
         assert flagged == 0, flagged
     client.patch(url, {"pii": "email"}, content_type="application/json")
-    shown = DatasetField.objects.filter(
-        flag_source=FlagSource.PROPAGATED, pii_category="email"
-    ).count()
+    shown = copies.filter(flag_source=FlagSource.PROPAGATED, pii_category="email").count()
     assert shown == reached, (shown, reached)
     return {
         "fields_reached": reached,
@@ -213,9 +242,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--events", type=int, default=4000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--datasets", type=int, default=0)
+    parser.add_argument("--reuse", action="store_true", help="keep a database already loaded")
     parser.add_argument("--database-url", default=DEFAULT_DB)
     args = parser.parse_args()
-    fresh_database(args.database_url)
+    prepare_database(args.database_url, args.reuse)
     os.environ["DATABASE_URL"] = args.database_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lineage_site.settings")
     os.environ.pop("CELERY_BROKER_URL", None)
@@ -231,6 +262,7 @@ def main() -> None:
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
         ).stdout.strip(),
         "date": datetime.now(UTC).date().isoformat(),
+        "graph": load_graph(args.datasets),
         "reach": bench_reach(args.fanout, args.repeat),
         "ingest": bench_ingest(args.events, args.rounds),
     }

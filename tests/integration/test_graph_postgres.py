@@ -147,6 +147,15 @@ def test_generate_lineage_loads_a_graph_the_queries_can_walk(settings):
     assert NodeDocument.objects.filter(kind="d").count() == 300
     assert NodeDocument.objects.filter(kind="j").count() == Job.objects.count()
     assert NodeDocumentPass.objects.get().revision == revision.current().value
+    # Its declared flags reached their copies, as propagation carries them.
+    from catalog.models import DatasetField, FlagSource, PropagatedFlag
+
+    copies = DatasetField.objects.filter(flag_source=FlagSource.PROPAGATED)
+    reached = PropagatedFlag.objects.filter(valid_to__isnull=True).values_list(
+        "field_id", flat=True
+    )
+    assert copies.exists()
+    assert set(copies.values_list("pk", flat=True)) == set(reached)
 
 
 # --- node documents shared between processes ----------------------------------------------
