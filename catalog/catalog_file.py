@@ -351,15 +351,14 @@ def export() -> dict[str, Any]:
         if ds.retention_policy:
             entry["retentionPolicy"] = ds.retention_policy.name
         fields: dict[str, Any] = {}
-        # Propagated flags are derived from lineage; only declared ones are catalog code.
         for f in ds.fields.all():
-            if f.flag_source != FlagSource.DECLARED:
-                continue
             values: dict[str, Any] = {}
-            if f.pii_category:
-                values["pii"] = f.pii_category
-            if f.subject_kind:
-                values["subjectKind"] = f.subject_kind.name
+            # Propagated flags are derived from lineage; only declared ones are catalog code.
+            if f.flag_source == FlagSource.DECLARED:
+                if f.pii_category:
+                    values["pii"] = f.pii_category
+                if f.subject_kind:
+                    values["subjectKind"] = f.subject_kind.name
             if f.sensitivity:
                 values["sensitivity"] = f.sensitivity
             if values:

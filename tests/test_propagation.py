@@ -685,3 +685,18 @@ def test_subject_search_as_of_an_instant_lists_only_the_copies_flagged_then():
     # With a depth limit, a copy beyond it is still listed as holding the flag it held then.
     shallow = search_subject(w.kind, request.identifiers, at(3), 0)
     assert {h.name for h in shallow.all_hits} == {"t0"}
+
+
+def test_the_catalog_file_holds_declared_flags_only_and_keeps_a_copys_own_attributes():
+    from catalog import catalog_file
+
+    w = World(2)
+    w.open(0, 1, "IDENTITY", False, at(1), None)
+    w.declare(0, PiiCategory.EMAIL, at(2))
+    catalog_actions.update_field(w.fields[1], {"sensitivity": "confidential"}, STEWARD, at=at(3))
+    exported = {d["name"]: d.get("fields", {}) for d in catalog_file.export()["datasets"]}
+    assert exported["t0"] == {"c": {"pii": "email"}}
+    assert exported["t1"] == {"c": {"sensitivity": "confidential"}}  # not the propagated flag
+    # Importing the file back changes nothing: the copy's flag stays propagated.
+    catalog_file.apply(catalog_file.parse(catalog_file.dump(catalog_file.export())))
+    assert w.flag(1)[:3] == ("email", None, FlagSource.PROPAGATED)
