@@ -220,18 +220,17 @@ class SubjectKindError(ValueError):
         self.message, self.field, self.status = message, field, status
 
 
-SUBJECT_KIND_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+SUBJECT_KIND_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}\Z")
+SUBJECT_KIND_RULE = (
+    "A subject kind is a lower-case word (letters, digits, - and _), starting with a letter, "
+    "at most 64 characters"
+)
 
 
 def create_subject_kind(name: str, description: str = "") -> SubjectKind:
     """A new kind of data subject (customer, employee, …): a lower-case slug, once."""
-    name = name.strip()
     if not SUBJECT_KIND_NAME.match(name):
-        raise SubjectKindError(
-            "A subject kind is a lower-case word (letters, digits, - and _), "
-            f"starting with a letter, at most 64 characters: {name[:64]!r}",
-            "name",
-        )
+        raise SubjectKindError(f"{SUBJECT_KIND_RULE}: {name[:64]!r}", "name")
     with transaction.atomic():
         if SubjectKind.objects.filter(name=name).exists():
             raise SubjectKindError(f"Subject kind {name!r} exists already", "name", 409)

@@ -225,9 +225,7 @@ class FieldForm(forms.Form):
     def clean_new_subject_kind(self) -> str:
         name: str = self.cleaned_data.get("new_subject_kind", "")
         if name and not actions.SUBJECT_KIND_NAME.match(name):
-            raise forms.ValidationError(
-                "A lower-case word: letters, digits, - and _, starting with a letter"
-            )
+            raise forms.ValidationError(actions.SUBJECT_KIND_RULE)
         return name
 
 

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, NoReturn
 from uuid import UUID
 
+from django.core.validators import RegexValidator
 from django.http import HttpResponse
 from django.urls import reverse
 from django.utils.decorators import method_decorator
@@ -554,7 +555,13 @@ def subject_kind_json(kind: SubjectKind, fields: int) -> dict[str, Any]:
 
 
 class SubjectKindInput(StrictInput):
-    name = TextField(max_length=64)
+    name = TextField(
+        max_length=64,
+        trim_whitespace=False,
+        validators=[
+            RegexValidator(catalog_actions.SUBJECT_KIND_NAME, catalog_actions.SUBJECT_KIND_RULE)
+        ],
+    )
     description = TextField(required=False, allow_blank=True, max_length=2000, default="")
 
 

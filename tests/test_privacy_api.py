@@ -564,8 +564,13 @@ def test_stewards_define_subject_kinds_and_compliance_reads_them(db, api, stewar
     assert created.json() == {"name": "patient", "description": "A clinic's patient", "fields": 0}
     again = api(steward).post(kinds, {"name": "patient"}, format="json")
     assert (again.status_code, again.json()["field"]) == (409, "name")
-    bad = api(steward).post(kinds, {"name": "Patient Records"}, format="json")
-    assert (bad.status_code, bad.json()["field"]) == (400, "name")
+    for name in ("Patient Records", " visitor", "visitor\n", 7):
+        bad = api(steward).post(kinds, {"name": name}, format="json")
+        assert (bad.status_code, bad.json()["field"]) == (400, "name"), name
+    # The schema states the rule, so clients can check a name before sending it.
+    spec = api(steward).get("/api/schema/?format=json").json()
+    body = spec["components"]["schemas"]["SubjectKindInputRequest"]["properties"]["name"]
+    assert body["pattern"] == "^[a-z][a-z0-9_-]{0,63}$"
     unknown = api(steward).post(kinds, {"name": "x", "colour": "red"}, format="json")
     assert (unknown.status_code, unknown.json()["field"]) == (400, "colour")
     described = api(steward).patch(
