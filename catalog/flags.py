@@ -17,15 +17,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q
+from django.db import connection
 
+from catalog.lookups import where_in
 from catalog.models import (
     ChangeRecord,
     ChangeSource,
     DatasetField,
     FlagSource,
     PiiCategory,
-    PropagatedFlag,
 )
 
 FLAG_ATTRIBUTES = ("pii_category", "subject_kind", "propagation_blocked")
@@ -200,48 +200,65 @@ def field_flags(
     fields: Sequence[DatasetField], as_of: datetime | None = None
 ) -> dict[int, FieldFlag]:
     """The flag each field shows now (from its columns) or as of an instant (from history)."""
-    ids = [f.pk for f in fields]
-    window = Q(valid_to__isnull=True)
     if as_of is not None:
-        window = Q(valid_from__lte=as_of) & (Q(valid_to__isnull=True) | Q(valid_to__gt=as_of))
-    sources: dict[int, list[tuple[int, bool]]] = defaultdict(list)
-    for chunk in chunks(ids):
-        for field_id, source_id, masked in (
-            PropagatedFlag.objects.filter(window, field_id__any_of=list(chunk))
-            .order_by("source_id")
-            .values_list("field_id", "source_id", "masked")
-        ):
-            sources[field_id].append((source_id, masked))
+        return flags_as_of([f.pk for f in fields], as_of)
+    sources = _reached([f.pk for f in fields], None)
+    names = _names({s for found in sources.values() for s, _ in found})
+    return {f.pk: _current(f, sources.get(f.pk, []), names) for f in fields}
+
+
+def flags_as_of(
+    field_ids: Sequence[int], as_of: datetime, with_sources: bool = True
+) -> dict[int, FieldFlag]:
+    """The flag each of these fields showed at ``as_of`` (without naming the sources of
+    propagated ones unless ``with_sources``).
+
+    A field propagation reached then was neither declared nor blocked then (``reach`` stops
+    at both), so only the other fields' own history is read, and the sources'."""
+    ids = sorted(set(field_ids))
+    sources = _reached(ids, as_of)
     all_sources = {s for found in sources.values() for s, _ in found}
-    names = _names(all_sources)
-    if as_of is None:
-        return {f.pk: _current(f, sources.get(f.pk, []), names) for f in fields}
-    lines = timelines([*ids, *all_sources])
+    names = _names(all_sources) if with_sources else {}
+    lines = timelines([*(pk for pk in ids if pk not in sources), *all_sources])
+    declared = {
+        s: (_value_at(lines[s].pii, as_of) or "", _value_at(lines[s].kind, as_of))
+        for s in all_sources
+        if s in lines
+    }
     found = {}
-    for f in fields:
-        line = lines[f.pk]
+    for pk in ids:
+        reached = sources.get(pk)
+        if reached is not None:
+            found[pk] = union_flag(reached, declared, names, False)
+            continue
+        line = lines.get(pk)
+        if line is None:  # no such field
+            continue
         pii, kind = _value_at(line.pii, as_of) or "", _value_at(line.kind, as_of)
         blocked = bool(_value_at(line.blocked, as_of))
-        if pii or kind:
-            found[f.pk] = FieldFlag(pii, kind, FlagSource.DECLARED, False, (), blocked)
-            continue
-        reached = [] if blocked else sources.get(f.pk, [])
-        declared = {
-            s: (_value_at(lines[s].pii, as_of) or "", _value_at(lines[s].kind, as_of))
-            for s, _ in reached
-        }
-        found[f.pk] = union_flag(reached, declared, names, blocked)
+        found[pk] = FieldFlag(pii, kind, FlagSource.DECLARED, False, (), blocked)
     return found
 
 
-def flags_as_of(field_ids: Sequence[int], as_of: datetime) -> dict[int, FieldFlag]:
-    """The flag each of these fields showed at ``as_of``."""
-    fields = [
-        f
-        for chunk in chunks(sorted(field_ids))
-        for f in DatasetField.objects.filter(pk__any_of=list(chunk)).select_related("subject_kind")
-    ]
-    return field_flags(fields, as_of)
+def _reached(ids: Sequence[int], as_of: datetime | None) -> dict[int, list[tuple[int, bool]]]:
+    """(source, masked) of each field's propagated rows, current or valid at ``as_of``."""
+    window, params = "valid_to IS NULL", []
+    if as_of is not None:
+        moment = connection.ops.adapt_datetimefield_value(as_of)
+        window = "valid_from <= %s AND (valid_to IS NULL OR valid_to > %s)"
+        params = [moment, moment]
+    sources: dict[int, list[tuple[int, bool]]] = defaultdict(list)
+    with connection.cursor() as cursor:
+        for chunk in chunks(ids):
+            where, ids_param = where_in("field_id", list(chunk))
+            cursor.execute(
+                "SELECT field_id, source_id, masked FROM catalog_propagatedflag "
+                f"WHERE {where} AND {window} ORDER BY source_id",
+                [*ids_param, *params],
+            )
+            for field_id, source_id, masked in cursor.fetchall():
+                sources[field_id].append((source_id, bool(masked)))
+    return sources
 
 
 def _current(
@@ -271,6 +288,13 @@ def union_flag(
     """A field's flag from the (source, masked) pairs that reached it, given what each
     source declared (category, subject kind): the first in PRIORITY order gives the
     category and the subject kind; masked when every source's path masks."""
+    if len(reached) == 1:  # most fields: one source
+        source, masked = reached[0]
+        pii, kind = declared[source]
+        if not (pii or kind):
+            return FieldFlag("", None, FlagSource.DECLARED, False, (), blocked)
+        named = (names[source],) if source in names else ()
+        return FieldFlag(pii, kind, FlagSource.PROPAGATED, masked, named, False)
     reached = [(s, m) for s, m in reached if declared[s][0] or declared[s][1]]
     if not reached:
         return FieldFlag("", None, FlagSource.DECLARED, False, (), blocked)

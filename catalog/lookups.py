@@ -18,6 +18,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from django.db import connection
 from django.db.models import Field, ForeignObject
 from django.db.models.lookups import In
 
@@ -62,3 +63,11 @@ class AnyOf(In[Any]):
 Field.register_lookup(AnyOf)
 # Relations keep a lookup table of their own (Django stops at ForeignObject).
 ForeignObject.register_lookup(AnyOf)
+
+
+def where_in(column: str, values: list[int]) -> tuple[str, list[Any]]:
+    """Raw SQL's ``column IN values`` for integer ids: one array parameter on PostgreSQL
+    (its text built as ``__any_of`` builds it), a plain ``IN`` list elsewhere."""
+    if connection.vendor == "postgresql":
+        return f"{column} = ANY(%s::bigint[])", ["{" + ",".join(map(str, values)) + "}"]
+    return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)

@@ -16,6 +16,7 @@ from uuid import UUID
 from django.db import connection
 
 from catalog.flags import flags_as_of
+from catalog.lookups import where_in
 from catalog.models import ChangeRecord, RetentionPolicy
 from catalog.pgsql import bound_cursor
 from graph.models import RunState
@@ -213,14 +214,6 @@ def _chunks(values: Sequence[int]) -> Iterable[list[int]]:
         yield list(values[start : start + CHUNK])
 
 
-def _where_in(column: str, values: list[int]) -> tuple[str, list[Any]]:
-    """``column`` in ``values`` as one array parameter on PostgreSQL (cheap to plan and send
-    for thousands of ids), as a plain IN list elsewhere."""
-    if connection.vendor == "postgresql":
-        return f"{column} = ANY(%s)", [values]
-    return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)
-
-
 def _ts_sql(column: str) -> str:
     # Timestamps cross as text and are parsed here: Django's timezone-aware row loader
     # costs more than the whole query for thousands of values.
@@ -296,7 +289,7 @@ def load_datasets(
     tags_of = _json_list("t.name")
     owners_of = _json_list(_json_tuple("w.name", "w.kind", "w.email", "o.ownership_type"))
     for chunk in _chunks(wanted):
-        where, params = _where_in("d.id", chunk)
+        where, params = where_in("d.id", chunk)
         rows += _rows(
             "SELECT d.id, n.name, d.name, d.description, d.platform, d.location, "
             "d.source_name, d.sensitivity, d.lifecycle_state, d.is_hidden, "
@@ -312,7 +305,7 @@ def load_datasets(
             f"WHERE {where}",
             params,
         )
-        where, params = _where_in("f.dataset_id", chunk)
+        where, params = where_in("f.dataset_id", chunk)
         if as_of is None:
             alive = "f.removed_at IS NULL"
         else:
@@ -390,8 +383,8 @@ def changed_since(pks: list[int], as_of: datetime) -> set[int]:
     when = connection.ops.adapt_datetimefield_value(as_of)
     out: set[int] = set()
     for chunk in _chunks(pks):
-        fields_in, params = _where_in("dataset_id", chunk)
-        changes_in, more = _where_in("dataset_id", chunk)
+        fields_in, params = where_in("dataset_id", chunk)
+        changes_in, more = where_in("dataset_id", chunk)
         rows = _rows(
             f"SELECT dataset_id FROM catalog_datasetfield WHERE {fields_in} "
             "AND (first_seen > %s OR removed_at > %s) "
@@ -437,7 +430,7 @@ def _ever_flagged(found: dict[int, DatasetInfo]) -> set[int]:
     ids = sorted(f.pk for info in found.values() for f in info.fields)
     out: set[int] = set()
     for chunk in _chunks(ids):
-        where, params = _where_in("field_id", chunk)
+        where, params = where_in("field_id", chunk)
         out.update(
             row[0]
             for row in _rows(
@@ -517,7 +510,7 @@ def load_dataset_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
     """(namespace, name) of each dataset pk, in one query."""
     out: dict[int, tuple[str, str]] = {}
     for chunk in _chunks(sorted({int(pk) for pk in pks})):
-        where, params = _where_in("d.id", chunk)
+        where, params = where_in("d.id", chunk)
         for pk, ns, name in _rows(
             "SELECT d.id, n.name, d.name FROM catalog_dataset d "
             f"JOIN catalog_namespace n ON n.id = d.namespace_id WHERE {where}",
@@ -530,7 +523,7 @@ def load_dataset_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
 def load_job_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
     out: dict[int, tuple[str, str]] = {}
     for chunk in _chunks(sorted({int(pk) for pk in pks})):
-        where, params = _where_in("j.id", chunk)
+        where, params = where_in("j.id", chunk)
         for pk, ns, name in _rows(
             "SELECT j.id, n.name, j.name FROM graph_job j "
             f"JOIN catalog_namespace n ON n.id = j.namespace_id WHERE {where}",
@@ -552,7 +545,7 @@ def load_jobs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, Jo
         state_at=_ts_sql("r.state_event_time"),
     )
     for chunk in _chunks(sorted({int(pk) for pk in pks})):
-        where, params = _where_in("j.id", chunk)
+        where, params = where_in("j.id", chunk)
         if as_of is None:
             run_join = "LEFT JOIN graph_run r ON r.id = j.latest_run_id"
         else:
@@ -599,7 +592,7 @@ def latest_runs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, 
     """Each job's latest run (the latest created by ``as_of``, seen from then), one query."""
     out: dict[int, RunInfo] = {}
     for chunk in _chunks(sorted({int(pk) for pk in pks})):
-        where, params = _where_in("j.id", chunk)
+        where, params = where_in("j.id", chunk)
         if as_of is None:
             run_join = "JOIN graph_run r ON r.id = j.latest_run_id"
         else:
@@ -651,7 +644,7 @@ def edge_descriptions(edge_ids: Iterable[int]) -> dict[int, str]:
     """The transformation description of each column edge that has one."""
     out: dict[int, str] = {}
     for chunk in _chunks(sorted({int(pk) for pk in edge_ids})):
-        where, params = _where_in("e.id", chunk)
+        where, params = where_in("e.id", chunk)
         out.update(
             _rows(
                 f"SELECT e.id, e.description FROM graph_columnedge e WHERE {where} "
@@ -666,7 +659,7 @@ def field_rows(pks: Iterable[int]) -> dict[int, tuple[int, str, str, str, str, s
     """(dataset pk, namespace, dataset name, field name, type, subject kind) per field pk."""
     out: dict[int, tuple[int, str, str, str, str, str | None]] = {}
     for chunk in _chunks(sorted({int(pk) for pk in pks})):
-        where, params = _where_in("f.id", chunk)
+        where, params = where_in("f.id", chunk)
         for pk, ds_pk, ns, ds, name, ftype, kind in _rows(
             "SELECT f.id, f.dataset_id, n.name, d.name, f.name, f.type, sk.name "
             "FROM catalog_datasetfield f JOIN catalog_dataset d ON d.id = f.dataset_id "

@@ -229,11 +229,14 @@ def _ever_declared(line: FieldTimeline) -> bool:
     return any(value for _, value in line.pii) or any(value for _, value in line.kind)
 
 
-def refresh(sources: Iterable[int], since: datetime | None = None) -> set[int]:
+def refresh(
+    sources: Iterable[int], since: datetime | None = None, reclassified: bool = False
+) -> set[int]:
     """Recompute these sources' rows (from ``since`` on, when the change that calls for it
     took effect then: rows that ended before are left as they are), write what differs, and
-    bring the flags shown on the fields they reach (or reached) up to date; returns the
-    fields whose rows changed."""
+    bring the flags shown on the fields whose rows changed up to date — and, when a source
+    may have been ``reclassified`` (its category or subject kind changed, its reach not),
+    on every field it reaches; returns the fields whose rows changed."""
     wanted = sorted(set(sources))
     if not wanted:
         return set()
@@ -242,10 +245,13 @@ def refresh(sources: Iterable[int], since: datetime | None = None) -> set[int]:
         fields = set(wanted) | {e.target for edges in edges_from.values() for e in edges}
         lines = timelines(fields)
         changed: set[int] = set()
+        reached: set[int] = set()
         for source in wanted:
             rows = source_rows(source, edges_from, lines, since)
+            if reclassified:
+                reached.update(field for field, _, _, end in rows if end is None)
             changed |= _replace_rows(source, rows, since)
-        sync_fields(changed | set(wanted))
+        sync_fields(changed | reached | set(wanted))
     return changed
 
 
@@ -392,4 +398,4 @@ def _on_flags_changed(
 ) -> None:
     """A steward, an import or the API changed declarations or blocks of these fields, with
     effect from ``at``."""
-    refresh(sources_touching(field_ids), at)
+    refresh(sources_touching(field_ids), at, reclassified=True)

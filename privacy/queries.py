@@ -35,6 +35,7 @@ from django.db.models import Count, Q, QuerySet
 
 from catalog.auth import SEARCH_SUBJECTS, VIEW_AUDIT, has_perm
 from catalog.flags import flags_as_of, timelines
+from catalog.lookups import where_in
 from catalog.models import (
     ChangeRecord,
     Dataset,
@@ -104,9 +105,15 @@ def subject_fields(
         ]
     stamp = connection.ops.adapt_datetimefield_value(as_of)
     existed = "first_seen <= %s AND (removed_at IS NULL OR removed_at > %s)"
-    # Who might have held the flag then: fields that hold it now, fields named in its
-    # history, and fields propagation reached from those by then. catalog.flags decides.
-    kind_ids = {row[0] for row in _field_rows("subject_kind_id = %s", [kind.pk])}
+    # Who might have held the flag then: fields declaring it now, fields named in its
+    # history, and fields propagation reached from those then. catalog.flags decides.
+    size = 20_000 if connection.vendor == "postgresql" else _CHUNK
+    declaring = {
+        row[0]
+        for row in _field_rows(
+            "subject_kind_id = %s AND flag_source = %s", [kind.pk, FlagSource.DECLARED]
+        )
+    }
     named: dict[int, set[str]] = defaultdict(set)
     for dataset_id, name in (
         ChangeRecord.objects.filter(attribute="subject_kind")
@@ -114,13 +121,12 @@ def subject_fields(
         .values_list("dataset_id", "field_name")
     ):
         named[dataset_id].add(name)
-    for dataset_id, names in named.items():
-        for row in _field_rows("dataset_id = %s", [dataset_id]):
-            if row[2] in names:
-                kind_ids.add(row[0])
-    candidates = set(kind_ids)
-    for chunk in _chunks(sorted(kind_ids), _CHUNK):
-        where, params = _where_in("source_id", list(chunk))
+    for chunk in _chunks(sorted(named), size):
+        where, params = where_in("dataset_id", list(chunk))
+        declaring.update(row[0] for row in _field_rows(where, params) if row[2] in named[row[1]])
+    candidates = set(declaring)
+    for chunk in _chunks(sorted(declaring), size):
+        where, params = where_in("source_id", list(chunk))
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT DISTINCT field_id FROM catalog_propagatedflag WHERE {where} "
@@ -128,12 +134,10 @@ def subject_fields(
                 [*params, stamp, stamp],
             )
             candidates.update(row[0] for row in cursor.fetchall())
-    then = flags_as_of(sorted(candidates), as_of)
+    then = flags_as_of(sorted(candidates), as_of, with_sources=False)
     found = []
-    for chunk in _chunks(
-        sorted(pk for pk, f in then.items() if f.subject_kind == kind.name), _CHUNK
-    ):
-        where, params = _where_in("id", list(chunk))
+    for chunk in _chunks(sorted(pk for pk, f in then.items() if f.subject_kind == kind.name), size):
+        where, params = where_in("id", list(chunk))
         for pk, ds, name, ftype, _, _ in _field_rows(
             f"{where} AND {existed}", [*params, stamp, stamp]
         ):
@@ -599,13 +603,6 @@ def _excluded_datasets(as_of: datetime | None) -> npt.NDArray[np.int64]:
     return found
 
 
-def _where_in(column: str, values: list[int]) -> tuple[str, list[Any]]:
-    # One array parameter on PostgreSQL: cheap to plan and send for thousands of ids.
-    if connection.vendor == "postgresql":
-        return f"{column} = ANY(%s)", [values]
-    return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)
-
-
 def search_subject(
     kind: SubjectKind,
     identifiers: Sequence[Identifier],
@@ -954,8 +951,8 @@ class _Hydrator:
             return
         sources = sorted({key[0] for key in wanted})
         targets = sorted({key[2] for key in wanted})
-        where_source, params = _where_in("source_field_id", sources)
-        where_target, more = _where_in("target_dataset_id", targets)
+        where_source, params = where_in("source_field_id", sources)
+        where_target, more = where_in("target_dataset_id", targets)
         params += more
         valid, stamps = _valid_sql(self.as_of)
         params += stamps
