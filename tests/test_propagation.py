@@ -290,7 +290,7 @@ def flags_from_rows(moment: datetime) -> dict[int, dict[int, bool]]:
 
 
 @settings(
-    max_examples=int(os.environ.get("PROPAGATION_EXAMPLES", "40")),
+    max_examples=int(os.environ.get("PROPAGATION_EXAMPLES", "100")),
     deadline=None,
     suppress_health_check=list(HealthCheck),
 )
