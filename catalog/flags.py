@@ -208,15 +208,21 @@ def field_flags(
 
 
 def flags_as_of(
-    field_ids: Sequence[int], as_of: datetime, with_sources: bool = True
+    field_ids: Sequence[int],
+    as_of: datetime,
+    with_sources: bool = True,
+    reached: dict[int, list[tuple[int, bool]]] | None = None,
 ) -> dict[int, FieldFlag]:
     """The flag each of these fields showed at ``as_of`` (without naming the sources of
-    propagated ones unless ``with_sources``).
+    propagated ones unless ``with_sources``). ``reached``: the propagated rows valid then of
+    some of the fields, all of each one's, (source, masked) in source order, when the caller
+    read them already.
 
     A field propagation reached then was neither declared nor blocked then (``reach`` stops
     at both), so only the other fields' own history is read, and the sources'."""
     ids = sorted(set(field_ids))
-    sources = _reached(ids, as_of)
+    sources = dict(reached or {})
+    sources.update(_reached([pk for pk in ids if pk not in sources], as_of))
     all_sources = {s for found in sources.values() for s, _ in found}
     names = _names(all_sources) if with_sources else {}
     lines = timelines([*(pk for pk in ids if pk not in sources), *all_sources])
@@ -226,10 +232,16 @@ def flags_as_of(
         if s in lines
     }
     found = {}
+    # Copies of one source, or of the same few, show one flag: worked out once.
+    union: dict[tuple[tuple[int, bool], ...], FieldFlag] = {}
     for pk in ids:
-        reached = sources.get(pk)
-        if reached is not None:
-            found[pk] = union_flag(reached, declared, names, False)
+        rows = sources.get(pk)
+        if rows:
+            key = tuple(rows)
+            flag = union.get(key)
+            if flag is None:
+                flag = union[key] = union_flag(rows, declared, names, False)
+            found[pk] = flag
             continue
         line = lines.get(pk)
         if line is None:  # no such field

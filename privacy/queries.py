@@ -124,27 +124,44 @@ def subject_fields(
     for chunk in _chunks(sorted(named), size):
         where, params = where_in("dataset_id", list(chunk))
         declaring.update(row[0] for row in _field_rows(where, params) if row[2] in named[row[1]])
-    candidates = set(declaring)
+    # The fields reached from those then, with every row reaching each then, in one query.
+    reached: dict[int, list[tuple[int, bool]]] = {}
+    placed: dict[int, tuple[int, str, str]] = {}
+    valid = "{0}.valid_from <= %s AND ({0}.valid_to IS NULL OR {0}.valid_to > %s)"
     for chunk in _chunks(sorted(declaring), size):
-        where, params = where_in("source_id", list(chunk))
+        where, params = where_in("r.source_id", list(chunk))
+        of_chunk: dict[int, list[tuple[int, bool]]] = defaultdict(list)
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT DISTINCT field_id FROM catalog_propagatedflag WHERE {where} "
-                "AND valid_from <= %s AND (valid_to IS NULL OR valid_to > %s)",
-                [*params, stamp, stamp],
+                "SELECT p.field_id, p.source_id, p.masked, f.dataset_id, f.name, f.type "
+                "FROM catalog_propagatedflag p JOIN catalog_datasetfield f ON f.id = p.field_id "
+                "WHERE p.field_id IN (SELECT r.field_id FROM catalog_propagatedflag r "
+                f"WHERE {where} AND {valid.format('r')}) AND {valid.format('p')} "
+                "AND f.first_seen <= %s AND (f.removed_at IS NULL OR f.removed_at > %s) "
+                "ORDER BY p.source_id",
+                [*params, stamp, stamp, stamp, stamp, stamp, stamp],
             )
-            candidates.update(row[0] for row in cursor.fetchall())
-    then = flags_as_of(sorted(candidates), as_of, with_sources=False)
-    found = []
-    for chunk in _chunks(sorted(pk for pk, f in then.items() if f.subject_kind == kind.name), size):
+            for pk, source, masked, ds, name, ftype in cursor.fetchall():
+                of_chunk[pk].append((source, bool(masked)))
+                placed[pk] = (ds, name, ftype)
+        for pk, found_rows in of_chunk.items():
+            reached.setdefault(pk, found_rows)
+    then = flags_as_of(sorted(declaring | set(reached)), as_of, with_sources=False, reached=reached)
+    holding = sorted(pk for pk, f in then.items() if f.subject_kind == kind.name)
+    unplaced = [pk for pk in holding if pk not in placed]
+    for chunk in _chunks(unplaced, size):
         where, params = where_in("id", list(chunk))
         for pk, ds, name, ftype, _, _ in _field_rows(
             f"{where} AND {existed}", [*params, stamp, stamp]
         ):
-            if ds not in gone:
-                flag = then[pk]
-                declared = flag.source == FlagSource.DECLARED
-                found.append(FieldInfo(pk, ds, name, ftype, flag.pii, kind.name, declared))
+            placed[pk] = (ds, name, ftype)
+    found = []
+    for pk in holding:
+        if pk in placed and placed[pk][0] not in gone:
+            ds, name, ftype = placed[pk]
+            flag = then[pk]
+            declared = flag.source == FlagSource.DECLARED
+            found.append(FieldInfo(pk, ds, name, ftype, flag.pii, kind.name, declared))
     return sorted(found, key=lambda f: f.id)
 
 

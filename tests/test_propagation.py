@@ -26,6 +26,7 @@ from catalog.models import (
 )
 from graph import propagation
 from graph.models import ColumnEdge, Job
+from privacy.queries import subject_fields
 from tests.factories import dataset as make_dataset
 
 pytestmark = pytest.mark.django_db
@@ -331,6 +332,9 @@ def test_incremental_flags_equal_a_recomputation_now_and_as_of_any_instant(ops):
                 if reached:
                     assert set(flag.propagated_from) == {node_id[s] for s in reached}
                     assert flag.masked == all(reached.values())
+        # Subject search's fields as of a later instant are those it reads from now.
+        now = {(f.id, f.pii_category, f.declared) for f in subject_fields(w.kind, None)}
+        assert {(f.id, f.pii_category, f.declared) for f in subject_fields(w.kind, at(999))} == now
         transaction.set_rollback(True)
 
 
