@@ -666,7 +666,7 @@ def test_past_flags_are_right_from_a_node_directory_read_after_they_changed(clie
         api = client.get(f"/api/v1/lineage?nodeId=dataset:pg://w:t1&asOf={when}").json()
         return explorer["nodes"][0]["pii"], api["graph"][0]["data"]["hasPii"]
 
-    def api_flag(hour: int) -> str | None:
+    def api_flag(hour: int) -> Any:
         when = at(hour).isoformat().replace("+", "%2B")
         url = f"/api/v1/namespaces/pg%3A%2F%2Fw/datasets/t1?asOf={when}"
         return client.get(url).json()["fields"][0]["pii"]
