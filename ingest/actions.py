@@ -81,6 +81,7 @@ def raw_event_for(
         now,
         finished,
         finished,
+        json.dumps(event.warnings, ensure_ascii=False) if event.warnings else "",
     )
 
 
@@ -156,6 +157,7 @@ INSERT_FIELDS = (
     "queued_at",
     "claimed_at",
     "processed_at",
+    "warnings",
 )
 
 
@@ -384,6 +386,7 @@ class Claimed:
     fingerprint: str
     body: str
     attempts: int
+    warnings: str  # "" when no facet was left out when it was accepted
 
 
 def claim(ids: Iterable[int], extra: int = 0) -> list[Claimed]:
@@ -413,7 +416,10 @@ def claim(ids: Iterable[int], extra: int = 0) -> list[Claimed]:
             state=EventState.PROCESSING, claimed_at=now, attempts=F("attempts") + 1
         )
     rows = RawEvent.objects.filter(pk__in=chosen, state=EventState.PROCESSING, claimed_at=now)
-    return [Claimed(*row) for row in rows.values_list("pk", "fingerprint", "body", "attempts")]
+    return [
+        Claimed(*row)
+        for row in rows.values_list("pk", "fingerprint", "body", "attempts", "warnings")
+    ]
 
 
 CLAIM_SQL = """
@@ -429,7 +435,7 @@ UPDATE ingest_rawevent AS r
 SET state = %(processing)s, claimed_at = %(now)s, attempts = r.attempts + 1
 FROM (SELECT id FROM wanted UNION SELECT id FROM others) AS chosen
 WHERE r.id = chosen.id
-RETURNING r.id, r.fingerprint, r.body, r.attempts
+RETURNING r.id, r.fingerprint, r.body, r.attempts, r.warnings
 """
 
 
@@ -494,7 +500,8 @@ def _normalize_claimed(
         try:
             event = (known or {}).get(raw.fingerprint)
             if event is None:
-                event = parse_event(json.loads(raw.body), raw.fingerprint)
+                body = json.loads(raw.body)
+                event = parse_event(body, raw.fingerprint, checked=not raw.warnings)
             parsed.append((raw, event))
         except (EventError, ValueError) as exc:
             _record_failure([raw], exc, permanent=True)

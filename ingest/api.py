@@ -125,7 +125,11 @@ class LineageView(PlainJsonNegotiation, APIView):
             raise _api_error(exc) from exc
         result = actions.store_events([event], source="api")
         return Response(
-            {"status": result.status(event.fingerprint), "fingerprint": event.fingerprint},
+            {
+                "status": result.status(event.fingerprint),
+                "fingerprint": event.fingerprint,
+                "warnings": event.warnings,
+            },
             status=201,
         )
 
@@ -186,7 +190,9 @@ class LineageBatchView(PlainJsonNegotiation, APIView):
             # The same event twice in one batch is stored once: the second is a duplicate.
             status = "duplicate" if event.fingerprint in seen else result.status(event.fingerprint)
             seen.add(event.fingerprint)
-            statuses[index].update({"status": status, "fingerprint": event.fingerprint})
+            statuses[index].update(
+                {"status": status, "fingerprint": event.fingerprint, "warnings": event.warnings}
+            )
         rejected = [s for s in statuses if s["status"] == "rejected"]
         summary = {
             "stored": sum(1 for s in statuses if s["status"] == "stored"),
@@ -499,6 +505,20 @@ def status_json() -> dict[str, Any]:
                 "receivedAt": iso(e.received_at),
             }
             for e in status.failures
+        ],
+        "eventsWithFacetsLeftOut": status.warned_count,
+        "facetsLeftOut": [
+            {
+                "id": e.pk,
+                "fingerprint": e.fingerprint,
+                "kind": e.kind,
+                "eventType": e.event_type or None,
+                "eventTime": iso(e.event_time),
+                "job": e.job_label or None,
+                "receivedAt": iso(e.received_at),
+                "warnings": e.warning_list,
+            }
+            for e in status.warned
         ],
     }
 

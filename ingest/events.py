@@ -14,6 +14,7 @@ import math
 import re
 import uuid
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -21,12 +22,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from catalog.params import instant_from_iso, unstorable_value
+from ingest import facets as standard
 from pipelines.fingerprint import canonical_json
 
 MAX_NAME_LENGTH = 1024
 MAX_DEPTH = 64
 RUN_EVENT_TYPES = ("START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER")
-LIFECYCLE_CHANGES = ("ALTER", "CREATE", "DROP", "OVERWRITE", "RENAME", "TRUNCATE")
 TRANSFORMATION_TYPES = ("DIRECT", "INDIRECT")
 TRANSFORMATION_SUBTYPES = (
     "IDENTITY",
@@ -56,6 +57,27 @@ class EventError(ValueError):
         self.message = message
         self.field = field
         self.status = status
+
+
+class Warnings(list[dict[str, str]]):
+    """The facets an event holds that were left out, each ``{"field", "error"}``.
+
+    A facet that does not match the spec (or that this app cannot read) is not applied,
+    but the event is stored: the client is told which facets were left out. ``strict``
+    warnings raise instead (events this app builds itself must be right). ``checked``:
+    the event's facets were checked against the spec when it was accepted, with nothing
+    left out, so the check is not repeated (the normaliser reading a stored event).
+    """
+
+    def __init__(self, strict: bool = False, checked: bool = False) -> None:
+        super().__init__()
+        self.strict = strict
+        self.checked = checked
+
+    def add(self, field: str, error: str) -> None:
+        if self.strict:
+            raise EventError(error, field)
+        self.append({"field": field, "error": f"{error}; the facet was left out"})
 
 
 # The small values an event holds many of are named tuples: built, hashed and compared in C
@@ -127,6 +149,8 @@ class ParsedEvent:
     error_stack: str = ""
     # The body's canonical JSON when it was rendered for the fingerprint: stored as is.
     canonical: str = ""
+    # Facets left out (``Warnings``): the event is stored and applied without them.
+    warnings: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def datasets(self) -> list[DatasetRef]:
@@ -361,14 +385,6 @@ def _valid_name(value: Any) -> bool:
     return _valid_text(value, required=True, limit=MAX_NAME_LENGTH)
 
 
-def _bool(value: Any, path: str) -> bool:
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise _fail(f"{path} must be true or false", path)
-    return value
-
-
 def parse_time(value: Any, path: str, required: bool = True) -> datetime | None:
     """An ISO-8601 instant as aware UTC (a missing offset means UTC)."""
     if value is None and not required:
@@ -388,20 +404,80 @@ def _uuid(value: Any, path: str) -> uuid.UUID:
         raise _fail(f"{path} is not a UUID: {text!r}", path) from exc
 
 
-def _facets(value: Any, path: str) -> dict[str, Any]:
-    """A facets object: every facet is an object (null facets are dropped)."""
-    facets = _obj(value, path, required=False)
+def _facets(value: Any, path: str, scope: str, warnings: Warnings) -> dict[str, Any]:
+    """A facets object, without the facets left out: any that is not an object, and any
+    standard facet that does not match its schema (``ingest.facets``). Null facets are
+    dropped silently."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        warnings.add(path, f"{path} must be an object")
+        return {}
     kept: dict[str, Any] = {}
-    for name, facet in facets.items():
+    for name, facet in value.items():
         if facet is None:
             continue
-        # The checks, spelled out: a path is built only on error.
-        if not isinstance(name, str) or len(name) > 256 or "\x00" in name:
-            _text(name, f"{path} key", limit=256)
-        if not isinstance(facet, dict):
-            _obj(facet, f"{path}.{name}")
-        kept[name] = facet
+        if len(name) > 256 or "\x00" in name:
+            warnings.add(f"{path} key", f"{path} has a facet name that is too long or holds NUL")
+        elif not isinstance(facet, dict):
+            warnings.add(f"{path}.{name}", f"{path}.{name} must be an object")
+        else:
+            found = None if warnings.checked else standard.problem(scope, name, facet)
+            if found is None:
+                kept[name] = facet
+            else:
+                where = f"{path}.{name}{found[0]}"
+                warnings.add(where, f"{where} {found[1]}")
     return kept
+
+
+# The keys beside ``facets`` that belong to the event's core, per scope.
+_CORE_KEYS = {
+    "run": {"runId", "facets"},
+    "job": {"namespace", "name", "facets"},
+    "dataset": {"namespace", "name", "facets", "inputFacets", "outputFacets"},
+}
+
+
+def _misplaced(item: dict[str, Any], path: str, scope: str, warnings: Warnings) -> None:
+    """A standard facet written beside ``facets`` instead of in it is not applied: say so."""
+    for key in item.keys() - _CORE_KEYS[scope]:
+        extra = "inputFacets" if key in standard.STANDARD["inputFacets"] else "outputFacets"
+        if key in standard.STANDARD[scope] or (
+            scope == "dataset" and key in standard.STANDARD[extra]
+        ):
+            home = f"{path}.{extra}" if key not in standard.STANDARD[scope] else f"{path}.facets"
+            warnings.add(f"{path}.{key}", f"{path}.{key} is a facet: it belongs in {home}")
+
+
+# A facet's reader: (what it fills in, the facet, the facet's path) -> None or EventError.
+Reader = Callable[[Any, dict[str, Any], str], None]
+
+
+def _apply(
+    facets: dict[str, Any], readers: dict[str, Reader], target: Any, path: str, warnings: Warnings
+) -> None:
+    """Read each facet that has a reader into ``target``; one this app cannot read (a name
+    over its limits, a NUL) is left out with a warning."""
+    for key in [key for key in readers if key in facets]:
+        try:
+            readers[key](target, facets[key], f"{path}.{key}")
+        except EventError as exc:
+            del facets[key]
+            warnings.add(exc.field or key, exc.message)
+        except (KeyError, TypeError, AttributeError) as exc:  # a stored event read ``checked``
+            del facets[key]
+            warnings.add(f"{path}.{key}", f"{path}.{key} cannot be read: {type(exc).__name__}")
+
+
+def _limited(fields: dict[str, int]) -> Reader:
+    """A reader checking only that text fields fit what this app stores."""
+
+    def read(target: Any, facet: dict[str, Any], path: str) -> None:
+        for name, limit in fields.items():
+            _text(facet.get(name), f"{path}.{name}", limit=limit)
+
+    return read
 
 
 def kind_of(event: dict[str, Any]) -> str:
@@ -421,8 +497,12 @@ def kind_of(event: dict[str, Any]) -> str:
     raise _fail("run is required (a RunEvent needs run, job and eventTime)", "run")
 
 
-def parse_event(value: Any, fingerprint: str | None = None) -> ParsedEvent:
-    """Check one decoded OpenLineage event and read it; raises EventError naming the field."""
+def parse_event(value: Any, fingerprint: str | None = None, checked: bool = False) -> ParsedEvent:
+    """Check one decoded OpenLineage event and read it; raises EventError naming the field
+    when its core is wrong. Facets left out are listed in the answer's ``warnings``.
+
+    ``checked``: a stored event accepted with no facet left out (``Warnings``).
+    """
     event = _obj(value, "body")
     kind = kind_of(event)
     event_time = parse_time(event.get("eventTime"), "eventTime")
@@ -441,28 +521,32 @@ def parse_event(value: Any, fingerprint: str | None = None) -> ParsedEvent:
         fingerprint=fingerprint,
         canonical=canonical,
     )
+    warnings = Warnings(checked=checked)
+    parsed.warnings = warnings
     if kind == "dataset":
-        parsed.dataset = _dataset(event.get("dataset"), "dataset", output=True)
+        parsed.dataset = _dataset(event.get("dataset"), "dataset", True, warnings)
         return parsed
     job = _obj(event.get("job"), "job") if "job" in event else None
     if job is None:
         raise _fail("job is required", "job")
-    parsed.job_namespace, parsed.job_name, parsed.job_facets = parse_job(job)
-    parsed.inputs = parse_datasets(event.get("inputs"), "inputs", output=False)
-    parsed.outputs = parse_datasets(event.get("outputs"), "outputs", output=True)
+    parsed.job_namespace, parsed.job_name, parsed.job_facets = parse_job(job, warnings)
+    parsed.inputs = parse_datasets(event.get("inputs"), "inputs", False, warnings)
+    parsed.outputs = parse_datasets(event.get("outputs"), "outputs", True, warnings)
     if kind == "job":
         return parsed
     if "run" not in event:
         raise _fail("run is required", "run")
     run = _obj(event.get("run"), "run")
     parsed.run_uuid = _uuid(run.get("runId"), "run.runId")
-    parsed.run_facets = _facets(run.get("facets"), "run.facets")
     event_type = event.get("eventType")
     if event_type is not None:
         if not isinstance(event_type, str) or event_type.upper() not in RUN_EVENT_TYPES:
             raise _fail(f"eventType must be one of {', '.join(RUN_EVENT_TYPES)}", "eventType")
         parsed.event_type = event_type.upper()
-    _run_facets(parsed)
+    if len(run) > 1:
+        _misplaced(run, "run", "run", warnings)
+    parsed.run_facets = _facets(run.get("facets"), "run.facets", "run", warnings)
+    _run_facets(parsed, warnings)
     return parsed
 
 
@@ -480,68 +564,80 @@ def fingerprint_of_text(canonical: str) -> str:
         raise EventError("Body holds text that is not valid Unicode", "body", 400) from exc
 
 
-def parse_job(job: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
-    """A run or job event's job: namespace, name and checked facets."""
+def parse_job(
+    job: dict[str, Any], warnings: Warnings | None = None
+) -> tuple[str, str, dict[str, Any]]:
+    """A run or job event's job: namespace, name and the facets kept (``Warnings``; without
+    them, a facet left out raises)."""
+    warnings = Warnings(strict=True) if warnings is None else warnings
     namespace = _name(job.get("namespace"), "job.namespace")
     name = _name(job.get("name"), "job.name")
-    facets = _facets(job.get("facets"), "job.facets")
-    _job_facets(facets)
+    if len(job) > 3:
+        _misplaced(job, "job", "job", warnings)
+    facets = _facets(job.get("facets"), "job.facets", "job", warnings)
+    _job_facets(facets, warnings)
     return namespace, name, facets
 
 
-def parse_datasets(value: Any, path: str, output: bool) -> list[DatasetRef]:
-    """An event's ``inputs`` or ``outputs``, each dataset checked and read."""
-    return [_dataset(item, f"{path}[{i}]", output) for i, item in enumerate(_list(value, path))]
+def parse_datasets(
+    value: Any, path: str, output: bool, warnings: Warnings | None = None
+) -> list[DatasetRef]:
+    """An event's ``inputs`` or ``outputs``, each dataset checked and read (``warnings`` as
+    ``parse_job``'s)."""
+    warnings = Warnings(strict=True) if warnings is None else warnings
+    return [
+        _dataset(item, f"{path}[{i}]", output, warnings)
+        for i, item in enumerate(_list(value, path))
+    ]
 
 
-def _run_facets(parsed: ParsedEvent) -> None:
-    facets = parsed.run_facets
-    if "parent" in facets:
-        parent = facets["parent"]
-        run = _obj(parent.get("run"), "run.facets.parent.run")
-        parsed.parent_run_uuid = _uuid(run.get("runId"), "run.facets.parent.run.runId")
-        job = _obj(parent.get("job"), "run.facets.parent.job")
-        parsed.parent_job = (
-            _name(job.get("namespace"), "run.facets.parent.job.namespace"),
-            _name(job.get("name"), "run.facets.parent.job.name"),
-        )
-    if "nominalTime" in facets:
-        nominal = facets["nominalTime"]
-        parsed.nominal_start = parse_time(
-            nominal.get("nominalStartTime"), "run.facets.nominalTime.nominalStartTime"
-        )
-        parsed.nominal_end = parse_time(
-            nominal.get("nominalEndTime"), "run.facets.nominalTime.nominalEndTime", required=False
-        )
-    if "errorMessage" in facets:
-        error = facets["errorMessage"]
-        parsed.error_message = _text(
-            error.get("message"), "run.facets.errorMessage.message", required=True
-        )
-        parsed.error_stack = _text(error.get("stackTrace"), "run.facets.errorMessage.stackTrace")
-        _text(error.get("programmingLanguage"), "run.facets.errorMessage.programmingLanguage")
-    if "processing_engine" in facets:
-        engine = facets["processing_engine"]
-        for key in ("version", "name", "openlineageAdapterVersion"):
-            _text(engine.get(key), f"run.facets.processing_engine.{key}", limit=256)
+def _parent(parsed: ParsedEvent, facet: dict[str, Any], path: str) -> None:
+    run, job = facet["run"], facet["job"]
+    parent_run = _uuid(run.get("runId"), f"{path}.run.runId")
+    parsed.parent_job = (
+        _name(job.get("namespace"), f"{path}.job.namespace"),
+        _name(job.get("name"), f"{path}.job.name"),
+    )
+    parsed.parent_run_uuid = parent_run
 
 
-def _job_facets(facets: dict[str, Any]) -> None:
-    if "sql" in facets:
-        _text(facets["sql"].get("query"), "job.facets.sql.query", required=True)
-        _text(facets["sql"].get("dialect"), "job.facets.sql.dialect", limit=64)
-    if "jobType" in facets:
-        for key in ("processingType", "integration", "jobType"):
-            _text(facets["jobType"].get(key), f"job.facets.jobType.{key}", limit=32)
-    if "documentation" in facets:
-        _text(facets["documentation"].get("description"), "job.facets.documentation.description")
-    if "sourceCodeLocation" in facets:
-        _text(
-            facets["sourceCodeLocation"].get("url"), "job.facets.sourceCodeLocation.url", limit=2048
-        )
+def _nominal_time(parsed: ParsedEvent, facet: dict[str, Any], path: str) -> None:
+    start = parse_time(facet.get("nominalStartTime"), f"{path}.nominalStartTime")
+    parsed.nominal_end = parse_time(
+        facet.get("nominalEndTime"), f"{path}.nominalEndTime", required=False
+    )
+    parsed.nominal_start = start
 
 
-def _dataset(value: Any, path: str, output: bool) -> DatasetRef:
+def _error_message(parsed: ParsedEvent, facet: dict[str, Any], path: str) -> None:
+    message = _text(facet.get("message"), f"{path}.message", required=True)
+    parsed.error_stack = _text(facet.get("stackTrace"), f"{path}.stackTrace")
+    parsed.error_message = message
+
+
+RUN_READERS: dict[str, Reader] = {
+    "parent": _parent,
+    "nominalTime": _nominal_time,
+    "errorMessage": _error_message,
+    "processing_engine": _limited({"version": 256, "name": 256, "openlineageAdapterVersion": 256}),
+}
+# Only limits of what this app stores: the shapes were checked against the spec.
+JOB_READERS: dict[str, Reader] = {
+    "sql": _limited({"dialect": 64}),
+    "jobType": _limited({"processingType": 32, "integration": 32, "jobType": 32}),
+    "sourceCodeLocation": _limited({"url": 2048}),
+}
+
+
+def _run_facets(parsed: ParsedEvent, warnings: Warnings) -> None:
+    _apply(parsed.run_facets, RUN_READERS, parsed, "run.facets", warnings)
+
+
+def _job_facets(facets: dict[str, Any], warnings: Warnings) -> None:
+    _apply(facets, JOB_READERS, None, "job.facets", warnings)
+
+
+def _dataset(value: Any, path: str, output: bool, warnings: Warnings) -> DatasetRef:
     item = _obj(value, path)
     namespace: Any = item.get("namespace")
     name: Any = item.get("name")
@@ -549,60 +645,72 @@ def _dataset(value: Any, path: str, output: bool) -> DatasetRef:
         _name(namespace, f"{path}.namespace")
         _name(name, f"{path}.name")
     ref = DatasetRef(namespace=namespace, name=name)
-    facets = _facets(item.get("facets"), f"{path}.facets")
+    if len(item) > 3:
+        _misplaced(item, path, "dataset", warnings)
+    base = f"{path}.facets"
+    facets = _facets(item.get("facets"), base, "dataset", warnings)
     extra_key = "outputFacets" if output else "inputFacets"
     if extra_key in item:
-        _facets(item[extra_key], f"{path}.{extra_key}")
+        _facets(item[extra_key], f"{path}.{extra_key}", extra_key, warnings)
     ref.facets = facets
-    base = f"{path}.facets"
-    if "schema" in facets:
-        ref.schema = _schema(facets["schema"], f"{base}.schema")
-    if "columnLineage" in facets:
-        ref.columns = _column_lineage(facets["columnLineage"], f"{base}.columnLineage")
-    if "lifecycleStateChange" in facets:
-        change = facets["lifecycleStateChange"]
-        state = change.get("lifecycleStateChange")
-        if not isinstance(state, str) or state.upper() not in LIFECYCLE_CHANGES:
-            raise _fail(
-                f"lifecycleStateChange must be one of {', '.join(LIFECYCLE_CHANGES)}",
-                f"{base}.lifecycleStateChange.lifecycleStateChange",
-            )
-        ref.lifecycle = state.upper()
-        if change.get("previousIdentifier") is not None:
-            prev_path = f"{base}.lifecycleStateChange.previousIdentifier"
-            prev = _obj(change["previousIdentifier"], prev_path)
-            ref.previous = (
-                _name(prev.get("namespace"), f"{prev_path}.namespace"),
-                _name(prev.get("name"), f"{prev_path}.name"),
-            )
-    if "symlinks" in facets:
-        identifiers = _list(facets["symlinks"].get("identifiers"), f"{base}.symlinks.identifiers")
-        for i, ident in enumerate(identifiers):
-            ipath = f"{base}.symlinks.identifiers[{i}]"
-            ident = _obj(ident, ipath)
-            key = (
-                _name(ident.get("namespace"), f"{ipath}.namespace"),
-                _name(ident.get("name"), f"{ipath}.name"),
-            )
-            _text(ident.get("type"), f"{ipath}.type", limit=64)
-            if key != ref.key:
-                ref.symlinks.append(key)
-    if "ownership" in facets:
-        owners = _list(facets["ownership"].get("owners"), f"{base}.ownership.owners")
-        for i, owner in enumerate(owners):
-            opath = f"{base}.ownership.owners[{i}]"
-            owner = _obj(owner, opath)
-            _text(owner.get("name"), f"{opath}.name", required=True, limit=255)
-            _text(owner.get("type"), f"{opath}.type", limit=64)
-    if "documentation" in facets:
-        _text(facets["documentation"].get("description"), f"{base}.documentation.description")
-    if "dataSource" in facets:
-        _text(facets["dataSource"].get("name"), f"{base}.dataSource.name", limit=255)
-        _text(facets["dataSource"].get("uri"), f"{base}.dataSource.uri", limit=2048)
-    if "storage" in facets:
-        _text(facets["storage"].get("storageLayer"), f"{base}.storage.storageLayer", limit=64)
-        _text(facets["storage"].get("fileFormat"), f"{base}.storage.fileFormat", limit=32)
+    if facets:
+        _apply(facets, DATASET_READERS, ref, base, warnings)
     return ref
+
+
+def _read_schema(ref: DatasetRef, facet: dict[str, Any], path: str) -> None:
+    ref.schema = _schema(facet, path)
+
+
+def _read_columns(ref: DatasetRef, facet: dict[str, Any], path: str) -> None:
+    ref.columns = _column_lineage(facet, path)
+
+
+def _read_lifecycle(ref: DatasetRef, facet: dict[str, Any], path: str) -> None:
+    previous = facet.get("previousIdentifier")
+    if previous is not None:
+        where = f"{path}.previousIdentifier"
+        ref.previous = (
+            _name(previous["namespace"], f"{where}.namespace"),
+            _name(previous["name"], f"{where}.name"),
+        )
+    ref.lifecycle = facet["lifecycleStateChange"].upper()  # events stored before 2026-11-26
+
+
+def _read_symlinks(ref: DatasetRef, facet: dict[str, Any], path: str) -> None:
+    found = []
+    for i, ident in enumerate(facet.get("identifiers") or []):
+        where = f"{path}.identifiers[{i}]"
+        key = (
+            _name(ident["namespace"], f"{where}.namespace"),
+            _name(ident["name"], f"{where}.name"),
+        )
+        _text(ident["type"], f"{where}.type", limit=64)
+        if key != ref.key and key not in found:
+            found.append(key)
+    ref.symlinks = found
+
+
+def _read_ownership(ref: DatasetRef, facet: dict[str, Any], path: str) -> None:
+    for i, owner in enumerate(facet.get("owners") or []):
+        _text(owner["name"], f"{path}.owners[{i}].name", required=True, limit=255)
+        _text(owner.get("type"), f"{path}.owners[{i}].type", limit=64)
+
+
+DATASET_READERS: dict[str, Reader] = {
+    "schema": _read_schema,
+    "columnLineage": _read_columns,
+    "lifecycleStateChange": _read_lifecycle,
+    "symlinks": _read_symlinks,
+    "ownership": _read_ownership,
+    "dataSource": _limited({"name": 255, "uri": 2048}),
+    "storage": _limited({"storageLayer": 64, "fileFormat": 32}),
+}
+
+
+# The readers below run after ``ingest.facets`` checked the facet against its generated
+# model, so the types are right: they add only this app's limits (names not empty, at most
+# MAX_NAME_LENGTH characters, no NUL) and read the values.
 
 
 def _schema(facet: dict[str, Any], path: str) -> list[SchemaField]:
@@ -610,128 +718,87 @@ def _schema(facet: dict[str, Any], path: str) -> list[SchemaField]:
     result: list[SchemaField] = []
     seen: set[str] = set()
 
-    def walk(items: Any, items_path: str, prefix: str) -> None:
-        for i, item in enumerate(_list(items, items_path)):
-            name, kind, description = (
-                (item.get("name"), item.get("type"), item.get("description"))
-                if isinstance(item, dict)
-                else (None, None, None)
-            )
-            # _valid_name and _valid_text, spelled out: this runs for every field of every
-            # dataset of every event.
-            if not (
-                isinstance(item, dict)
-                and isinstance(name, str)
-                and 0 < len(name) <= MAX_NAME_LENGTH
-                and "\x00" not in name
-                and name.strip()
-                and (kind is None or (isinstance(kind, str) and "\x00" not in kind))
-                and (
-                    description is None
-                    or (isinstance(description, str) and "\x00" not in description)
-                )
-            ):
-                fpath = f"{items_path}[{i}]"
-                _obj(item, fpath)
-                _name(name, f"{fpath}.name")
-                _text(kind, f"{fpath}.type")
-                _text(description, f"{fpath}.description")
+    def walk(items: list[dict[str, Any]], items_path: str, prefix: str) -> None:
+        for i, item in enumerate(items):
+            name = item["name"]
+            kind = item.get("type") or ""
+            description = item.get("description") or ""
             full = f"{prefix}{name}"
-            if len(full) > MAX_NAME_LENGTH:
-                fpath = f"{items_path}[{i}]"
-                raise _fail(
-                    f"{fpath}.name is longer than {MAX_NAME_LENGTH} characters", f"{fpath}.name"
-                )
+            if not (
+                len(full) <= MAX_NAME_LENGTH
+                and name.strip()
+                and "\x00" not in name
+                and "\x00" not in kind
+                and "\x00" not in description
+            ):
+                where = f"{items_path}[{i}]"
+                _text(kind, f"{where}.type")
+                _text(description, f"{where}.description")
+                if len(full) > MAX_NAME_LENGTH:
+                    raise _fail(
+                        f"{where}.name is longer than {MAX_NAME_LENGTH} characters", f"{where}.name"
+                    )
+                _name(name, f"{where}.name")
             if full not in seen:
                 seen.add(full)
-                result.append(
-                    SchemaField(name=full, type=(kind or "")[:255], description=description or "")
-                )
-            if item.get("fields") is not None:
+                result.append(SchemaField(name=full, type=kind[:255], description=description))
+            if item.get("fields"):
                 walk(item["fields"], f"{items_path}[{i}].fields", f"{full}.")
 
-    walk(facet.get("fields"), f"{path}.fields", "")
+    walk(facet.get("fields") or [], f"{path}.fields", "")
     return result
 
 
 def _transformations(
-    items: Any, owner: str, index: int, legacy_type: str, legacy_description: str
+    items: list[dict[str, Any]] | None,
+    owner: str,
+    index: int,
+    legacy_type: str,
+    legacy_description: str,
 ) -> list[Transformation]:
     """The transformations of input field ``index`` of ``owner`` (its path, built on error)."""
-    if not isinstance(items, list):
-        items = _list(items, f"{owner}[{index}].transformations")
     if not items:
         legacy = LEGACY_TRANSFORMATIONS.get(legacy_type.upper(), ("DIRECT", ""))
         return [Transformation(*legacy, legacy_type.upper() == "MASKED", legacy_description)]
     found = []
-    kind: Any
-    subtype: Any
-    masking: Any
-    description: Any
     for i, item in enumerate(items):
-        kind, subtype, masking, description = (
-            (item.get("type"), item.get("subtype"), item.get("masking"), item.get("description"))
-            if isinstance(item, dict)
-            else (None, None, None, None)
-        )
-        if not (
-            isinstance(item, dict)
-            and _valid_text(kind, required=True)
-            and kind.upper() in TRANSFORMATION_TYPES
-            and _valid_text(subtype, limit=64)
-            and (masking is None or isinstance(masking, bool))
-            and _valid_text(description)
-        ):
-            tpath = f"{owner}[{index}].transformations[{i}]"
-            _obj(item, tpath)
-            if _text(kind, f"{tpath}.type", required=True).upper() not in TRANSFORMATION_TYPES:
-                raise _fail(f"{tpath}.type must be DIRECT or INDIRECT", f"{tpath}.type")
-            _text(subtype, f"{tpath}.subtype", limit=64)
-            _bool(masking, f"{tpath}.masking")
-            _text(description, f"{tpath}.description")
-        known = (subtype or "").upper()
+        kind = item["type"].upper()
+        subtype = item.get("subtype") or ""
+        if kind not in TRANSFORMATION_TYPES or len(subtype) > 64:
+            where = f"{owner}[{index}].transformations[{i}]"
+            if kind not in TRANSFORMATION_TYPES:
+                raise _fail(f"{where}.type must be DIRECT or INDIRECT", f"{where}.type")
+            _text(subtype, f"{where}.subtype", limit=64)
+        known = subtype.upper()
         found.append(
             Transformation(
-                type=kind.upper(),
+                type=kind,
                 # Subtypes outside the spec's list are kept as unknown rather than refused.
                 subtype=known if known in TRANSFORMATION_SUBTYPES else "",
-                masking=bool(masking),
-                description=description or "",
+                masking=bool(item.get("masking")),
+                description=item.get("description") or "",
             )
         )
     return found
 
 
 def _input_fields(
-    items: Any, path: str, target: str | None, legacy_type: str = "", legacy_description: str = ""
+    items: list[dict[str, Any]] | None,
+    path: str,
+    target: str | None,
+    legacy_type: str = "",
+    legacy_description: str = "",
 ) -> list[ColumnMapping]:
     mappings = []
-    for i, item in enumerate(_list(items, path)):
-        namespace: Any
-        name: Any
-        source_field: Any
-        namespace, name, source_field = (
-            (item.get("namespace"), item.get("name"), item.get("field"))
-            if isinstance(item, dict)
-            else (None, None, None)
-        )
-        if not (
-            isinstance(item, dict)
-            and _valid_name(namespace)
-            and _valid_name(name)
-            and _valid_name(source_field)
-        ):
-            ipath = f"{path}[{i}]"
-            _obj(item, ipath)
-            _name(namespace, f"{ipath}.namespace")
-            _name(name, f"{ipath}.name")
-            _name(source_field, f"{ipath}.field")
+    for i, item in enumerate(items or ()):
+        namespace, name, source_field = item["namespace"], item["name"], item["field"]
+        if not (_valid_name(namespace) and _valid_name(name) and _valid_name(source_field)):
+            where = f"{path}[{i}]"
+            _name(namespace, f"{where}.namespace")
+            _name(name, f"{where}.name")
+            _name(source_field, f"{where}.field")
         for transformation in _transformations(
-            item.get("transformations"),
-            path,
-            i,
-            legacy_type,
-            legacy_description,
+            item.get("transformations"), path, i, legacy_type, legacy_description
         ):
             mappings.append(ColumnMapping(namespace, name, source_field, target, transformation))
     return mappings
@@ -739,22 +806,17 @@ def _input_fields(
 
 def _column_lineage(facet: dict[str, Any], path: str) -> list[ColumnMapping]:
     mappings: list[ColumnMapping] = []
-    fields = _obj(facet.get("fields"), f"{path}.fields", required=False)
-    for target, raw in fields.items():
-        fpath = f"{path}.fields.{target}"
-        _name(target, fpath)
-        item = _obj(raw, fpath)
-        legacy_type = _text(item.get("transformationType"), f"{fpath}.transformationType", limit=64)
-        legacy_description = _text(
-            item.get("transformationDescription"), f"{fpath}.transformationDescription"
-        )
+    for target, item in facet["fields"].items():
+        where = f"{path}.fields.{target}"
+        _name(target, where)
+        legacy_type = _text(item.get("transformationType"), f"{where}.transformationType", limit=64)
         mappings.extend(
             _input_fields(
-                item.get("inputFields"),
-                f"{fpath}.inputFields",
+                item["inputFields"],
+                f"{where}.inputFields",
                 target,
                 legacy_type,
-                legacy_description,
+                item.get("transformationDescription") or "",
             )
         )
     mappings.extend(_input_fields(facet.get("dataset"), f"{path}.dataset", None))

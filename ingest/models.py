@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from django.conf import settings
@@ -48,6 +49,8 @@ class RawEvent(models.Model):
     processed_at = models.DateTimeField(null=True, blank=True, db_index=True)
     # Set when retention replaced the body by a summary (ingest.retention); never replayed then.
     compacted_at = models.DateTimeField(null=True, blank=True)
+    # The facets left out of it, as the JSON list the client was answered ("" for none).
+    warnings = models.TextField(blank=True, default="")
 
     class Meta:
         ordering = ["-received_at", "-id"]
@@ -64,6 +67,10 @@ class RawEvent(models.Model):
                 condition=models.Q(state="processing"),
                 name="raw_event_claimed",
             ),
+            # The ingestion page lists the few events with facets left out.
+            models.Index(
+                fields=["received_at"], condition=~models.Q(warnings=""), name="raw_event_warned"
+            ),
         ]
         permissions = [
             ("post_lineage", "Can post OpenLineage events"),
@@ -72,6 +79,11 @@ class RawEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.event_type} {self.fingerprint[:12]}"
+
+    @property
+    def warning_list(self) -> list[dict[str, str]]:
+        """The facets left out of it: ``{"field", "error"}`` each."""
+        return json.loads(self.warnings) if self.warnings else []
 
     @property
     def job_label(self) -> str:

@@ -27,7 +27,7 @@ def jobs_of_runs(run_uuids: set[UUID]) -> dict[UUID, tuple[str, str]]:
 
 @dataclass
 class IngestionStatus:
-    """Counts by state, lag, throughput and the newest failures."""
+    """Counts by state, lag, throughput, the newest failures and events with facets left out."""
 
     counts: dict[str, int]
     oldest_pending_at: datetime | None
@@ -35,6 +35,9 @@ class IngestionStatus:
     processed_last_minute: int
     processed_last_hour: int
     failures: list[RawEvent] = field(default_factory=list)
+    # Events stored with facets left out (RawEvent.warnings): how many, and the newest.
+    warned_count: int = 0
+    warned: list[RawEvent] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -58,6 +61,7 @@ def ingestion_status(now: datetime | None = None, failures: int = 50) -> Ingesti
     waiting = RawEvent.objects.filter(
         state__in=[EventState.PENDING, EventState.PROCESSING]
     ).aggregate(oldest=Min("received_at"))["oldest"]
+    warned = RawEvent.objects.exclude(warnings="")
     recent = RawEvent.objects.filter(
         state=EventState.DONE, processed_at__gte=now - timedelta(hours=1)
     ).aggregate(
@@ -75,6 +79,8 @@ def ingestion_status(now: datetime | None = None, failures: int = 50) -> Ingesti
             .defer("body")
             .order_by("-processed_at", "-id")[:failures]
         ),
+        warned_count=warned.count(),
+        warned=list(warned.defer("body").order_by("-received_at", "-id")[:failures]),
     )
 
 

@@ -20,7 +20,15 @@ from catalog.schema import (
     page_of,
 )
 
-STORED = obj({"status": {"type": "string", "enum": ["stored", "duplicate"]}, "fingerprint": STR})
+# Facets left out of a stored event: where each was and what was wrong with it.
+WARNINGS = arr(obj({"field": STR, "error": STR}))
+STORED = obj(
+    {
+        "status": {"type": "string", "enum": ["stored", "duplicate"]},
+        "fingerprint": STR,
+        "warnings": WARNINGS,
+    }
+)
 BATCH = obj(
     {
         "stored": INT,
@@ -34,8 +42,9 @@ BATCH = obj(
                     "fingerprint": STR,
                     "error": STR,
                     "field": STR,
+                    "warnings": WARNINGS,
                 },
-                optional=("fingerprint", "error", "field"),
+                optional=("fingerprint", "error", "field", "warnings"),
             )
         ),
     }
@@ -127,6 +136,21 @@ STATUS = obj(
                     "attempts": INT,
                     "error": STR,
                     "receivedAt": TIME,
+                }
+            )
+        ),
+        "eventsWithFacetsLeftOut": INT,
+        "facetsLeftOut": arr(
+            obj(
+                {
+                    "id": INT,
+                    "fingerprint": STR,
+                    "kind": STR,
+                    "eventType": NSTR,
+                    "eventTime": NTIME,
+                    "job": NSTR,
+                    "receivedAt": TIME,
+                    "warnings": WARNINGS,
                 }
             )
         ),

@@ -150,18 +150,38 @@ BAD_INPUTS = [
         422,
         "inputs[0].name",
     ),
-    ("run facets a list", _with(good_event(), [], "run", "facets"), 422, "run.facets"),
-    ("a facet not an object", _with(good_event(), {"x": 1}, "run", "facets"), 422, "run.facets.x"),
+    ("absurd nesting", ("[" * 100_000 + "]" * 100_000).encode(), 400, "body"),
+    (
+        "deep nesting in a facet",
+        _with(good_event(), {"x": json.loads("[" * 80 + "]" * 80)}, "run", "facets", "deep"),
+        400,
+        "body",
+    ),
+    ("NaN", b'{"eventTime": NaN}', 400, "body"),
+    ("NUL in a name", _with(good_event(), "a\u0000b", "job", "name"), 400, "job.name"),
+    (
+        "NUL in a facet's key",
+        _with(good_event(), {"a\u0000": 1}, "run", "facets", "x"),
+        400,
+        "run.facets.x",
+    ),
+    ("lone surrogate", _with(good_event(), "a\ud800", "job", "name"), 400, "job.name"),
+    ("number beyond a double", b'{"eventTime": 1e999}', 400, "eventTime"),
+]
+
+
+# Facets that do not match the spec: the event is stored, the facet is left out and named.
+FACET_PROBLEMS = [
+    ("run facets a list", _with(good_event(), [], "run", "facets"), "run.facets"),
+    ("a facet not an object", _with(good_event(), {"x": 1}, "run", "facets"), "run.facets.x"),
     (
         "schema fields a string",
         _with(good_event(), {"fields": "id"}, "outputs", 0, "facets", "schema"),
-        422,
         "outputs[0].facets.schema.fields",
     ),
     (
         "schema field without a name",
         _with(good_event(), {"fields": [{"type": "int"}]}, "outputs", 0, "facets", "schema"),
-        422,
         "outputs[0].facets.schema.fields[0].name",
     ),
     (
@@ -174,7 +194,6 @@ BAD_INPUTS = [
             "facets",
             "columnLineage",
         ),
-        422,
         "outputs[0].facets.columnLineage.fields.id.inputFields[0].field",
     ),
     (
@@ -200,7 +219,6 @@ BAD_INPUTS = [
             "facets",
             "columnLineage",
         ),
-        422,
         "outputs[0].facets.columnLineage.fields.id.inputFields[0].transformations[0].type",
     ),
     (
@@ -213,7 +231,6 @@ BAD_INPUTS = [
             "facets",
             "schema",
         ),
-        422,
         "outputs[0].facets.schema.fields[0].fields[1].name",
     ),
     (
@@ -226,7 +243,6 @@ BAD_INPUTS = [
             "facets",
             "columnLineage",
         ),
-        422,
         "outputs[0].facets.columnLineage.fields.id.inputFields[0]",
     ),
     (
@@ -247,7 +263,6 @@ BAD_INPUTS = [
             "facets",
             "columnLineage",
         ),
-        422,
         "outputs[0].facets.columnLineage.fields.id.inputFields[0].transformations",
     ),
     (
@@ -276,7 +291,6 @@ BAD_INPUTS = [
             "facets",
             "columnLineage",
         ),
-        422,
         "outputs[0].facets.columnLineage.fields.id.inputFields[0].transformations[1].masking",
     ),
     (
@@ -289,7 +303,6 @@ BAD_INPUTS = [
             "facets",
             "lifecycleStateChange",
         ),
-        422,
         "outputs[0].facets.lifecycleStateChange.lifecycleStateChange",
     ),
     (
@@ -301,33 +314,30 @@ BAD_INPUTS = [
             "facets",
             "parent",
         ),
-        422,
         "run.facets.parent.run.runId",
     ),
     (
         "nominal time unparseable",
         _with(good_event(), {"nominalStartTime": "soon"}, "run", "facets", "nominalTime"),
-        422,
         "run.facets.nominalTime.nominalStartTime",
     ),
-    ("absurd nesting", ("[" * 100_000 + "]" * 100_000).encode(), 400, "body"),
-    (
-        "deep nesting in a facet",
-        _with(good_event(), {"x": json.loads("[" * 80 + "]" * 80)}, "run", "facets", "deep"),
-        400,
-        "body",
-    ),
-    ("NaN", b'{"eventTime": NaN}', 400, "body"),
-    ("NUL in a name", _with(good_event(), "a\u0000b", "job", "name"), 400, "job.name"),
-    (
-        "NUL in a facet's key",
-        _with(good_event(), {"a\u0000": 1}, "run", "facets", "x"),
-        400,
-        "run.facets.x",
-    ),
-    ("lone surrogate", _with(good_event(), "a\ud800", "job", "name"), 400, "job.name"),
-    ("number beyond a double", b'{"eventTime": 1e999}', 400, "eventTime"),
 ]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"), [case[1:] for case in FACET_PROBLEMS], ids=[c[0] for c in FACET_PROBLEMS]
+)
+def test_it_stores_an_event_with_a_bad_facet_and_names_the_facet(post, body, field):
+    response = post(body)
+    assert response.status_code == 201, response.content
+    payload = response.json()
+    assert payload["status"] == "stored"
+    assert [w["field"] for w in payload["warnings"]] == [field]
+    assert field in payload["warnings"][0]["error"]
+    raw = RawEvent.objects.get()
+    assert raw.state == "done", raw.error
+    assert raw.warning_list == payload["warnings"]
+    assert TableEdge.objects.exists()  # the rest of the event was applied
 
 
 @pytest.mark.parametrize(

@@ -33,13 +33,22 @@ from ingest.files import read_events
 
 
 class Problems:
-    """Lines that could not be read or are not valid events, with where they are."""
+    """Lines that could not be read or are not valid events, and events stored with facets
+    left out, with where they are."""
 
     def __init__(self) -> None:
         self.items: list[str] = []
+        self.warned: list[str] = []
 
     def add(self, where: str, message: str) -> None:
         self.items.append(f"{where}: {message}")
+
+    def note(self, where: str, event: ParsedEvent) -> ParsedEvent:
+        """``event``, noting the facets left out of it."""
+        if event.warnings:
+            errors = "; ".join(w["error"] for w in event.warnings)
+            self.warned.append(f"{where}: {errors}")
+        return event
 
 
 def parsed_events(paths: list[Path], problems: Problems) -> Iterator[ParsedEvent]:
@@ -51,7 +60,7 @@ def parsed_events(paths: list[Path], problems: Problems) -> Iterator[ParsedEvent
                 problems.add(where, item.error)
                 continue
             try:
-                yield parse_event(item.value)
+                yield problems.note(where, parse_event(item.value))
             except EventError as exc:
                 problems.add(where, f"{exc.field}: {exc.message}" if exc.field else exc.message)
 
@@ -150,7 +159,7 @@ def cleaned_events(folder: Path, problems: Problems) -> Iterator[ParsedEvent]:
                     problems.add(where, f"{exc.field}: {exc.message}" if exc.field else exc.message)
                     continue
                 event.canonical = text  # stored as is: no second rendering of the body
-                yield event
+                yield problems.note(f"{part.name}:{number}", event)
 
 
 def _summary(
@@ -160,12 +169,17 @@ def _summary(
         command.stderr.write(f"  skipped {line}")
     if len(problems.items) > 50:
         command.stderr.write(f"  … and {len(problems.items) - 50} more")
+    for line in problems.warned[:50]:
+        command.stderr.write(f"  facets left out at {line}")
+    if len(problems.warned) > 50:
+        command.stderr.write(f"  … and {len(problems.warned) - 50} more")
     return {
         "stored": report.stored,
         "duplicates": report.duplicates,
         "processed": report.processed,
         "failed": report.failed,
         "skipped": len(problems.items) + len(report.rejected),
+        "warned": len(problems.warned),
     }
 
 
@@ -220,6 +234,8 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(
                 "{stored} stored, {duplicates} already there, {processed} normalised, "
-                "{failed} failed, {skipped} skipped".format(**summary)
+                "{failed} failed, {skipped} skipped, {warned} with facets left out".format(
+                    **summary
+                )
             )
         )
