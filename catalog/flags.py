@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from django.db import connection
 
 from catalog.lookups import where_in
@@ -81,6 +83,10 @@ class FieldTimeline:
 
     def declared_at(self, at: datetime) -> bool:
         return bool(_value_at(self.pii, at)) or bool(_value_at(self.kind, at))
+
+    def values_at(self, at: datetime) -> tuple[str, Any]:
+        """The category ("" for none) and subject kind declared at ``at``."""
+        return _value_at(self.pii, at) or "", _value_at(self.kind, at)
 
     def blocked_at(self, at: datetime) -> bool:
         return bool(_value_at(self.blocked, at))
@@ -289,6 +295,66 @@ def _current(
         tuple(names[s] for s, _ in reached if s in names),
         False,
     )
+
+
+@dataclass
+class UnionKinds:
+    """``union_kinds``' answer: per field (sorted ids), the index of its category in
+    ``categories`` and of its subject kind in ``kinds`` (-1: none)."""
+
+    field: npt.NDArray[np.int64]
+    category: npt.NDArray[np.int64]
+    kind: npt.NDArray[np.int64]
+    categories: list[str]
+    kinds: list[str]
+
+    def with_kind(self, kind: str) -> tuple[list[int], list[str]]:
+        """The fields showing ``kind``, and the category each shows ("" for none)."""
+        if kind not in self.kinds:
+            return [], []
+        mask = self.kind == self.kinds.index(kind)
+        names = [*self.categories, ""]  # index -1: none
+        return self.field[mask].tolist(), [names[c] for c in self.category[mask].tolist()]
+
+
+def union_kinds(
+    fields: npt.NDArray[np.int64],
+    sources: npt.NDArray[np.int64],
+    declared: dict[int, tuple[str, Any]],
+) -> UnionKinds:
+    """``union_flag``'s category and subject kind for many fields at once, from the
+    (field, source) pairs of their propagated rows and what each source declared (category,
+    subject kind): per field, the first category and the first kind in PRIORITY order, then
+    source order. Fields no source of which declared anything are left out."""
+    known = np.fromiter(sorted(declared), dtype=np.int64, count=len(declared))
+    categories = sorted({pii for pii, _ in declared.values() if pii}, key=rank)
+    kinds = sorted({kind for _, kind in declared.values() if kind})
+    listed = known.tolist()
+    ranks = np.asarray([rank(declared[s][0]) for s in listed], dtype=np.int64)
+    category_of = np.asarray(
+        [categories.index(declared[s][0]) if declared[s][0] else -1 for s in listed],
+        dtype=np.int64,
+    )
+    kind_of = np.asarray(
+        [kinds.index(declared[s][1]) if declared[s][1] else -1 for s in listed], dtype=np.int64
+    )
+    if known.size:
+        at = np.minimum(np.searchsorted(known, sources), known.size - 1)
+        mine = (known[at] == sources) & ((category_of[at] >= 0) | (kind_of[at] >= 0))
+    else:
+        at = np.zeros(0, dtype=np.int64)
+        mine = np.zeros(fields.size, dtype=bool)
+    fields, sources, at = fields[mine], sources[mine], at[mine]
+    order = np.lexsort((sources, ranks[at], fields))  # per field: by rank, then source
+    heads = np.unique(fields)
+    chosen: list[npt.NDArray[np.int64]] = []
+    for codes in (category_of, kind_of):
+        picked = order[codes[at[order]] >= 0]
+        firsts, first = np.unique(fields[picked], return_index=True)
+        code = np.full(heads.size, -1, dtype=np.int64)
+        code[np.searchsorted(heads, firsts)] = codes[at[picked[first]]]
+        chosen.append(code)
+    return UnionKinds(heads, chosen[0], chosen[1], categories, kinds)
 
 
 def union_flag(

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -34,7 +34,7 @@ from django.db import connection
 from django.db.models import Count, Q, QuerySet
 
 from catalog.auth import SEARCH_SUBJECTS, VIEW_AUDIT, has_perm
-from catalog.flags import flags_as_of, timelines
+from catalog.flags import timelines, union_kinds
 from catalog.lookups import where_in
 from catalog.models import (
     ChangeRecord,
@@ -69,8 +69,9 @@ def _chunks(ids: Sequence[int], size: int = _CHUNK) -> Iterable[Sequence[int]]:
 # -- catalog state of fields and datasets at an instant ------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class FieldInfo:
+class FieldInfo(NamedTuple):
+    """A field holding a subject kind (tens of thousands per search: a tuple is built in C)."""
+
     id: int
     dataset_id: int
     name: str
@@ -124,44 +125,42 @@ def subject_fields(
     for chunk in _chunks(sorted(named), size):
         where, params = where_in("dataset_id", list(chunk))
         declaring.update(row[0] for row in _field_rows(where, params) if row[2] in named[row[1]])
-    # The fields reached from those then, with every row reaching each then, in one query.
-    reached: dict[int, list[tuple[int, bool]]] = {}
-    placed: dict[int, tuple[int, str, str]] = {}
+    # The fields reached from those then, with every row reaching each then (a field's flag
+    # is the union of all its sources), in one query per chunk. Where each field is comes
+    # after, for the fields holding the kind only (joining every row to its field made
+    # PostgreSQL scan all fields).
     valid = "{0}.valid_from <= %s AND ({0}.valid_to IS NULL OR {0}.valid_to > %s)"
+    found_rows: list[tuple[int, int]] = []
     for chunk in _chunks(sorted(declaring), size):
         where, params = where_in("r.source_id", list(chunk))
-        of_chunk: dict[int, list[tuple[int, bool]]] = defaultdict(list)
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT p.field_id, p.source_id, p.masked, f.dataset_id, f.name, f.type "
-                "FROM catalog_propagatedflag p JOIN catalog_datasetfield f ON f.id = p.field_id "
+                "SELECT p.field_id, p.source_id FROM catalog_propagatedflag p "
                 "WHERE p.field_id IN (SELECT r.field_id FROM catalog_propagatedflag r "
-                f"WHERE {where} AND {valid.format('r')}) AND {valid.format('p')} "
-                "AND f.first_seen <= %s AND (f.removed_at IS NULL OR f.removed_at > %s) "
-                "ORDER BY p.source_id",
-                [*params, stamp, stamp, stamp, stamp, stamp, stamp],
+                f"WHERE {where} AND {valid.format('r')}) AND {valid.format('p')}",
+                [*params, stamp, stamp, stamp, stamp],
             )
-            for pk, source, masked, ds, name, ftype in cursor.fetchall():
-                of_chunk[pk].append((source, bool(masked)))
-                placed[pk] = (ds, name, ftype)
-        for pk, found_rows in of_chunk.items():
-            reached.setdefault(pk, found_rows)
-    then = flags_as_of(sorted(declaring | set(reached)), as_of, with_sources=False, reached=reached)
-    holding = sorted(pk for pk, f in then.items() if f.subject_kind == kind.name)
-    unplaced = [pk for pk in holding if pk not in placed]
-    for chunk in _chunks(unplaced, size):
+            found_rows.extend(cursor.fetchall())
+    pairs = np.asarray(found_rows, dtype=np.int64).reshape(-1, 2)
+    keys = np.unique((pairs[:, 0] << 32) | pairs[:, 1])  # each row once (ids < 2**31)
+    reached, sources = keys >> 32, keys & 0xFFFFFFFF
+    # What each source, and each candidate propagation did not reach, declared then. A field
+    # propagation reached then was neither declared nor blocked then (catalog.flags).
+    own = declaring.difference(reached.tolist())
+    lines = timelines([*own, *set(sources.tolist())])
+    then = {pk: line.values_at(as_of) for pk, line in lines.items()}
+    holding = {pk: (then[pk][0], True) for pk in own if pk in then and then[pk][1] == kind.name}
+    copies, categories = union_kinds(reached, sources, then).with_kind(kind.name)
+    holding.update((pk, (pii, False)) for pk, pii in zip(copies, categories, strict=True))
+    found = []
+    for chunk in _chunks(sorted(holding), size):
         where, params = where_in("id", list(chunk))
         for pk, ds, name, ftype, _, _ in _field_rows(
             f"{where} AND {existed}", [*params, stamp, stamp]
         ):
-            placed[pk] = (ds, name, ftype)
-    found = []
-    for pk in holding:
-        if pk in placed and placed[pk][0] not in gone:
-            ds, name, ftype = placed[pk]
-            flag = then[pk]
-            declared = flag.source == FlagSource.DECLARED
-            found.append(FieldInfo(pk, ds, name, ftype, flag.pii, kind.name, declared))
+            if ds not in gone:
+                pii, declared = holding[pk]
+                found.append(FieldInfo(pk, ds, name, ftype, pii, kind.name, declared))
     return sorted(found, key=lambda f: f.id)
 
 

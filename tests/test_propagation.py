@@ -332,6 +332,14 @@ def test_incremental_flags_equal_a_recomputation_now_and_as_of_any_instant(ops):
                 if reached:
                     assert set(flag.propagated_from) == {node_id[s] for s in reached}
                     assert flag.masked == all(reached.values())
+            # Subject search's fields then are those showing its kind then, field by field.
+            holding = {
+                (f.pk, shown_then[f.pk].pii, shown_then[f.pk].source == FlagSource.DECLARED)
+                for f in w.fields
+                if shown_then[f.pk].subject_kind == w.kind.name
+            }
+            then = subject_fields(w.kind, at(hour))
+            assert {(f.id, f.pii_category, f.declared) for f in then} == holding, hour
         # Subject search's fields as of a later instant are those it reads from now.
         now = {(f.id, f.pii_category, f.declared) for f in subject_fields(w.kind, None)}
         assert {(f.id, f.pii_category, f.declared) for f in subject_fields(w.kind, at(999))} == now
