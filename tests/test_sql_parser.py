@@ -438,3 +438,23 @@ def test_it_never_crashes_the_process_on_absurd_nesting(sql, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     statements, errors = map(int, done.stdout.split())
     assert statements + errors >= 1
+
+
+def test_a_hive_multi_insert_gives_each_target_its_lineage(parser):
+    record = parser.parse(
+        "FROM raw.events e "
+        "INSERT OVERWRITE TABLE a.clicks SELECT e.user_id, e.url WHERE e.kind = 'click' "
+        "INSERT OVERWRITE TABLE a.views SELECT e.user_id, e.page WHERE e.kind = 'view'",
+        dialect="hive",
+    )
+    assert not record.errors
+    (statement,) = record.lineage
+    assert {str(t.dataset) for t in statement.targets} == {"a.clicks", "a.views"}
+    by_target = {
+        str(t.dataset): {c: {f.source.field for f in fs} for c, fs in t.fields.items()}
+        for t in statement.targets
+    }
+    assert by_target == {
+        "a.clicks": {"user_id": {"user_id"}, "url": {"url"}},
+        "a.views": {"user_id": {"user_id"}, "page": {"page"}},
+    }

@@ -500,6 +500,8 @@ class StatementExtractor:
 
     def _plan_multitable_insert(self, node: exp.Expr) -> _Plan:
         source = node.args.get("source")
+        if isinstance(source, (exp.Table, exp.Subquery)):
+            return self._plan_from_first_insert(node, source)
         if not isinstance(source, exp.Query):
             raise Unsupported("multi-table INSERT without a source query")
         targets: list[_Target] = []
@@ -538,6 +540,47 @@ class StatementExtractor:
         if conditions:
             select = select.where(exp.or_(*conditions))
         return _Plan(StatementKind.INSERT, query=select, targets=targets, slots=slots)
+
+    def _plan_from_first_insert(self, node: exp.Expr, source: exp.Expr) -> _Plan:
+        """Hive and Spark's ``FROM src INSERT … SELECT … [WHERE …] INSERT … SELECT …``: each
+        branch selects from the shared source. Planned as one query over the source whose
+        columns are every branch's values, filtered by any branch's condition and grouped by
+        every branch's keys, each value slotted into its branch's target."""
+        targets: list[_Target] = []
+        values: list[exp.Expr] = []
+        slots: list[tuple[int, str]] = []
+        conditions: list[exp.Expr] = []
+        groups: list[exp.Expr] = []
+        for insert in node.expressions:
+            row = insert.expression if isinstance(insert, exp.Insert) else None
+            if not isinstance(row, exp.Select) or row.args.get("from") is not None:
+                raise Unsupported("multi-table INSERT branch that is not a SELECT of its source")
+            target = self._table_target(insert.this)
+            index = len(targets)
+            targets.append(target)
+            where = row.args.get("where")
+            conditions.append(where.this.copy() if where is not None else exp.true())
+            group = row.args.get("group")
+            if group is not None:
+                groups.extend(g.copy() for g in group.expressions)
+            selected = [e for e in row.expressions if not isinstance(e, exp.Star)]
+            names = target.explicit or list(
+                self.ctx.columns_of(target.dataset) or [e.alias_or_name for e in selected]
+            )
+            for name, value in zip(names, selected, strict=False):
+                values.append(value.unalias().copy())
+                slots.append((index, name))
+        select = exp.Select(
+            expressions=[v.as_(f"__i{i}") for i, v in enumerate(values)] or [exp.Literal.number(1)]
+        ).from_(source.copy())
+        # A branch without a condition keeps every row; the others' conditions still filter
+        # what reaches their targets, so they are kept (``cond OR TRUE``).
+        select = select.where(exp.or_(*conditions))
+        if groups:
+            select = select.group_by(*groups)
+        overwrite = all(insert.args.get("overwrite") for insert in node.expressions)
+        kind = StatementKind.INSERT_OVERWRITE if overwrite else StatementKind.INSERT
+        return _Plan(kind, query=select, targets=targets, slots=slots)
 
     def _plan_drop(self, node: exp.Expr) -> _Plan:
         kind = str(node.args.get("kind") or "").upper()
