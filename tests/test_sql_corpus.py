@@ -12,7 +12,7 @@ from ingest.sql.corpus import Case, Lineage, load_catalog, load_corpus, record_l
 from ingest.sql.dialects import resolve_dialect
 
 CORPUS = Path(__file__).parent / "fixtures" / "sql_corpus"
-DIALECTS = {"postgres", "redshift", "snowflake", "bigquery", "mysql", "spark", "trino"}
+DIALECTS = {"postgres", "redshift", "snowflake", "bigquery", "mysql", "spark", "trino", "tsql"}
 KINDS = {
     "INSERT",
     "INSERT_OVERWRITE",

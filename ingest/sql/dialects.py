@@ -38,6 +38,8 @@ _SPECS = {
     "bigquery": DialectSpec("bigquery", "bigquery", "bigquery", 3, True, False),
     "trino": DialectSpec("trino", "trino", "trino", 3, False, True),
     "mysql": DialectSpec("mysql", "mysql", "mysql", 2, True, False),
+    # SQL Server: database.schema.table, identifiers case-insensitive by default collation.
+    "tsql": DialectSpec("tsql", "tsql", "mssql", 3, False, True),
     "spark": DialectSpec(
         "spark", "spark", "hive", 2, True, True, frozenset({"spark_catalog", "hive_metastore"})
     ),
@@ -54,6 +56,8 @@ _ALIASES = {
     "databricks": "spark",
     "presto": "trino",
     "mariadb": "mysql",
+    "sqlserver": "tsql",
+    "mssql": "tsql",
 }
 
 SUPPORTED_DIALECTS = frozenset(_SPECS) | frozenset(_ALIASES)
