@@ -342,7 +342,7 @@ def union_kinds(
         at = np.minimum(np.searchsorted(known, sources), known.size - 1)
         mine = (known[at] == sources) & ((category_of[at] >= 0) | (kind_of[at] >= 0))
     else:
-        at = np.zeros(0, dtype=np.int64)
+        at = np.zeros(fields.size, dtype=np.int64)
         mine = np.zeros(fields.size, dtype=bool)
     fields, sources, at = fields[mine], sources[mine], at[mine]
     order = np.lexsort((sources, ranks[at], fields))  # per field: by rank, then source

@@ -439,15 +439,19 @@ _CORE_KEYS = {
 }
 
 
-def _misplaced(item: dict[str, Any], path: str, scope: str, warnings: Warnings) -> None:
+def _misplaced(
+    item: dict[str, Any], path: str, scope: str, warnings: Warnings, output: bool = False
+) -> None:
     """A standard facet written beside ``facets`` instead of in it is not applied: say so."""
+    extra = "outputFacets" if output else "inputFacets"
     for key in item.keys() - _CORE_KEYS[scope]:
-        extra = "inputFacets" if key in standard.STANDARD["inputFacets"] else "outputFacets"
-        if key in standard.STANDARD[scope] or (
-            scope == "dataset" and key in standard.STANDARD[extra]
-        ):
-            home = f"{path}.{extra}" if key not in standard.STANDARD[scope] else f"{path}.facets"
-            warnings.add(f"{path}.{key}", f"{path}.{key} is a facet: it belongs in {home}")
+        if key in standard.STANDARD[scope]:
+            home = f"{path}.facets"
+        elif scope == "dataset" and key in standard.STANDARD[extra]:
+            home = f"{path}.{extra}"
+        else:
+            continue
+        warnings.add(f"{path}.{key}", f"{path}.{key} is a facet: it belongs in {home}")
 
 
 # A facet's reader: (what it fills in, the facet, the facet's path) -> None or EventError.
@@ -497,11 +501,14 @@ def kind_of(event: dict[str, Any]) -> str:
     raise _fail("run is required (a RunEvent needs run, job and eventTime)", "run")
 
 
-def parse_event(value: Any, fingerprint: str | None = None, checked: bool = False) -> ParsedEvent:
+def parse_event(
+    value: Any, fingerprint: str | None = None, checked: bool = False, strict: bool = False
+) -> ParsedEvent:
     """Check one decoded OpenLineage event and read it; raises EventError naming the field
     when its core is wrong. Facets left out are listed in the answer's ``warnings``.
 
-    ``checked``: a stored event accepted with no facet left out (``Warnings``).
+    ``checked``: a stored event accepted with no facet left out; ``strict``: an event this
+    app built, whose facets must all be right (``Warnings``).
     """
     event = _obj(value, "body")
     kind = kind_of(event)
@@ -521,7 +528,7 @@ def parse_event(value: Any, fingerprint: str | None = None, checked: bool = Fals
         fingerprint=fingerprint,
         canonical=canonical,
     )
-    warnings = Warnings(checked=checked)
+    warnings = Warnings(strict=strict, checked=checked)
     parsed.warnings = warnings
     if kind == "dataset":
         parsed.dataset = _dataset(event.get("dataset"), "dataset", True, warnings)
@@ -543,8 +550,7 @@ def parse_event(value: Any, fingerprint: str | None = None, checked: bool = Fals
         if not isinstance(event_type, str) or event_type.upper() not in RUN_EVENT_TYPES:
             raise _fail(f"eventType must be one of {', '.join(RUN_EVENT_TYPES)}", "eventType")
         parsed.event_type = event_type.upper()
-    if len(run) > 1:
-        _misplaced(run, "run", "run", warnings)
+    _misplaced(run, "run", "run", warnings)
     parsed.run_facets = _facets(run.get("facets"), "run.facets", "run", warnings)
     _run_facets(parsed, warnings)
     return parsed
@@ -572,8 +578,7 @@ def parse_job(
     warnings = Warnings(strict=True) if warnings is None else warnings
     namespace = _name(job.get("namespace"), "job.namespace")
     name = _name(job.get("name"), "job.name")
-    if len(job) > 3:
-        _misplaced(job, "job", "job", warnings)
+    _misplaced(job, "job", "job", warnings)
     facets = _facets(job.get("facets"), "job.facets", "job", warnings)
     _job_facets(facets, warnings)
     return namespace, name, facets
@@ -645,8 +650,7 @@ def _dataset(value: Any, path: str, output: bool, warnings: Warnings) -> Dataset
         _name(namespace, f"{path}.namespace")
         _name(name, f"{path}.name")
     ref = DatasetRef(namespace=namespace, name=name)
-    if len(item) > 3:
-        _misplaced(item, path, "dataset", warnings)
+    _misplaced(item, path, "dataset", warnings, output)
     base = f"{path}.facets"
     facets = _facets(item.get("facets"), base, "dataset", warnings)
     extra_key = "outputFacets" if output else "inputFacets"
@@ -806,7 +810,7 @@ def _input_fields(
 
 def _column_lineage(facet: dict[str, Any], path: str) -> list[ColumnMapping]:
     mappings: list[ColumnMapping] = []
-    for target, item in facet["fields"].items():
+    for target, item in (facet.get("fields") or {}).items():
         where = f"{path}.fields.{target}"
         _name(target, where)
         legacy_type = _text(item.get("transformationType"), f"{where}.transformationType", limit=64)

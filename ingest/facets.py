@@ -189,7 +189,9 @@ def _check(hint: Any) -> Check:
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         allowed = frozenset(member.value for member in hint)
         wording = f"must be one of {', '.join(sorted(map(str, allowed)))}"
-        return lambda value: None if value in allowed else ("", wording)
+        return lambda value: (
+            None if isinstance(value, (str, int, float)) and value in allowed else ("", wording)
+        )
     if isinstance(hint, type) and attr.has(hint):
         return _class_check(hint)
     if hint in _JSON_TYPES:
@@ -258,7 +260,7 @@ def _validated(field: Any, value: Any) -> Problem | None:
         return None
     try:
         field.validator(None, field, value)
-    except (ValueError, TypeError, AttributeError) as exc:
+    except (ValueError, TypeError, AttributeError, OverflowError) as exc:
         return ("", f"is not valid: {str(exc)[:200] or type(exc).__name__}")
     if isinstance(value, str) and len(passed) < _PASSED_LIMIT:
         passed.add(value)

@@ -142,8 +142,12 @@ def subject_fields(
             )
             found_rows.extend(cursor.fetchall())
     pairs = np.asarray(found_rows, dtype=np.int64).reshape(-1, 2)
-    keys = np.unique((pairs[:, 0] << 32) | pairs[:, 1])  # each row once (ids < 2**31)
-    reached, sources = keys >> 32, keys & 0xFFFFFFFF
+    if pairs.size and int(pairs.max()) >= 1 << 31:
+        pairs = np.unique(pairs, axis=0)
+        reached, sources = pairs[:, 0], pairs[:, 1]
+    else:  # each row once: one key per pair is ten times faster than unique rows
+        keys = np.unique((pairs[:, 0] << 32) | pairs[:, 1])
+        reached, sources = keys >> 32, keys & 0xFFFFFFFF
     # What each source, and each candidate propagation did not reach, declared then. A field
     # propagation reached then was neither declared nor blocked then (catalog.flags).
     own = declaring.difference(reached.tolist())

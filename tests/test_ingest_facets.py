@@ -105,6 +105,22 @@ INVALID = [
         "outputs[0].facets.symlinks.identifiers[0].type",
     ),
     (
+        "lifecycle change a list",
+        event(outputs__0__facets__lifecycleStateChange={"lifecycleStateChange": ["DROP"]}),
+        "outputs[0].facets.lifecycleStateChange.lifecycleStateChange",
+    ),
+    (
+        "nominal time past the end of the calendar",
+        event(run__facets={"nominalTime": {"nominalStartTime": "9999-12-31T24:00:00"}}),
+        "run.facets.nominalTime.nominalStartTime",
+    ),
+    ("sql facet beside the job's facets", event(job__sql={"query": "x"}), "job.sql"),
+    (
+        "an output facet beside the output's facets",
+        event(outputs__0__outputStatistics={"rowCount": 1}),
+        "outputs[0].outputStatistics",
+    ),
+    (
         "sql query a number",
         event(job__facets={"sql": {"query": 42}}),
         "job.facets.sql.query",
@@ -125,6 +141,13 @@ def test_an_invalid_facet_is_left_out_and_named_and_the_event_is_kept(post, body
     assert raw.state == "done", raw.error
     assert json.loads(raw.body) == body  # stored verbatim
     assert TableEdge.objects.count() == 2  # the rest applied
+
+
+def test_a_misplaced_facet_is_pointed_to_where_it_belongs(post):
+    body = event(outputs__0__outputStatistics={"rowCount": 1}, inputs__0__inputStatistics={})
+    errors = [w["error"] for w in post(body).json()["warnings"]]
+    assert any("it belongs in outputs[0].outputFacets" in e for e in errors)
+    assert any("it belongs in inputs[0].inputFacets" in e for e in errors)
 
 
 def test_a_left_out_ownership_facet_is_not_applied(post):
@@ -246,4 +269,7 @@ def test_events_this_app_builds_itself_must_have_valid_facets():
     with pytest.raises(EventError) as raised:
         parse_job({"namespace": "a", "name": "b", "facets": {"sql": {"query": 1}}})
     assert raised.value.field == "job.facets.sql.query"
+    with pytest.raises(EventError) as raised:
+        parse_event(event(outputs__0__facets__schema={"fields": [{"type": "int"}]}), strict=True)
+    assert raised.value.field == "outputs[0].facets.schema.fields[0].name"
     assert parse_event(event()).warnings == []

@@ -8,6 +8,7 @@ import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 import time_machine
 from django.db import transaction
@@ -15,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from catalog import actions as catalog_actions
-from catalog.flags import field_flags, timelines
+from catalog.flags import field_flags, timelines, union_kinds
 from catalog.models import (
     ChangeSource,
     DatasetField,
@@ -731,3 +732,12 @@ def test_a_copy_follows_its_source_when_the_source_is_reclassified():
     w.declare(0, PiiCategory.IDENTIFIER, at(4))
     assert [w.flag(i)[:2] for i in (1, 2)] == [("identifier", "customer")] * 2
     assert field_flags(w.fields, as_of=at(2) + timedelta(minutes=30))[w.fields[2].pk].pii == "email"
+
+
+def test_the_union_of_many_fields_leaves_out_sources_that_declared_nothing():
+    fields, sources = np.asarray([1, 1, 2, 3]), np.asarray([10, 11, 12, 13])
+    declared = {10: ("email", None), 11: ("identifier", "customer"), 12: ("", None)}
+    found = union_kinds(fields, sources, declared)
+    assert found.field.tolist() == [1]
+    assert found.with_kind("customer") == ([1], ["identifier"])
+    assert union_kinds(fields, sources, {}).field.size == 0

@@ -194,7 +194,7 @@ class EventBuilder:
                     self._run_events(statement, record.fingerprint, execution, built)
                 elif statement.kind is StatementKind.DDL and statement.outputs:
                     for event in self._dataset_events(statement, execution):
-                        built.parsed.append(parse_event(event))
+                        built.parsed.append(parse_event(event, strict=True))
                         built.events.append(event)
                 elif statement.is_read and statement.inputs:
                     built.reads.append(
