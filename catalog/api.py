@@ -297,6 +297,13 @@ class DatasetDetailView(APIView):
         parameters=[instant_parameter("asOf")],
     )
     def get(self, request: Request, namespace: str, name: str) -> Response:
+        listing = f"{namespace}/datasets"
+        if (
+            name == "datasets"
+            and not Dataset.objects.filter(namespace__name=namespace, name=name).exists()
+            and queries.get_namespace(listing) is not None
+        ):
+            return DatasetListView().get(request, listing)
         as_of = optional_instant(request.query_params)
         dataset = fetch_dataset(namespace, name)
         if as_of is not None:

@@ -23,12 +23,14 @@ api_urlpatterns = [
         api.DatasetHistoryView.as_view(),
         name="api-dataset-history",
     ),
-    re_path(rf"^namespaces/{NS}/datasets$", api.DatasetListView.as_view(), name="api-datasets"),
+    # Before the list: /namespaces/a/datasets/datasets is dataset "datasets" of "a" (the view
+    # lists namespace "a/datasets" when only that reading names something).
     re_path(
         rf"^namespaces/{NS}/datasets/{NAME}$",
         api.DatasetDetailView.as_view(),
         name="api-dataset",
     ),
+    re_path(rf"^namespaces/{NS}/datasets$", api.DatasetListView.as_view(), name="api-datasets"),
     re_path(rf"^namespaces/{NS}$", api.NamespaceDetailView.as_view(), name="api-namespace"),
     path("tokens", api.TokenListView.as_view(), name="api-tokens"),
     path("tokens/<int:token_id>", api.TokenDetailView.as_view(), name="api-token"),

@@ -216,10 +216,12 @@ SQL_LOGS = obj({"sqlLogs": arr(SQL_LOG)})
 
 # -- requests ----------------------------------------------------------------------------------
 # What POST /api/v1/lineage takes: OpenLineage's RunEvent, DatasetEvent or JobEvent (the
-# spec's core; facets are objects, each checked by name where the normaliser reads it).
+# spec's core; facets are checked against their own schemas, ingest/facets.py).
 NAME: Schema = {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": r"\S"}
-# A facet is an object; a null facet is taken as absent.
-FACETS: Schema = {"type": "object", "additionalProperties": {"type": "object", "nullable": True}}
+# Any value is taken: a facet that is not an object, or a standard facet that does not
+# match its OpenLineage schema, is left out and named in the answer's warnings; a null facet
+# is taken as absent.
+FACETS: Schema = {"type": "object", "additionalProperties": {}}
 OPTIONAL_FACETS = null(FACETS)
 DATASET_REF = obj(
     {"namespace": NAME, "name": NAME, "facets": OPTIONAL_FACETS}, optional=("facets",)

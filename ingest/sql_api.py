@@ -74,6 +74,8 @@ class SqlLogListView(APIView):
                 "type": "object",
                 "properties": {"file": {"type": "string", "format": "binary", "minLength": 1}},
                 "required": ["file"],
+                # No parameter name may hold NUL (catalog.params refuses it with 400).
+                "propertyNames": {"pattern": "^[^\u0000]*$"},
             },
             "application/octet-stream": {"type": "string", "format": "binary", "minLength": 1},
         },

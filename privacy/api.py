@@ -566,7 +566,8 @@ class SubjectKindInput(StrictInput):
 
 
 class SubjectKindPatchInput(StrictInput):
-    description = TextField(allow_blank=True, max_length=2000)
+    # Optional as in any PATCH: an empty body changes nothing and answers the kind.
+    description = TextField(required=False, allow_blank=True, max_length=2000)
 
 
 class SubjectKindListView(PrivacyView):
@@ -613,7 +614,8 @@ class SubjectKindDetailView(PrivacyView):
         if kind is None:
             raise ApiError(f"Subject kind {name!r} not found", "name", 404)
         data = _strict(SubjectKindPatchInput, request.data)
-        kind = catalog_actions.describe_subject_kind(kind, data["description"])
+        if "description" in data:
+            kind = catalog_actions.describe_subject_kind(kind, data["description"])
         return Response(
             subject_kind_json(kind, kind.fields.filter(removed_at__isnull=True).count())
         )

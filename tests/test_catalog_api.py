@@ -50,6 +50,24 @@ def test_it_finds_datasets_whose_names_hold_slashes(api, viewer):
     assert response.json()["name"] == "/data/lake/raw/customers"
 
 
+def test_a_dataset_named_datasets_is_reachable_and_so_is_a_namespace_ending_in_datasets(
+    api, viewer, steward
+):
+    factories.dataset("s3://lake", "datasets")
+    factories.dataset("s3://other/datasets", "orders")
+    response = api(viewer).get(dataset_url("s3://lake", "datasets"))
+    assert response.status_code == 200, response.content
+    assert response.json()["name"] == "datasets"
+    edited = api(steward).patch(
+        dataset_url("s3://lake", "datasets"), {"description": "d"}, format="json"
+    )
+    assert edited.status_code == 200, edited.content
+    listed = api(viewer).get(f"/api/v1/namespaces/{quote('s3://other/datasets', safe='')}/datasets")
+    assert [d["name"] for d in listed.json()["datasets"]] == ["orders"]
+    missing = api(steward).patch(dataset_url("nowhere", "datasets"), {}, format="json")
+    assert missing.status_code == 404, missing.content
+
+
 def test_it_answers_404_naming_an_unknown_dataset(api, viewer):
     response = api(viewer).get(dataset_url(NS, "nope"))
     assert response.status_code == 404

@@ -577,6 +577,8 @@ def test_stewards_define_subject_kinds_and_compliance_reads_them(db, api, stewar
         f"{kinds}/patient", {"description": "Anyone treated"}, format="json"
     )
     assert described.json()["description"] == "Anyone treated"
+    unchanged = api(steward).patch(f"{kinds}/patient", {}, format="json")
+    assert (unchanged.status_code, unchanged.json()["description"]) == (200, "Anyone treated")
     assert (
         api(steward).patch(f"{kinds}/nobody", {"description": ""}, format="json").status_code == 404
     )
