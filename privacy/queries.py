@@ -96,19 +96,27 @@ def subject_fields(
     """
     if excluded is None:
         excluded = _excluded_datasets(as_of)
-    gone = set(excluded.tolist())
     if as_of is None:
+        gone = set(excluded.tolist())
         rows = _field_rows("subject_kind_id = %s AND removed_at IS NULL ORDER BY id", [kind.pk])
         return [
             FieldInfo(pk, ds, name, ftype, pii, kind.name, source == FlagSource.DECLARED)
             for pk, ds, name, ftype, pii, source in rows
             if ds not in gone
         ]
+    holding = _holding_then(kind, as_of)
+    return _placed(kind, holding, as_of, excluded, list(holding))
+
+
+_SIZE = 20_000  # ids per query on PostgreSQL (one array parameter)
+
+
+def _holding_then(kind: SubjectKind, as_of: datetime) -> dict[int, tuple[str, bool]]:
+    """The fields that held ``kind`` at ``as_of``: field id -> (category, declared)."""
     stamp = connection.ops.adapt_datetimefield_value(as_of)
-    existed = "first_seen <= %s AND (removed_at IS NULL OR removed_at > %s)"
     # Who might have held the flag then: fields declaring it now, fields named in its
     # history, and fields propagation reached from those then. catalog.flags decides.
-    size = 20_000 if connection.vendor == "postgresql" else _CHUNK
+    size = _SIZE if connection.vendor == "postgresql" else _CHUNK
     declaring = {
         row[0]
         for row in _field_rows(
@@ -156,8 +164,24 @@ def subject_fields(
     holding = {pk: (then[pk][0], True) for pk in own if pk in then and then[pk][1] == kind.name}
     copies, categories = union_kinds(reached, sources, then).with_kind(kind.name)
     holding.update((pk, (pii, False)) for pk, pii in zip(copies, categories, strict=True))
+    return holding
+
+
+def _placed(
+    kind: SubjectKind,
+    holding: dict[int, tuple[str, bool]],
+    as_of: datetime,
+    excluded: npt.NDArray[np.int64],
+    ids: Iterable[int],
+) -> list[FieldInfo]:
+    """``FieldInfo`` of these fields of ``holding`` that existed at ``as_of``, in datasets not
+    ``excluded``, by id."""
+    stamp = connection.ops.adapt_datetimefield_value(as_of)
+    existed = "first_seen <= %s AND (removed_at IS NULL OR removed_at > %s)"
+    gone = set(excluded.tolist())
     found = []
-    for chunk in _chunks(sorted(holding), size):
+    size = _SIZE if connection.vendor == "postgresql" else _CHUNK
+    for chunk in _chunks(sorted(ids), size):
         where, params = where_in("id", list(chunk))
         for pk, ds, name, ftype, _, _ in _field_rows(
             f"{where} AND {existed}", [*params, stamp, stamp]
@@ -641,7 +665,17 @@ def search_subject(
     ``depth`` limits how many jobs downstream of a declared field to look.
     """
     excluded = _excluded_datasets(as_of)
-    flagged = subject_fields(kind, as_of, excluded)
+    # As of an instant, where the copies were is read only for those the traversal below
+    # does not reach (the others come with it): tens of thousands of fields at 100,000
+    # datasets, a few unreached.
+    copies: dict[int, tuple[str, bool]] = {}
+    if as_of is None:
+        flagged = subject_fields(kind, None, excluded)
+    else:
+        holding = _holding_then(kind, as_of)
+        own = [pk for pk, (_, declared_then) in holding.items() if declared_then]
+        flagged = _placed(kind, holding, as_of, excluded, own)
+        copies = {pk: found for pk, found in holding.items() if not found[1]}
     declared = [f for f in flagged if f.declared]
     names: dict[int, tuple[str, str]] = {}
     if any(i.field and ":" in i.field for i in identifiers):
@@ -666,6 +700,10 @@ def search_subject(
             groups_by_seeds[key].indexes.append(identifier.index)
     groups = list(groups_by_seeds.values())
     reached = set().union(*(set(g.arrays.field.tolist()) for g in groups)) if groups else set()
+    if copies:
+        assert as_of is not None
+        unreached = [pk for pk in copies if pk not in reached]
+        flagged += _placed(kind, copies, as_of, excluded, unreached)
     extra_identifiers = {
         f.id: {i.index for i in identifiers if i.matches(f, node)}
         for f in flagged
