@@ -494,32 +494,27 @@ def status_json() -> dict[str, Any]:
         "processedLastHour": status.processed_last_hour,
         "failures": [
             {
-                "id": e.pk,
-                "fingerprint": e.fingerprint,
-                "kind": e.kind,
-                "eventType": e.event_type or None,
-                "eventTime": iso(e.event_time),
-                "job": e.job_label or None,
+                **_listed(e),
                 "attempts": e.attempts,
                 "error": e.error.split("\n", 1)[0],
-                "receivedAt": iso(e.received_at),
             }
             for e in status.failures
         ],
         "eventsWithFacetsLeftOut": status.warned_count,
-        "facetsLeftOut": [
-            {
-                "id": e.pk,
-                "fingerprint": e.fingerprint,
-                "kind": e.kind,
-                "eventType": e.event_type or None,
-                "eventTime": iso(e.event_time),
-                "job": e.job_label or None,
-                "receivedAt": iso(e.received_at),
-                "warnings": e.warning_list,
-            }
-            for e in status.warned
-        ],
+        "facetsLeftOut": [{**_listed(e), "warnings": e.warning_list} for e in status.warned],
+    }
+
+
+def _listed(event: RawEvent) -> dict[str, Any]:
+    """What the status lists of a stored event."""
+    return {
+        "id": event.pk,
+        "fingerprint": event.fingerprint,
+        "kind": event.kind,
+        "eventType": event.event_type or None,
+        "eventTime": iso(event.event_time),
+        "job": event.job_label or None,
+        "receivedAt": iso(event.received_at),
     }
 
 

@@ -117,6 +117,16 @@ VERSION = obj(
         "facets": FREE,
     }
 )
+# An event as the ingestion status lists it (a failure, or one with facets left out).
+LISTED_EVENT: dict[str, Schema] = {
+    "id": INT,
+    "fingerprint": STR,
+    "kind": STR,
+    "eventType": NSTR,
+    "eventTime": NTIME,
+    "job": NSTR,
+    "receivedAt": TIME,
+}
 STATUS = obj(
     {
         "counts": obj({"pending": INT, "processing": INT, "done": INT, "failed": INT}),
@@ -124,36 +134,9 @@ STATUS = obj(
         "lagSeconds": null(NUM),
         "processedLastMinute": INT,
         "processedLastHour": INT,
-        "failures": arr(
-            obj(
-                {
-                    "id": INT,
-                    "fingerprint": STR,
-                    "kind": STR,
-                    "eventType": NSTR,
-                    "eventTime": NTIME,
-                    "job": NSTR,
-                    "attempts": INT,
-                    "error": STR,
-                    "receivedAt": TIME,
-                }
-            )
-        ),
+        "failures": arr(obj({**LISTED_EVENT, "attempts": INT, "error": STR})),
         "eventsWithFacetsLeftOut": INT,
-        "facetsLeftOut": arr(
-            obj(
-                {
-                    "id": INT,
-                    "fingerprint": STR,
-                    "kind": STR,
-                    "eventType": NSTR,
-                    "eventTime": NTIME,
-                    "job": NSTR,
-                    "receivedAt": TIME,
-                    "warnings": WARNINGS,
-                }
-            )
-        ),
+        "facetsLeftOut": arr(obj({**LISTED_EVENT, "warnings": WARNINGS})),
     }
 )
 REPLAYED = obj({"replayed": INT})
