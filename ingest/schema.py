@@ -201,11 +201,12 @@ SQL_LOGS = obj({"sqlLogs": arr(SQL_LOG)})
 # What POST /api/v1/lineage takes: OpenLineage's RunEvent, DatasetEvent or JobEvent (the
 # spec's core; facets are checked against their own schemas, ingest/facets.py).
 NAME: Schema = {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": r"\S"}
-# Any value is taken: a facet that is not an object, or a standard facet that does not
-# match its OpenLineage schema, is left out and named in the answer's warnings; a null facet
-# is taken as absent.
-FACETS: Schema = {"type": "object", "additionalProperties": {}}
-OPTIONAL_FACETS = null(FACETS)
+# Facets take any value: facets that are not an object, a facet that is not an object, or a
+# standard facet that does not match its OpenLineage schema are left out and named in the
+# answer's warnings; null is taken as absent.
+OPTIONAL_FACETS: Schema = {
+    "description": "An object of facets by name; any other value is left out with a warning",
+}
 DATASET_REF = obj(
     {"namespace": NAME, "name": NAME, "facets": OPTIONAL_FACETS}, optional=("facets",)
 )
