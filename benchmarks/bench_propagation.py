@@ -33,30 +33,17 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_privacy import prepare_database  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results" / "propagation.json"
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/lineage_bench_propagation"
 NS = "postgres://bench:5432"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def prepare_database(url: str, reuse: bool) -> None:
-    """Create (or, unless reusing, re-create) the benchmark database."""
-    import psycopg
-
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    admin = urlunsplit(parts._replace(path="/postgres")).replace("postgres://", "postgresql://", 1)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
-        if exists and not reuse:
-            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-            exists = None
-        if not exists:
-            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def load_graph(datasets: int) -> dict[str, Any]:
