@@ -332,9 +332,7 @@ def _fail(message: str, path: str) -> EventError:
     return EventError(message, path)
 
 
-def _obj(value: Any, path: str, required: bool = True) -> dict[str, Any]:
-    if value is None and not required:
-        return {}
+def _obj(value: Any, path: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _fail(f"{path} must be an object", path)
     return value
