@@ -213,24 +213,15 @@ def field_flags(
     return {f.pk: _current(f, sources.get(f.pk, []), names) for f in fields}
 
 
-def flags_as_of(
-    field_ids: Sequence[int],
-    as_of: datetime,
-    with_sources: bool = True,
-    reached: dict[int, list[tuple[int, bool]]] | None = None,
-) -> dict[int, FieldFlag]:
-    """The flag each of these fields showed at ``as_of`` (without naming the sources of
-    propagated ones unless ``with_sources``). ``reached``: the propagated rows valid then of
-    some of the fields, all of each one's, (source, masked) in source order, when the caller
-    read them already.
+def flags_as_of(field_ids: Sequence[int], as_of: datetime) -> dict[int, FieldFlag]:
+    """The flag each of these fields showed at ``as_of``, naming the sources of propagated ones.
 
     A field propagation reached then was neither declared nor blocked then (``reach`` stops
     at both), so only the other fields' own history is read, and the sources'."""
     ids = sorted(set(field_ids))
-    sources = dict(reached or {})
-    sources.update(_reached([pk for pk in ids if pk not in sources], as_of))
+    sources = _reached(ids, as_of)
     all_sources = {s for found in sources.values() for s, _ in found}
-    names = _names(all_sources) if with_sources else {}
+    names = _names(all_sources)
     lines = timelines([*(pk for pk in ids if pk not in sources), *all_sources])
     declared = {
         s: (_value_at(lines[s].pii, as_of) or "", _value_at(lines[s].kind, as_of))
