@@ -28,6 +28,7 @@ from catalog.models import (
     DatasetField,
     FlagSource,
     PiiCategory,
+    SubjectKind,
 )
 
 FLAG_ATTRIBUTES = ("pii_category", "subject_kind", "propagation_blocked")
@@ -102,33 +103,26 @@ def timelines(field_ids: Iterable[int]) -> dict[int, FieldTimeline]:
     """Each field's declarations and blocks over time, from the catalog's history (the
     propagation's own writes are not history: they are derived)."""
     ids = sorted(set(field_ids))
+    kinds = dict(SubjectKind.objects.values_list("pk", "name"))
     rows: dict[tuple[int, str], int] = {}
     current: dict[int, tuple[str, str | None, bool]] = {}
-    for chunk in chunks(ids):
-        for (
-            pk,
-            dataset_id,
-            name,
-            pii_value,
-            kind_name,
-            source,
-            blocked,
-        ) in DatasetField.objects.filter(pk__any_of=list(chunk)).values_list(
-            "pk",
-            "dataset_id",
-            "name",
-            "pii_category",
-            "subject_kind__name",
-            "flag_source",
-            "propagation_blocked",
-        ):
-            rows[(dataset_id, name)] = pk
-            declared = source == FlagSource.DECLARED
-            current[pk] = (
-                pii_value if declared else "",
-                kind_name if declared else None,
-                blocked,
+    # Read as plain rows: thousands of fields a search, each a few tuples, not model rows.
+    with connection.cursor() as cursor:
+        for chunk in chunks(ids):
+            where, params = where_in("id", list(chunk))
+            cursor.execute(
+                "SELECT id, dataset_id, name, pii_category, subject_kind_id, flag_source, "
+                f"propagation_blocked FROM catalog_datasetfield WHERE {where}",
+                params,
             )
+            for pk, dataset_id, name, pii_value, kind_id, source, blocked in cursor.fetchall():
+                rows[(dataset_id, name)] = pk
+                declared = source == FlagSource.DECLARED
+                current[pk] = (
+                    pii_value if declared else "",
+                    kinds.get(kind_id) if declared else None,
+                    bool(blocked),
+                )
     history: dict[tuple[int, str], list[tuple[datetime, Any, Any]]] = defaultdict(list)
     datasets = sorted({dataset_id for dataset_id, _ in rows})
     for chunk in chunks(datasets):
@@ -144,14 +138,24 @@ def timelines(field_ids: Iterable[int]) -> dict[int, FieldTimeline]:
             field_id = rows.get((dataset_id, name))
             if field_id is not None:
                 history[(field_id, attribute)].append((at, old, new))
-    return {
-        pk: FieldTimeline(
-            pii=_steps(history.get((pk, "pii_category"), []), values[0]),
-            kind=_steps(history.get((pk, "subject_kind"), []), values[1]),
-            blocked=_steps(history.get((pk, "propagation_blocked"), []), values[2]),
-        )
-        for pk, values in current.items()
-    }
+    # Most fields have no history: they share one timeline per current value.
+    plain: dict[tuple[str, str | None, bool], FieldTimeline] = {}
+    found = {}
+    for pk, values in current.items():
+        if any((pk, attribute) in history for attribute in FLAG_ATTRIBUTES):
+            found[pk] = FieldTimeline(
+                pii=_steps(history.get((pk, "pii_category"), []), values[0]),
+                kind=_steps(history.get((pk, "subject_kind"), []), values[1]),
+                blocked=_steps(history.get((pk, "propagation_blocked"), []), values[2]),
+            )
+        else:
+            line = plain.get(values)
+            if line is None:
+                line = plain[values] = FieldTimeline(
+                    [(None, values[0])], [(None, values[1])], [(None, values[2])]
+                )
+            found[pk] = line
+    return found
 
 
 def chunks(ids: Sequence[int], size: int = CHUNK) -> Iterator[Sequence[int]]:

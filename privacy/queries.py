@@ -113,11 +113,17 @@ _SIZE = 20_000  # ids per query on PostgreSQL (one array parameter)
 
 def _holding_then(kind: SubjectKind, as_of: datetime) -> dict[int, tuple[str, bool]]:
     """The fields that held ``kind`` at ``as_of``: field id -> (category, declared)."""
-    stamp = connection.ops.adapt_datetimefield_value(as_of)
-    # Who might have held the flag then: fields declaring it now, fields named in its
-    # history, and fields propagation reached from those then. catalog.flags decides.
+    candidates, own = _declared_then(kind, as_of)
+    holding = {pk: (pii, True) for pk, pii in own.items()}
+    holding.update((pk, (pii, False)) for pk, pii in _copies_then(kind, as_of, candidates).items())
+    return holding
+
+
+def _declared_then(kind: SubjectKind, as_of: datetime) -> tuple[set[int], dict[int, str]]:
+    """The fields that might have declared ``kind`` at ``as_of`` (declaring it now, or named
+    in its history), and of those, the ones that did: field id -> category."""
     size = _SIZE if connection.vendor == "postgresql" else _CHUNK
-    declaring = {
+    candidates = {
         row[0]
         for row in _field_rows(
             "subject_kind_id = %s AND flag_source = %s", [kind.pk, FlagSource.DECLARED]
@@ -132,39 +138,57 @@ def _holding_then(kind: SubjectKind, as_of: datetime) -> dict[int, tuple[str, bo
         named[dataset_id].add(name)
     for chunk in _chunks(sorted(named), size):
         where, params = where_in("dataset_id", list(chunk))
-        declaring.update(row[0] for row in _field_rows(where, params) if row[2] in named[row[1]])
-    # The fields reached from those then, with every row reaching each then (a field's flag
-    # is the union of all its sources), in one query per chunk. Where each field is comes
-    # after, for the fields holding the kind only (joining every row to its field made
-    # PostgreSQL scan all fields).
-    valid = "{0}.valid_from <= %s AND ({0}.valid_to IS NULL OR {0}.valid_to > %s)"
-    found_rows: list[tuple[int, int]] = []
-    for chunk in _chunks(sorted(declaring), size):
-        where, params = where_in("r.source_id", list(chunk))
-        with connection.cursor() as cursor:
+        candidates.update(row[0] for row in _field_rows(where, params) if row[2] in named[row[1]])
+    # A field propagation reached then was neither declared nor blocked then (catalog.flags),
+    # and its declarations replayed say so.
+    own = {}
+    for pk, line in timelines(candidates).items():
+        pii, declared_kind = line.values_at(as_of)
+        if declared_kind == kind.name:
+            own[pk] = pii
+    return candidates, own
+
+
+def _copies_then(
+    kind: SubjectKind,
+    as_of: datetime,
+    candidates: set[int],
+    skip: npt.NDArray[np.int64] | None = None,
+) -> dict[int, str]:
+    """The fields propagation had given ``kind`` at ``as_of`` from these candidate sources,
+    but for those in ``skip`` (sorted): field id -> category."""
+    stamp = connection.ops.adapt_datetimefield_value(as_of)
+    size = _SIZE if connection.vendor == "postgresql" else _CHUNK
+    valid = "valid_from <= %s AND (valid_to IS NULL OR valid_to > %s)"
+    # The fields the candidates reached then; where each field is comes after, for the
+    # fields holding the kind only (joining every row to its field made PostgreSQL scan all
+    # fields).
+    reached: list[tuple[int]] = []
+    with connection.cursor() as cursor:
+        for chunk in _chunks(sorted(candidates), size):
+            where, params = where_in("source_id", list(chunk))
             cursor.execute(
-                "SELECT p.field_id, p.source_id FROM catalog_propagatedflag p "
-                "WHERE p.field_id IN (SELECT r.field_id FROM catalog_propagatedflag r "
-                f"WHERE {where} AND {valid.format('r')}) AND {valid.format('p')}",
-                [*params, stamp, stamp, stamp, stamp],
+                f"SELECT field_id FROM catalog_propagatedflag WHERE {where} AND {valid}",
+                [*params, stamp, stamp],
+            )
+            reached.extend(cursor.fetchall())
+        fields = np.unique(np.asarray(reached, dtype=np.int64).reshape(-1))
+        if skip is not None:
+            fields = np.setdiff1d(fields, skip, assume_unique=True)
+        # Every row reaching each of them then: a field's flag is the union of its sources.
+        found_rows: list[tuple[int, int]] = []
+        for chunk in _chunks(fields.tolist(), size):
+            where, params = where_in("field_id", list(chunk))
+            cursor.execute(
+                f"SELECT field_id, source_id FROM catalog_propagatedflag WHERE {where} AND {valid}",
+                [*params, stamp, stamp],
             )
             found_rows.extend(cursor.fetchall())
     pairs = np.asarray(found_rows, dtype=np.int64).reshape(-1, 2)
-    if pairs.size and int(pairs.max()) >= 1 << 31:
-        pairs = np.unique(pairs, axis=0)
-        reached, sources = pairs[:, 0], pairs[:, 1]
-    else:  # each row once: one key per pair is ten times faster than unique rows
-        keys = np.unique((pairs[:, 0] << 32) | pairs[:, 1])
-        reached, sources = keys >> 32, keys & 0xFFFFFFFF
-    # What each source, and each candidate propagation did not reach, declared then. A field
-    # propagation reached then was neither declared nor blocked then (catalog.flags).
-    own = declaring.difference(reached.tolist())
-    lines = timelines([*own, *set(sources.tolist())])
+    lines = timelines(np.unique(pairs[:, 1]).tolist())
     then = {pk: line.values_at(as_of) for pk, line in lines.items()}
-    holding = {pk: (then[pk][0], True) for pk in own if pk in then and then[pk][1] == kind.name}
-    copies, categories = union_kinds(reached, sources, then).with_kind(kind.name)
-    holding.update((pk, (pii, False)) for pk, pii in zip(copies, categories, strict=True))
-    return holding
+    copies, categories = union_kinds(pairs[:, 0], pairs[:, 1], then).with_kind(kind.name)
+    return dict(zip(copies, categories, strict=True))
 
 
 def _placed(
@@ -668,14 +692,12 @@ def search_subject(
     # As of an instant, where the copies were is read only for those the traversal below
     # does not reach (the others come with it): tens of thousands of fields at 100,000
     # datasets, a few unreached.
-    copies: dict[int, tuple[str, bool]] = {}
+    candidates: set[int] = set()
     if as_of is None:
         flagged = subject_fields(kind, None, excluded)
     else:
-        holding = _holding_then(kind, as_of)
-        own = [pk for pk, (_, declared_then) in holding.items() if declared_then]
-        flagged = _placed(kind, holding, as_of, excluded, own)
-        copies = {pk: found for pk, found in holding.items() if not found[1]}
+        candidates, own = _declared_then(kind, as_of)
+        flagged = _placed(kind, {pk: (pii, True) for pk, pii in own.items()}, as_of, excluded, own)
     declared = [f for f in flagged if f.declared]
     names: dict[int, tuple[str, str]] = {}
     if any(i.field and ":" in i.field for i in identifiers):
@@ -700,10 +722,12 @@ def search_subject(
             groups_by_seeds[key].indexes.append(identifier.index)
     groups = list(groups_by_seeds.values())
     reached = set().union(*(set(g.arrays.field.tolist()) for g in groups)) if groups else set()
-    if copies:
-        assert as_of is not None
-        unreached = [pk for pk in copies if pk not in reached]
-        flagged += _placed(kind, copies, as_of, excluded, unreached)
+    if as_of is not None:  # the copies the traversal did not reach, with where they are
+        walked = [g.arrays.field for g in groups] or [np.empty(0, dtype=np.int64)]
+        copies = _copies_then(kind, as_of, candidates, np.unique(np.concatenate(walked)))
+        flagged += _placed(
+            kind, {pk: (pii, False) for pk, pii in copies.items()}, as_of, excluded, copies
+        )
     extra_identifiers = {
         f.id: {i.index for i in identifiers if i.matches(f, node)}
         for f in flagged

@@ -27,7 +27,7 @@ from catalog.models import (
 )
 from graph import propagation
 from graph.models import ColumnEdge, Job
-from privacy.queries import subject_fields
+from privacy.queries import Identifier, search_subject, subject_fields
 from tests.factories import dataset as make_dataset
 
 pytestmark = pytest.mark.django_db
@@ -341,6 +341,9 @@ def test_incremental_flags_equal_a_recomputation_now_and_as_of_any_instant(ops):
             }
             then = subject_fields(w.kind, at(hour))
             assert {(f.id, f.pii_category, f.declared) for f in then} == holding, hour
+            # And the search as of then finds every one of them, through lineage.
+            found = search_subject(w.kind, [Identifier(0)], at(hour)).reached_fields.tolist()
+            assert {pk for pk, _, _ in holding} <= set(found), hour
         # Subject search's fields as of a later instant are those it reads from now.
         now = {(f.id, f.pii_category, f.declared) for f in subject_fields(w.kind, None)}
         assert {(f.id, f.pii_category, f.declared) for f in subject_fields(w.kind, at(999))} == now
