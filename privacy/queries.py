@@ -113,20 +113,31 @@ _SIZE = 20_000  # ids per query on PostgreSQL (one array parameter)
 
 def _holding_then(kind: SubjectKind, as_of: datetime) -> dict[int, tuple[str, bool]]:
     """The fields that held ``kind`` at ``as_of``: field id -> (category, declared)."""
-    candidates, own = _declared_then(kind, as_of)
+    candidates, own, _ = _declared_then(kind, as_of)
     holding = {pk: (pii, True) for pk, pii in own.items()}
     holding.update((pk, (pii, False)) for pk, pii in _copies_then(kind, as_of, candidates).items())
     return holding
 
 
-def _declared_then(kind: SubjectKind, as_of: datetime) -> tuple[set[int], dict[int, str]]:
+class _DeclaredThen(NamedTuple):
+    candidates: set[int]  # the fields that might have declared the kind then
+    own: dict[int, str]  # those that did: field id -> category
+    placed: list[FieldInfo]  # and of those, the ones that existed then, in datasets listed
+
+
+def _declared_then(
+    kind: SubjectKind, as_of: datetime, excluded: npt.NDArray[np.int64] | None = None
+) -> _DeclaredThen:
     """The fields that might have declared ``kind`` at ``as_of`` (declaring it now, or named
-    in its history), and of those, the ones that did: field id -> category."""
+    in its history), and of those, the ones that did."""
     size = _SIZE if connection.vendor == "postgresql" else _CHUNK
-    candidates = {
-        row[0]
+    stamp = connection.ops.adapt_datetimefield_value(as_of)
+    rows = {
+        row[0]: row
         for row in _field_rows(
-            "subject_kind_id = %s AND flag_source = %s", [kind.pk, FlagSource.DECLARED]
+            "subject_kind_id = %s AND flag_source = %s",
+            [kind.pk, FlagSource.DECLARED],
+            existed_at=stamp,
         )
     }
     named: dict[int, set[str]] = defaultdict(set)
@@ -138,15 +149,23 @@ def _declared_then(kind: SubjectKind, as_of: datetime) -> tuple[set[int], dict[i
         named[dataset_id].add(name)
     for chunk in _chunks(sorted(named), size):
         where, params = where_in("dataset_id", list(chunk))
-        candidates.update(row[0] for row in _field_rows(where, params) if row[2] in named[row[1]])
+        for row in _field_rows(where, params, existed_at=stamp):
+            if row[2] in named[row[1]]:
+                rows[row[0]] = row
     # A field propagation reached then was neither declared nor blocked then (catalog.flags),
     # and its declarations replayed say so.
     own = {}
-    for pk, line in timelines(candidates).items():
+    for pk, line in timelines(rows).items():
         pii, declared_kind = line.values_at(as_of)
         if declared_kind == kind.name:
             own[pk] = pii
-    return candidates, own
+    gone = set() if excluded is None else set(excluded.tolist())
+    placed = [
+        FieldInfo(pk, ds, name, ftype, own[pk], kind.name, True)
+        for pk, ds, name, ftype, _, _, existed in (rows[pk] for pk in sorted(own))
+        if existed and ds not in gone
+    ]
+    return _DeclaredThen(set(rows), own, placed)
 
 
 def _copies_then(
@@ -216,10 +235,20 @@ def _placed(
     return sorted(found, key=lambda f: f.id)
 
 
-def _field_rows(where: str, params: list[Any], with_kind: bool = False) -> list[tuple[Any, ...]]:
+def _field_rows(
+    where: str, params: list[Any], with_kind: bool = False, existed_at: Any = None
+) -> list[tuple[Any, ...]]:
+    """Rows of ``_FIELD_COLUMNS`` (and the subject kind, and whether the field existed at
+    ``existed_at``, when asked)."""
     columns = _FIELD_COLUMNS + (", subject_kind_id" if with_kind else "")
+    before: list[Any] = []
+    if existed_at is not None:
+        columns += ", (first_seen <= %s AND (removed_at IS NULL OR removed_at > %s))"
+        before = [existed_at, existed_at]
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {columns} FROM catalog_datasetfield WHERE {where}", params)
+        cursor.execute(
+            f"SELECT {columns} FROM catalog_datasetfield WHERE {where}", [*before, *params]
+        )
         return list(cursor.fetchall())
 
 
@@ -696,8 +725,7 @@ def search_subject(
     if as_of is None:
         flagged = subject_fields(kind, None, excluded)
     else:
-        candidates, own = _declared_then(kind, as_of)
-        flagged = _placed(kind, {pk: (pii, True) for pk, pii in own.items()}, as_of, excluded, own)
+        candidates, _, flagged = _declared_then(kind, as_of, excluded)
     declared = [f for f in flagged if f.declared]
     names: dict[int, tuple[str, str]] = {}
     if any(i.field and ":" in i.field for i in identifiers):
