@@ -177,7 +177,7 @@ def generate(config: GenConfig) -> Generated:
         elif ns == 1:
             names.append(f"{topic}.v1.stream_{i:06d}")
         elif ns == 2:
-            names.append(f"/warehouse/{layer_name}/{topic}/part_{i:06d}")
+            names.append(f"warehouse/{layer_name}/{topic}/part_{i:06d}")
         elif ns == 3:
             names.append(f"acme-analytics.{layer_name}.{topic}_{i:06d}")
         else:

@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from catalog import actions, queries
+from catalog import actions, naming, queries
 from catalog.auth import ReadOrEditCatalog
 from catalog.errors import ApiError
 from catalog.flags import FieldFlag, field_flags
@@ -157,6 +157,8 @@ def dataset_json(ds: Dataset, flags: dict[int, FieldFlag] | None = None) -> dict
         "retentionPolicy": retention_json(ds.retention_policy),
         "firstSeen": iso(ds.first_seen),
         "lastSeen": iso(ds.last_seen),
+        # Its other names (the symlinks facet): lineage and lookups under them land here.
+        "aliases": [{"namespace": a.namespace.name, "name": a.name} for a in ds.aliases.all()],
     }
 
 
@@ -247,6 +249,7 @@ class DatasetListView(APIView):
     def get(self, request: Request, namespace: str) -> Response:
         if queries.get_namespace(namespace) is None:
             raise ApiError(f"Namespace {namespace} not found", "namespace", status_code=404)
+        namespace = naming.canonical_namespace(namespace)
         qs = queries.datasets_with_details().filter(namespace__name=namespace).order_by("name")
         rows, total = paged(request, qs)
         flags = field_flags([f for d in rows for f in d.fields.all() if f.removed_at is None])

@@ -31,7 +31,7 @@ import yaml
 from django.db import transaction
 from django.utils import timezone
 
-from catalog import actions
+from catalog import actions, naming
 from catalog.actions import Actor, OwnerSpec
 from catalog.models import (
     ChangeSource,
@@ -175,11 +175,10 @@ def _parse_dataset(
     unknown = set(item) - DATASET_KEYS
     if unknown:
         raise CatalogFileError(f"{path}.{sorted(unknown)[0]}", "unknown key")
-    entry = DatasetEntry(
-        namespace=_text(item.get("namespace"), f"{path}.namespace"),
-        name=_text(item.get("name"), f"{path}.name"),
-        values={},
+    namespace, name = naming.canonical(
+        _text(item.get("namespace"), f"{path}.namespace"), _text(item.get("name"), f"{path}.name")
     )
+    entry = DatasetEntry(namespace=namespace, name=name, values={})
     if "description" in item:
         entry.values["description"] = _text(item["description"], f"{path}.description", False)
     if "sensitivity" in item:

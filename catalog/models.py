@@ -141,9 +141,9 @@ class Owner(models.Model):
 class Dataset(models.Model):
     namespace = models.ForeignKey(Namespace, on_delete=models.CASCADE, related_name="datasets")
     name = models.CharField(max_length=1024)
-    # The canonical dataset when this one is an alias (OpenLineage symlinks facet).
+    # The dataset this one was renamed to (lifecycle RENAME with previousIdentifier).
     alias_of = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="aliases"
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="renamed_from"
     )
     platform = models.CharField(max_length=64, blank=True)
     location = models.CharField(max_length=2048, blank=True, help_text="Physical location URI")
@@ -182,6 +182,25 @@ class Dataset(models.Model):
     @property
     def node_id(self) -> str:
         return f"dataset:{self.namespace.name}:{self.name}"
+
+
+class DatasetAlias(models.Model):
+    """Another name of a dataset (the OpenLineage symlinks facet: a table's metastore name
+    beside its path). Lineage reported and lookups made under it land on the dataset."""
+
+    namespace = models.ForeignKey(Namespace, on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=1024)
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="aliases")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["namespace__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "name"], name="dataset_alias_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace.name}:{self.name} → {self.dataset_id}"
 
 
 class DatasetOwnership(models.Model):

@@ -9,11 +9,13 @@ from typing import Any
 
 from django.db.models import Prefetch, Q, QuerySet
 
+from catalog import naming
 from catalog.actions import owners_value, tags_value
 from catalog.flags import NO_FLAG, FieldFlag, field_flags
 from catalog.models import (
     ChangeRecord,
     Dataset,
+    DatasetAlias,
     DatasetField,
     DatasetOwnership,
     DatasetVersion,
@@ -32,6 +34,7 @@ def datasets_with_details() -> QuerySet[Dataset]:
             queryset=DatasetOwnership.objects.select_related("owner").order_by("owner__name"),
         ),
         "tags",
+        Prefetch("aliases", queryset=DatasetAlias.objects.select_related("namespace")),
         Prefetch(
             "fields",
             queryset=DatasetField.objects.select_related("subject_kind").prefetch_related("tags"),
@@ -40,11 +43,27 @@ def datasets_with_details() -> QuerySet[Dataset]:
 
 
 def get_dataset(namespace: str, name: str) -> Dataset | None:
-    return datasets_with_details().filter(namespace__name=namespace, name=name).first()
+    """The dataset of this name, in any spelling of it (catalog.naming), or of one of its
+    aliases."""
+    namespace, name = naming.canonical(namespace, name)
+    found = datasets_with_details().filter(namespace__name=namespace, name=name).first()
+    if found is None:
+        pk = aliased_dataset(namespace, name)
+        found = None if pk is None else datasets_with_details().filter(pk=pk).first()
+    return found
+
+
+def aliased_dataset(namespace: str, name: str) -> int | None:
+    """The id of the dataset this canonical name is an alias of, if it is one."""
+    return (
+        DatasetAlias.objects.filter(namespace__name=namespace, name=name)
+        .values_list("dataset_id", flat=True)
+        .first()
+    )
 
 
 def get_namespace(name: str) -> Namespace | None:
-    return Namespace.objects.filter(name=name).first()
+    return Namespace.objects.filter(name=naming.canonical_namespace(name)).first()
 
 
 def latest_versions(dataset: Dataset, limit: int = 50) -> list[DatasetVersion]:

@@ -107,6 +107,7 @@ DATASET_BASE: dict[str, Schema] = {
     "sensitivity": NSTR,
     "firstSeen": NTIME,
     "lastSeen": NTIME,
+    "aliases": arr(DATASET_ID),
 }
 DATASET = obj(
     {

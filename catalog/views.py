@@ -34,12 +34,13 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
-from catalog import actions, auth, queries
+from catalog import actions, auth, naming, queries
 from catalog.errors import ApiError, error_response
 from catalog.flags import field_flags
 from catalog.models import (
     ChangeRecord,
     Dataset,
+    DatasetAlias,
     DatasetField,
     DatasetOwnership,
     DatasetVersion,
@@ -325,9 +326,14 @@ def filtered_datasets(params: Any) -> QuerySet[Dataset]:
     qs = Dataset.objects.filter(is_hidden=False)
     text = (params.get("q") or "").strip()
     if text:
-        qs = qs.filter(Q(name__icontains=text) | Q(description__icontains=text))
+        # A dataset is found by its aliases' names too (its other names: symlinks).
+        qs = qs.filter(
+            Q(name__icontains=text)
+            | Q(description__icontains=text)
+            | Exists(DatasetAlias.objects.filter(dataset=OuterRef("pk"), name__icontains=text))
+        )
     if params.get("namespace"):
-        qs = qs.filter(namespace__name=params["namespace"])
+        qs = qs.filter(namespace__name=naming.canonical_namespace(params["namespace"]))
     if params.get("pii") == "1":
         qs = qs.filter(_has_personal_data())
     owner = params.get("owner") or ""

@@ -19,7 +19,8 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Q
 
-from catalog.models import Dataset, DatasetField, Namespace
+from catalog import naming
+from catalog.models import Dataset, DatasetAlias, DatasetField, Namespace
 from catalog.pgsql import bound_cursor
 from graph.models import Job
 
@@ -188,13 +189,64 @@ def resolve_node_id(raw: str) -> ResolvedNode:
 
 
 def _resolve_node_id(raw: str) -> ResolvedNode:
+    try:
+        return _resolve_named(raw)
+    except UnknownNodeId:
+        found = _resolve_alias(raw)
+        if found is None:
+            raise
+        return found
+
+
+def _resolve_alias(raw: str) -> ResolvedNode | None:
+    """A dataset or field id naming a dataset by one of its aliases (the symlinks facet),
+    resolved to the dataset's own name."""
+    kind, rest = _split_kind(raw)
+    if kind == "job":
+        return None
+    candidates = _canonical(kind, [(ns, rest[len(ns) + 1 :]) for ns in namespace_candidates(rest)])
+    # (namespace, dataset name, field or None), the longest namespace first
+    splits: list[tuple[str, str, str | None]] = []
+    for ns, tail in candidates:
+        if kind == "dataset":
+            splits.append((ns, tail, None))
+            continue
+        for i, ch in enumerate(tail):
+            if ch == ":" and 0 < i < len(tail) - 1:
+                splits.append((ns, tail[:i], tail[i + 1 :]))
+    query = Q()
+    for ns, name, _ in splits:
+        query |= Q(namespace__name=ns, name=name)
+    if not splits:
+        return None
+    found = {
+        (ns, name): (pk, target_ns, target)
+        for ns, name, pk, target_ns, target in DatasetAlias.objects.filter(query).values_list(
+            "namespace__name", "name", "dataset_id", "dataset__namespace__name", "dataset__name"
+        )
+    }
+    for ns, name, field in splits:
+        if (ns, name) not in found:
+            continue
+        pk, target_ns, target = found[(ns, name)]
+        if field is None:
+            return ResolvedNode(DatasetNodeId(target_ns, target), pk, pk)
+        field_pk = (
+            DatasetField.objects.filter(dataset_id=pk, name=field).values_list("pk", flat=True)
+        ).first()
+        if field_pk is not None:
+            return ResolvedNode(FieldNodeId(target_ns, target, field), field_pk, pk)
+    return None
+
+
+def _resolve_named(raw: str) -> ResolvedNode:
     if not isinstance(raw, str) or not raw.strip():
         raise MalformedNodeId("nodeId is required")
     if len(raw) > 4096:
         raise MalformedNodeId("nodeId is too long")
     kind, rest = _split_kind(raw)
     candidates = [(ns, rest[len(ns) + 1 :]) for ns in namespace_candidates(rest)]
-    candidates = [(ns, tail) for ns, tail in candidates if tail]
+    candidates = _canonical(kind, [(ns, tail) for ns, tail in candidates if tail])
     if not candidates:
         raise UnknownNodeId(raw)
     known = _from_directory(kind, candidates)
@@ -227,6 +279,22 @@ def _resolve_node_id(raw: str) -> ResolvedNode:
             if resolved is not None:
                 return resolved
     raise UnknownNodeId(raw)
+
+
+def _canonical(kind: str, candidates: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The (namespace, rest) splits with dataset names in their canonical spelling
+    (catalog.naming): for a field id, under each split of the dataset from the field."""
+    if kind == "job":
+        return candidates
+    if kind == "dataset":
+        return list(dict.fromkeys(naming.canonical(ns, tail) for ns, tail in candidates))
+    found: dict[tuple[str, str], None] = {}
+    for ns, tail in candidates:
+        for i, ch in enumerate(tail):
+            if ch == ":" and 0 < i < len(tail) - 1:
+                namespace, dataset = naming.canonical(ns, tail[:i])
+                found[(namespace, f"{dataset}:{tail[i + 1 :]}")] = None
+    return list(found)
 
 
 def _from_directory(kind: str, candidates: list[tuple[str, str]]) -> ResolvedNode | None:

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
+from catalog import naming
 from catalog.models import Dataset, DatasetField
 from graph import directory, nodedata, snapshot, traverse
 from graph.details import (
@@ -1299,7 +1300,7 @@ def _existing(as_of: datetime | None, namespace: str | None) -> QuerySet[Dataset
     else:
         qs = qs.filter(_exists_at(as_of, "first_seen", "dropped_at"))
     if namespace:
-        qs = qs.filter(namespace__name=namespace)
+        qs = qs.filter(namespace__name=naming.canonical_namespace(namespace))
     return qs
 
 

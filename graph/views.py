@@ -26,7 +26,8 @@ from django.utils import timezone
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET
 
-from catalog import auth
+from catalog import auth, naming
+from catalog import queries as catalog_queries
 from catalog.errors import ApiError, error_response
 from catalog.models import Dataset, Namespace, RetentionPolicy
 from catalog.params import choice_param, int_param, optional_instant
@@ -500,11 +501,16 @@ def impact_export(request: HttpRequest) -> HttpResponse:
 
 
 def _dataset_from_params(params: Any) -> Dataset:
+    namespace, name = naming.canonical(params.get("namespace", ""), params.get("name", ""))
     dataset = (
         Dataset.objects.select_related("namespace")
-        .filter(namespace__name=params.get("namespace", ""), name=params.get("name", ""))
+        .filter(namespace__name=namespace, name=name)
         .first()
     )
+    if dataset is None:
+        pk = catalog_queries.aliased_dataset(namespace, name)
+        if pk is not None:
+            dataset = Dataset.objects.select_related("namespace").filter(pk=pk).first()
     if dataset is None:
         raise Http404("No such dataset")
     return dataset

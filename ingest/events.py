@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from catalog import naming
 from catalog.params import instant_from_iso, unstorable_value
 from ingest import facets as standard
 from pipelines.fingerprint import canonical_json
@@ -647,6 +648,7 @@ def _dataset(value: Any, path: str, output: bool, warnings: Warnings) -> Dataset
     if not (_valid_name(namespace) and _valid_name(name)):
         _name(namespace, f"{path}.namespace")
         _name(name, f"{path}.name")
+    namespace, name = naming.canonical(namespace, name)
     ref = DatasetRef(namespace=namespace, name=name)
     _misplaced(item, path, "dataset", warnings, output)
     base = f"{path}.facets"
@@ -672,7 +674,7 @@ def _read_lifecycle(ref: DatasetRef, facet: dict[str, Any], path: str) -> None:
     previous = facet.get("previousIdentifier")
     if previous is not None:
         where = f"{path}.previousIdentifier"
-        ref.previous = (
+        ref.previous = naming.canonical(
             _name(previous["namespace"], f"{where}.namespace"),
             _name(previous["name"], f"{where}.name"),
         )
@@ -683,7 +685,7 @@ def _read_symlinks(ref: DatasetRef, facet: dict[str, Any], path: str) -> None:
     found = []
     for i, ident in enumerate(facet.get("identifiers") or []):
         where = f"{path}.identifiers[{i}]"
-        key = (
+        key = naming.canonical(
             _name(ident["namespace"], f"{where}.namespace"),
             _name(ident["name"], f"{where}.name"),
         )
@@ -799,6 +801,7 @@ def _input_fields(
             _name(namespace, f"{where}.namespace")
             _name(name, f"{where}.name")
             _name(source_field, f"{where}.field")
+        namespace, name = naming.canonical(namespace, name)
         for transformation in _transformations(
             item.get("transformations"), path, i, legacy_type, legacy_description
         ):

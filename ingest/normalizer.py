@@ -32,15 +32,15 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import logging
 import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.db import transaction
 from django.db.models import OuterRef, Q, Subquery
@@ -52,17 +52,25 @@ from catalog.models import (
     ChangeRecord,
     ChangeSource,
     Dataset,
+    DatasetAlias,
     DatasetField,
+    DatasetOwnership,
     DatasetVersion,
+    FlagSource,
     LifecycleState,
     Namespace,
     OwnerKind,
+    PropagatedFlag,
 )
+from catalog.naming import canonical, platform
 from graph import actions as graph_actions
+from graph import models as graph_models
+from graph import propagation
 from graph.models import Job, RunDataset
 from ingest.events import ColumnMapping, DatasetRef, ParsedEvent, SchemaField
-from ingest.models import NO_RUN, SchemaObservation
+from ingest.models import NO_RUN, DatasetRead, SchemaObservation
 
+logger = logging.getLogger(__name__)
 LINEAGE_ACTOR = catalog_actions.Actor(name="openlineage", source=ChangeSource.LINEAGE)
 CLOSING_KINDS = {"DROP": LifecycleState.DROPPED, "RENAMED": LifecycleState.RENAMED}
 FILE_SCHEMES = {"file", "s3", "s3a", "gs", "gcs", "hdfs", "abfss", "wasbs", "dbfs"}
@@ -142,15 +150,9 @@ def schema_hash(fields: list[dict[str, str]], lifecycle: str, at: datetime | Non
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
-def platform_of(namespace: str) -> str:
-    """The platform a namespace names (``postgres://db:5432`` → postgres), or ''."""
-    scheme = urlsplit(namespace).scheme if "://" in namespace else namespace.split(":", 1)[0]
-    return scheme.lower()[:64] if scheme.isascii() else ""
-
-
 def location_of(namespace: str, name: str) -> str:
     """The physical location URI of file-like datasets, else ''."""
-    if platform_of(namespace) not in FILE_SCHEMES:
+    if platform(namespace) not in FILE_SCHEMES:
         return ""
     if namespace == "file":
         return f"file://{name}"[:2048]
@@ -175,6 +177,7 @@ class _Batch:
         self.job_ids: dict[tuple[str, str], int] = {}
         self.jobs: dict[int, Job] = {}
         self.dataset_ids: dict[tuple[str, str], int] = {}
+        self.alias_keys: set[tuple[str, str]] = set()
         self.datasets: dict[int, Dataset] = {}
         self.fields: dict[tuple[int, str], DatasetField] = {}
         # The earliest sighting of each (dataset, schema digest) in the batch.
@@ -203,6 +206,7 @@ class _Batch:
         job_keys: dict[tuple[str, str], datetime] = {}
         dataset_keys: dict[tuple[str, str], datetime] = {}
         closing_keys: list[tuple[tuple[str, str], datetime]] = []
+        symlinks: dict[tuple[str, str], tuple[str, str]] = {}  # alias -> the dataset it names
 
         def want_dataset(key: tuple[str, str], at: datetime) -> None:
             ns_names.add(key[0])
@@ -220,7 +224,8 @@ class _Batch:
             for ref in event.datasets:
                 want_dataset(ref.key, at)
                 for alias in ref.symlinks:
-                    want_dataset(alias, at)
+                    ns_names.add(alias[0])
+                    symlinks.setdefault(alias, ref.key)
                 for mapping in ref.columns or []:
                     want_dataset((mapping.source_namespace, mapping.source_name), at)
                 if ref.previous is not None:
@@ -235,9 +240,7 @@ class _Batch:
             {(self.namespaces[ns], name): at for (ns, name), at in job_keys.items()}
         )
         self.job_ids = {(ns, name): ids[(self.namespaces[ns], name)] for ns, name in job_keys}
-        self.dataset_ids = ensure_datasets(
-            {(ns, name): at for (ns, name), at in dataset_keys.items()}, self.namespaces
-        )
+        self.dataset_ids = self._resolve_datasets(dataset_keys, symlinks)
         closures = [(self.dataset_ids[key], at) for key, at in closing_keys]
         closing_jobs = graph_actions.jobs_with_edges_open_at(closures)
         own_jobs = {self.job_ids[(e.job_namespace, e.job_name)] for e in self.events if e.job_name}
@@ -267,6 +270,52 @@ class _Batch:
             raise RetryBatch("edges were added to a closing dataset meanwhile")
         self._load_fields()
         self._load_latest_versions()
+
+    def _resolve_datasets(
+        self,
+        wanted: dict[tuple[str, str], datetime],
+        symlinks: dict[tuple[str, str], tuple[str, str]],
+    ) -> dict[tuple[str, str], int]:
+        """Ids of the datasets these names name: a known alias names its dataset, a new one
+        (from a symlinks facet) the dataset whose facet lists it; the others are created if
+        missing. A dataset stored under a name that became an alias merges into the dataset
+        the alias names, after this batch commits."""
+        known = dataset_aliases([*wanted, *symlinks], self.namespaces)
+        new: dict[tuple[str, str], tuple[str, str]] = {}
+        for alias, key in symlinks.items():
+            if alias in known:
+                continue  # the first dataset to claim a name keeps it
+            seen = {alias}
+            while key in new and key not in seen:
+                seen.add(key)
+                key = new[key]
+            if key not in seen:  # else each names the other: the first claim stands
+                new[alias] = key
+        for alias, key in new.items():  # an alias of an alias names the last one
+            while key in new:
+                key = new[key]
+            new[alias] = key
+        creating = {key: at for key, at in wanted.items() if key not in known and key not in new}
+        ids = ensure_datasets(creating, self.namespaces)
+        ids.update(known)
+        targets = {alias: ids[key] for alias, key in new.items()}
+        if targets:
+            DatasetAlias.objects.bulk_create(
+                [
+                    DatasetAlias(namespace_id=self.namespaces[ns], name=name, dataset_id=pk)
+                    for (ns, name), pk in sorted(targets.items())
+                ],
+                ignore_conflicts=True,
+            )
+            ids.update(dataset_aliases(targets, self.namespaces))
+        # Datasets still stored under names that are aliases now.
+        aliases = {key: pk for key, pk in ids.items() if key in known or key in targets}
+        self.alias_keys = set(aliases)
+        stored = _dataset_ids(aliases, self.namespaces) if aliases else {}
+        twins = [(pk, aliases[key]) for key, pk in stored.items() if pk != aliases[key]]
+        if twins:
+            transaction.on_commit(lambda: merge_twins(twins))
+        return ids
 
     def _load_fields(self) -> None:
         wanted: set[int] = set()
@@ -410,15 +459,11 @@ class _Batch:
             if self._newest(ds, "dataSource", value, at, event.fingerprint):
                 ds.source_name = value["name"][:255]
                 if value["uri"]:
-                    ds.platform = platform_of(value["uri"]) or ds.platform
+                    ds.platform = platform(value["uri"]) or ds.platform
         if "storage" in facets:
             value = {"fileFormat": facets["storage"].get("fileFormat") or ""}
             if self._newest(ds, "storage", value, at, event.fingerprint):
                 ds.storage_format = value["fileFormat"][:32]
-        for alias_key in ref.symlinks:
-            alias = self.datasets[self.dataset_ids[alias_key]]
-            if alias.alias_of_id is None and alias.pk != ds.pk and ds.alias_of_id != alias.pk:
-                alias.alias_of_id = ds.pk
 
     def _newest(self, ds: Dataset, facet: str, value: Any, at: datetime, tiebreak: str) -> bool:
         """Record a facet value if this event is the newest carrying it; True if the value changed."""
@@ -601,7 +646,9 @@ class _Batch:
         """A version id that depends only on the dataset's name, schema and start."""
         names = self.dataset_names.get(dataset_id)
         if names is None:
-            self.dataset_names = {pk: key for key, pk in self.dataset_ids.items()}
+            self.dataset_names = {
+                pk: key for key, pk in self.dataset_ids.items() if key not in self.alias_keys
+            }
             names = self.dataset_names[dataset_id]
         ident = f"{names[0]}|{names[1]}|{digest}|{graph_actions.time_key(at)}"
         return uuid.uuid5(VERSION_IDS, ident)
@@ -937,7 +984,7 @@ def ensure_datasets(
                 Dataset(
                     namespace_id=namespaces[ns],
                     name=name,
-                    platform=platform_of(ns),
+                    platform=platform(ns),
                     location=location_of(ns, name),
                     first_seen=wanted[(ns, name)],
                     last_seen=wanted[(ns, name)],
@@ -970,6 +1017,28 @@ def _dataset_ids(
     }
 
 
+def dataset_aliases(
+    keys: Iterable[tuple[str, str]], namespaces: dict[str, int]
+) -> dict[tuple[str, str], int]:
+    """The dataset each of these names is an alias of (names that are no alias left out)."""
+    by_ns: dict[int, list[str]] = defaultdict(list)
+    for ns, name in keys:
+        if ns in namespaces:
+            by_ns[namespaces[ns]].append(name)
+    if not by_ns:
+        return {}
+    query = Q()
+    for ns_id, names in by_ns.items():
+        query |= Q(namespace_id=ns_id, name__any_of=names)
+    names_by_id = {v: k for k, v in namespaces.items()}
+    return {
+        (names_by_id[ns_id], name): pk
+        for ns_id, name, pk in DatasetAlias.objects.filter(query)
+        .order_by()
+        .values_list("namespace_id", "name", "dataset_id")
+    }
+
+
 def lock_datasets(ids: Iterable[int]) -> dict[int, Dataset]:
     """Lock dataset rows in id order (after the job rows: the global lock order)."""
     wanted = sorted(set(ids))
@@ -977,3 +1046,340 @@ def lock_datasets(ids: Iterable[int]) -> dict[int, Dataset]:
         return {}
     rows = Dataset.objects.select_for_update(no_key=True).filter(pk__any_of=wanted).order_by("pk")
     return {ds.pk: ds for ds in rows}
+
+
+# -- one name per dataset: renames and merges of twins ----------------------------------------
+
+NAMING_ACTOR = catalog_actions.Actor(name="catalog.naming", source=ChangeSource.LINEAGE)
+BEGINNING = datetime(1, 1, 2, tzinfo=UTC)
+
+
+@dataclass
+class NamingReport:
+    renamed: list[tuple[str, str]] = field(default_factory=list)  # (old node id, new)
+    merged: list[tuple[str, str]] = field(default_factory=list)  # (twin's node id, survivor's)
+    aliased: list[tuple[str, str]] = field(default_factory=list)  # (alias's node id, dataset's)
+
+
+def canonicalise_names() -> NamingReport:
+    """Give every dataset its canonical name (catalog.naming); a dataset whose name becomes
+    another's is merged into it (``merge_datasets``). Idempotent."""
+    report = NamingReport(aliased=_alias_symlinked())
+    existing: dict[tuple[str, str], int] = {}
+    moving: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for pk, namespace, name in Dataset.objects.order_by("pk").values_list(
+        "pk", "namespace__name", "name"
+    ):
+        key = canonical(namespace, name)
+        if key == (namespace, name):
+            existing[key] = pk
+        else:
+            moving[key].append(pk)
+    for key, twins in sorted(moving.items()):
+        with transaction.atomic():
+            survivor = existing.get(key)
+            if survivor is None:  # the oldest spelling takes the name; the others merge in
+                survivor = twins.pop(0)
+                report.renamed.append(_rename(survivor, key))
+            for twin in twins:
+                report.merged.append(merge_datasets(twin, survivor))
+    _canonical_reads()
+    return report
+
+
+def _alias_symlinked() -> list[tuple[str, str]]:
+    """Datasets stored as another's alias (from its symlinks facet, before aliases were
+    names) become names of it: merged in, their names kept as its aliases."""
+    found = []
+    pointing = dict(
+        Dataset.objects.filter(alias_of__isnull=False)
+        .exclude(lifecycle_state=LifecycleState.RENAMED)
+        .values_list("pk", "alias_of_id")
+    )
+    for twin in sorted(pointing):
+        survivor, seen = pointing[twin], {twin}
+        while survivor in pointing and survivor not in seen:
+            seen.add(survivor)
+            survivor = pointing[survivor]
+        if survivor in seen:
+            continue  # each names the other: the first stays a dataset
+        with transaction.atomic():
+            ns_id, name = Dataset.objects.filter(pk=twin).values_list("namespace_id", "name")[0]
+            found.append(merge_datasets(twin, survivor))
+            DatasetAlias.objects.get_or_create(
+                namespace_id=ns_id, name=name, defaults={"dataset_id": survivor}
+            )
+        pointing.pop(twin)
+    return found
+
+
+def _canonical_reads() -> None:
+    """Query-log reads under canonical names, the counts of two spellings added up."""
+    kept: dict[tuple[Any, ...], DatasetRead] = {}
+    changed: dict[int, DatasetRead] = {}
+    doubled: list[int] = []
+    for read in DatasetRead.objects.order_by("pk").iterator():
+        key = canonical(read.namespace, read.name)
+        if key != (read.namespace, read.name):
+            read.namespace, read.name = key
+            changed[read.pk] = read
+        first = kept.setdefault(
+            (read.upload_id, *key, read.reader, read.fingerprint, read.day), read
+        )
+        if first is not read:
+            first.count += read.count
+            first.first_at = min(first.first_at, read.first_at)
+            first.last_at = max(first.last_at, read.last_at)
+            changed[first.pk] = first
+            changed.pop(read.pk, None)
+            doubled.append(read.pk)
+    with transaction.atomic():
+        DatasetRead.objects.filter(pk__in=doubled).delete()
+        DatasetRead.objects.bulk_update(
+            list(changed.values()), ["namespace", "name", "count", "first_at", "last_at"], 500
+        )
+
+
+def _rename(dataset_id: int, key: tuple[str, str]) -> tuple[str, str]:
+    ds = lock_datasets([dataset_id])[dataset_id]
+    before = ds.node_id
+    ds.namespace_id = ensure_namespaces([key[0]])[key[0]]
+    ds.name = key[1]
+    ds.save(update_fields=["namespace", "name"])
+    ds.refresh_from_db()
+    _naming_record(ds, "name", before, ds.node_id)
+    return before, ds.node_id
+
+
+def _naming_record(ds: Dataset, attribute: str, old: str, new: str) -> None:
+    ChangeRecord.objects.create(
+        at=timezone.now(),
+        actor_name=NAMING_ACTOR.display,
+        source=NAMING_ACTOR.source,
+        dataset_id=ds.pk,
+        attribute=attribute,
+        old=old,
+        new=new,
+    )
+
+
+def merge_datasets(twin_id: int, survivor_id: int) -> tuple[str, str]:
+    """Fold dataset ``twin_id`` into ``survivor_id``: the same table under another name.
+
+    What people said moves over (owners, tags, descriptions, flags, taints, history, and a
+    field's declaration where the survivor's field has none); what lineage derived is
+    derived again for the survivor from the facts both had (run io, schema sightings, the
+    runs' column lineage): versions, fields, edge intervals and propagated flags. The merge
+    is recorded in the survivor's history. Returns (twin's node id, survivor's).
+    """
+    with transaction.atomic():
+        # Jobs before datasets: the global lock order. Events naming the twin land on the
+        # survivor by now (it is an alias or not canonical), so no job comes to touch it.
+        twin_fields = list(
+            DatasetField.objects.filter(dataset_id=twin_id).values_list("pk", flat=True)
+        )
+        jobs = graph_actions.lock_jobs(_jobs_touching(twin_id, twin_fields))
+        locked = lock_datasets([twin_id, survivor_id])
+        twin, survivor = locked[twin_id], locked[survivor_id]
+        names = (twin.node_id, survivor.node_id)
+        theirs = {f.name: f for f in DatasetField.objects.filter(dataset_id=twin_id)}
+        ours = {f.name: f for f in DatasetField.objects.filter(dataset_id=survivor_id)}
+        twins = {f.pk: ours[name] for name, f in theirs.items() if name in ours}
+        field_map = {pk: f.pk for pk, f in twins.items()}
+        for mine in twins.values():
+            _merge_field(theirs[mine.name], mine)
+        moving = [f.pk for name, f in theirs.items() if name not in ours]
+        DatasetField.objects.filter(pk__in=moving).update(dataset_id=survivor_id)
+        # Copies the twin's doubled fields flagged lose those rows with them: shown again below.
+        copies = set(
+            PropagatedFlag.objects.filter(source_id__in=list(field_map)).values_list(
+                "field_id", flat=True
+            )
+        )
+        _rewrite_runs(twin_id, survivor_id, field_map, set(jobs))
+        _move_facts(twin, survivor)
+        _move_rows(RunDataset, twin_id, survivor_id, ("run_id", "direction"))
+        _move_rows(SchemaObservation, twin_id, survivor_id, ("at", "schema_hash", "run_uuid"))
+        RunDataset.objects.filter(dataset_id=survivor_id).update(dataset_version=None)
+        graph_models.TableEdge.objects.filter(dataset_id=twin_id).delete()
+        graph_models.ColumnEdge.objects.filter(
+            Q(target_dataset_id=twin_id)
+            | Q(source_field_id__in=list(field_map))
+            | Q(target_field_id__in=list(field_map))
+        ).delete()
+        # The twin's versions move over for their field lists; derived again below.
+        DatasetVersion.objects.filter(dataset_id=twin_id).update(dataset_id=survivor_id)
+        Dataset.objects.filter(pk=twin_id).delete()
+        _naming_record(survivor, "merged", names[0], names[1])
+        _derive_again(survivor, jobs)
+        fields = list(
+            DatasetField.objects.filter(dataset_id=survivor_id).values_list("pk", flat=True)
+        )
+        propagation.refresh(
+            propagation.sources_touching(fields) | propagation.sources_through(fields),
+            reclassified=True,
+        )
+        propagation.sync_fields(copies)
+    return names
+
+
+def _merge_field(theirs: DatasetField, mine: DatasetField) -> None:
+    """What people said of the twin's field, where the survivor's own field says nothing."""
+    declared = FlagSource.DECLARED
+    if (
+        theirs.flag_source == declared
+        and (theirs.pii_category or theirs.subject_kind_id)
+        and not (mine.flag_source == declared and (mine.pii_category or mine.subject_kind_id))
+    ):
+        mine.pii_category, mine.subject_kind_id = theirs.pii_category, theirs.subject_kind_id
+        mine.flag_source, mine.flag_masked = declared, False
+    mine.propagation_blocked = mine.propagation_blocked or theirs.propagation_blocked
+    mine.description = mine.description or theirs.description
+    mine.sensitivity = mine.sensitivity or theirs.sensitivity
+    mine.first_seen = min(mine.first_seen, theirs.first_seen)
+    mine.save()
+    mine.tags.add(*theirs.tags.all())
+
+
+def _jobs_touching(twin_id: int, twin_fields: list[int]) -> set[int]:
+    """The jobs whose runs or edges touch the dataset or its fields."""
+    touching = Q(target_dataset_id=twin_id) | Q(source_field_id__in=twin_fields)
+    jobs = set(
+        graph_models.TableEdge.objects.filter(dataset_id=twin_id).values_list("job_id", flat=True)
+    )
+    jobs |= {
+        pk
+        for pk in graph_models.ColumnEdge.objects.filter(touching).values_list("job_id", flat=True)
+        if pk is not None
+    }
+    jobs |= set(
+        graph_models.Run.objects.filter(
+            pk__in=RunDataset.objects.filter(dataset_id=twin_id).values("run_id")
+        ).values_list("job_id", flat=True)
+    )
+    return jobs
+
+
+def _rewrite_runs(
+    twin_id: int, survivor_id: int, field_map: dict[int, int], jobs: set[int]
+) -> None:
+    """Point the column lineage of these jobs' runs at the survivor's fields."""
+    dataset = {twin_id: survivor_id}
+    changed = []
+    for run in graph_models.Run.objects.filter(job_id__in=sorted(jobs)).only(
+        "pk", "job_id", "column_lineage"
+    ):
+        lineage = run.column_lineage or {}
+        edges: dict[tuple[Any, ...], tuple[bool, str]] = {}
+        for e in lineage.get("edges", []):
+            key = (
+                field_map.get(e[0], e[0]),
+                dataset.get(e[1], e[1]),
+                None if e[2] is None else field_map.get(e[2], e[2]),
+                e[3],
+                e[4],
+            )
+            attrs = (bool(e[5]), str(e[6]))
+            edges[key] = max(attrs, edges.get(key, attrs))
+        merged = {
+            "covered": sorted({dataset.get(d, d) for d in lineage.get("covered", [])}),
+            "edges": sorted(
+                ([*key, *attrs] for key, attrs in edges.items()),
+                key=lambda e: (e[0], e[1], e[2] or 0, e[3], e[4]),
+            ),
+        }
+        if lineage and merged != lineage:
+            run.column_lineage = merged
+            changed.append(run)
+    graph_actions.bulk_set(graph_models.Run, changed, ["column_lineage"])
+
+
+def _move_rows(model: Any, twin_id: int, survivor_id: int, key: tuple[str, ...]) -> None:
+    """Move the twin's rows of ``model`` to the survivor, but for those it has already."""
+    taken = set(model.objects.filter(dataset_id=survivor_id).values_list(*key))
+    doubled = [
+        row[0]
+        for row in model.objects.filter(dataset_id=twin_id).values_list("pk", *key)
+        if tuple(row[1:]) in taken
+    ]
+    model.objects.filter(pk__in=doubled).delete()
+    model.objects.filter(dataset_id=twin_id).update(dataset_id=survivor_id)
+
+
+def _move_facts(twin: Dataset, survivor: Dataset) -> None:
+    """The twin's owners, tags, taints, history and descriptions, to the survivor."""
+    ChangeRecord.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)
+    for owner_id, kind in DatasetOwnership.objects.filter(dataset_id=twin.pk).values_list(
+        "owner_id", "ownership_type"
+    ):
+        DatasetOwnership.objects.get_or_create(
+            dataset_id=survivor.pk, owner_id=owner_id, ownership_type=kind
+        )
+    survivor.tags.add(*twin.tags.all())
+    graph_models.Taint.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)
+    Dataset.objects.filter(alias_of_id=twin.pk).update(alias_of_id=survivor.pk)
+    DatasetAlias.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)
+    for attribute in (
+        "description",
+        "sensitivity",
+        "platform",
+        "location",
+        "storage_format",
+        "source_name",
+        "retention_policy_id",
+    ):
+        if not getattr(survivor, attribute):
+            setattr(survivor, attribute, getattr(twin, attribute))
+    for facet, value in twin.lineage_facets.items():
+        mine = survivor.lineage_facets.get(facet)
+        if mine is None or str(value.get("at", "")) > str(mine.get("at", "")):
+            survivor.lineage_facets[facet] = value
+    if twin.last_seen > survivor.last_seen:  # the newer sighting says whether it is dropped
+        survivor.lifecycle_state, survivor.dropped_at = twin.lifecycle_state, twin.dropped_at
+    survivor.first_seen = min(survivor.first_seen, twin.first_seen)
+    survivor.last_seen = max(survivor.last_seen, twin.last_seen)
+    survivor.created_at = min(survivor.created_at, twin.created_at)
+    survivor.is_hidden = survivor.is_hidden and twin.is_hidden
+    if survivor.alias_of_id == twin.pk:
+        survivor.alias_of_id = None
+    survivor.save()
+
+
+def merge_twins(twins: list[tuple[int, int]]) -> None:
+    """Merge each (twin, survivor) pair in a transaction of its own; a failed merge is logged
+    and tried again the next time a batch names the twin's name."""
+    for twin, survivor in twins:
+        try:
+            if Dataset.objects.filter(pk__in=[twin, survivor]).count() == 2:
+                merge_datasets(twin, survivor)
+        except Exception:
+            logger.exception("merging dataset %s into %s failed", twin, survivor)
+
+
+def _derive_again(survivor: Dataset, jobs: dict[int, Job]) -> None:
+    """The survivor's versions, fields and run io from all its sightings, and the edge
+    intervals of these jobs from all their runs, as the normaliser derives them."""
+    batch = _Batch([])
+    key = (survivor.namespace.name, survivor.name)
+    batch.dataset_ids = {key: survivor.pk}
+    batch.dataset_names = {survivor.pk: key}
+    batch.datasets = {survivor.pk: survivor}
+    sightings = set(
+        SchemaObservation.objects.filter(dataset_id=survivor.pk).values_list(
+            "at", "schema_hash", "run_uuid"
+        )
+    )
+    for row in DatasetField.objects.filter(dataset_id=survivor.pk):
+        batch.fields[(survivor.pk, row.name)] = row
+    batch.fields_loaded = {survivor.pk}
+    if sightings:
+        batch.sightings[survivor.pk] = sightings
+        batch._replay_versions()
+        batch.versions_changed[survivor.pk] = min(at for at, _, _ in sightings)
+        batch._sync_fields()
+        batch._flush_fields()
+        batch._repoint_run_io()
+    batch.jobs = dict(jobs)
+    batch.job_states = {pk: _job_state(job) for pk, job in batch.jobs.items()}
+    graph_actions.recompute_jobs({pk: BEGINNING for pk in batch.jobs}, batch.jobs)
+    batch._flush_jobs()

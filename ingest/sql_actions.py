@@ -23,6 +23,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from catalog import naming
 from catalog.models import Dataset, DatasetField
 from ingest import actions
 from ingest.events import ParsedEvent
@@ -322,7 +323,8 @@ class _Run:
 
     def _count_read(self, read: ReadRecord) -> None:
         day = read.at.date()
-        for namespace, name in read.datasets:
+        for dataset in read.datasets:
+            namespace, name = naming.canonical(*dataset)
             key = (namespace, name, read.user[:255], read.fingerprint, day)
             found = self.reads.get(key)
             if found is None:

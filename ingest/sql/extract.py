@@ -12,13 +12,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sqlglot import exp
-from sqlglot.dialects.dialect import Dialect
+from sqlglot.dialects.dialect import Dialect, NormalizationStrategy
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.optimizer.qualify_columns import qualify_columns
 from sqlglot.optimizer.qualify_tables import qualify_tables
 from sqlglot.optimizer.scope import Scope, build_scope
 from sqlglot.schema import MappingSchema
 
+from catalog import naming
 from ingest.sql.columns import ColumnTracer, Reached
 from ingest.sql.dialects import DialectSpec
 from ingest.sql.folding import DateSuffixFolder
@@ -39,6 +40,28 @@ ColumnsOf = Callable[[DatasetRef], "tuple[str, ...] | None"]
 
 _URI = re.compile(r"^([A-Za-z][\w+.-]*)://([^/]*)(/.*)?$")
 _GENERATED_NAME = re.compile(r"^_col_\d+$")
+
+
+_FOLDS = {NormalizationStrategy.UPPERCASE: str.upper, NormalizationStrategy.LOWERCASE: str.lower}
+
+
+def quoted_part(text: str, quoted: bool, dialect: Dialect) -> str:
+    """``text`` as a name part: in double quotes when it was quoted in a dialect that folds
+    case and differs from its folded form (catalog.naming keeps the case of quoted parts)."""
+    fold = _FOLDS.get(dialect.normalization_strategy)
+    return text if not quoted or fold is None else naming.quote(text, fold)
+
+
+def _aliased_table(target: exp.Table, from_: exp.Expr | None) -> exp.Table | None:
+    """The table of the FROM clause that an UPDATE's one-part target names by its alias."""
+    if target.db or target.catalog or not isinstance(from_, exp.From):
+        return None
+    first = from_.this
+    joins = [*(first.args.get("joins") or []), *(from_.args.get("joins") or [])]
+    for table in [first, *(j.this for j in joins)]:
+        if isinstance(table, exp.Table) and table.alias and table.alias == target.name:
+            return table
+    return None
 
 
 def location(uri: str) -> DatasetRef:
@@ -124,7 +147,17 @@ class StatementExtractor:
             return DatasetRef(this.name, "stage")
         if not isinstance(this, exp.Identifier):
             return None
-        return self.qualified(table.catalog, table.db, table.name)
+        part = self.part
+        return self.qualified(
+            part(table.args.get("catalog")), part(table.args.get("db")), part(this)
+        )
+
+    def part(self, identifier: exp.Expr | None) -> str:
+        """An identifier's text, quoted when its dialect folds case and only its quotes kept
+        this one's (``"MixedCase"``), as catalog.naming spells it."""
+        if not isinstance(identifier, exp.Identifier):
+            return identifier.name if identifier is not None else ""
+        return quoted_part(identifier.name, identifier.quoted, self.ctx.dialect)
 
     def qualified(self, catalog: str, db: str, name: str) -> DatasetRef:
         spec, ctx = self.ctx.spec, self.ctx
@@ -370,14 +403,21 @@ class StatementExtractor:
         target_table = node.this
         if not isinstance(target_table, exp.Table):
             raise Unsupported("UPDATE of something other than a table")
-        target = self._table_target(target_table)
+        from_ = node.args.get("from_")
+        aliased = _aliased_table(target_table, from_)
         values: list[exp.Expr] = []
         slots: list[tuple[int, str]] = []
         for assignment in node.expressions:
             if isinstance(assignment, exp.EQ) and isinstance(assignment.this, exp.Column):
                 values.append(assignment.expression.copy())
                 slots.append((0, assignment.this.name))
-        select = self._from_with_joins(target_table, node.args.get("from_"), [])
+        if aliased is not None:  # T-SQL: UPDATE c SET … FROM dbo.customers c JOIN …
+            assert isinstance(from_, exp.From)
+            target = self._table_target(aliased)
+            select = self._from_with_joins(from_.this, None, list(from_.args.get("joins") or []))
+        else:
+            target = self._table_target(target_table)
+            select = self._from_with_joins(target_table, from_, [])
         select.set(
             "expressions",
             [v.as_(f"__u{i}") for i, v in enumerate(values)] or [exp.Literal.number(1)],
@@ -747,12 +787,43 @@ class StatementExtractor:
         # sqlglot's qualify() without its normalize / quote / validate steps: the
         # statement is normalised once in extract() and the plan's query is ours.
         qualified = qualify_tables(query, db=db, catalog=catalog, dialect=self.ctx.dialect)
+        self._correlate_unnests(qualified)
         return qualify_columns(
             qualified,
             schema or MappingSchema(dialect=self.ctx.dialect, normalize=False),
             expand_alias_refs=True,
             expand_stars=True,
         )
+
+    def _correlate_unnests(self, query: exp.Expr) -> None:
+        """Qualify a bare column a subquery unnests (``(SELECT COUNT(*) FROM UNNEST(items))``)
+        with the one table of the enclosing query that has it: sqlglot resolves such a
+        correlated column only when it is qualified."""
+        for unnest in list(query.find_all(exp.Unnest)):
+            inner = unnest.find_ancestor(exp.Select)
+            outer = inner.find_ancestor(exp.Select) if inner is not None else None
+            if inner is None or outer is None:
+                continue
+            for column in unnest.find_all(exp.Column):
+                if column.table or self._tables_having(inner, column.name):
+                    continue
+                owners = self._tables_having(outer, column.name)
+                if len(owners) == 1:
+                    column.set("table", exp.to_identifier(owners[0].alias_or_name))
+
+    def _tables_having(self, select: exp.Select, column: str) -> list[exp.Table]:
+        """The tables of this SELECT's FROM and joins whose known columns include ``column``."""
+        from_ = select.args.get("from_")
+        first = from_.this if isinstance(from_, exp.From) else None
+        joins = [*(select.args.get("joins") or [])]
+        found = []
+        for table in [first, *(j.this for j in joins)]:
+            if isinstance(table, exp.Table):
+                dataset = self.dataset(table)
+                columns = self.ctx.columns_of(dataset) if dataset is not None else None
+                if columns and column in columns:
+                    found.append(table)
+        return found
 
     def _raw_parts(self, table: exp.Table) -> list[str]:
         spec, ctx = self.ctx.spec, self.ctx

@@ -33,7 +33,13 @@ from sqlglot.tokenizer_core import Token, TokenType
 
 from ingest.sql import guards
 from ingest.sql.dialects import DialectSpec, resolve_dialect
-from ingest.sql.extract import ScriptContext, StatementExtractor, Unsupported, location
+from ingest.sql.extract import (
+    ScriptContext,
+    StatementExtractor,
+    Unsupported,
+    location,
+    quoted_part,
+)
 from ingest.sql.fingerprint import digest, normalize
 from ingest.sql.folding import DEFAULT_FOLD_PATTERNS, DateSuffixFolder
 from ingest.sql.model import (
@@ -558,7 +564,7 @@ class SqlLineageParser:
 
         def norm(part: str, quoted: object) -> str:
             if not part or quoted:
-                return part
+                return quoted_part(part, bool(quoted), ctx.dialect)
             return ctx.dialect.normalize_identifier(exp.to_identifier(part)).name
 
         database = norm(database, getattr(quote, "database", None))

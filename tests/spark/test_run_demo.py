@@ -43,6 +43,13 @@ def test_it_loads_the_demo_over_http_and_applies_its_catalog(
     mart = Dataset.objects.get(namespace__name="file", name=str(lake / "marts/customer_360"))
     full_name = mart.fields.get(name="full_name")
     assert (full_name.pii_category, full_name.flag_source) == ("name", FlagSource.PROPAGATED)
+    # Spark names each table twice (its path, and spark_catalog.<db>.<table> in the symlinks
+    # facet): one dataset, with the catalog name as its alias.
+    assert not Dataset.objects.filter(namespace__name="spark_catalog").exists()
+    revenue = Dataset.objects.get(namespace__name="file", name=str(lake / "marts/daily_revenue"))
+    assert list(revenue.aliases.values_list("namespace__name", "name")) == [
+        ("spark_catalog", "spark_catalog.marts.daily_revenue")
+    ]
     cust_key = mart.fields.get(name="cust_key")
     assert cust_key.subject_kind is not None and cust_key.flag_source == FlagSource.PROPAGATED
     # A rerun sends the very same events (see test_demo_lakehouse), which are stored once.

@@ -1,0 +1,45 @@
+"""Datasets under their canonical names (catalog.naming), and a dataset's symlinked names
+its aliases: twins merge, nothing is lost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import migrations
+
+
+def canonical_names(apps: Any, schema_editor: Any) -> None:
+    from catalog.naming import canonical
+
+    Dataset = apps.get_model("catalog", "Dataset")
+    DatasetRead = apps.get_model("ingest", "DatasetRead")
+    names = Dataset.objects.values_list("namespace__name", "name").iterator()
+    reads = DatasetRead.objects.values_list("namespace", "name").iterator()
+    symlinked = (
+        Dataset.objects.filter(alias_of__isnull=False).exclude(lifecycle_state="RENAMED").exists()
+    )
+    if (
+        not symlinked
+        and all(canonical(*key) == key for key in names)
+        and all(canonical(*key) == key for key in reads)
+    ):
+        return  # a new install, or names stored canonical already
+    # Merging re-derives lineage as the normaliser does: it needs the current models, which
+    # this migration's dependencies have brought about.
+    from ingest.normalizer import canonicalise_names
+
+    report = canonicalise_names()
+    print(
+        f"  {len(report.renamed)} datasets renamed, {len(report.merged)} twins merged, "
+        f"{len(report.aliased)} symlinked datasets made aliases"
+    )
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("catalog", "0006_dataset_alias"),
+        ("graph", "0010_node_document_info"),
+        ("ingest", "0008_event_warnings"),
+    ]
+
+    operations = [migrations.RunPython(canonical_names, migrations.RunPython.noop, elidable=True)]
