@@ -124,8 +124,18 @@ def timelines(field_ids: Iterable[int]) -> dict[int, FieldTimeline]:
                     bool(blocked),
                 )
     history: dict[tuple[int, str], list[tuple[datetime, Any, Any]]] = defaultdict(list)
-    datasets = sorted({dataset_id for dataset_id, _ in rows})
-    for chunk in chunks(datasets):
+    # The datasets with flag history at all first (ids only): few, most fields have none.
+    datasets: set[int] = set()
+    with connection.cursor() as cursor:
+        for chunk in chunks(sorted({dataset_id for dataset_id, _ in rows})):
+            where, params = where_in("dataset_id", list(chunk))
+            cursor.execute(
+                f"SELECT DISTINCT dataset_id FROM catalog_changerecord WHERE {where} "
+                "AND attribute IN (%s, %s, %s) AND source <> %s",
+                [*params, *FLAG_ATTRIBUTES, ChangeSource.PROPAGATION.value],
+            )
+            datasets.update(row[0] for row in cursor.fetchall())
+    for chunk in chunks(sorted(datasets)):
         records = (
             ChangeRecord.objects.filter(
                 dataset_id__any_of=list(chunk), attribute__in=FLAG_ATTRIBUTES
@@ -141,8 +151,9 @@ def timelines(field_ids: Iterable[int]) -> dict[int, FieldTimeline]:
     # Most fields have no history: they share one timeline per current value.
     plain: dict[tuple[str, str | None, bool], FieldTimeline] = {}
     found = {}
+    with_history = {pk for pk, _ in history}
     for pk, values in current.items():
-        if any((pk, attribute) in history for attribute in FLAG_ATTRIBUTES):
+        if pk in with_history:
             found[pk] = FieldTimeline(
                 pii=_steps(history.get((pk, "pii_category"), []), values[0]),
                 kind=_steps(history.get((pk, "subject_kind"), []), values[1]),
