@@ -67,6 +67,7 @@ from graph import actions as graph_actions
 from graph import models as graph_models
 from graph import propagation
 from graph.models import Job, RunDataset
+from graph.nodeids import dataset_node_id
 from ingest.events import ColumnMapping, DatasetRef, ParsedEvent, SchemaField
 from ingest.models import NO_RUN, DatasetRead, SchemaObservation
 
@@ -1067,6 +1068,7 @@ def canonicalise_names() -> NamingReport:
     report = NamingReport(aliased=_alias_symlinked())
     existing: dict[tuple[str, str], int] = {}
     moving: dict[tuple[str, str], list[int]] = defaultdict(list)
+    names: dict[int, tuple[str, str]] = {}
     for pk, namespace, name in Dataset.objects.order_by("pk").values_list(
         "pk", "namespace__name", "name"
     ):
@@ -1075,14 +1077,15 @@ def canonicalise_names() -> NamingReport:
             existing[key] = pk
         else:
             moving[key].append(pk)
+            names[pk] = (namespace, name)
+    # The oldest spelling takes the canonical name when no dataset has it; the others merge.
+    renames = [(twins[0], key) for key, twins in sorted(moving.items()) if key not in existing]
+    report.renamed = _rename(renames, names)
+    existing.update((key, pk) for pk, key in renames)
     for key, twins in sorted(moving.items()):
-        with transaction.atomic():
-            survivor = existing.get(key)
-            if survivor is None:  # the oldest spelling takes the name; the others merge in
-                survivor = twins.pop(0)
-                report.renamed.append(_rename(survivor, key))
-            for twin in twins:
-                report.merged.append(merge_datasets(twin, survivor))
+        for twin in twins:
+            if twin != existing[key]:
+                report.merged.append(merge_datasets(twin, existing[key]))
     _canonical_reads()
     return report
 
@@ -1140,19 +1143,31 @@ def _canonical_reads() -> None:
         )
 
 
-def _rename(dataset_id: int, key: tuple[str, str]) -> tuple[str, str]:
-    ds = lock_datasets([dataset_id])[dataset_id]
-    before = ds.node_id
-    ds.namespace_id = ensure_namespaces([key[0]])[key[0]]
-    ds.name = key[1]
-    ds.save(update_fields=["namespace", "name"])
-    ds.refresh_from_db()
-    _naming_record(ds, "name", before, ds.node_id)
-    return before, ds.node_id
+def _rename(
+    renames: list[tuple[int, tuple[str, str]]], names: dict[int, tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """Give these datasets these names (free ones), a few thousand a statement, each
+    rename in the dataset's history; returns (old node id, new) pairs."""
+    done = []
+    for start in range(0, len(renames), 5000):
+        chunk = renames[start : start + 5000]
+        with transaction.atomic():
+            namespaces = ensure_namespaces({key[0] for _, key in chunk})
+            rows = lock_datasets(pk for pk, _ in chunk)
+            records = []
+            for pk, (namespace, name) in chunk:
+                ds = rows[pk]
+                ds.namespace_id, ds.name = namespaces[namespace], name
+                pair = (dataset_node_id(*names[pk]), dataset_node_id(namespace, name))
+                records.append(_naming_record(ds, "name", *pair))
+                done.append(pair)
+            bulk.update(Dataset, list(rows.values()), ["namespace", "name"])
+            ChangeRecord.objects.bulk_create(records)
+    return done
 
 
-def _naming_record(ds: Dataset, attribute: str, old: str, new: str) -> None:
-    ChangeRecord.objects.create(
+def _naming_record(ds: Dataset, attribute: str, old: str, new: str) -> ChangeRecord:
+    return ChangeRecord(
         at=timezone.now(),
         actor_name=NAMING_ACTOR.display,
         source=NAMING_ACTOR.source,
@@ -1210,7 +1225,7 @@ def merge_datasets(twin_id: int, survivor_id: int) -> tuple[str, str]:
         # The twin's versions move over for their field lists; derived again below.
         DatasetVersion.objects.filter(dataset_id=twin_id).update(dataset_id=survivor_id)
         Dataset.objects.filter(pk=twin_id).delete()
-        _naming_record(survivor, "merged", names[0], names[1])
+        _naming_record(survivor, "merged", names[0], names[1]).save()
         _derive_again(survivor, jobs)
         fields = list(
             DatasetField.objects.filter(dataset_id=survivor_id).values_list("pk", flat=True)
