@@ -38,6 +38,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# The event reader checks values with the API's rules (catalog.params imports DRF, which
+# reads the settings as it loads).
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lineage_site.settings")
 
 from ingest.sql import SqlLineageParser  # noqa: E402
 from ingest.sql.corpus import (  # noqa: E402
