@@ -312,7 +312,7 @@ class _Batch:
         # Datasets still stored under names that are aliases now.
         aliases = {key: pk for key, pk in ids.items() if key in known or key in targets}
         self.alias_keys = set(aliases)
-        stored = _dataset_ids(aliases, self.namespaces) if aliases else {}
+        stored = _dataset_ids(aliases, self.namespaces)
         twins = [(pk, aliases[key]) for key, pk in stored.items() if pk != aliases[key]]
         if twins:
             transaction.on_commit(lambda: merge_twins(twins))
@@ -1003,25 +1003,20 @@ def ensure_datasets(
 def _dataset_ids(
     keys: Iterable[tuple[str, str]], namespaces: dict[str, int]
 ) -> dict[tuple[str, str], int]:
-    by_ns: dict[int, list[str]] = defaultdict(list)
-    for ns, name in keys:
-        by_ns[namespaces[ns]].append(name)
-    query = Q()
-    for ns_id, names in by_ns.items():
-        query |= Q(namespace_id=ns_id, name__any_of=names)
-    names_by_id = {v: k for k, v in namespaces.items()}
-    return {
-        (names_by_id[ns_id], name): pk
-        for ns_id, name, pk in Dataset.objects.filter(query)
-        .order_by()
-        .values_list("namespace_id", "name", "id")
-    }
+    return _named(Dataset, "id", keys, namespaces)
 
 
 def dataset_aliases(
     keys: Iterable[tuple[str, str]], namespaces: dict[str, int]
 ) -> dict[tuple[str, str], int]:
     """The dataset each of these names is an alias of (names that are no alias left out)."""
+    return _named(DatasetAlias, "dataset_id", keys, namespaces)
+
+
+def _named(
+    model: Any, column: str, keys: Iterable[tuple[str, str]], namespaces: dict[str, int]
+) -> dict[tuple[str, str], int]:
+    """``column`` of the rows of ``model`` named by these (namespace, name) keys."""
     by_ns: dict[int, list[str]] = defaultdict(list)
     for ns, name in keys:
         if ns in namespaces:
@@ -1034,9 +1029,9 @@ def dataset_aliases(
     names_by_id = {v: k for k, v in namespaces.items()}
     return {
         (names_by_id[ns_id], name): pk
-        for ns_id, name, pk in DatasetAlias.objects.filter(query)
+        for ns_id, name, pk in model.objects.filter(query)
         .order_by()
-        .values_list("namespace_id", "name", "dataset_id")
+        .values_list("namespace_id", "name", column)
     }
 
 
