@@ -74,8 +74,8 @@ _TABLES: dict[str, _Rule] = {
 }
 _SCHEMES = {"postgresql": "postgres", "s3a": "s3", "s3n": "s3"}
 _OBJECT_STORES = {"s3", "gs", "gcs", "abfss", "wasbs", "dbfs"}
-_PATHS = {"file", "hdfs", *_OBJECT_STORES}
-_KNOWN = {*_TABLES, *_PATHS}
+PATH_PLATFORMS = frozenset({"file", "hdfs", *_OBJECT_STORES})  # datasets named by a path
+_KNOWN = {*_TABLES, *PATH_PLATFORMS}
 _PART = re.compile(r'"((?:[^"]|"")*)"|([^."]*)')
 
 

@@ -445,24 +445,33 @@ def _merge_run(run: Run, obs: RunObservation) -> bool:
     if obs.columns or obs.covered:
         lineage = run.column_lineage or {}
         covered = set(lineage.get("covered", [])) | obs.covered
-        edges: dict[ColumnKey, ColumnAttrs] = {
-            (e[0], e[1], e[2], e[3], e[4]): (bool(e[5]), str(e[6]))
-            for e in lineage.get("edges", [])
-        }
+        edges = lineage_edges(lineage)
         for key, attrs in obs.columns.items():
-            # Same mapping twice with other attributes: keep the larger, whatever the order.
             edges[key] = max(attrs, edges.get(key, attrs))
-        merged = {
-            "covered": sorted(covered),
-            "edges": sorted(
-                ([*key, *attrs] for key, attrs in edges.items()),
-                key=lambda e: (e[0], e[1], e[2] or 0, e[3], e[4]),
-            ),
-        }
+        merged = lineage_value(covered, edges)
         if merged != lineage:
             run.column_lineage = merged
             changed = True
     return changed
+
+
+def lineage_edges(lineage: dict[str, Any]) -> dict[ColumnKey, ColumnAttrs]:
+    """The column edges a run's ``column_lineage`` value holds."""
+    return {
+        (e[0], e[1], e[2], e[3], e[4]): (bool(e[5]), str(e[6])) for e in lineage.get("edges", [])
+    }
+
+
+def lineage_value(covered: Iterable[int], edges: dict[ColumnKey, ColumnAttrs]) -> dict[str, Any]:
+    """A run's ``column_lineage`` value, in its one order (a mapping seen twice with other
+    attributes keeps the larger, whatever the order: callers merge with ``max``)."""
+    return {
+        "covered": sorted(set(covered)),
+        "edges": sorted(
+            ([*key, *attrs] for key, attrs in edges.items()),
+            key=lambda e: (e[0], e[1], e[2] or 0, e[3], e[4]),
+        ),
+    }
 
 
 def _time_or_none(value: Any) -> datetime | None:
@@ -608,10 +617,7 @@ def recompute_jobs(since_by_job: Mapping[int, datetime], jobs: Mapping[int, Job]
                 io=run_io,
                 outputs={d for d, direction in run_io if direction == Direction.OUTPUT},
                 covered=set(lineage.get("covered", [])),
-                columns={
-                    (e[0], e[1], e[2], e[3], e[4]): (bool(e[5]), str(e[6]))
-                    for e in lineage.get("edges", [])
-                },
+                columns=lineage_edges(lineage),
                 digest=step_digest(run_io, _lineage_key(lineage)),
             )
         )

@@ -204,21 +204,14 @@ def _resolve_alias(raw: str) -> ResolvedNode | None:
     kind, rest = _split_kind(raw)
     if kind == "job":
         return None
-    candidates = _canonical(kind, [(ns, rest[len(ns) + 1 :]) for ns in namespace_candidates(rest)])
-    # (namespace, dataset name, field or None), the longest namespace first
-    splits: list[tuple[str, str, str | None]] = []
-    for ns, tail in candidates:
-        if kind == "dataset":
-            splits.append((ns, tail, None))
-            continue
-        for i, ch in enumerate(tail):
-            if ch == ":" and 0 < i < len(tail) - 1:
-                splits.append((ns, tail[:i], tail[i + 1 :]))
+    splits = _canonical_splits(
+        kind, [(ns, rest[len(ns) + 1 :]) for ns in namespace_candidates(rest)]
+    )
+    if not splits:
+        return None
     query = Q()
     for ns, name, _ in splits:
         query |= Q(namespace__name=ns, name=name)
-    if not splits:
-        return None
     found = {
         (ns, name): (pk, target_ns, target)
         for ns, name, pk, target_ns, target in DatasetAlias.objects.filter(query).values_list(
@@ -286,14 +279,25 @@ def _canonical(kind: str, candidates: list[tuple[str, str]]) -> list[tuple[str, 
     (catalog.naming): for a field id, under each split of the dataset from the field."""
     if kind == "job":
         return candidates
-    if kind == "dataset":
-        return list(dict.fromkeys(naming.canonical(ns, tail) for ns, tail in candidates))
-    found: dict[tuple[str, str], None] = {}
+    return [
+        (ns, name if field is None else f"{name}:{field}")
+        for ns, name, field in _canonical_splits(kind, candidates)
+    ]
+
+
+def _canonical_splits(
+    kind: str, candidates: list[tuple[str, str]]
+) -> list[tuple[str, str, str | None]]:
+    """(namespace, canonical dataset name, field or None) for each (namespace, rest) split,
+    and for a field id each split of the dataset from the field; longest namespace first."""
+    found: dict[tuple[str, str, str | None], None] = {}
     for ns, tail in candidates:
+        if kind == "dataset":
+            found[(*naming.canonical(ns, tail), None)] = None
+            continue
         for i, ch in enumerate(tail):
             if ch == ":" and 0 < i < len(tail) - 1:
-                namespace, dataset = naming.canonical(ns, tail[:i])
-                found[(namespace, f"{dataset}:{tail[i + 1 :]}")] = None
+                found[(*naming.canonical(ns, tail[:i]), tail[i + 1 :])] = None
     return list(found)
 
 

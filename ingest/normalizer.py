@@ -62,7 +62,7 @@ from catalog.models import (
     OwnerKind,
     PropagatedFlag,
 )
-from catalog.naming import canonical, platform
+from catalog.naming import PATH_PLATFORMS, canonical, platform
 from graph import actions as graph_actions
 from graph import models as graph_models
 from graph import propagation
@@ -74,7 +74,6 @@ from ingest.models import NO_RUN, DatasetRead, SchemaObservation
 logger = logging.getLogger(__name__)
 LINEAGE_ACTOR = catalog_actions.Actor(name="openlineage", source=ChangeSource.LINEAGE)
 CLOSING_KINDS = {"DROP": LifecycleState.DROPPED, "RENAMED": LifecycleState.RENAMED}
-FILE_SCHEMES = {"file", "s3", "s3a", "gs", "gcs", "hdfs", "abfss", "wasbs", "dbfs"}
 JOB_EVENT_RUNS = uuid.UUID("5b1d3a52-7f0e-4c1a-9d43-0c6b3f1e2a77")
 VERSION_IDS = uuid.UUID("0c1f6a4e-93b2-4f7e-8a55-4d2b9e61c0d8")
 # Conditions OR-ed in one query: SQLite builds a tree one level deep per OR, at most 1,000.
@@ -153,7 +152,7 @@ def schema_hash(fields: list[dict[str, str]], lifecycle: str, at: datetime | Non
 
 def location_of(namespace: str, name: str) -> str:
     """The physical location URI of file-like datasets, else ''."""
-    if platform(namespace) not in FILE_SCHEMES:
+    if platform(namespace) not in PATH_PLATFORMS:
         return ""
     if namespace == "file":
         return f"file://{name}"[:2048]
@@ -1280,24 +1279,20 @@ def _rewrite_runs(
         "pk", "job_id", "column_lineage"
     ):
         lineage = run.column_lineage or {}
-        edges: dict[tuple[Any, ...], tuple[bool, str]] = {}
-        for e in lineage.get("edges", []):
+        edges: dict[graph_actions.ColumnKey, graph_actions.ColumnAttrs] = {}
+        for (source, target, target_field, kind, subtype), attrs in graph_actions.lineage_edges(
+            lineage
+        ).items():
             key = (
-                field_map.get(e[0], e[0]),
-                dataset.get(e[1], e[1]),
-                None if e[2] is None else field_map.get(e[2], e[2]),
-                e[3],
-                e[4],
+                field_map.get(source, source),
+                dataset.get(target, target),
+                None if target_field is None else field_map.get(target_field, target_field),
+                kind,
+                subtype,
             )
-            attrs = (bool(e[5]), str(e[6]))
             edges[key] = max(attrs, edges.get(key, attrs))
-        merged = {
-            "covered": sorted({dataset.get(d, d) for d in lineage.get("covered", [])}),
-            "edges": sorted(
-                ([*key, *attrs] for key, attrs in edges.items()),
-                key=lambda e: (e[0], e[1], e[2] or 0, e[3], e[4]),
-            ),
-        }
+        covered = (dataset.get(d, d) for d in lineage.get("covered", []))
+        merged = graph_actions.lineage_value(covered, edges)
         if lineage and merged != lineage:
             run.column_lineage = merged
             changed.append(run)
