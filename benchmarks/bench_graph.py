@@ -61,7 +61,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "graph.json"
 PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
 ANCHOR = datetime(2026, 1, 1, tzinfo=UTC)
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
-SERVER: dict[str, Any] = {"workers": 2, "threads": 1, "worker_class": "lineage"}  # gunicorn
+SERVER: dict[str, Any] = {"workers": 2, "threads": 1, "worker_class": "sync"}  # gunicorn
 # The settings the app is served with here (production ones, on the loopback address).
 SERVED_SETTINGS = {
     "DEBUG": "false",
@@ -71,11 +71,7 @@ SERVED_SETTINGS = {
     "LOG_LEVEL": "WARNING",
 }
 # --worker-class choices, as gunicorn names them.
-WORKER_CLASSES = {
-    "lineage": "lineage_site.serving.SyncWorker",
-    "sync": "sync",
-    "gthread": "gthread",
-}
+WORKER_CLASSES = {"sync": "sync", "gthread": "gthread"}
 
 
 def pg_url(db: str) -> str:
@@ -245,14 +241,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(db: str, port: int) -> subprocess.Popen[bytes]:
-    # Every run starts with no answer kept by an earlier server (graph/responses.py).
-    shutil.rmtree(ROOT / "data" / "responses", ignore_errors=True)
+def start_server(db: str, port: int, code: Path = ROOT) -> subprocess.Popen[bytes]:
+    """gunicorn serving ``db`` with the checkout at ``code`` (this one, or ``--against``)."""
+    # Every run starts with no answer kept by an earlier server (the start code's files).
+    shutil.rmtree(code / "data" / "responses", ignore_errors=True)
     env = {**os.environ, "DATABASE_URL": pg_url(db), **SERVED_SETTINGS}
     env.pop("CELERY_BROKER_URL", None)
     proc = subprocess.Popen(
         [
             str(ROOT / ".venv" / "bin" / "gunicorn"),
+            "--chdir",
+            str(code),
             "lineage_site.wsgi:application",
             "--bind",
             f"127.0.0.1:{port}",
@@ -266,7 +265,7 @@ def start_server(db: str, port: int) -> subprocess.Popen[bytes]:
             "--log-level",
             "warning",
         ],
-        cwd=ROOT,
+        cwd=code,
         env=env,
         start_new_session=True,
     )
@@ -605,7 +604,39 @@ def pooled(
     return result
 
 
-def bench_scale(scale: int, reuse: bool, per_client: int, rounds: int = 1) -> dict[str, Any]:
+def against_report(
+    code: str, compared: dict[str, dict[str, list[float]]], other_master: int, workers: list[int]
+) -> dict[str, Any]:
+    """This code's 4-client P95 per scenario over the start code's (``--against``), timed in
+    the same rounds, and both codes' worker memory."""
+    scenarios_out = {}
+    for name, this in compared["this"].items():
+        that = compared["against"][name]
+        p95, p95_other = percentile(this, 0.95), percentile(that, 0.95)
+        scenarios_out[name] = {
+            "n": len(this),
+            "p95_ms": round(p95, 2),
+            "against_p95_ms": round(p95_other, 2),
+            "p50_ms": round(percentile(this, 0.5), 2),
+            "against_p50_ms": round(percentile(that, 0.5), 2),
+            "p95_ratio": round(p95 / p95_other, 2),
+        }
+    others = worker_pids(other_master)
+    pss = [pss_mb(pid) or 0.0 for pid in workers]
+    pss_other = [pss_mb(pid) or 0.0 for pid in others]
+    return {
+        "code": code,
+        "scenarios": scenarios_out,
+        "workers_pss_mb": pss,
+        "against_workers_pss_mb": pss_other,
+        "pss_ratio": round(max(pss) / max(max(pss_other), 1.0), 2),
+        "worst_p95_ratio": max(v["p95_ratio"] for v in scenarios_out.values()),
+    }
+
+
+def bench_scale(
+    scale: int, reuse: bool, per_client: int, rounds: int = 1, against: Path | None = None
+) -> dict[str, Any]:
     db = prepare_database(scale, reuse)
     setup_django(db)
     from django.db import connection
@@ -644,11 +675,23 @@ def bench_scale(scale: int, reuse: bool, per_client: int, rounds: int = 1) -> di
     result["engine_traversal_in_process"] = engine_traversal(nodes)
     port = free_port()
     server = start_server(db, port)
+    # The other checkout's server, over the same database: port and process.
+    other: tuple[int, subprocess.Popen[bytes]] | None = None
+    if against is not None:
+        other_port = free_port()
+        other = (other_port, start_server(db, other_port, against))
+    # Per code ("this", "against"), per scenario: 4-client timings of rounds 2 on.
+    compared: dict[str, dict[str, list[float]]] = {
+        "this": defaultdict(list),
+        "against": defaultdict(list),
+    }
     try:
         paths = scenarios(nodes)
         # Warm every worker: snapshots are built lazily, once per process.
         warm = paths["table_down_d2_random"][:8] + paths["column_d5_random"][:8]
         run_load(port, token, warm, 2 * SERVER["workers"], 6)
+        if other is not None:
+            run_load(other[0], token, warm, 2 * SERVER["workers"], 6)
         workers = worker_pids(server.pid)
         result["api"] = {}
         result["api_first_request"] = {}
@@ -714,8 +757,23 @@ def bench_scale(scale: int, reuse: bool, per_client: int, rounds: int = 1) -> di
                         port, token, round_paths["baseline_namespaces"], 4, 30, kept_ref[name]
                     )
                     kept_ref_p95[name].append(reference["p95_ms"])
-                stats = run_load(port, token, scenario_paths, 4, count, kept[name])
-                kept_p95[name].append(stats["p95_ms"])
+                if other is None:
+                    stats = run_load(port, token, scenario_paths, 4, count, kept[name])
+                    kept_p95[name].append(stats["p95_ms"])
+                    continue
+                if "hub" in name and number == 2:
+                    # The other server meets these hubs for the first time: warm it as this
+                    # one was in the first round.
+                    run_load(other[0], token, scenario_paths, 2 * SERVER["workers"], 10)
+                # Both codes, the order alternating from round to round.
+                order = [("this", port), ("against", other[0])]
+                for code, code_port in order if number % 2 else order[::-1]:
+                    stats = run_load(
+                        code_port, token, scenario_paths, 4, count, compared[code][name]
+                    )
+                    if code == "this":
+                        kept[name].extend(compared[code][name][-stats["n"] :])
+                        kept_p95[name].append(stats["p95_ms"])
         result["api_pooled"] = {
             f"{name}/c4": {
                 **pooled(kept[name], kept_p95[name], kept_ref[name], kept_ref_p95[name]),
@@ -730,9 +788,12 @@ def bench_scale(scale: int, reuse: bool, per_client: int, rounds: int = 1) -> di
             "node_document_file": document_file_mb(db),
             "benchmark_process": rss_mb(os.getpid()),
         }
+        if other is not None:
+            result["against"] = against_report(str(against), compared, other[1].pid, workers)
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
+        for proc in [server] + ([other[1]] if other is not None else []):
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)
     print(f"[{scale}] peer queries…", flush=True)
     result["peer_sql"] = peer_queries(nodes)
     result["loadavg_end"] = loadavg()
@@ -762,10 +823,15 @@ def main() -> None:
     )
     parser.add_argument(
         "--worker-class",
-        default="lineage",
         choices=sorted(WORKER_CLASSES),
-        help="gunicorn worker class: lineage (lineage_site.serving.SyncWorker, what the README "
-        "deploys), sync (gunicorn's own) or gthread",
+        default="sync",
+        help="gunicorn worker class: sync (what the README deploys) or gthread",
+    )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="another checkout (e.g. a worktree of the start code) served over the same "
+        "database; every round after the first times both, alternating which goes first",
     )
     args = parser.parse_args()
     report: dict[str, Any] = {
@@ -800,6 +866,7 @@ def main() -> None:
                 str(args.threads),
                 "--worker-class",
                 args.worker_class,
+                *(["--against", str(args.against)] if args.against else []),
             ],
             cwd=ROOT,
             capture_output=False,
@@ -823,12 +890,13 @@ if __name__ == "__main__":
         parser.add_argument("--rounds", type=int, default=6)
         parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
         parser.add_argument("--threads", type=int, default=1)
-        parser.add_argument("--worker-class", default="lineage", choices=sorted(WORKER_CLASSES))
+        parser.add_argument("--worker-class", default="sync", choices=sorted(WORKER_CLASSES))
+        parser.add_argument("--against", type=Path)
         ns = parser.parse_args()
         SERVER.update(workers=ns.workers, threads=ns.threads, worker_class=ns.worker_class)
         real_stdout = sys.stdout
         sys.stdout = sys.stderr  # progress to stderr; the last stdout line is the JSON
-        data = bench_scale(ns.one_scale, ns.reuse, ns.per_client, ns.rounds)
+        data = bench_scale(ns.one_scale, ns.reuse, ns.per_client, ns.rounds, ns.against)
         real_stdout.write(json.dumps(data) + "\n")
     else:
         main()

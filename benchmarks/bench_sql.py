@@ -43,7 +43,10 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lineage_site.settings")
 
 from ingest.sql import SqlLineageParser  # noqa: E402
-from ingest.sql.corpus import (  # noqa: E402
+from ingest.sql.dialects import resolve_dialect  # noqa: E402
+from ingest.sql.pipeline import SqlLogProcessor  # noqa: E402
+from ingest.sql.readers import read_log  # noqa: E402
+from tests.sql_corpus import (  # noqa: E402
     Case,
     Lineage,
     load_catalog,
@@ -51,9 +54,6 @@ from ingest.sql.corpus import (  # noqa: E402
     record_lineage,
     score,
 )
-from ingest.sql.dialects import resolve_dialect  # noqa: E402
-from ingest.sql.pipeline import SqlLogProcessor  # noqa: E402
-from ingest.sql.readers import read_log  # noqa: E402
 
 CORPUS = ROOT / "tests" / "fixtures" / "sql_corpus"
 RESULTS = ROOT / "benchmarks" / "results" / "sql.json"

@@ -56,8 +56,8 @@ from graph.nodeids import (
     MalformedNodeId,
     ResolvedNode,
     UnknownNodeId,
-    resolve_node_id,
 )
+from graph.resolve import resolve_node_id
 from graph.taint import TaintError, clear_taint, mark_tainted
 
 DIRECTIONS = ("upstream", "downstream", "both")

@@ -31,7 +31,7 @@ from django.urls import reverse
 from catalog.errors import ApiError
 from catalog.flags import FLAG_ATTRIBUTES, flags_as_of
 from catalog.models import ChangeRecord, Dataset, DatasetField, LifecycleState, Owner, Tag
-from graph import nodeids, queries
+from graph import nodeids, queries, resolve
 from graph.details import DatasetInfo, JobInfo
 from graph.models import Job, Taint
 
@@ -91,7 +91,7 @@ class NodeRef:
 def resolve_node(raw: str) -> NodeRef:
     """Resolve a node id (dataset, job or datasetField) to its row; ApiError when malformed."""
     try:
-        resolved = nodeids.resolve_node_id(raw)
+        resolved = resolve.resolve_node_id(raw)
     except nodeids.MalformedNodeId as exc:
         raise ApiError(str(exc), "node") from exc
     except nodeids.UnknownNodeId as exc:

@@ -34,6 +34,7 @@ from ingest import queries
 from ingest.events import EventError, ParsedEvent, parse_event
 from ingest.models import EventState, RawEvent
 from ingest.normalizer import NormalizeResult, RetryBatch, collector_paused, normalize
+from lineage_site import dispatch
 
 logger = logging.getLogger(__name__)
 
@@ -266,15 +267,14 @@ def send_tasks(ids: list[int]) -> bool:
     global _broker_down_until
     if time.monotonic() < _broker_down_until:
         return False
-    from ingest import tasks
-
     chunk = setting("INGEST_TASK_BATCH", 100)
     try:
         for start in range(0, len(ids), chunk):
             # Round-trip through JSON even when tasks run in-process, as a broker would.
             args = json.loads(json.dumps([ids[start : start + chunk]]))
-            tasks.process_batch.apply_async(
-                args=args,
+            dispatch.send(
+                "ingest.tasks.process_batch",
+                args,
                 retry=True,
                 retry_policy={
                     "max_retries": 1,

@@ -35,6 +35,7 @@ from ingest.sql.folding import DEFAULT_FOLD_PATTERNS
 from ingest.sql.parser import DEFAULT_SCRATCH_PATTERNS, SqlLineageParser
 from ingest.sql.pipeline import Problem, SqlLogProcessor
 from ingest.sql.readers import FORMATS, LogFormatError, read_log
+from lineage_site import dispatch
 
 logger = logging.getLogger(__name__)
 
@@ -148,10 +149,8 @@ def _store(stream: IO[bytes]) -> Path:
 
 
 def _enqueue(upload_id: int) -> None:
-    from ingest import tasks
-
     try:
-        tasks.process_sql_log.delay(upload_id)
+        dispatch.send("ingest.tasks.process_sql_log", [upload_id])
     except Exception:  # broker errors vary by transport; the upload waits, visibly pending
         logger.warning("could not queue SQL log %s", upload_id, exc_info=True)
 

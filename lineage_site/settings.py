@@ -271,20 +271,11 @@ GRAPH_SHARED_NODE_DATA = env_bool("GRAPH_SHARED_NODE_DATA", True)
 # PostgreSQL: the server processes of a host map every shared node document from one file
 # under DATA_DIR/nodedocs, written after each full rendering pass (graph/docfile.py).
 GRAPH_NODE_DOCUMENT_FILE = env_bool("GRAPH_NODE_DOCUMENT_FILE", True)
-# Large lineage and impact answers are kept in files under DATA_DIR/responses that every
-# server process of the host reads (graph/responses.py), up to this many megabytes in all.
-GRAPH_SHARED_RESPONSES = env_bool("GRAPH_SHARED_RESPONSES", True)
-GRAPH_SHARED_RESPONSE_MB = env_int("GRAPH_SHARED_RESPONSE_MB", 256, minimum=1)
-# Resolved node ids (dataset:…, job:…, datasetField:…) are kept per process this long.
-NODE_ID_CACHE_SECONDS = env_int("NODE_ID_CACHE_SECONDS", 60)
 # Each process keeps a directory of node names and fields (graph/directory.py, ~60 MB at
 # 100,000 datasets) so that lineage requests need no query to name their nodes.
 GRAPH_NODE_DIRECTORY = env_bool("GRAPH_NODE_DIRECTORY", True)
 # Server processes (lineage_site/wsgi.py) build the lineage snapshots before serving.
 GRAPH_WARM_ON_START = env_bool("GRAPH_WARM_ON_START", True)
-# Plain bearer-token JSON GETs of /api/v1/lineage and /api/v1/column-lineage are answered
-# before the middleware chain and DRF (graph/lean.py), with the same bodies and headers.
-GRAPH_LEAN_READS = env_bool("GRAPH_LEAN_READS", True)
 # PostgreSQL: node documents of changed datasets and jobs are rendered this often, ahead
 # of the requests that show them (graph/documents.py).
 GRAPH_DOCUMENTS_INTERVAL = env_int("GRAPH_DOCUMENTS_INTERVAL", 30, minimum=1)

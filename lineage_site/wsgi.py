@@ -2,20 +2,12 @@
 
 import os
 
-import django
 from django.conf import settings
+from django.core.wsgi import get_wsgi_application
 from django.urls import get_resolver
 
-from lineage_site import collector
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lineage_site.settings")
-# What django.core.wsgi.get_wsgi_application does, with the project's handler (whose
-# module reaches models, so it is imported once the apps are ready).
-django.setup(set_prefix=False)
-
-from lineage_site.handler import LineageWSGIHandler  # noqa: E402
-
-application = LineageWSGIHandler()
+application = get_wsgi_application()
 # Import every view module now rather than in the process's first request (~350 ms).
 get_resolver().resolve("/api/v1/namespaces")
 
@@ -31,8 +23,3 @@ if settings.GRAPH_WARM_ON_START:
     docfile.warm()
     # Under gunicorn --preload this runs before the fork: no worker may inherit the socket.
     connections.close_all()
-
-# Keep what the process loaded to serve (Django, the views, the snapshots' and directory's
-# objects), and then what its caches keep, out of the cycle collector's full passes: each
-# would otherwise walk it all again, pausing whichever request triggered it.
-collector.install()

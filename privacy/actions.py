@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,13 +20,14 @@ from uuid import UUID
 
 from django.conf import settings
 from django.contrib.auth.models import Group, User
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 
 from catalog import actions as catalog_actions
 from catalog.auth import PRODUCER
 from catalog.models import SubjectKind
+from lineage_site import dispatch
 from privacy import erasure
 from privacy.models import (
     AuditAction,
@@ -203,10 +205,26 @@ def _not_runnable(targets: list[dict[str, Any]], status: str) -> dict[str, Any]:
 
 
 def _enqueue(run: PrivacyRun) -> None:
-    from privacy.tasks import enqueue
-
     run_id = str(run.id)
-    transaction.on_commit(lambda: enqueue(run_id))
+    transaction.on_commit(lambda: _start(run_id))
+
+
+def _start(run_id: str) -> None:
+    """Queue a run; without a broker, run it on a background thread so its page can poll.
+
+    ``PRIVACY_RUNS_INLINE`` (tests) runs it synchronously instead.
+    """
+    if settings.CELERY_TASK_ALWAYS_EAGER and not getattr(settings, "PRIVACY_RUNS_INLINE", False):
+        threading.Thread(target=_run_in_thread, args=(run_id,), daemon=True).start()
+    else:
+        dispatch.send("privacy.run_job", [run_id])
+
+
+def _run_in_thread(run_id: str) -> None:
+    try:
+        dispatch.send("privacy.run_job", [run_id])
+    finally:
+        connection.close()
 
 
 def request_scan(user: Any, request: SubjectRequest, lineage_url: str = "") -> PrivacyRun:
@@ -344,9 +362,7 @@ def _fill_plan(
 
 
 def _enqueue_plan(plan_id: str) -> None:
-    from privacy.tasks import build_plan
-
-    build_plan.delay(plan_id)
+    dispatch.send("privacy.build_plan", [plan_id])
 
 
 def require_ready(plan: ErasurePlan) -> None:

@@ -206,16 +206,14 @@ def _isolated_data_dir(tmp_path_factory: pytest.TempPathFactory, settings: Any) 
 
 @pytest.fixture(autouse=True)
 def _fresh_cache() -> Iterator[None]:
-    """Pages cache counts, auth grants, the graph resolved ids: every test starts without them."""
+    """Pages cache counts, auth grants, the node directory: every test starts without them."""
     from django.core.cache import cache
 
     from catalog.auth import forget_grants
     from graph import directory, docfile
-    from graph.nodeids import forget_resolved
 
     cache.clear()
     forget_grants()
-    forget_resolved()
     directory.reset()
     docfile.reset()
     yield

@@ -11,7 +11,8 @@ from catalog.models import Dataset, DatasetField, Namespace
 from graph import details, directory, nodecache, nodedata, nodeids
 from graph.models import Run, RunState
 from graph.nodecache import DATASET
-from graph.nodeids import UnknownNodeId, resolve_node_id
+from graph.nodeids import UnknownNodeId
+from graph.resolve import resolve_node_id
 from tests.graph_builders import NS, T0, T1, T2, T3, LineageBuilder
 
 # Committed writes, as in production: the change log follows commits.
@@ -34,7 +35,6 @@ def g() -> LineageBuilder:
 
 
 def fresh(raw: str) -> nodeids.ResolvedNode:
-    nodeids.forget_resolved()
     return resolve_node_id(raw)
 
 

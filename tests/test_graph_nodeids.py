@@ -12,8 +12,8 @@ from graph.nodeids import (
     UnknownNodeId,
     namespace_candidates,
     parse_node_id,
-    resolve_node_id,
 )
+from graph.resolve import resolve_node_id
 from tests.graph_builders import LineageBuilder
 
 NAMESPACES = {"postgres://shop-db:5432", "postgres://shop-db", "s3://acme-lake", "file"}
@@ -95,26 +95,24 @@ def test_it_raises_unknown_for_missing_datasets_and_fields():
             resolve_node_id(raw)
 
 
-def test_a_resolution_is_reused_and_forgotten_when_its_row_goes(db):
+def test_a_node_whose_row_went_is_unknown_at_once(db):
     from catalog.models import Dataset
     from graph import nodeids
     from tests.factories import dataset
 
     ds = dataset(namespace="s3://lake", name="raw/orders")
     raw = "dataset:s3://lake:raw/orders"
-    first = nodeids.resolve_node_id(raw)
-    assert nodeids.resolve_node_id(raw) is first  # from the cache
+    assert resolve_node_id(raw).pk == ds.pk
     Dataset.objects.filter(pk=ds.pk).delete()
     with pytest.raises(nodeids.UnknownNodeId):
-        nodeids.resolve_node_id(raw)
+        resolve_node_id(raw)
 
 
 def test_a_new_longer_namespace_takes_over_the_split(db):
-    from graph import nodeids
     from tests.factories import dataset
 
     dataset(namespace="s3://lake", name="zone:orders")
     raw = "dataset:s3://lake:zone:orders"
-    assert nodeids.resolve_node_id(raw).id.name == "zone:orders"
+    assert resolve_node_id(raw).id.name == "zone:orders"
     dataset(namespace="s3://lake:zone", name="orders")
-    assert nodeids.resolve_node_id(raw).id.namespace == "s3://lake:zone"
+    assert resolve_node_id(raw).id.namespace == "s3://lake:zone"

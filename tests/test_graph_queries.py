@@ -10,7 +10,7 @@ import pytest
 from catalog.models import ChangeRecord, DatasetOwnership, Owner, PiiCategory, RetentionPolicy
 from graph import queries
 from graph.models import ColumnEdge, Direction, RunState, TransformationSubtype
-from graph.nodeids import resolve_node_id
+from graph.resolve import resolve_node_id
 from tests.graph_builders import T0, T1, T2, T3, LineageBuilder
 
 pytestmark = pytest.mark.django_db

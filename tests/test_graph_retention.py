@@ -19,7 +19,7 @@ from graph.models import (
     RunState,
     TableEdge,
 )
-from graph.nodeids import resolve_node_id
+from graph.resolve import resolve_node_id
 from graph.retention import COMPACTED, compact_lineage
 from tests.graph_builders import T0, T1, T3, LineageBuilder
 

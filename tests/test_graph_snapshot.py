@@ -10,7 +10,7 @@ from django.db import transaction
 from catalog import actions
 from graph import nodecache, nodedata, queries, revision, snapshot
 from graph.models import ColumnEdge, Direction, TableEdge
-from graph.nodeids import resolve_node_id
+from graph.resolve import resolve_node_id
 from graph.snapshot import OPEN, Adjacency, TimeFilter, to_us
 from tests.graph_builders import T0, T1, T2, T3, LineageBuilder
 

@@ -171,7 +171,7 @@ def test_it_stores_events_while_the_broker_is_down(
 ):
     client = api(producer)
     with mock.patch(
-        "ingest.tasks.process_batch.apply_async", side_effect=ConnectionError("redis down")
+        "lineage_site.dispatch.send", side_effect=ConnectionError("redis down")
     ) as publish:
         with django_capture_on_commit_callbacks(execute=True):
             first = client.post("/api/v1/lineage", event(1), format="json")

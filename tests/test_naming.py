@@ -24,7 +24,7 @@ from catalog.models import (
 from catalog.naming import canonical, canonical_namespace, platform
 from graph import propagation
 from graph.models import ColumnEdge, TableEdge
-from graph.nodeids import resolve_node_id
+from graph.resolve import resolve_node_id
 from ingest.events import parse_event
 from ingest.normalizer import NamingReport, canonicalise_names, normalize
 from tests.ingest_builders import at, columns, dataset, run_event, run_id, schema

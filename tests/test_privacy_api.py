@@ -332,7 +332,7 @@ def test_with_a_broker_the_plan_is_built_by_a_task(
     inline = officer.post(PLANS, body(value=SECRET), format="json").json()
     settings.CELERY_TASK_ALWAYS_EAGER = False
     with (
-        mock.patch("privacy.tasks.build_plan.delay") as delay,
+        mock.patch("lineage_site.dispatch.send") as send,
         django_capture_on_commit_callbacks(execute=True),
     ):
         response = officer.post(PLANS, body(value=SECRET), format="json")
@@ -340,7 +340,7 @@ def test_with_a_broker_the_plan_is_built_by_a_task(
     building = response.json()
     assert (building["state"], building["steps"]) == ("building", [])
     assert building["statusUrl"].endswith(building["id"])
-    delay.assert_called_once_with(building["id"])
+    send.assert_called_once_with("privacy.build_plan", [building["id"]])
     export = officer.get(f"{PLANS}/{building['id']}/export.csv")
     assert export.status_code == 409 and export.json()["field"] == "state"
     browser = Client()
@@ -362,7 +362,7 @@ def test_a_plan_whose_task_fails_says_why(
 
     settings.CELERY_TASK_ALWAYS_EAGER = False
     with (
-        mock.patch("privacy.tasks.build_plan.delay"),
+        mock.patch("lineage_site.dispatch.send"),
         django_capture_on_commit_callbacks(execute=True),
     ):
         plan_id = officer.post(PLANS, body(value=SECRET), format="json").json()["id"]

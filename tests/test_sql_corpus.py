@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from ingest.sql import SqlLineageParser
-from ingest.sql.corpus import Case, Lineage, load_catalog, load_corpus, record_lineage, score
 from ingest.sql.dialects import resolve_dialect
+from tests.sql_corpus import Case, Lineage, load_catalog, load_corpus, record_lineage, score
 
 CORPUS = Path(__file__).parent / "fixtures" / "sql_corpus"
 DIALECTS = {"postgres", "redshift", "snowflake", "bigquery", "mysql", "spark", "trino", "tsql"}

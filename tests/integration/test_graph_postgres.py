@@ -13,7 +13,7 @@ from django.db import connection, connections, transaction
 from catalog.models import Dataset
 from graph import queries, revision, snapshot
 from graph.models import ColumnEdge, Direction, GraphChange, GraphRevisionLog, TableEdge
-from graph.nodeids import resolve_node_id
+from graph.resolve import resolve_node_id
 from graph.snapshot import OPEN, to_us
 from tests.graph_builders import T1, T2, LineageBuilder
 

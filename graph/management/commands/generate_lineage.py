@@ -1,6 +1,6 @@
 """`manage.py generate_lineage --datasets N`: load a synthetic lakehouse lineage graph.
 
-The graph comes from benchmarks/graphgen.py (layers, fan-in/fan-out, hub
+The graph comes from graph/synthetic.py (layers, fan-in/fan-out, hub
 datasets read by thousands of jobs, ~10 columns per dataset, history with
 closed edges; fixed seed). Rows are bulk-loaded: COPY on PostgreSQL,
 batched executemany on SQLite, with explicit ids after the current maximum,
@@ -198,7 +198,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from benchmarks.graphgen import (
+        from graph.synthetic import (
             FIELD_TYPES,
             OPEN,
             RETENTION,
