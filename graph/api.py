@@ -319,6 +319,7 @@ def lineage_json(params: Mapping[str, str]) -> bytes:
     key = ("lineage", node.kind, node.pk, depth, as_of, direction, max_nodes)
     if (cached := responses.cache.get(key)) is not None:
         return cached
+    started = responses.building()
     answer = queries.table_answer(
         node,
         depth=depth,
@@ -327,7 +328,7 @@ def lineage_json(params: Mapping[str, str]) -> bytes:
         max_nodes=max_nodes,
     )
     body = lineage_body(answer)
-    if responses.worth_keeping(body, int(answer.sel.pks.size)):
+    if responses.worth_keeping(started):
         responses.cache.put(key, body, *answer.reached)
     return body
 
@@ -579,14 +580,14 @@ class ImpactView(GraphView):
         key = ("impact", node.kind, node.pk, depth, as_of, max_nodes)
         if fmt == "json" and (cached := responses.cache.get(key)) is not None:
             return _json(cached)
+        started = responses.building()
         impact = queries.impact(node, depth=depth, as_of=as_of, max_nodes=max_nodes)
         if fmt == "csv":
             return _text(exports.impact_csv(impact), "text/csv", "impact.csv")
         if fmt == "mermaid":
             return _text(exports.impact_mermaid(impact), "text/vnd.mermaid")
         body = _dumps(impact_json(impact)).encode()
-        shown = len(impact.datasets) + len(impact.jobs)
-        if impact.level == "table" and responses.worth_keeping(body, shown):
+        if impact.level == "table" and responses.worth_keeping(started):
             responses.cache.put(key, body, *impact.reached)
         return _json(body)
 

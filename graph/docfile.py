@@ -242,17 +242,22 @@ def _read_layout(view: mmap.mmap, size: int, path: Path) -> tuple[dict[str, Any]
 
 
 def file_path() -> Path:
-    """This database's document file: one per database, named after its address."""
+    """This database's document file: one per database and release, named after the
+    database's address and the rendering code's digest."""
     db = connection.settings_dict
     address = f"{db.get('HOST') or ''}:{db.get('PORT') or ''}/{db.get('NAME')}"
-    digest = hashlib.sha256(address.encode()).hexdigest()[:12]
+    digest = hashlib.sha256(f"{address}|{rev.code_digest()}".encode()).hexdigest()[:12]
     return Path(settings.DATA_DIR) / "nodedocs" / f"{db.get('NAME')}-{digest}.docs"
 
 
 def last_pass() -> rev.Revision | None:
-    """The revision of the last full rendering pass (graph_nodedoc_pass), if any."""
+    """The revision of the last full rendering pass (graph_nodedoc_pass) of this release's
+    code, if any."""
     with bound_cursor() as cursor:
-        cursor.execute("SELECT revision, token FROM graph_nodedoc_pass WHERE id = 1")
+        cursor.execute(
+            "SELECT revision, token FROM graph_nodedoc_pass WHERE id = 1 AND code = %s",
+            [rev.code_digest()],
+        )
         row = cursor.fetchone()
     return None if row is None else rev.Revision(int(row[0]), str(row[1]))
 
@@ -282,6 +287,7 @@ def _read_kind(kind: str, scratch: Path, blobs: dict[tuple[str, str], Path]) -> 
     """One kind's rows (ROW), in pk order; each column's text goes to a file in
     ``scratch``, packed by the database per pk range: no per-row Python work."""
     sources = _sources(kind)
+    code = rev.code_digest()
     packed = "int8send(obj_id) || int8send(revision) || " + " || ".join(
         f"int4send(octet_length(convert_to({sources[c]}, 'UTF8')))" for c in COLUMNS
     )
@@ -293,15 +299,17 @@ def _read_kind(kind: str, scratch: Path, blobs: dict[tuple[str, str], Path]) -> 
     try:
         with bound_cursor() as cursor:
             cursor.execute(
-                "SELECT min(obj_id), max(obj_id) FROM graph_nodedoc WHERE kind = %s", [kind]
+                "SELECT min(obj_id), max(obj_id) FROM graph_nodedoc WHERE kind = %s AND code = %s",
+                [kind, code],
             )
             row = cursor.fetchone()
             low, high = (int(row[0]), int(row[1])) if row and row[0] is not None else (0, -1)
             for start in range(low, high + 1, CHUNK_IDS):
                 cursor.execute(
                     f"SELECT string_agg({packed}, ''::bytea ORDER BY obj_id), {texts} "
-                    "FROM graph_nodedoc WHERE kind = %s AND obj_id >= %s AND obj_id < %s",
-                    [kind, start, start + CHUNK_IDS],
+                    "FROM graph_nodedoc WHERE kind = %s AND code = %s AND obj_id >= %s "
+                    "AND obj_id < %s",
+                    [kind, code, start, start + CHUNK_IDS],
                     binary=True,
                 )
                 found = cursor.fetchone()

@@ -76,7 +76,7 @@ def render_documents(full: bool = False, batch: int = BATCH) -> PassResult:
         if not held:
             return PassResult(skipped="another pass is running")
         current = rev.current()
-        last = NodeDocumentPass.objects.filter(pk=1).first()
+        last = NodeDocumentPass.objects.filter(pk=1, code=rev.code_digest()).first()
         changes = None if full or last is None else _changes_since(last, current)
         if changes is None:
             datasets = _render(DATASET, _all_pks(Dataset), render_datasets, current, batch)
@@ -95,6 +95,7 @@ def render_documents(full: bool = False, batch: int = BATCH) -> PassResult:
                     "datasets": datasets,
                     "jobs": jobs,
                     "seconds": round(seconds, 3),
+                    "code": rev.code_digest(),
                 },
             )
             log.info(
@@ -121,8 +122,9 @@ def _advance(last: NodeDocumentPass, current: rev.Revision) -> None:
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(
-                "UPDATE graph_nodedoc SET revision = %s WHERE revision >= %s AND revision < %s",
-                [current.value, last.revision, current.value],
+                "UPDATE graph_nodedoc SET revision = %s "
+                "WHERE revision >= %s AND revision < %s AND code = %s",
+                [current.value, last.revision, current.value, rev.code_digest()],
             )
         NodeDocumentPass.objects.filter(pk=1).update(
             revision=current.value, token=current.token, finished_at=timezone.now()
@@ -161,8 +163,9 @@ def _stale(kind: str, changes: dict[tuple[str, int], int]) -> list[int]:
         return []
     with bound_cursor() as cursor:
         cursor.execute(
-            "SELECT obj_id, revision FROM graph_nodedoc WHERE kind = %s AND obj_id = ANY(%s)",
-            [kind, sorted(changed)],
+            "SELECT obj_id, revision FROM graph_nodedoc "
+            "WHERE kind = %s AND obj_id = ANY(%s) AND code = %s",
+            [kind, sorted(changed), rev.code_digest()],
         )
         held = dict(cursor.fetchall())
     return sorted(pk for pk, at in changed.items() if held.get(pk, -1) < at)

@@ -400,6 +400,9 @@ class NodeDocument(models.Model):
     # The node's summary (graph.details.info_json): what impact, root-cause and taint
     # lists show, beyond ``data`` (owners' e-mail, field flags).
     info = models.TextField(blank=True, default="", db_default="")
+    # The digest of the code that rendered it (graph.revision.code_digest): documents of
+    # another release are never served.
+    code = models.CharField(max_length=16, blank=True, default="", db_default="")
 
     class Meta:
         db_table = "graph_nodedoc"
@@ -428,6 +431,8 @@ class NodeDocumentPass(models.Model):
     datasets = models.IntegerField(default=0)
     jobs = models.IntegerField(default=0)
     seconds = models.FloatField(default=0.0)
+    # The code the pass rendered with (graph.revision.code_digest).
+    code = models.CharField(max_length=16, blank=True, default="", db_default="")
 
     class Meta:
         db_table = "graph_nodedoc_pass"

@@ -155,7 +155,10 @@ class NodeCache:
         if not self._sharing():
             return
         with bound_cursor() as cursor:
-            cursor.execute("SELECT revision, token FROM graph_nodedoc_pass WHERE id = 1")
+            cursor.execute(
+                "SELECT revision, token FROM graph_nodedoc_pass WHERE id = 1 AND code = %s",
+                [rev.code_digest()],
+            )
             row = cursor.fetchone()
         if row is None:
             return
@@ -304,9 +307,16 @@ class NodeCache:
         with bound_cursor() as cursor:
             cursor.execute(
                 f"SELECT kind, obj_id, revision, namespace, name, data, {summary_column} "
-                "FROM graph_nodedoc WHERE revision >= %s AND ((kind = %s AND obj_id = ANY(%s)) "
-                "OR (kind = %s AND obj_id = ANY(%s)))",
-                [self.horizon, DATASET, wanted.get(DATASET, []), JOB, wanted.get(JOB, [])],
+                "FROM graph_nodedoc WHERE revision >= %s AND code = %s AND "
+                "((kind = %s AND obj_id = ANY(%s)) OR (kind = %s AND obj_id = ANY(%s)))",
+                [
+                    self.horizon,
+                    rev.code_digest(),
+                    DATASET,
+                    wanted.get(DATASET, []),
+                    JOB,
+                    wanted.get(JOB, []),
+                ],
             )
             rows = cursor.fetchall()
         changed = self.changed
@@ -424,19 +434,24 @@ def write_documents(batch: dict[tuple[str, int], tuple[int, Entry]]) -> None:
     for kind, rows in by_kind.items():
         with bound_cursor() as cursor:
             cursor.execute(
-                "INSERT INTO graph_nodedoc (kind, obj_id, revision, namespace, name, data, info) "
-                "SELECT %s, t.obj_id, t.revision, t.namespace, t.name, t.data, t.info FROM "
+                "INSERT INTO graph_nodedoc (kind, obj_id, revision, namespace, name, data, info, "
+                "code) SELECT %s, t.obj_id, t.revision, t.namespace, t.name, t.data, t.info, %s "
+                "FROM "
                 # Binary parameters: as text, the driver escapes every quote of the JSON.
                 "unnest(%b::bigint[], %b::bigint[], %b::text[], %b::text[], %b::text[], "
                 "%b::text[]) AS t(obj_id, revision, namespace, name, data, info) "
                 "ON CONFLICT (kind, obj_id) DO UPDATE SET revision = EXCLUDED.revision, "
                 "namespace = EXCLUDED.namespace, name = EXCLUDED.name, data = EXCLUDED.data, "
-                "info = EXCLUDED.info WHERE graph_nodedoc.revision < EXCLUDED.revision "
+                "info = EXCLUDED.info, code = EXCLUDED.code "
+                "WHERE graph_nodedoc.revision < EXCLUDED.revision "
+                # Another release's document, whatever its revision.
+                "OR graph_nodedoc.code <> EXCLUDED.code "
                 # The same revision with the summary it lacked.
                 "OR (graph_nodedoc.revision = EXCLUDED.revision AND graph_nodedoc.info = '' "
                 "AND EXCLUDED.info <> '')",
                 [
                     kind,
+                    rev.code_digest(),
                     [pk for pk, _, _ in rows],
                     [revision for _, revision, _ in rows],
                     [entry.namespace for _, _, entry in rows],

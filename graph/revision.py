@@ -18,10 +18,13 @@ Readers call :func:`current` (one indexed read) and, when it moved,
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from django.db import connections
@@ -36,6 +39,23 @@ KIND_DATASET = "d"
 KIND_JOB = "j"
 KIND_ALL_DATA = "D"
 KIND_RESET = "*"
+# The packages whose code decides what a node document says.
+RENDERING_PACKAGES = ("graph", "catalog")
+
+
+@functools.cache
+def code_digest() -> str:
+    """A digest of the code that renders node documents and of the change log's version:
+    documents and passes carry it, and a release that changes it trusts none of the old
+    ones (graph/nodecache.py, graph/documents.py, graph/docfile.py)."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256(VERSION.encode())
+    for package in RENDERING_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            if "migrations" not in path.parts:
+                digest.update(str(path.relative_to(root)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)

@@ -382,7 +382,7 @@ def test_graph_endpoints_run_a_fixed_number_of_queries(
 def test_large_answers_are_served_from_the_response_cache_until_a_change_touches_them(
     api, viewer, steward, shop, monkeypatch
 ):
-    monkeypatch.setattr(responses, "MIN_NODES", 1)
+    monkeypatch.setattr(responses, "MIN_BUILD_SECONDS", 0.0)
     shop.dataset("elsewhere.a")
     shop.dataset("elsewhere.b")
     client = api(viewer)

@@ -279,6 +279,38 @@ def test_after_a_full_pass_a_new_process_renders_only_nodes_changed_since(stewar
     assert '"description":"Raw"' in served[a].data
 
 
+def test_documents_and_passes_of_another_release_are_never_served(steward, settings, monkeypatch):
+    """A release whose rendering code differs (graph.revision.code_digest) renders every
+    node again: the old pass, its file and its documents are not trusted."""
+    settings.GRAPH_SHARED_NODE_DATA = True
+    from graph import docfile, documents
+    from graph import revision as rev
+    from graph.models import NodeDocument
+    from graph.nodecache import DATASET, NodeCache
+
+    g = LineageBuilder()
+    g.chain("a", "b")
+    a, b = g.ds["a"].pk, g.ds["b"].pk
+    assert documents.render_documents().full
+    assert docfile.open_current() is not None
+    # What the old release wrote, with a text the new one would never render.
+    NodeDocument.objects.filter(kind=DATASET, obj_id=a).update(data='{"old":"release"}')
+    monkeypatch.setattr(rev, "code_digest", lambda: "another-release")
+    docfile.reset()
+    assert docfile.last_pass() is None and docfile.open_current() is None
+    calls: list[list[int]] = []
+    served = NodeCache(100, shared=True).entries(DATASET, [a, b], rendered_by(calls))
+    assert calls == [[a, b]]
+    assert "release" not in served[a].data
+    # The new release's next pass is a full one, and its documents replace the old ones.
+    again = documents.render_documents()
+    assert (again.full, again.datasets) == (True, 2)
+    assert set(NodeDocument.objects.values_list("code", flat=True)) == {"another-release"}
+    calls.clear()
+    NodeCache(100, shared=True).entries(DATASET, [a, b], rendered_by(calls))
+    assert calls == []
+
+
 def test_a_change_the_change_log_cannot_pin_to_nodes_makes_the_next_pass_full(settings):
     settings.GRAPH_SHARED_NODE_DATA = True
     from catalog.models import DatasetOwnership, Owner
