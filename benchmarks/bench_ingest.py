@@ -6,8 +6,8 @@
 Everything runs on this machine, in one run:
 
 * **single**: ``POST /api/v1/lineage``, one event per request, from ``--clients``
-  processes to gunicorn as the README deploys it (the project's sync workers,
-  ``lineage_site.serving.SyncWorker``, one per core;
+  processes to gunicorn as the README deploys it (gunicorn's sync workers, one
+  per core;
   ``--worker-class gthread --workers 2 --threads 4`` was the layout until
   2026-11-24: a keep-alive connection stays on one threaded worker, so the
   four clients could land unevenly on the two); no worker runs, so this is the
@@ -200,7 +200,7 @@ def free_port() -> int:
 def start_server(
     env: dict[str, str],
     port: int,
-    worker_class: str = "lineage_site.serving.SyncWorker",
+    worker_class: str = "sync",
     workers: int | None = None,
     threads: int = 1,
 ) -> subprocess.Popen[bytes]:
@@ -431,8 +431,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument(
         "--worker-class",
-        default="lineage_site.serving.SyncWorker",
-        help="gunicorn's --worker-class (README: lineage_site.serving.SyncWorker)",
+        default="sync",
+        help="gunicorn's --worker-class (README: sync)",
     )
     parser.add_argument("--workers", type=int, default=None, help="default: one per core")
     parser.add_argument("--threads", type=int, default=1)
