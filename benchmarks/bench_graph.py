@@ -146,6 +146,11 @@ def prepare_database(scale: int, reuse: bool) -> str:
         if exists and reuse:
             print(f"[{scale}] reusing database {db}", flush=True)
             subprocess.run([PYTHON, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+            # As a deploy does: node documents of this code (a full pass when the rendering
+            # code changed since the last one, graph/documents.py).
+            subprocess.run(
+                [PYTHON, "manage.py", "render_node_documents"], cwd=ROOT, env=env, check=True
+            )
             return db
         c.execute(f'DROP DATABASE IF EXISTS "{db}"')
         c.execute(f'CREATE DATABASE "{db}"')

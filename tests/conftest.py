@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlparse
@@ -194,14 +195,44 @@ def world(admin_user: User, api: Any, django_capture_on_commit_callbacks: Any) -
 
 
 @pytest.fixture(autouse=True)
-def _isolated_data_dir(tmp_path_factory: pytest.TempPathFactory, settings: Any) -> Iterator[None]:
+def _isolated_data_dir(
+    tmp_path_factory: pytest.TempPathFactory, settings: Any, request: pytest.FixtureRequest
+) -> Iterator[None]:
     settings.DATA_DIR = tmp_path_factory.mktemp("data")
-    # Shared node documents are written by a background thread, outside the test's
-    # transaction; the tests of that mechanism ask for it explicitly.
-    settings.GRAPH_SHARED_NODE_DATA = False
-    # Nor may the node directory be read again by a background thread.
+    # The node directory is not read again by a background thread: a test sees the
+    # directory its own requests built.
     settings.GRAPH_BACKGROUND_REBUILD = False
+    if "_django_db_helper" in request.fixturenames or request.node.get_closest_marker("django_db"):
+        request.getfixturevalue("_django_db_helper")  # the test's database, open to it
+        _forget_shared_documents()
     yield
+    # Shared node documents (on, as in production: PostgreSQL shares them) are written by
+    # a background thread: what a test rendered is written before the next test starts.
+    from graph.nodecache import publisher
+
+    assert publisher.flush(), "the node document writer did not finish"
+
+
+def _forget_shared_documents() -> None:
+    """Remove the node documents the writer thread committed for earlier tests' nodes (their
+    rows were rolled back since), through a connection of its own, as the writer's."""
+    from django.db import connections
+
+    from graph.nodecache import publisher
+
+    if publisher.thread is None:
+        return
+
+    def forget() -> None:
+        try:
+            with connections["default"].cursor() as cursor:
+                cursor.execute("DELETE FROM graph_nodedoc")
+        finally:
+            connections["default"].close()
+
+    thread = threading.Thread(target=forget)
+    thread.start()
+    thread.join()
 
 
 @pytest.fixture(autouse=True)

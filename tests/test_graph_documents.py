@@ -16,15 +16,16 @@ from tests.graph_builders import LineageBuilder
 pytestmark = pytest.mark.django_db
 
 
-def test_where_documents_are_not_shared_nothing_is_rendered_and_the_command_says_why():
+def test_where_documents_are_not_shared_nothing_is_rendered_and_the_command_says_why(settings):
     LineageBuilder().chain("a", "b")
-    result = documents.render_documents(full=True)
-    # Tests turn sharing off (tests/conftest.py); SQLite never shares.
+    # SQLite never shares; PostgreSQL does unless turned off.
+    settings.GRAPH_SHARED_NODE_DATA = False
     reason = (
         "GRAPH_SHARED_NODE_DATA is off"
         if connection.vendor == "postgresql"
         else "node documents are shared only on PostgreSQL"
     )
+    result = documents.render_documents(full=True)
     assert result == documents.PassResult(skipped=reason)
     out = StringIO()
     call_command("render_node_documents", "--full", stdout=out)
