@@ -329,7 +329,7 @@ def lineage_json(params: Mapping[str, str]) -> bytes:
     )
     body = lineage_body(answer)
     if responses.worth_keeping(started):
-        responses.cache.put(key, body, *answer.reached, started)
+        responses.cache.put(key, body, *answer.reached)
     return body
 
 
@@ -588,7 +588,7 @@ class ImpactView(GraphView):
             return _text(exports.impact_mermaid(impact), "text/vnd.mermaid")
         body = _dumps(impact_json(impact)).encode()
         if impact.level == "table" and responses.worth_keeping(started):
-            responses.cache.put(key, body, *impact.reached, started)
+            responses.cache.put(key, body, *impact.reached)
         return _json(body)
 
 

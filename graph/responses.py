@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 
@@ -28,12 +29,11 @@ from graph import snapshot
 log = logging.getLogger(__name__)
 
 # Answers that took less CPU than this to build are rebuilt rather than kept: checking a
-# kept one against the change log costs about 0.6 ms once the revision has moved. At
-# 100,000 datasets an ordinary depth-5 answer takes 2-4 ms to build, a hub's 20-200 ms.
-MIN_BUILD_SECONDS = 0.001
-# Bounds of a process's kept answers; past them, the cheapest to rebuild go first.
-MAX_ENTRIES = 512
-MAX_BYTES = 64 * 2**20
+# kept one against the change log costs about 0.6 ms, and at 100,000 datasets an ordinary
+# depth-5 answer takes 2-3 ms to build, a hub's 20-200 ms. Judged by build cost, not size,
+# so that many mid-sized answers cannot push the hubs out of the cache.
+MIN_BUILD_SECONDS = 0.008
+MAX_ENTRIES = 64
 CHANGE_LIMIT = 5000
 
 IntArray = npt.NDArray[np.int64]
@@ -45,8 +45,6 @@ class Cached:
     revision: rev.Revision
     datasets: IntArray  # sorted pks reached (and shown)
     jobs: IntArray
-    cost: float  # CPU seconds its build took
-    priority: float = 0.0  # the entry with the lowest goes first
 
 
 def _touches(values: set[int], members: IntArray) -> bool:
@@ -91,25 +89,16 @@ def worth_keeping(started: float) -> bool:
 
 
 class ResponseCache:
-    """Kept answers, evicted by cost (GreedyDual): an entry's priority is its build cost
-    plus the priority of the last entry evicted when it was last used, so an answer costly
-    to rebuild (a hub's) outlives many cheap ones, and one nobody asks for again ages out."""
-
-    def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> None:
+    def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
         self.max_entries = max_entries
-        self.max_bytes = max_bytes
         self.lock = threading.Lock()
-        self.entries: dict[Hashable, Cached] = {}
-        self.bytes = 0
-        self.floor = 0.0  # the priority of the last entry evicted
+        self.entries: OrderedDict[Hashable, Cached] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
     def clear(self) -> None:
         with self.lock:
             self.entries.clear()
-            self.bytes = 0
-            self.floor = 0.0
 
     def get(self, key: Hashable) -> bytes | None:
         with self.lock:
@@ -121,35 +110,26 @@ class ResponseCache:
         if entry.revision != current:
             if not self._still_valid(entry, current):
                 with self.lock:
-                    self._drop(key)
+                    self.entries.pop(key, None)
                 self.misses += 1
                 return None
             entry.revision = current
-        entry.priority = self.floor + entry.cost
+        with self.lock:
+            if key in self.entries:
+                self.entries.move_to_end(key)
         self.hits += 1
         return entry.body
 
-    def put(
-        self, key: Hashable, body: bytes, datasets: IntArray, jobs: IntArray, started: float
-    ) -> None:
-        """Keep ``body``, whose build began at ``started`` (:func:`building`)."""
-        cost = time.thread_time() - started
-        entry = Cached(body, rev.current(), datasets, jobs, cost, self.floor + cost)
+    def put(self, key: Hashable, body: bytes, datasets: IntArray, jobs: IntArray) -> None:
+        entry = Cached(body, rev.current(), datasets, jobs)
         with self.lock:
-            self._drop(key)
-            self.entries[key] = entry
-            self.bytes += len(body)
-            while self.entries and (
-                len(self.entries) > self.max_entries or self.bytes > self.max_bytes
-            ):
-                victim = min(self.entries, key=lambda k: self.entries[k].priority)
-                self.floor = self.entries[victim].priority
-                self._drop(victim)
+            self._insert(key, entry)
 
-    def _drop(self, key: Hashable) -> None:
-        entry = self.entries.pop(key, None)
-        if entry is not None:
-            self.bytes -= len(entry.body)
+    def _insert(self, key: Hashable, entry: Cached) -> None:
+        self.entries[key] = entry
+        self.entries.move_to_end(key)
+        while len(self.entries) > self.max_entries:
+            self.entries.popitem(last=False)
 
     def _still_valid(self, entry: Cached, current: rev.Revision) -> bool:
         known = entry.revision
