@@ -136,13 +136,6 @@ def render_jobs(pks: list[int]) -> dict[int, Entry]:
     }
 
 
-# From this many nodes on, an answer's node data is read straight from the host's document
-# file and not kept in the node cache: per node, that is a fifth of making and keeping an
-# entry, and answers this large are kept whole (graph/responses.py). Below it, a few
-# microseconds of array work per lookup would outweigh finding the nodes kept.
-FILE_READ_MIN = 200
-
-
 class LineageNodes(NamedTuple):
     """What a lineage body splices in for its nodes, by pk: each dataset's id as a JSON
     string and its ``{"namespace", "name"}`` object, each job's id as a JSON string, and
@@ -165,18 +158,15 @@ def lineage_nodes(
     """Ids and node data of these datasets and jobs (``render_ds`` and ``render_job``
     make ids from names); nodes found nowhere are left out.
 
-    An answer of :data:`FILE_READ_MIN` nodes or more takes all of it from the host's
-    document file, one look per kind; the rest (and ids the file leaves to readers) come
-    from the node directory, the node cache and, as of a past instant, the history.
+    They come from the host's document file, one look per kind, and are not kept: the
+    file already holds them for every process. The rest (nodes changed since its pass,
+    and ids the file leaves to readers) come from the node directory, the node cache and,
+    as of a past instant, the history.
     """
     datasets = sorted({int(pk) for pk in ds_pks})
     jobs = sorted({int(pk) for pk in job_pks})
-    if len(datasets) + len(jobs) >= FILE_READ_MIN:
-        ds_file = cache.file_columns(DATASET, datasets, ("quoted", "named", "data"))
-        job_file = cache.file_columns(JOB, jobs, ("quoted", "data"))
-    else:
-        ds_file = {"quoted": {}, "named": {}, "data": {}}
-        job_file = {"quoted": {}, "data": {}}
+    ds_file = cache.file_columns(DATASET, datasets, ("quoted", "named", "data"))
+    job_file = cache.file_columns(JOB, jobs, ("quoted", "data"))
     ds_ids, ds_names, job_ids = ds_file["quoted"], ds_file["named"], job_file["quoted"]
     for pk, (quoted, named) in _render_ids(DATASET, datasets, ds_ids, render_ds).items():
         ds_ids[pk], ds_names[pk] = quoted, named
@@ -222,12 +212,10 @@ def _rest(pks: list[int], found: dict[int, bytes]) -> list[int]:
 def _current_data(
     kind: str, pks: list[int], render: Render, found: dict[int, bytes] | None = None
 ) -> dict[int, bytes]:
-    """Current node data by pk: from the host's document file when there are many
-    (``found``, when already read from it), the rest from the node cache."""
+    """Current node data by pk: from the host's document file (``found``, when already
+    read from it), the rest from the node cache."""
     if found is None:
-        found = (
-            cache.file_columns(kind, pks, ("data",))["data"] if len(pks) >= FILE_READ_MIN else {}
-        )
+        found = cache.file_columns(kind, pks, ("data",))["data"]
     out = found
     rest = _rest(pks, out)
     if rest:
