@@ -52,7 +52,7 @@ from graph import revision as rev
 log = logging.getLogger(__name__)
 
 MAGIC = b"LXDOCS02"
-KINDS = ("d", "j")  # graph.nodecache.DATASET, JOB
+KINDS = (rev.Kind.DATASET, rev.Kind.JOB)
 # Besides a node's document, a lineage body splices in its id as a JSON string
 # ("quoted") and, for a dataset, its {"namespace", "name"} object ("named"). The file
 # holds them for plain ids (printable ASCII with no quote or backslash: the JSON string's

@@ -40,8 +40,8 @@ from graph.details import dataset_info_from_json, info_json, job_info_from_json
 
 log = logging.getLogger(__name__)
 
-DATASET = "d"
-JOB = "j"
+# The kinds of node a document is of, as the change log names them.
+DATASET, JOB = rev.Kind.DATASET, rev.Kind.JOB
 SYNC_LIMIT = 20_000
 # Nodes whose last change this process remembers (for judging shared documents); past
 # this, it forgets them all and trusts only documents written from then on.
@@ -122,11 +122,11 @@ class NodeCache:
                 changes = rev.changes_between(
                     known.value,
                     current.value,
-                    (rev.KIND_DATASET, rev.KIND_JOB, rev.KIND_ALL_DATA),
+                    (rev.Kind.DATASET, rev.Kind.JOB, rev.Kind.ALL_DATA),
                     SYNC_LIMIT,
                 )
             if changes is None or any(
-                kind in (rev.KIND_RESET, rev.KIND_ALL_DATA) for kind, _ in changes
+                kind in (rev.Kind.RESET, rev.Kind.ALL_DATA) for kind, _ in changes
             ):
                 self._entries.clear()
                 self._fields.clear()
@@ -366,7 +366,7 @@ def node_changes(
     if after.value > upto.value or not rev.on_timeline(after):
         return None
     since = rev.last_changes(
-        after.value, upto.value, (rev.KIND_DATASET, rev.KIND_JOB, rev.KIND_ALL_DATA), limit
+        after.value, upto.value, (rev.Kind.DATASET, rev.Kind.JOB, rev.Kind.ALL_DATA), limit
     )
     if since is None or any(obj is None for _, obj in since):
         return None

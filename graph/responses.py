@@ -138,20 +138,20 @@ class ResponseCache:
         changes = rev.changes_between(
             known.value,
             current.value,
-            (rev.KIND_TABLE, rev.KIND_DATASET, rev.KIND_JOB, rev.KIND_ALL_DATA),
+            (rev.Kind.TABLE, rev.Kind.DATASET, rev.Kind.JOB, rev.Kind.ALL_DATA),
             CHANGE_LIMIT,
         )
-        if changes is None or any(k in (rev.KIND_RESET, rev.KIND_ALL_DATA) for k, _ in changes):
+        if changes is None or any(k in (rev.Kind.RESET, rev.Kind.ALL_DATA) for k, _ in changes):
             return False
         by_kind: dict[str, set[int]] = {}
         for kind, obj in changes:
             if obj is not None:
                 by_kind.setdefault(kind, set()).add(obj)
-        if _touches(by_kind.get(rev.KIND_DATASET, set()), entry.datasets):
+        if _touches(by_kind.get(rev.Kind.DATASET, set()), entry.datasets):
             return False
-        if _touches(by_kind.get(rev.KIND_JOB, set()), entry.jobs):
+        if _touches(by_kind.get(rev.Kind.JOB, set()), entry.jobs):
             return False
-        edges = by_kind.get(rev.KIND_TABLE, set())
+        edges = by_kind.get(rev.Kind.TABLE, set())
         if edges:
             ends = _edge_endpoints(list(edges))
             if ends is None:

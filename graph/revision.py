@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +34,19 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from catalog.pgsql import bound_cursor
 
 VERSION = "v5"
-KIND_TABLE = "t"
-KIND_COLUMN = "c"
-KIND_DATASET = "d"
-KIND_JOB = "j"
-KIND_ALL_DATA = "D"
-KIND_RESET = "*"
+
+
+class Kind(StrEnum):
+    """What one entry of the change log is about; node documents are of DATASET or JOB."""
+
+    TABLE = "t"  # a table edge
+    COLUMN = "c"  # a column edge
+    DATASET = "d"  # a dataset, its fields, owners, tags, flags or changes
+    JOB = "j"  # a job or its runs
+    ALL_DATA = "D"  # something every node's data may show (a namespace, an owner's name)
+    RESET = "*"  # anything: the log cannot say what changed
+
+
 # The packages whose code decides what a node document says.
 RENDERING_PACKAGES = ("graph", "catalog")
 
@@ -76,29 +84,29 @@ class Watch:
 
 
 WATCHED = (
-    Watch("graph_tableedge", KIND_TABLE, "r.id"),
-    Watch("graph_columnedge", KIND_COLUMN, "r.id"),
+    Watch("graph_tableedge", Kind.TABLE, "r.id"),
+    Watch("graph_columnedge", Kind.COLUMN, "r.id"),
     # What the lineage answers show about datasets and jobs (cached per process).
-    Watch("catalog_dataset", KIND_DATASET, "r.id"),
-    Watch("catalog_datasetfield", KIND_DATASET, "r.dataset_id"),
-    Watch("catalog_datasetownership", KIND_DATASET, "r.dataset_id"),
-    Watch("catalog_dataset_tags", KIND_DATASET, "r.dataset_id"),
+    Watch("catalog_dataset", Kind.DATASET, "r.id"),
+    Watch("catalog_datasetfield", Kind.DATASET, "r.dataset_id"),
+    Watch("catalog_datasetownership", Kind.DATASET, "r.dataset_id"),
+    Watch("catalog_dataset_tags", Kind.DATASET, "r.dataset_id"),
     Watch(
         "catalog_datasetfield_tags",
-        KIND_DATASET,
+        Kind.DATASET,
         "(SELECT f.dataset_id FROM catalog_datasetfield f WHERE f.id = r.datasetfield_id)",
     ),
     # A steward's edit is recorded with the edit; as-of answers rewind datasets by these.
-    Watch("catalog_changerecord", KIND_DATASET, "r.dataset_id"),
-    Watch("graph_job", KIND_JOB, "r.id"),
-    Watch("graph_run", KIND_JOB, "r.job_id"),
+    Watch("catalog_changerecord", Kind.DATASET, "r.dataset_id"),
+    Watch("graph_job", Kind.JOB, "r.id"),
+    Watch("graph_run", Kind.JOB, "r.job_id"),
     # Renaming an owner, tag, policy or subject kind changes many datasets' data; a new
     # namespace may change how node ids resolve (graph/directory.py).
-    Watch("catalog_namespace", KIND_ALL_DATA, "NULL"),
-    Watch("catalog_owner", KIND_ALL_DATA, "NULL", ("UPDATE", "DELETE")),
-    Watch("catalog_tag", KIND_ALL_DATA, "NULL", ("UPDATE", "DELETE")),
-    Watch("catalog_retentionpolicy", KIND_ALL_DATA, "NULL", ("UPDATE", "DELETE")),
-    Watch("catalog_subjectkind", KIND_ALL_DATA, "NULL", ("UPDATE", "DELETE")),
+    Watch("catalog_namespace", Kind.ALL_DATA, "NULL"),
+    Watch("catalog_owner", Kind.ALL_DATA, "NULL", ("UPDATE", "DELETE")),
+    Watch("catalog_tag", Kind.ALL_DATA, "NULL", ("UPDATE", "DELETE")),
+    Watch("catalog_retentionpolicy", Kind.ALL_DATA, "NULL", ("UPDATE", "DELETE")),
+    Watch("catalog_subjectkind", Kind.ALL_DATA, "NULL", ("UPDATE", "DELETE")),
 )
 
 
@@ -116,7 +124,7 @@ BEGIN
   END IF;
   tx := pg_current_xact_id()::text::bigint;
   IF TG_OP = 'TRUNCATE' THEN
-    INSERT INTO graph_change (xid, kind, obj_id, at) VALUES (tx, '{KIND_RESET}', NULL, now());
+    INSERT INTO graph_change (xid, kind, obj_id, at) VALUES (tx, '{Kind.RESET}', NULL, now());
   ELSIF TG_OP = 'DELETE' THEN
     INSERT INTO graph_change (xid, kind, obj_id, at)
       SELECT q.*, now() FROM ({rows.format(rows="old_rows")}) q;
@@ -354,7 +362,7 @@ def last_changes(
             "JOIN graph_change c ON c.xid = r.xid "
             f"WHERE r.revision > %s AND r.revision <= %s AND c.kind IN ({marks}) "
             "GROUP BY c.kind, c.obj_id LIMIT %s",
-            [after, upto, *kinds, KIND_RESET, limit + 1],
+            [after, upto, *kinds, Kind.RESET, limit + 1],
         )
         rows = cursor.fetchall()
     if len(rows) > limit:
@@ -370,7 +378,7 @@ def mark_reset(using: str = "default") -> None:
             cursor.execute(
                 "INSERT INTO graph_change (xid, kind, obj_id, at) "
                 "VALUES (pg_current_xact_id()::text::bigint, %s, NULL, now())",
-                [KIND_RESET],
+                [Kind.RESET],
             )
         else:
             cursor.execute(
@@ -389,7 +397,7 @@ def mark_reset(using: str = "default") -> None:
                 "INSERT INTO graph_change (xid, kind, obj_id, at) "
                 "SELECT value, %s, NULL, strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') "
                 "FROM graph_revision WHERE id = 1",
-                [KIND_RESET],
+                [Kind.RESET],
             )
 
 

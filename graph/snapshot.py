@@ -350,7 +350,7 @@ TABLE = Kind(
     ),
     specs=TABLE_SPECS,
     spaces={"ds": "ds", "job": "job"},
-    change_kind=rev.KIND_TABLE,
+    change_kind=rev.Kind.TABLE,
     small=("out",),
 )
 COLUMN = Kind(
@@ -373,7 +373,7 @@ COLUMN = Kind(
     ),
     specs=COLUMN_SPECS,
     spaces={"src": "field", "tgt": "field", "tds": "ds", "job": "job"},
-    change_kind=rev.KIND_COLUMN,
+    change_kind=rev.Kind.COLUMN,
     small=("ttype", "sub", "mask", "described"),
 )
 
@@ -618,7 +618,7 @@ def _refresh(kind: Kind, snapshot: Snapshot | None, current: rev.Revision) -> Sn
         changes = rev.changes_between(
             snapshot.revision.value, current.value, (kind.change_kind,), overlay_limit(snapshot)
         )
-        if changes is not None and all(k != rev.KIND_RESET for k, _ in changes):
+        if changes is not None and all(k != rev.Kind.RESET for k, _ in changes):
             _cache.stats["deltas"] += 1
             fresh = apply_changes(
                 snapshot, kind, [obj for _, obj in changes if obj is not None], current
