@@ -575,7 +575,7 @@ def get() -> Directory | None:
     directory = _state.directory
     if directory is not None and directory.epoch == cache.epoch:
         return directory
-    if directory is None or not getattr(settings, "GRAPH_BACKGROUND_REBUILD", True):
+    if directory is None or not settings.GRAPH_BACKGROUND_REBUILD:
         with _state.lock:
             if _state.directory is None or _state.directory.epoch != cache.epoch:
                 _install(build())

@@ -492,7 +492,7 @@ def refresh(pass_revision: rev.Revision) -> None:
         return  # the first file is opened by get()
     if current is not None and current.pass_revision == pass_revision:
         return
-    if not getattr(settings, "GRAPH_BACKGROUND_REBUILD", True):
+    if not settings.GRAPH_BACKGROUND_REBUILD:
         with _state.lock:
             _install(_open_logged(pass_revision))
             _state.tried = True

@@ -633,7 +633,7 @@ def _refresh(kind: Kind, snapshot: Snapshot | None, current: rev.Revision) -> Sn
 def _rebuild_in_background(kind: Kind) -> None:
     """Fold a large overlay into a new base without blocking requests: they keep being
     answered from base + overlay, and catch up from the new base by delta."""
-    if kind.name in _cache.rebuilding or not getattr(settings, "GRAPH_BACKGROUND_REBUILD", True):
+    if kind.name in _cache.rebuilding or not settings.GRAPH_BACKGROUND_REBUILD:
         return
     _cache.rebuilding.add(kind.name)
 

@@ -276,6 +276,11 @@ GRAPH_NODE_DOCUMENT_FILE = env_bool("GRAPH_NODE_DOCUMENT_FILE", True)
 GRAPH_NODE_DIRECTORY = env_bool("GRAPH_NODE_DIRECTORY", True)
 # Server processes (lineage_site/wsgi.py) build the lineage snapshots before serving.
 GRAPH_WARM_ON_START = env_bool("GRAPH_WARM_ON_START", True)
+# Work that would hold up a request goes to a background thread: reading the node
+# directory again after the change log lost track, opening a newer document file, folding
+# a lineage snapshot's grown overlay into a new base. Off (the tests), the request that
+# notices reads the directory or opens the file itself, and overlays are not folded.
+GRAPH_BACKGROUND_REBUILD = env_bool("GRAPH_BACKGROUND_REBUILD", True)
 # PostgreSQL: node documents of changed datasets and jobs are rendered this often, ahead
 # of the requests that show them (graph/documents.py).
 GRAPH_DOCUMENTS_INTERVAL = env_int("GRAPH_DOCUMENTS_INTERVAL", 30, minimum=1)

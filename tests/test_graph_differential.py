@@ -1,9 +1,10 @@
-"""Every lineage answer against a naive breadth-first search over the edge rows.
+"""Lineage, impact and column-lineage answers against a naive breadth-first search over
+the edge rows.
 
 Random graphs (layers of datasets joined by jobs, edges opened and closed at random
 instants, changes after the answers were first read), random roots, depths, directions
 and instants: the API's answer (ids, distances, sides) must be what a search over
-``graph_tableedge`` as of that instant finds. The graph is served as in production: on
+``graph_tableedge`` or ``graph_columnedge`` as of that instant finds. The graph is served as in production: on
 PostgreSQL with node documents rendered ahead by a pass, mapped from the host's file,
 and nodes changed since rendered on demand.
 """
@@ -19,7 +20,7 @@ import pytest
 from django.db import connection
 
 from catalog import actions
-from graph.models import Direction, TableEdge
+from graph.models import ColumnEdge, Direction, TableEdge
 from tests.graph_builders import T0, LineageBuilder
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -128,6 +129,17 @@ def test_lineage_answers_are_a_search_over_the_edge_rows(seed, api, viewer, stew
                 direction,
                 at,
             )
+            # Impact: what lies downstream, the root left out.
+            below = {n: d for n, (d, side) in naive(root, depth, "downstream", at).items()}
+            below.pop(root)
+            impact = client.get(
+                "/api/v1/lineage/impact",
+                {"nodeId": root, "depth": depth} | ({} if at is None else {"asOf": at.isoformat()}),
+            )
+            assert impact.status_code == 200, impact.content
+            found = impact.json()
+            shown = {d["nodeId"]: d["distance"] for d in found["datasets"] + found["jobs"]}
+            assert shown == below, (root, depth, at)
 
     check(25)
     # Changes after the answers were read (and after the pass): a job rewired, a read
@@ -145,3 +157,84 @@ def test_lineage_answers_are_a_search_over_the_edge_rows(seed, api, viewer, stew
     shown = client.get("/api/v1/lineage", {"nodeId": g.id(target), "depth": 1}).json()
     (node,) = [n for n in shown["graph"] if n["id"] == g.id(target)]
     assert node["data"]["description"] == "Edited"
+
+
+def random_column_graph(rng: random.Random) -> LineageBuilder:
+    """Three layers of datasets with three fields each; each job copies fields of lower
+    layers into every field of the datasets it writes, over a random interval of time."""
+    g = LineageBuilder()
+    fields = ("id", "value", "extra")
+    layers = [[f"c{layer}_{i}" for i in range(rng.randint(2, 4))] for layer in range(3)]
+    for names in layers:
+        g.datasets(*names, fields=fields)
+    for n in range(rng.randint(4, 9)):
+        layer = rng.randint(1, 2)
+        lower = [name for below in layers[:layer] for name in below]
+        reads = rng.sample(lower, rng.randint(1, min(2, len(lower))))
+        writes = rng.sample(layers[layer], 1)
+        start = rng.choice(INSTANTS[:6])
+        until = rng.choice([None, None, *[t for t in INSTANTS if t > start]])
+        columns = {
+            f"{target}.{field}": rng.sample(
+                [f"{source}.{f}" for source in reads for f in fields], rng.randint(1, 2)
+            )
+            for target in writes
+            for field in fields
+        }
+        g.job(f"job_{n}", reads=reads, writes=writes, at=start, until=until, columns=columns)
+    return g
+
+
+def naive_columns(root: str, depth: int, downstream: bool, at: datetime | None) -> dict:
+    """{field id: (distance, side)} by breadth-first search over the column edge rows valid
+    at ``at`` (the open ones when None)."""
+    rows = ColumnEdge.objects.filter(target_field__isnull=False).select_related(
+        "source_field__dataset__namespace", "target_field__dataset__namespace"
+    )
+    up, down = defaultdict(set), defaultdict(set)
+
+    def node(f: Any) -> str:
+        return f"datasetField:{f.dataset.namespace.name}:{f.dataset.name}:{f.name}"
+
+    for e in rows:
+        if at is None and e.valid_to is not None:
+            continue
+        if at is not None and not (e.valid_from <= at and (e.valid_to is None or e.valid_to > at)):
+            continue
+        up[node(e.target_field)].add(node(e.source_field))
+        down[node(e.source_field)].add(node(e.target_field))
+    found: dict[str, Any] = {root: (0, "root")}
+    for side, links in (("upstream", up), ("downstream", down)):
+        if side == "downstream" and not downstream:
+            continue
+        frontier = [root]
+        for distance in range(1, depth + 1):
+            frontier = sorted({t for f in frontier for t in links[f] if t not in found})
+            for field in frontier:
+                found[field] = (distance, side)
+    return found
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_column_lineage_answers_are_a_search_over_the_column_edge_rows(seed, api, viewer, settings):
+    from graph import documents
+
+    rng = random.Random(1000 + seed)
+    g = random_column_graph(rng)
+    if connection.vendor == "postgresql":
+        settings.GRAPH_SHARED_NODE_DATA = True
+        assert documents.render_documents().full
+    client = api(viewer)
+    roots = [g.id(spec) for spec in sorted(g.fields)]
+    for _ in range(30):
+        root = rng.choice(roots)
+        depth = rng.randint(1, 4)
+        downstream = rng.random() < 0.5
+        at = rng.choice([None, None, *INSTANTS])
+        params = {"nodeId": root, "depth": depth, "withDownstream": str(downstream).lower()}
+        if at is not None:
+            params["asOf"] = at.isoformat()
+        response = client.get("/api/v1/column-lineage", params)
+        assert response.status_code == 200, response.content
+        shown = {n["id"]: (n["distance"], n["side"]) for n in response.json()["graph"]}
+        assert shown == naive_columns(root, depth, downstream, at), (root, depth, downstream, at)
