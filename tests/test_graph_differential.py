@@ -1,4 +1,4 @@
-"""Lineage, impact and column-lineage answers against a naive breadth-first search over
+"""Lineage, impact and column-lineage answers (and column-level impact) against a naive breadth-first search over
 the edge rows.
 
 Random graphs (layers of datasets joined by jobs, edges opened and closed at random
@@ -185,24 +185,38 @@ def random_column_graph(rng: random.Random) -> LineageBuilder:
     return g
 
 
+def field_id(f: Any) -> str:
+    return f"datasetField:{f.dataset.namespace.name}:{f.dataset.name}:{f.name}"
+
+
+def column_edges_at(at: datetime | None) -> list[tuple[str, str, str | None]]:
+    """(source field id, target field id, job id or None) of the field-to-field edge rows
+    valid at ``at`` (the open ones when None)."""
+    rows = ColumnEdge.objects.filter(target_field__isnull=False).select_related(
+        "source_field__dataset__namespace", "target_field__dataset__namespace", "job__namespace"
+    )
+    return [
+        (
+            field_id(e.source_field),
+            field_id(e.target_field),
+            None if e.job is None else f"job:{e.job.namespace.name}:{e.job.name}",
+        )
+        for e in rows
+        if (
+            e.valid_to is None
+            if at is None
+            else e.valid_from <= at and (e.valid_to is None or e.valid_to > at)
+        )
+    ]
+
+
 def naive_columns(root: str, depth: int, downstream: bool, at: datetime | None) -> dict:
     """{field id: (distance, side)} by breadth-first search over the column edge rows valid
     at ``at`` (the open ones when None)."""
-    rows = ColumnEdge.objects.filter(target_field__isnull=False).select_related(
-        "source_field__dataset__namespace", "target_field__dataset__namespace"
-    )
     up, down = defaultdict(set), defaultdict(set)
-
-    def node(f: Any) -> str:
-        return f"datasetField:{f.dataset.namespace.name}:{f.dataset.name}:{f.name}"
-
-    for e in rows:
-        if at is None and e.valid_to is not None:
-            continue
-        if at is not None and not (e.valid_from <= at and (e.valid_to is None or e.valid_to > at)):
-            continue
-        up[node(e.target_field)].add(node(e.source_field))
-        down[node(e.source_field)].add(node(e.target_field))
+    for source, target, _ in column_edges_at(at):
+        up[target].add(source)
+        down[source].add(target)
     found: dict[str, Any] = {root: (0, "root")}
     for side, links in (("upstream", up), ("downstream", down)):
         if side == "downstream" and not downstream:
@@ -237,4 +251,28 @@ def test_column_lineage_answers_are_a_search_over_the_column_edge_rows(seed, api
         response = client.get("/api/v1/column-lineage", params)
         assert response.status_code == 200, response.content
         shown = {n["id"]: (n["distance"], n["side"]) for n in response.json()["graph"]}
-        assert shown == naive_columns(root, depth, downstream, at), (root, depth, downstream, at)
+        expected = naive_columns(root, depth, downstream, at)
+        assert shown == expected, (root, depth, downstream, at)
+        if not downstream:
+            continue
+        # Column-level impact: the fields reached downstream, by dataset, and the jobs of
+        # the edges among them.
+        below = {f: d for f, (d, side) in expected.items() if side != "upstream"}
+        datasets: dict[str, list] = {}
+        for field, distance in below.items():
+            if field == root:
+                continue
+            dataset, _, name = field.removeprefix("datasetField:").rpartition(":")
+            entry = datasets.setdefault(f"dataset:{dataset}", [distance, set()])
+            entry[0] = min(entry[0], distance)
+            entry[1].add(name)
+        jobs: dict[str, int] = {}
+        for source, target, job in column_edges_at(at):
+            if job is not None and source in below and target in below:
+                jobs[job] = min(jobs.get(job, below[target]), below[target])
+        params.pop("withDownstream")
+        impact = client.get("/api/v1/lineage/impact", params).json()
+        assert {
+            d["nodeId"]: [d["distance"], set(d["fields"])] for d in impact["datasets"]
+        } == datasets, (root, depth, at)
+        assert {j["nodeId"]: j["distance"] for j in impact["jobs"]} == jobs, (root, depth, at)
