@@ -18,7 +18,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from graph.snapshot import EMPTY, EdgeBatch, IntArray, Snapshot, TimeFilter
+from graph.snapshot import EMPTY, EMPTY_BATCH, EdgeBatch, IntArray, Snapshot, TimeFilter
 
 Way = Literal["down", "up"]
 UNSEEN = -1
@@ -322,9 +322,10 @@ class RankedReach:
     """Fields reached downstream from seed fields, each with the strongest path to it.
 
     ``strength[i]`` is the weakest transformation on the best path to
-    ``field[i]`` (3 identity … 0 indirect, see graph/snapshot.py); the path is
-    rebuilt from ``parent_*`` (the edge that reached the field: its source
-    field, job and store row), -1 for seeds.
+    ``field[i]`` (3 identity … 0 indirect, see graph/snapshot.py), rounded down
+    to the levels asked for; the path is rebuilt from ``parent_*`` (the edge
+    that reached the field: its source field, job and store row), -1 for seeds.
+    ``masked[i]`` is 1 where a masking edge lies on that path.
     """
 
     field: IntArray
@@ -335,6 +336,7 @@ class RankedReach:
     parent_job: IntArray
     parent_layer: IntArray
     parent_pos: IntArray
+    masked: IntArray
     # Datasets reached only through dataset-level (no target field) dependencies.
     ds_only: IntArray
     ds_only_parent_field: IntArray
@@ -343,109 +345,129 @@ class RankedReach:
     ds_only_parent_pos: IntArray
 
 
+ALL_LEVELS = (3, 2, 1, 0)
+
+
+def _rows(batch: EdgeBatch, index: npt.NDArray[np.integer] | npt.NDArray[np.bool_]) -> EdgeBatch:
+    return EdgeBatch(batch.src[index], batch.dst[index], batch.layer[index], batch.pos[index])
+
+
+def _concat(batches: list[EdgeBatch]) -> EdgeBatch:
+    if not batches:
+        return EMPTY_BATCH
+    return EdgeBatch(*(np.concatenate([getattr(b, n) for b in batches]) for n in _BATCH_COLUMNS))
+
+
+_BATCH_COLUMNS = ("src", "dst", "layer", "pos")
+
+
 def ranked_field_reach(
     snap: Snapshot,
     seeds: IntArray,
     seed_datasets: IntArray,
     tf: TimeFilter,
     max_depth: int | None = None,
+    *,
+    levels: tuple[int, ...] = ALL_LEVELS,
+    blocked: IntArray | None = None,
 ) -> RankedReach:
     """Fields reached from ``seeds`` with, for each, the path whose weakest edge is strongest.
 
-    One breadth-first pass per strength level (identity, transformation,
-    aggregation, indirect): pass s follows only edges of strength ≥ s, starting
-    from everything already reached, so a field first reached in pass s has a
-    best path whose weakest edge is exactly s.
+    One breadth-first pass per strength level in ``levels`` (strongest first,
+    the last one 0): pass s follows only edges of strength ≥ s, so a field
+    first reached in pass s has a best path whose weakest edge is at least s
+    and below the previous level. Each field's edges are expanded once: a pass
+    sets aside the edges too weak for it, and the next pass starts from them.
+    Column lineage ranks all four strengths; subject search asks only whether
+    rows are still held (levels 2 and 0).
+
+    ``blocked`` fields (a steward said they hold no personal data) are reached
+    only by the last pass: what they and only they feed counts as contributed to.
+    Among the edges that reach a field in one step, the one from the nearest
+    source is kept.
     """
+    limit = max_depth if max_depth is not None else 1 << 30
     size = snap.size_of("field", seeds)
     best = np.full(size, UNSEEN, dtype=np.int8)
     dist = np.full(size, UNSEEN, dtype=np.int32)
-    seeds = seeds.astype(np.int64)
-    seed_order = np.argsort(seeds, kind="stable")
-    seeds, seed_datasets = seeds[seed_order], seed_datasets.astype(np.int64)[seed_order]
-    seeds, first = distinct_first(seeds)
-    seed_datasets = seed_datasets[first]
+    masked = np.zeros(size, dtype=np.int8)
+    seeds, first = np.unique(seeds.astype(np.int64), return_index=True)
     best[seeds] = 3
     dist[seeds] = 0
-
-    found: list[tuple[IntArray, ...]] = [
-        (
-            seeds,
-            seed_datasets,
-            np.full(seeds.size, 3, dtype=np.int64),
-            np.zeros(seeds.size, dtype=np.int64),
-            np.full(seeds.size, -1, dtype=np.int64),
-            np.full(seeds.size, -1, dtype=np.int64),
-            np.full(seeds.size, -1, dtype=np.int64),
-            np.full(seeds.size, -1, dtype=np.int64),
-        )
+    none = np.full(seeds.size, -1, dtype=np.int64)
+    found = [
+        (seeds, seed_datasets.astype(np.int64)[first], np.full(seeds.size, 3), dist[seeds])
+        + (none,) * 4
     ]
-    limit = max_depth if max_depth is not None else 1 << 30
-    reached = seeds
-    for strength in (3, 2, 1, 0):
-        frontier = reached
-        level_of = dist
-        while frontier.size:
-            batch = snap.expand("down", frontier, tf)
-            if batch.size == 0:
-                break
-            strong = snap.column("strength", batch) >= strength
-            src = batch.src.astype(np.int64)[strong]
-            dst = batch.dst.astype(np.int64)[strong]
-            if dst.size == 0:
-                break
-            depth_ok = level_of[src] < limit
-            fresh = depth_ok & (best[dst] == UNSEEN)
-            if not fresh.any():
-                break
-            candidates = np.flatnonzero(strong)[fresh]
-            unique_dst, first = distinct_first(dst[fresh])
-            idx = candidates[first]
-            src = src[fresh][first]
-            dst = unique_dst.astype(np.int64)
-            picked = EdgeBatch(batch.src[idx], batch.dst[idx], batch.layer[idx], batch.pos[idx])
-            best[dst] = strength
-            dist[dst] = dist[src] + 1
-            found.append(
-                (
-                    dst,
-                    snap.column("tds", picked).astype(np.int64),
-                    np.full(dst.size, strength, dtype=np.int64),
-                    dist[dst].astype(np.int64),
-                    src,
-                    snap.column("job", picked).astype(np.int64),
-                    picked.layer.astype(np.int64),
-                    picked.pos.astype(np.int64),
-                )
-            )
-            frontier = dst
-        reached = np.flatnonzero(best >= 0)
+    stop = np.zeros(size, dtype=bool)
+    if blocked is not None and blocked.size:
+        stop[blocked[blocked < size]] = True
 
-    cols = [np.concatenate([f[i] for f in found]) for i in range(8)]
+    def take(batch: EdgeBatch, strength: int) -> IntArray:
+        """Record the targets of ``batch`` not reached yet (nearest source first)."""
+        src = batch.src.astype(np.int64)
+        dst = batch.dst.astype(np.int64)
+        index = np.flatnonzero((best[dst] == UNSEEN) & (dist[src] < limit))
+        if not index.size:
+            return EMPTY
+        index = index[np.argsort(dist[src[index]], kind="stable")]
+        targets, pick = np.unique(dst[index], return_index=True)
+        chosen = _rows(batch, index[pick])  # aligned with the sorted targets
+        parents = chosen.src.astype(np.int64)
+        best[targets] = strength
+        dist[targets] = dist[parents] + 1
+        masked[targets] = masked[parents] | snap.column("mask", chosen).astype(np.int8)
+        found.append(
+            (
+                targets,
+                snap.column("tds", chosen).astype(np.int64),
+                np.full(targets.size, strength),
+                dist[targets],
+                parents,
+                snap.column("job", chosen).astype(np.int64),
+                chosen.layer.astype(np.int64),
+                chosen.pos.astype(np.int64),
+            )
+        )
+        return targets
+
+    def strength_of(batch: EdgeBatch) -> npt.NDArray[np.int8]:
+        strength = snap.column("strength", batch).astype(np.int8)
+        strength[stop[batch.dst.astype(np.int64)]] = 0
+        return strength
+
+    batch = snap.expand("down", seeds, tf)
+    for level in levels:
+        weaker: list[EdgeBatch] = []
+        while batch.size:
+            strong = strength_of(batch) >= level
+            if not strong.all():
+                weaker.append(_rows(batch, ~strong))
+            frontier = take(_rows(batch, strong), level)
+            batch = snap.expand("down", frontier, tf) if frontier.size else EMPTY_BATCH
+        batch = _concat(weaker)
+    cols = [np.concatenate([np.asarray(f[i], dtype=np.int64) for f in found]) for i in range(8)]
 
     # Dataset-level dependencies from any reached field: the weakest kind of reach.
     ds_batch = snap.expand("down_ds", cols[0], tf)
     if ds_batch.size and max_depth is not None:
-        ok = dist[ds_batch.src.astype(np.int64)] < max_depth
-        ds_batch = EdgeBatch(
-            ds_batch.src[ok], ds_batch.dst[ok], ds_batch.layer[ok], ds_batch.pos[ok]
-        )
-    field_datasets = distinct(cols[1])
-    ds_targets = ds_batch.dst.astype(np.int64)
-    keep = ~np.isin(ds_targets, field_datasets)
-    ds_targets, first = distinct_first(ds_targets[keep])
-    idx = np.flatnonzero(keep)[first]
-    picked = EdgeBatch(ds_batch.src[idx], ds_batch.dst[idx], ds_batch.layer[idx], ds_batch.pos[idx])
+        ds_batch = _rows(ds_batch, dist[ds_batch.src.astype(np.int64)] < max_depth)
+    targets = ds_batch.dst.astype(np.int64)
+    outside = np.flatnonzero(~np.isin(targets, distinct(cols[1])))
+    targets, pick = distinct_first(targets[outside])
+    picked = _rows(ds_batch, outside[pick])
+    field, dataset, strength, dists, parent_field, parent_job, parent_layer, parent_pos = cols
     return RankedReach(
-        field=cols[0],
-        dataset=cols[1],
-        strength=cols[2],
-        dist=cols[3],
-        parent_field=cols[4],
-        parent_job=cols[5],
-        parent_layer=cols[6],
-        parent_pos=cols[7],
-        ds_only=ds_targets,
+        field=field,
+        dataset=dataset,
+        strength=strength,
+        dist=dists,
+        parent_field=parent_field,
+        parent_job=parent_job,
+        parent_layer=parent_layer,
+        parent_pos=parent_pos,
+        masked=masked[cols[0]].astype(np.int64),
+        ds_only=targets,
         ds_only_parent_field=picked.src.astype(np.int64),
         ds_only_parent_job=snap.column("job", picked).astype(np.int64),
         ds_only_parent_layer=picked.layer.astype(np.int64),

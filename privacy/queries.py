@@ -49,7 +49,7 @@ from graph.details import FieldInfo as GraphFieldInfo
 from graph.details import field_rows, load_dataset_names, load_datasets, load_job_names
 from graph.nodeids import dataset_node_id, field_node_id, job_node_id
 from graph.queries import FieldReach, PathStep
-from graph.snapshot import STRENGTH_TRANSFORMATION, EdgeBatch, TimeFilter
+from graph.snapshot import STRENGTH_TRANSFORMATION, TimeFilter
 from privacy.models import AuditEntry, AuditValueHash, ErasurePlan, PrivacyRun
 
 DIRECT = "direct"
@@ -438,7 +438,6 @@ class _Group:
     reach: FieldReach
     arrays: traverse.RankedReach
     codes: npt.NDArray[np.int64]
-    masked: npt.NDArray[np.int64]
 
 
 @dataclass
@@ -481,162 +480,23 @@ def blocked_fields(as_of: datetime | None) -> npt.NDArray[np.int64]:
 
 
 def _traverse(seeds: list[FieldInfo], as_of: datetime | None, depth: int | None) -> _Group:
+    """Fields downstream of the seeds, in two classes: rows still held, or only contributed to."""
     snap = snapshot.columns()
-    arrays, masked = holding_reach(
+    arrays = traverse.ranked_field_reach(
         snap,
         np.asarray([s.id for s in seeds], dtype=np.int64),
         np.asarray([s.dataset_id for s in seeds], dtype=np.int64),
         TimeFilter.at(as_of),
         depth,
-        blocked_fields(as_of),
+        levels=(STRENGTH_TRANSFORMATION, 0),
+        blocked=blocked_fields(as_of),
     )
     codes = np.where(
         arrays.parent_field < 0,
         _SEED_CODE,
         np.where(arrays.strength >= STRENGTH_TRANSFORMATION, _DERIVED_CODE, _AGGREGATE_CODE),
     ).astype(np.int64)
-    return _Group([], FieldReach(snap, arrays), arrays, codes, masked)
-
-
-_UNSEEN = -1
-
-
-def holding_reach(
-    snap: snapshot.Snapshot,
-    seeds: npt.NDArray[np.int64],
-    seed_datasets: npt.NDArray[np.int64],
-    tf: TimeFilter,
-    max_depth: int | None = None,
-    blocked: npt.NDArray[np.int64] | None = None,
-) -> tuple[traverse.RankedReach, npt.NDArray[np.int64]]:
-    """Fields downstream of the seeds, split in two: rows still held, or only contributed to.
-
-    ``blocked`` fields (a steward said they hold no personal data) hold no rows: the flag
-    stops there as it does in propagation (graph.propagation), so they and what only
-    they feed count as contributed to.
-
-    The graph engine's ``ranked_field_reach`` ranks four strengths in four
-    passes, each expanding every field reached so far again. Subject search
-    needs two classes only, so each field's edges are expanded once: the
-    first pass follows DIRECT identity/transformation edges (strength 2 in
-    the answer) and keeps the weaker edges aside; the second starts from
-    those and follows everything (strength 0: aggregation or indirect). The
-    answer has the engine's shape, so its ``FieldReach`` rebuilds the paths;
-    alongside, per field, whether a masking edge lies on its path (1) or not.
-    """
-    limit = max_depth if max_depth is not None else 1 << 30
-    size = snap.size_of("field", seeds)
-    klass = np.full(size, _UNSEEN, dtype=np.int8)
-    dist = np.full(size, _UNSEEN, dtype=np.int32)
-    masked = np.zeros(size, dtype=np.int8)
-    seeds, first = np.unique(seeds.astype(np.int64), return_index=True)
-    klass[seeds] = 3
-    dist[seeds] = 0
-    none = np.full(seeds.size, -1, dtype=np.int64)
-    found = [
-        (
-            seeds,
-            seed_datasets.astype(np.int64)[first],
-            np.full(seeds.size, 3),
-            dist[seeds],
-            none,
-            none,
-            none,
-            none,
-        )
-    ]
-    aside: list[EdgeBatch] = []
-
-    def keep(batch: EdgeBatch, mask: npt.NDArray[np.bool_]) -> EdgeBatch:
-        return EdgeBatch(batch.src[mask], batch.dst[mask], batch.layer[mask], batch.pos[mask])
-
-    def take(batch: EdgeBatch, strength: int) -> npt.NDArray[np.int64]:
-        """Record the targets of ``batch`` not reached yet (nearest source first)."""
-        src = batch.src.astype(np.int64)
-        dst = batch.dst.astype(np.int64)
-        fresh = (klass[dst] == _UNSEEN) & (dist[src] < limit)
-        if not fresh.any():
-            return np.zeros(0, dtype=np.int64)
-        index = np.flatnonzero(fresh)
-        index = index[np.argsort(dist[src[index]], kind="stable")]
-        targets, pick = np.unique(dst[index], return_index=True)
-        chosen = _rows(batch, index[pick])  # aligned with the sorted targets
-        parents = chosen.src.astype(np.int64)
-        klass[targets] = strength
-        dist[targets] = dist[parents] + 1
-        masked[targets] = masked[parents] | snap.column("mask", chosen).astype(np.int8)
-        found.append(
-            (
-                targets,
-                snap.column("tds", chosen).astype(np.int64),
-                np.full(targets.size, strength),
-                dist[targets].astype(np.int64),
-                parents,
-                snap.column("job", chosen).astype(np.int64),
-                chosen.layer.astype(np.int64),
-                chosen.pos.astype(np.int64),
-            )
-        )
-        return targets
-
-    stop = np.zeros(size, dtype=bool)
-    if blocked is not None and blocked.size:
-        stop[blocked[blocked < size]] = True
-    frontier = seeds
-    while frontier.size:
-        batch = snap.expand("down", frontier, tf)
-        if batch.size == 0:
-            break
-        strong = (snap.column("strength", batch) >= STRENGTH_TRANSFORMATION) & ~stop[
-            batch.dst.astype(np.int64)
-        ]
-        if not strong.all():
-            aside.append(keep(batch, ~strong))
-        frontier = take(keep(batch, strong), STRENGTH_TRANSFORMATION)
-    batch = _concat(aside)
-    while batch.size:
-        frontier = take(batch, 0)
-        batch = snap.expand("down", frontier, tf) if frontier.size else snapshot.EMPTY_BATCH
-
-    cols = [np.concatenate([np.asarray(f[i], dtype=np.int64) for f in found]) for i in range(8)]
-    ds_batch = snap.expand("down_ds", cols[0], tf)
-    if ds_batch.size and max_depth is not None:
-        ds_batch = keep(ds_batch, dist[ds_batch.src.astype(np.int64)] < max_depth)
-    targets = ds_batch.dst.astype(np.int64)
-    outside = ~np.isin(targets, np.unique(cols[1]))
-    targets, pick = np.unique(targets[outside], return_index=True)
-    picked = _rows(ds_batch, np.flatnonzero(outside)[pick])
-    reach = traverse.RankedReach(
-        field=cols[0],
-        dataset=cols[1],
-        strength=cols[2],
-        dist=cols[3],
-        parent_field=cols[4],
-        parent_job=cols[5],
-        parent_layer=cols[6],
-        parent_pos=cols[7],
-        ds_only=targets,
-        ds_only_parent_field=picked.src.astype(np.int64),
-        ds_only_parent_job=snap.column("job", picked).astype(np.int64),
-        ds_only_parent_layer=picked.layer.astype(np.int64),
-        ds_only_parent_pos=picked.pos.astype(np.int64),
-    )
-    return reach, masked[cols[0]].astype(np.int64)
-
-
-def _rows(batch: EdgeBatch, index: npt.NDArray[np.int64]) -> EdgeBatch:
-    return EdgeBatch(batch.src[index], batch.dst[index], batch.layer[index], batch.pos[index])
-
-
-def _concat(batches: list[EdgeBatch]) -> EdgeBatch:
-    if not batches:
-        return snapshot.EMPTY_BATCH
-    return EdgeBatch(
-        np.concatenate([b.src for b in batches]),
-        np.concatenate([b.dst for b in batches]),
-        np.concatenate([b.layer for b in batches]),
-        np.concatenate([b.pos for b in batches]),
-    )
+    return _Group([], FieldReach(snap, arrays), arrays, codes)
 
 
 def _best_per_field(groups: list[_Group], extra: list[FieldInfo]) -> _Best:
@@ -648,7 +508,7 @@ def _best_per_field(groups: list[_Group], extra: list[FieldInfo]) -> _Best:
             g.codes,
             g.arrays.dist,
             np.full(g.codes.size, i),
-            g.masked,
+            g.arrays.masked,
             g.arrays.parent_field,
             g.arrays.parent_job,
         )
