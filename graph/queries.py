@@ -708,14 +708,14 @@ def _column_impact(
     truncated = fields.size > max_nodes + 1
     cut = Cut(fields=int(fields.size - max_nodes - 1)) if truncated else Cut()
     fields, dists = fields[: max_nodes + 1], dists[: max_nodes + 1]
-    # Datasets depending on a reached field as a whole (dataset-level lineage).
-    ds_batch = snap.expand("down_ds", fields, tf)
+    # Datasets depending on a reached field as a whole (dataset-level lineage), one step
+    # further, within the depth.
+    ds_batch = snap.expand("down_ds", fields[dists < depth], tf)
     ds_dist: dict[int, int] = {}
     field_dist = dict(zip(fields.tolist(), dists.tolist(), strict=True))
     for src, tds in zip(ds_batch.src.tolist(), ds_batch.dst.tolist(), strict=True):
-        d = field_dist.get(src, 0) + 1
-        if d <= depth:
-            ds_dist[tds] = min(ds_dist.get(tds, d), d)
+        d = field_dist[src] + 1
+        ds_dist[tds] = min(ds_dist.get(tds, d), d)
     info = nodedata.field_rows(fields.tolist())
     by_dataset: dict[int, list[tuple[int, str]]] = defaultdict(list)
     for pk, dist in field_dist.items():
@@ -729,7 +729,7 @@ def _column_impact(
             job_dist[job] = min(job_dist.get(job, field_dist[tgt]), field_dist[tgt])
     for src, job in zip(ds_batch.src.tolist(), snap.column("job", ds_batch).tolist(), strict=True):
         if job >= 0:
-            d = field_dist.get(src, 0) + 1
+            d = field_dist[src] + 1
             job_dist[job] = min(job_dist.get(job, d), d)
     ds_pks = set(by_dataset) | set(ds_dist)
     details = nodedata.dataset_infos(ds_pks, as_of)

@@ -20,8 +20,8 @@ import pytest
 from django.db import connection
 
 from catalog import actions
-from graph.models import ColumnEdge, Direction, TableEdge
-from tests.graph_builders import T0, LineageBuilder
+from graph.models import ColumnEdge, Direction, Run, RunState, TableEdge
+from tests.graph_builders import JOBS_NS, T0, LineageBuilder
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,14 +47,29 @@ def random_graph(rng: random.Random) -> LineageBuilder:
             at=start,
             until=until,
         )
+        add_runs(rng, g, f"job_{n}")
     return g
 
 
-def naive(root: str, depth: int, direction: str, at: datetime | None) -> dict[str, Any]:
-    """{node id: (distance, side)} by breadth-first search over the edge rows valid at
-    ``at`` (the open ones when None), read afresh from the database."""
+def add_runs(rng: random.Random, g: LineageBuilder, job: str) -> None:
+    """Zero to four runs, each created at a random instant and finishing (completed or
+    failed) some days later; the job's latest run is the last created."""
+    created = sorted(rng.sample(range(70), rng.randint(0, 4)))
+    for day in created:
+        at = T0 + timedelta(days=day, hours=1)
+        state = rng.choice([RunState.COMPLETED, RunState.FAILED])
+        run = g.run(job, state, at)
+        Run.objects.filter(pk=run.pk).update(
+            state_event_time=at + timedelta(days=rng.randint(0, 6)), ended_at=None
+        )
+
+
+def live_table_edges(at: datetime | None) -> tuple[dict, dict, dict, dict]:
+    """(dataset → jobs reading it, job → datasets it writes, dataset → jobs writing it,
+    job → datasets it reads) from the edge rows valid at ``at`` (the open ones when
+    None), read afresh from the database."""
     edges = TableEdge.objects.select_related("job__namespace", "dataset__namespace")
-    reads, writes = defaultdict(set), defaultdict(set)  # dataset → jobs, job → datasets
+    reads, writes = defaultdict(set), defaultdict(set)
     read_by, written_by = defaultdict(set), defaultdict(set)
     for e in edges:
         live = (
@@ -72,6 +87,13 @@ def naive(root: str, depth: int, direction: str, at: datetime | None) -> dict[st
         else:
             writes[job].add(ds)
             written_by[ds].add(job)
+    return reads, writes, written_by, read_by
+
+
+def naive(root: str, depth: int, direction: str, at: datetime | None) -> dict[str, Any]:
+    """{node id: (distance, side)} by breadth-first search over the edge rows valid at
+    ``at`` (the open ones when None)."""
+    reads, writes, written_by, read_by = live_table_edges(at)
     found: dict[str, Any] = {root: (0, "root")}
     sides = {"downstream": (reads, writes), "upstream": (written_by, read_by)}
     for side in ("upstream", "downstream"):
@@ -92,6 +114,39 @@ def naive(root: str, depth: int, direction: str, at: datetime | None) -> dict[st
             for ds in frontier:
                 found.setdefault(ds, (distance, side))
     return found
+
+
+def naive_root_cause(root: str, depth: int, at: datetime | None) -> dict[str, Any]:
+    """Root cause from the rows: the upstream search, each job's run as of ``at`` (the
+    latest created by then; failed only once its failure was known), and the datasets a
+    failed job's output flows into within that upstream graph."""
+    upstream = {n: d for n, (d, _) in naive(root, depth, "upstream", at).items()}
+    failed = set()
+    for name in [n.rpartition(":")[2] for n in upstream if n.startswith("job:")]:
+        runs = Run.objects.filter(job__name=name)
+        if at is not None:
+            runs = runs.filter(created_at__lte=at)
+        run = runs.order_by("-created_at", "-id").first()
+        if (
+            run is not None
+            and run.state == RunState.FAILED
+            and (at is None or run.state_event_time <= at)
+        ):
+            failed.add(f"job:{JOBS_NS}:{name}")
+    reads, writes, _, _ = live_table_edges(at)
+    suspects, queue = set(), sorted(failed)
+    while queue:
+        node = queue.pop()
+        for nxt in (writes if node.startswith("job:") else reads)[node]:
+            if nxt in upstream and nxt not in suspects:
+                suspects.add(nxt)
+                queue.append(nxt)
+    return {
+        "nodes": upstream,
+        "jobs": {n: (d, n in failed) for n, d in upstream.items() if n.startswith("job:")},
+        "failures": failed,
+        "suspects": {s for s in suspects if s.startswith("dataset:")},
+    }
 
 
 def answered(client: Any, root: str, depth: int, direction: str, at: datetime | None) -> dict:
@@ -140,6 +195,21 @@ def test_lineage_answers_are_a_search_over_the_edge_rows(seed, api, viewer, stew
             found = impact.json()
             shown = {d["nodeId"]: d["distance"] for d in found["datasets"] + found["jobs"]}
             assert shown == below, (root, depth, at)
+            # Root cause: everything upstream, each job's run as of then, failures first.
+            cause = client.get(
+                "/api/v1/lineage/root-cause",
+                {"nodeId": root, "depth": depth} | ({} if at is None else {"asOf": at.isoformat()}),
+            )
+            assert cause.status_code == 200, cause.content
+            found = cause.json()
+            assert {
+                "nodes": {n["id"]: n["distance"] for n in found["nodes"]},
+                "jobs": {j["nodeId"]: (j["distance"], j["failed"]) for j in found["jobs"]},
+                "failures": set(found["failures"]),
+                "suspects": set(found["suspects"]),
+            } == naive_root_cause(root, depth, at), (root, depth, at)
+            flags = [j["failed"] for j in found["jobs"]]
+            assert flags == sorted(flags, reverse=True), "failures first"
 
     check(25)
     # Changes after the answers were read (and after the pass): a job rewired, a read
@@ -161,7 +231,9 @@ def test_lineage_answers_are_a_search_over_the_edge_rows(seed, api, viewer, stew
 
 def random_column_graph(rng: random.Random) -> LineageBuilder:
     """Three layers of datasets with three fields each; each job copies fields of lower
-    layers into every field of the datasets it writes, over a random interval of time."""
+    layers into every field of the datasets it writes, over a random interval of time,
+    and most of them make the dataset they write depend as a whole on the fields of one
+    dataset read, from the highest layer (as a filter or a join key would)."""
     g = LineageBuilder()
     fields = ("id", "value", "extra")
     layers = [[f"c{layer}_{i}" for i in range(rng.randint(2, 4))] for layer in range(3)]
@@ -181,6 +253,8 @@ def random_column_graph(rng: random.Random) -> LineageBuilder:
             for target in writes
             for field in fields
         }
+        if rng.random() < 0.7:  # a dataset-level dependency: the whole dataset reads a field
+            columns[f"{writes[0]}."] = [f"{max(reads)}.{f}" for f in fields]
         g.job(f"job_{n}", reads=reads, writes=writes, at=start, until=until, columns=columns)
     return g
 
@@ -189,16 +263,26 @@ def field_id(f: Any) -> str:
     return f"datasetField:{f.dataset.namespace.name}:{f.dataset.name}:{f.name}"
 
 
-def column_edges_at(at: datetime | None) -> list[tuple[str, str, str | None]]:
+def column_edges_at(
+    at: datetime | None, dataset_level: bool = False
+) -> list[tuple[str, str, str | None]]:
     """(source field id, target field id, job id or None) of the field-to-field edge rows
-    valid at ``at`` (the open ones when None)."""
-    rows = ColumnEdge.objects.filter(target_field__isnull=False).select_related(
-        "source_field__dataset__namespace", "target_field__dataset__namespace", "job__namespace"
+    valid at ``at`` (the open ones when None); with ``dataset_level``, of the rows whose
+    target is a whole dataset (a dataset id in the second place)."""
+    rows = ColumnEdge.objects.filter(target_field__isnull=dataset_level).select_related(
+        "source_field__dataset__namespace",
+        "target_field__dataset__namespace",
+        "target_dataset__namespace",
+        "job__namespace",
     )
     return [
         (
             field_id(e.source_field),
-            field_id(e.target_field),
+            (
+                f"dataset:{e.target_dataset.namespace.name}:{e.target_dataset.name}"
+                if dataset_level
+                else field_id(e.target_field)
+            ),
             None if e.job is None else f"job:{e.job.namespace.name}:{e.job.name}",
         )
         for e in rows
@@ -229,7 +313,7 @@ def naive_columns(root: str, depth: int, downstream: bool, at: datetime | None) 
     return found
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(8))
 def test_column_lineage_answers_are_a_search_over_the_column_edge_rows(seed, api, viewer, settings):
     from graph import documents
 
@@ -240,8 +324,10 @@ def test_column_lineage_answers_are_a_search_over_the_column_edge_rows(seed, api
         assert documents.render_documents().full
     client = api(viewer)
     roots = [g.id(spec) for spec in sorted(g.fields)]
+    sources = [g.id(spec) for spec in sorted(g.fields) if spec.startswith("c0_")]
     for _ in range(30):
-        root = rng.choice(roots)
+        # Half the roots in the first layer, so that answers reach two layers down.
+        root = rng.choice(sources if rng.random() < 0.5 else roots)
         depth = rng.randint(1, 4)
         downstream = rng.random() < 0.5
         at = rng.choice([None, None, *INSTANTS])
@@ -256,7 +342,8 @@ def test_column_lineage_answers_are_a_search_over_the_column_edge_rows(seed, api
         if not downstream:
             continue
         # Column-level impact: the fields reached downstream, by dataset, and the jobs of
-        # the edges among them.
+        # the edges among them; datasets depending as a whole on a field reached (one step
+        # further, within the depth), with the jobs of those dependencies.
         below = {f: d for f, (d, side) in expected.items() if side != "upstream"}
         datasets: dict[str, list] = {}
         for field, distance in below.items():
@@ -270,6 +357,14 @@ def test_column_lineage_answers_are_a_search_over_the_column_edge_rows(seed, api
         for source, target, job in column_edges_at(at):
             if job is not None and source in below and target in below:
                 jobs[job] = min(jobs.get(job, below[target]), below[target])
+        for source, dataset, job in column_edges_at(at, dataset_level=True):
+            distance = below.get(source, depth) + 1
+            if distance > depth:
+                continue
+            entry = datasets.setdefault(dataset, [distance, set()])
+            entry[0] = min(entry[0], distance)
+            if job is not None:
+                jobs[job] = min(jobs.get(job, distance), distance)
         params.pop("withDownstream")
         impact = client.get("/api/v1/lineage/impact", params).json()
         assert {
