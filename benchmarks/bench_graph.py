@@ -166,6 +166,23 @@ def prepare_database(scale: int, reuse: bool) -> str:
     return db
 
 
+def prepare_copy(db: str, code: Path) -> str:
+    """A copy of ``db`` (made afresh: it holds the benchmark's token) for the checkout at
+    ``code`` (``--against``), with that code's node documents: documents carry the digest
+    of the code that rendered them, and a database records one last pass, so two releases
+    cannot share one database's documents."""
+    import psycopg
+
+    copy = f"{db}_against"
+    with psycopg.connect(PG_ADMIN.replace("postgres://", "postgresql://"), autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{copy}"')
+        c.execute(f'CREATE DATABASE "{copy}" TEMPLATE "{db}"')
+    env = {**os.environ, "DATABASE_URL": pg_url(copy)}
+    for command in (["migrate", "-v0"], ["render_node_documents"]):
+        subprocess.run([PYTHON, "manage.py", *command], cwd=code, env=env, check=True)
+    return copy
+
+
 def setup_django(db: str) -> None:
     os.environ["DATABASE_URL"] = pg_url(db)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lineage_site.settings")
@@ -644,7 +661,13 @@ def bench_scale(
 ) -> dict[str, Any]:
     db = prepare_database(scale, reuse)
     setup_django(db)
-    from django.db import connection
+    from django.db import connection, connections
+
+    token = bench_token()
+    other_db = None
+    if against is not None:
+        connections.close_all()  # a database is copied with no one connected to it
+        other_db = prepare_copy(db, against)
 
     with connection.cursor() as cursor:
         counts = {}
@@ -663,7 +686,6 @@ def bench_scale(
         postgres = {name: f"{setting}{unit or ''}" for name, setting, unit in cursor.fetchall()}
         cursor.execute("SELECT pg_size_pretty(pg_database_size(current_database()))")
         postgres["database_size"] = cursor.fetchone()[0]
-    token = bench_token()
     nodes = pick_nodes(seed=scale, rounds=rounds)
     result: dict[str, Any] = {
         "scale": scale,
@@ -682,9 +704,9 @@ def bench_scale(
     server = start_server(db, port)
     # The other checkout's server, over the same database: port and process.
     other: tuple[int, subprocess.Popen[bytes]] | None = None
-    if against is not None:
+    if against is not None and other_db is not None:
         other_port = free_port()
-        other = (other_port, start_server(db, other_port, against))
+        other = (other_port, start_server(other_db, other_port, against))
     # Per code ("this", "against"), per scenario: 4-client timings of rounds 2 on.
     compared: dict[str, dict[str, list[float]]] = {
         "this": defaultdict(list),
@@ -835,7 +857,7 @@ def main() -> None:
     parser.add_argument(
         "--against",
         type=Path,
-        help="another checkout (e.g. a worktree of the start code) served over the same "
+        help="another checkout (e.g. a worktree of the start code) served over a copy of the "
         "database; every round after the first times both, alternating which goes first",
     )
     args = parser.parse_args()

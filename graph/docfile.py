@@ -73,6 +73,15 @@ MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
 Document = tuple[str, str, str, str]
 
 
+def prefault(view: mmap.mmap) -> None:
+    """Map every page of ``view`` into this process now (from the host's page cache)."""
+    try:
+        view.madvise(MADV_POPULATE_READ)
+    except (OSError, ValueError):
+        # Kernels before 5.14: read ahead at least, and take the faults on use.
+        view.madvise(mmap.MADV_WILLNEED)
+
+
 class CorruptFile(ValueError):
     """A document file that cannot be read as one (truncated, or not ours)."""
 
@@ -110,11 +119,7 @@ class DocFile:
         shared by the host), so a first view of a node takes no page faults: about 40 ms
         for 260 MB, done before the process serves. Resident size then counts the whole
         file in each process; the proportional set splits it between them."""
-        try:
-            self.map.madvise(MADV_POPULATE_READ)
-        except (OSError, ValueError):
-            # Kernels before 5.14: read ahead at least, and take the faults on use.
-            self.map.madvise(mmap.MADV_WILLNEED)
+        prefault(self.map)
 
     def _trusted(
         self,
@@ -241,13 +246,18 @@ def _read_layout(view: mmap.mmap, size: int, path: Path) -> tuple[dict[str, Any]
 # --- writing -------------------------------------------------------------------------------
 
 
-def file_path() -> Path:
-    """This database's document file: one per database and release, named after the
-    database's address and the rendering code's digest."""
+def host_path(folder: str, suffix: str) -> Path:
+    """A file of this host's for this database and release, under ``DATA_DIR/folder``:
+    named after the database's address and the code's digest."""
     db = connection.settings_dict
     address = f"{db.get('HOST') or ''}:{db.get('PORT') or ''}/{db.get('NAME')}"
     digest = hashlib.sha256(f"{address}|{rev.code_digest()}".encode()).hexdigest()[:12]
-    return Path(settings.DATA_DIR) / "nodedocs" / f"{db.get('NAME')}-{digest}.docs"
+    return Path(settings.DATA_DIR) / folder / f"{db.get('NAME')}-{digest}{suffix}"
+
+
+def file_path() -> Path:
+    """This database's document file: one per database and release."""
+    return host_path("nodedocs", ".docs")
 
 
 def last_pass() -> rev.Revision | None:
@@ -410,7 +420,7 @@ def _align(n: int) -> int:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     """One process at a time writes (or checks) a database's file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "a") as handle:
@@ -439,7 +449,7 @@ def open_current(pass_revision: rev.Revision | None = None) -> DocFile | None:
     if found is None:
         return None
     path = file_path()
-    with _locked(path):
+    with locked(path):
         if path.exists():
             try:
                 existing = DocFile(path)

@@ -21,12 +21,17 @@ process — web workers, Celery workers — answers from the committed graph.
 
 from __future__ import annotations
 
+import json
 import logging
+import mmap
+import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,6 +41,7 @@ from django.conf import settings
 from django.db import DatabaseError, connections
 from django.utils.dateparse import parse_datetime
 
+from graph import docfile
 from graph import revision as rev
 from graph.models import TransformationSubtype, TransformationType
 
@@ -154,6 +160,17 @@ class Adjacency:
     @property
     def nbytes(self) -> int:
         return int(self.indptr.nbytes + self.order.nbytes + self.sorted_keys.nbytes)
+
+    @classmethod
+    def of(cls, arrays: dict[str, IntArray], size: int | None) -> Adjacency:
+        """An adjacency over arrays already grouped (read from a shared file)."""
+        adj = cls.__new__(cls)
+        adj.order, adj.indptr, adj.sorted_keys = (arrays[n] for n in ADJACENCY_ARRAYS)
+        adj.size = size
+        return adj
+
+
+ADJACENCY_ARRAYS = ("order", "indptr", "sorted_keys")
 
 
 @dataclass(frozen=True)
@@ -610,24 +627,144 @@ def overlay_limit(snapshot: Snapshot) -> int:
 
 
 def _refresh(kind: Kind, snapshot: Snapshot | None, current: rev.Revision) -> Snapshot:
-    if (
-        snapshot is not None
-        and current.value > snapshot.revision.value
-        and rev.on_timeline(snapshot.revision)
-    ):
-        changes = rev.changes_between(
-            snapshot.revision.value, current.value, (kind.change_kind,), overlay_limit(snapshot)
-        )
-        if changes is not None and all(k != rev.Kind.RESET for k, _ in changes):
-            _cache.stats["deltas"] += 1
-            fresh = apply_changes(
-                snapshot, kind, [obj for _, obj in changes if obj is not None], current
-            )
-            if fresh.overlay.size > overlay_limit(fresh):
-                _rebuild_in_background(kind)
+    fresh = None if snapshot is None else _caught_up(kind, snapshot, current)
+    if fresh is None:
+        return _base(kind, current)
+    if fresh.overlay.size > overlay_limit(fresh):
+        _rebuild_in_background(kind)
+    return fresh
+
+
+def _caught_up(kind: Kind, snapshot: Snapshot, current: rev.Revision) -> Snapshot | None:
+    """``snapshot`` brought to ``current`` by the changes since (None when the change log
+    cannot tell them, or they are too many for an overlay)."""
+    if snapshot.revision == current:
+        return snapshot
+    if current.value < snapshot.revision.value or not rev.on_timeline(snapshot.revision):
+        return None
+    changes = rev.changes_between(
+        snapshot.revision.value, current.value, (kind.change_kind,), overlay_limit(snapshot)
+    )
+    if changes is None or any(k == rev.Kind.RESET for k, _ in changes):
+        return None
+    _cache.stats["deltas"] += 1
+    return apply_changes(snapshot, kind, [obj for _, obj in changes if obj is not None], current)
+
+
+def _base(kind: Kind, current: rev.Revision) -> Snapshot:
+    """A snapshot with a new base: on PostgreSQL with shared node data, the base this host's
+    processes share (caught up to ``current``), written first when it has none usable."""
+    path = docfile.host_path("snapshots", f"-{kind.name}.snap") if _shared() else None
+    if path is None:
+        _cache.stats["builds"] += 1
+        return build(kind, current)
+    with docfile.locked(path):
+        shared = _open_shared(path, kind)
+        fresh = None if shared is None else _caught_up(kind, shared, current)
+        if fresh is not None and fresh.overlay.size <= overlay_limit(fresh):
             return fresh
-    _cache.stats["builds"] += 1
-    return build(kind, current)
+        _cache.stats["builds"] += 1
+        built = build(kind, current)
+        _write_shared(path, built)
+        return _open_shared(path, kind) or built
+
+
+def _shared() -> bool:
+    return connections["default"].vendor == "postgresql" and bool(settings.GRAPH_SHARED_NODE_DATA)
+
+
+# --- the base shared by a host's processes ------------------------------------------------
+#
+# A base is read-only once built, and at 100,000 datasets it is ~220 MB, the same in every
+# process of a host. So the process that builds it writes it to a file under
+# DATA_DIR/snapshots (one per database, release and kind), and every process maps that
+# file: the host keeps one copy of its pages. A process that starts, or whose snapshot
+# the change log can no longer bring up to date, maps the file if its revision is on the
+# current timeline and catches up by delta; otherwise it builds and writes a new one,
+# under a lock, so that the others wait and map it. Overlays stay in each process.
+
+SNAPSHOT_MAGIC = b"LXSNAP01"
+_ALIGN = 64
+
+
+def _write_shared(path: Path, snapshot: Snapshot) -> None:
+    """Write ``snapshot``'s base to ``path`` (replaced at once, never seen half-written)."""
+    arrays: dict[str, npt.NDArray[Any]] = {
+        f"col/{name}": values for name, values in snapshot.base.cols.items()
+    }
+    for name, adj in snapshot.base.adj.items():
+        arrays.update({f"adj/{name}/{a}": getattr(adj, a) for a in ADJACENCY_ARRAYS})
+    layout, offset = [], 0
+    for name, values in arrays.items():
+        layout.append((name, values.dtype.str, int(values.size), offset))
+        offset += -(-values.nbytes // _ALIGN) * _ALIGN
+    header = json.dumps(
+        {
+            "kind": snapshot.kind,
+            "revision": [snapshot.revision.value, snapshot.revision.token],
+            "sizes": snapshot.sizes,
+            "adjacency_sizes": {n: a.size for n, a in snapshot.base.adj.items()},
+            "arrays": layout,
+            "length": offset,
+        }
+    ).encode()
+    start = -(-(16 + len(header)) // _ALIGN) * _ALIGN
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".writing-", delete=False) as out:
+        try:
+            out.write(SNAPSHOT_MAGIC + len(header).to_bytes(8, "little") + header)
+            for (_, _, _, at), values in zip(layout, arrays.values(), strict=True):
+                out.seek(start + at)
+                out.write(np.ascontiguousarray(values).tobytes())
+            out.truncate(start + offset)
+            out.flush()
+            os.fsync(out.fileno())
+            os.replace(out.name, path)
+        except BaseException:
+            os.unlink(out.name)
+            raise
+
+
+def _open_shared(path: Path, kind: Kind) -> Snapshot | None:
+    """The base in ``path``, mapped read-only (None when there is none, or it is not one)."""
+    try:
+        with open(path, "rb") as handle:
+            view = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    except (FileNotFoundError, ValueError):
+        return None
+    try:
+        length = int.from_bytes(view[8:16], "little")
+        header = json.loads(view[16 : 16 + length])
+        start = -(-(16 + length) // _ALIGN) * _ALIGN
+        if view[:8] != SNAPSHOT_MAGIC or header["kind"] != kind.name:
+            raise ValueError("not a snapshot of this kind")
+        if len(view) != start + header["length"]:
+            raise ValueError(f"{len(view)} bytes, {start + header['length']} expected")
+        arrays = {
+            name: np.frombuffer(view, dtype=np.dtype(dtype), count=count, offset=start + at)
+            for name, dtype, count, at in header["arrays"]
+        }
+    except (ValueError, KeyError, TypeError) as exc:
+        logger.warning("lineage snapshot file %s not used: %s", path, exc)
+        return None
+    docfile.prefault(view)
+    cols = {n.removeprefix("col/"): a for n, a in arrays.items() if n.startswith("col/")}
+    adj = {
+        name: Adjacency.of({a: arrays[f"adj/{name}/{a}"] for a in ADJACENCY_ARRAYS}, size)
+        for name, size in header["adjacency_sizes"].items()
+    }
+    empty = np.zeros((0, len(kind.columns)), dtype=np.int64)
+    value, token = header["revision"]
+    return Snapshot(
+        kind=kind.name,
+        revision=rev.Revision(int(value), str(token)),
+        base=EdgeStore(cols, adj),
+        alive=np.ones(cols["id"].size, dtype=bool),
+        overlay=_build_store(kind, _columns(kind, empty, narrow=False), None),
+        sizes=header["sizes"],
+        built_at=time.time(),
+        specs=kind.specs,
+    )
 
 
 def _rebuild_in_background(kind: Kind) -> None:
@@ -639,7 +776,7 @@ def _rebuild_in_background(kind: Kind) -> None:
 
     def work() -> None:
         try:
-            fresh = build(kind, rev.current())
+            fresh = _base(kind, rev.current())
             with _cache.lock:
                 _cache.snapshots[kind.name] = fresh
                 _cache.stats["background_builds"] += 1

@@ -640,3 +640,48 @@ def test_without_a_pass_there_is_no_file_and_documents_come_from_the_table(setti
         "shared_hits": 1,
         "file_hits": 0,
     }
+
+
+def test_processes_of_a_host_share_one_snapshot_base_and_catch_up_from_it(settings, caplog):
+    settings.GRAPH_SHARED_NODE_DATA = True
+    g = LineageBuilder()
+    g.chain("a", "b", "c")
+    root = resolve_node_id(g.id("a"))
+
+    def downstream() -> set[str]:
+        with revision.pinned():
+            return names(queries.lineage(root, depth=5, direction="downstream"))
+
+    assert downstream() == {"a", "b", "c", "job_0", "job_1"}
+    path = docfile_host_path("table")
+    assert path.exists()
+    built = snapshot.stats()["builds"]
+    # A new process: it maps the host's base and catches up by delta with what changed
+    # since, without reading every edge again.
+    g.close("job_1", "c", Direction.OUTPUT, T1)
+    g.dataset("d")
+    g.job("job_2", reads=["b"], writes=["d"])
+    snapshot.reset()
+    assert downstream() == {"a", "b", "d", "job_0", "job_1", "job_2"}
+    assert snapshot.stats()["builds"] == built
+    assert not snapshot.table().base.cols["id"].flags.writeable  # the map, not a copy
+    # Edges loaded without per-row change logging: the base is not caught up but rebuilt.
+    with revision.bulk_load():
+        TableEdge.objects.filter(job=g.jobs["job_2"]).delete()
+    snapshot.reset()
+    assert downstream() == {"a", "b", "job_0", "job_1"}
+    assert snapshot.stats()["builds"] == built + 1
+    # A file that is not a base (cut short, or not ours) is written again.
+    whole = path.read_bytes()
+    for broken in (whole[: len(whole) // 2], b"not a snapshot at all" + bytes(64)):
+        path.write_bytes(broken)
+        snapshot.reset()
+        assert downstream() == {"a", "b", "job_0", "job_1"}
+    assert "lineage snapshot file" in caplog.text
+    assert path.read_bytes() == whole
+
+
+def docfile_host_path(kind: str):
+    from graph import docfile
+
+    return docfile.host_path("snapshots", f"-{kind}.snap")
