@@ -94,9 +94,6 @@ class Directory:
     # removed, a steward-edited attribute changed, a propagated flag began or ended.
     changed_pks: IntArray
     changed_at: IntArray
-    # Datasets by pk with their last steward edit or propagated flag's start or end (µs).
-    edit_pks: IntArray
-    edit_at: IntArray
     # Jobs with runs, by pk: when the first and the last run were created, and from when
     # the last one looks as it does now (its end and its state's time), in µs; whether the
     # last created is the job's latest run (the one its node data shows).
@@ -259,26 +256,6 @@ class Directory:
         changed = found & (self.changed_at[at] > to_us(as_of)) if found.any() else found
         return set(known[changed].tolist()), unknown
 
-    def past_key(self, dataset_pk: int, as_of: datetime) -> tuple[int, int, int] | None:
-        """What a trusted dataset showed at ``as_of``, as a key: the fields alive then are
-        fixed by how many were added and how many removed by then (both only grow with
-        time). None when it cannot tell, or a steward edit or a propagated flag after
-        ``as_of`` rewinds more than fields."""
-        if not self.trusts(DATASET, dataset_pk):
-            return None
-        moment = to_us(as_of)
-        at = int(np.searchsorted(self.edit_pks, dataset_pk))
-        if (
-            at < self.edit_pks.size
-            and int(self.edit_pks[at]) == dataset_pk
-            and int(self.edit_at[at]) > moment
-        ):
-            return None
-        start, end = self._span(dataset_pk)
-        added = int(np.count_nonzero(self.f_first[start:end] <= moment))
-        removed = int(np.count_nonzero(self.f_removed[start:end] <= moment))
-        return dataset_pk, added, removed
-
     def runs_at(self, pks: list[int], as_of: datetime) -> tuple[list[int], list[int], list[int]]:
         """Jobs split by their run as of ``as_of`` (the last created by then, seen from
         then): (no run yet, the latest run exactly as shown now, jobs it cannot tell —
@@ -317,8 +294,6 @@ class Directory:
             self.ds_start,
             self.changed_pks,
             self.changed_at,
-            self.edit_pks,
-            self.edit_at,
             self.run_jobs,
             self.run_first,
             self.run_last,
@@ -417,11 +392,9 @@ def _last_per_dataset(ds: IntArray, at: IntArray) -> tuple[IntArray, IntArray]:
     return ds[last], at[last]
 
 
-def _last_changes(
-    ds: IntArray, first: IntArray, removed: IntArray
-) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+def _last_changes(ds: IntArray, first: IntArray, removed: IntArray) -> tuple[IntArray, IntArray]:
     """Per dataset (sorted pks), the last field addition, removal, steward edit or start or
-    end of a propagated flag; and the last of those edits and flags alone; in µs."""
+    end of a propagated flag, in µs."""
     stamps = np.maximum(first, np.where(removed == OPEN, first, removed))
     with connections["default"].cursor() as cursor:
         attributes = list(DATASET_ATTRIBUTES + FIELD_ATTRIBUTES)
@@ -438,8 +411,7 @@ def _last_changes(
         edits = cursor.fetchall()
     edit_ds = np.asarray([int(pk) for pk, _ in edits], dtype=np.int64)
     edit_at = np.asarray([_time_us(at) for _, at in edits], dtype=np.int64)
-    changed = _last_per_dataset(np.concatenate([ds, edit_ds]), np.concatenate([stamps, edit_at]))
-    return (*changed, *_last_per_dataset(edit_ds, edit_at))
+    return _last_per_dataset(np.concatenate([ds, edit_ds]), np.concatenate([stamps, edit_at]))
 
 
 def _run_bounds() -> tuple[IntArray, IntArray, IntArray, IntArray, npt.NDArray[np.bool_]]:
@@ -515,7 +487,7 @@ def build() -> Directory:
     removed[removed != OPEN] += PG_EPOCH_OFFSET_US
     by_id = np.argsort(f_id, kind="stable")
     ds_pks, starts = np.unique(f_ds, return_index=True)
-    changed_pks, changed_at, edit_pks, edit_at = _last_changes(f_ds, first, removed)
+    changed_pks, changed_at = _last_changes(f_ds, first, removed)
     run_jobs, run_first, run_last, run_settled, run_shown = _run_bounds()
     return Directory(
         revision=revision,
@@ -544,8 +516,6 @@ def build() -> Directory:
         ds_start=np.append(starts, f_id.size).astype(np.int64),
         changed_pks=changed_pks,
         changed_at=changed_at,
-        edit_pks=edit_pks,
-        edit_at=edit_at,
         run_jobs=run_jobs,
         run_first=run_first,
         run_last=run_last,

@@ -10,8 +10,6 @@ appended to its cached text.
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -244,70 +242,9 @@ def _dataset_json(
 ) -> dict[int, bytes]:
     out = _current_data(DATASET, unchanged, render_datasets, found)
     if changed and as_of is not None:
-        out.update(_past_json(sorted(changed), as_of))
-    return out
-
-
-class _PastCache:
-    """Datasets rendered as they were at some past instant, keyed by what they showed then
-    (graph.directory.Directory.past_key): any instant between the same two changes of a
-    dataset shows the same thing. Trusted by the node cache's rule: rendered at a revision
-    after which the process saw no change to the dataset, in the same epoch."""
-
-    MAX_ENTRIES = 20_000
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.entries: OrderedDict[tuple[int, int, int], tuple[bytes, int, int]] = OrderedDict()
-
-    def get(self, key: tuple[int, int, int]) -> bytes | None:
-        with self.lock:
-            hit = self.entries.get(key)
-            if hit is None:
-                return None
-            text, revision, epoch = hit
-            if epoch != cache.epoch or cache.changed.get((DATASET, key[0]), 0) > revision:
-                del self.entries[key]
-                return None
-            self.entries.move_to_end(key)
-            return text
-
-    def put(self, key: tuple[int, int, int], text: bytes, revision: int, epoch: int) -> None:
-        with self.lock:
-            self.entries[key] = (text, revision, epoch)
-            self.entries.move_to_end(key)
-            while len(self.entries) > self.MAX_ENTRIES:
-                self.entries.popitem(last=False)
-
-    def clear(self) -> None:
-        with self.lock:
-            self.entries.clear()
-
-
-past_cache = _PastCache()
-
-
-def _past_json(pks: list[int], as_of: datetime) -> dict[int, bytes]:
-    """JSON text (UTF-8) of datasets as they were at ``as_of``: kept per past state when
-    the node directory can name it, rendered otherwise."""
-    synced = cache.sync().value
-    epoch = cache.epoch
-    found = directory.get()
-    keys = {pk: found.past_key(pk, as_of) for pk in pks} if found is not None else {}
-    out: dict[int, bytes] = {}
-    missing: list[int] = []
-    for pk in pks:
-        key = keys.get(pk)
-        text = None if key is None else past_cache.get(key)
-        if text is None:
-            missing.append(pk)
-        else:
-            out[pk] = text
-    for pk, entry in (render_datasets(missing, as_of) if missing else {}).items():
-        out[pk] = data = entry.data.encode()
-        key = keys.get(pk)
-        if key is not None:
-            past_cache.put(key, data, synced, epoch)
+        out.update(
+            {pk: e.data.encode() for pk, e in render_datasets(sorted(changed), as_of).items()}
+        )
     return out
 
 

@@ -130,28 +130,6 @@ def test_it_can_be_turned_off(g, settings):
     assert fresh(g.id("raw.orders.email")).pk == g.field("raw.orders.email").pk
 
 
-def test_a_dataset_is_rendered_once_per_past_state_and_again_after_a_change(g, monkeypatch):
-    grown = g.dataset("grown.orders", fields=("id",))
-    DatasetField.objects.create(dataset=grown, name="late", type="string", ordinal=1, first_seen=T2)
-    calls: list[list[int]] = []
-    render = nodedata.render_datasets
-
-    def counting(pks, as_of=None):
-        calls.append(list(pks))
-        return render(pks, as_of)
-
-    monkeypatch.setattr(nodedata, "render_datasets", counting)
-    nodedata.past_cache.clear()
-    before = nodedata.dataset_json([grown.pk], T1)[grown.pk]
-    assert b'"late"' not in before
-    # Another instant between the same two changes: the same text, not rendered again.
-    assert nodedata.dataset_json([grown.pk], T1 + timedelta(days=3))[grown.pk] == before
-    assert calls == [[grown.pk]]
-    DatasetField.objects.filter(dataset=grown, name="id").update(description="the key")
-    again = nodedata.dataset_json([grown.pk], T1)[grown.pk]
-    assert b'"the key"' in again and len(calls) == 2
-
-
 def test_it_tells_each_jobs_run_as_of_a_past_instant_as_the_database_does(g, settings):
     g.job("idle", reads=["raw.orders"], writes=["clean.orders"])
     g.job("late", reads=["raw.orders"], writes=["clean.orders"])

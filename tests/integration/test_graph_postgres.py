@@ -559,7 +559,7 @@ def test_the_file_escapes_exactly_the_ids_the_api_passes_through(code):
 
 def test_a_lineage_answer_from_the_file_is_the_answer_rendered_afresh(steward, settings):
     from catalog import actions
-    from graph import documents, nodecache, nodedata, responses
+    from graph import documents, nodecache, responses
     from graph.api import lineage_body
 
     settings.GRAPH_SHARED_NODE_DATA = True
@@ -575,7 +575,6 @@ def test_a_lineage_answer_from_the_file_is_the_answer_rendered_afresh(steward, s
 
     def bodies() -> list[bytes]:
         nodecache.cache.clear()
-        nodedata.past_cache.clear()
         responses.cache.clear()
         with revision.pinned():
             return [
