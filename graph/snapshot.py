@@ -1,6 +1,7 @@
-"""In-process adjacency snapshots of the lineage edges, with their validity intervals.
+"""Adjacency snapshots of the lineage edges, with their validity intervals.
 
-Every lineage read walks one of two snapshots held in memory by each process:
+Every lineage read walks one of two snapshots in each process's memory (on
+PostgreSQL, their bases mapped from one file per host, shared by its processes):
 
 - the table snapshot: dataset → job (``in`` edges) and job → dataset (``out``);
 - the column snapshot: field → field through a job, with the transformation.
@@ -655,18 +656,38 @@ def _base(kind: Kind, current: rev.Revision) -> Snapshot:
     """A snapshot with a new base: on PostgreSQL with shared node data, the base this host's
     processes share (caught up to ``current``), written first when it has none usable."""
     path = docfile.host_path("snapshots", f"-{kind.name}.snap") if _shared() else None
-    if path is None:
+    try:
+        if path is not None:
+            with docfile.locked(path):
+                return _shared_base(path, kind, current)
+    except OSError as exc:
+        log_once(f"lineage snapshots not shared between processes ({path}): {exc}")
+    _cache.stats["builds"] += 1
+    return build(kind, current)
+
+
+def _shared_base(path: Path, kind: Kind, current: rev.Revision) -> Snapshot:
+    shared = _open_shared(path, kind)
+    if shared is not None and shared.revision.value > current.value:
+        # Written since this request read the revision: not overwritten with an older one.
         _cache.stats["builds"] += 1
         return build(kind, current)
-    with docfile.locked(path):
-        shared = _open_shared(path, kind)
-        fresh = None if shared is None else _caught_up(kind, shared, current)
-        if fresh is not None and fresh.overlay.size <= overlay_limit(fresh):
-            return fresh
-        _cache.stats["builds"] += 1
-        built = build(kind, current)
-        _write_shared(path, built)
-        return _open_shared(path, kind) or built
+    fresh = None if shared is None else _caught_up(kind, shared, current)
+    if fresh is not None and fresh.overlay.size <= overlay_limit(fresh):
+        return fresh
+    _cache.stats["builds"] += 1
+    built = build(kind, current)
+    _write_shared(path, built)
+    return _open_shared(path, kind) or built
+
+
+_logged: set[str] = set()
+
+
+def log_once(message: str) -> None:
+    if message not in _logged:
+        _logged.add(message)
+        logger.warning(message)
 
 
 def _shared() -> bool:
@@ -712,6 +733,7 @@ def _write_shared(path: Path, snapshot: Snapshot) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".writing-", delete=False) as out:
         try:
+            os.fchmod(out.fileno(), 0o644)  # readable by the host's other users (workers)
             out.write(SNAPSHOT_MAGIC + len(header).to_bytes(8, "little") + header)
             for (_, _, _, at), values in zip(layout, arrays.values(), strict=True):
                 out.seek(start + at)
@@ -743,25 +765,27 @@ def _open_shared(path: Path, kind: Kind) -> Snapshot | None:
         arrays = {
             name: np.frombuffer(view, dtype=np.dtype(dtype), count=count, offset=start + at)
             for name, dtype, count, at in header["arrays"]
+            if count >= 0
         }
+        cols = {n.removeprefix("col/"): a for n, a in arrays.items() if n.startswith("col/")}
+        adj = {
+            name: Adjacency.of({a: arrays[f"adj/{name}/{a}"] for a in ADJACENCY_ARRAYS}, size)
+            for name, size in header["adjacency_sizes"].items()
+        }
+        value, token = header["revision"]
+        revision, sizes, edges = rev.Revision(int(value), str(token)), header["sizes"], cols["id"]
     except (ValueError, KeyError, TypeError) as exc:
         logger.warning("lineage snapshot file %s not used: %s", path, exc)
         return None
     docfile.prefault(view)
-    cols = {n.removeprefix("col/"): a for n, a in arrays.items() if n.startswith("col/")}
-    adj = {
-        name: Adjacency.of({a: arrays[f"adj/{name}/{a}"] for a in ADJACENCY_ARRAYS}, size)
-        for name, size in header["adjacency_sizes"].items()
-    }
     empty = np.zeros((0, len(kind.columns)), dtype=np.int64)
-    value, token = header["revision"]
     return Snapshot(
         kind=kind.name,
-        revision=rev.Revision(int(value), str(token)),
+        revision=revision,
         base=EdgeStore(cols, adj),
-        alive=np.ones(cols["id"].size, dtype=bool),
+        alive=np.ones(edges.size, dtype=bool),
         overlay=_build_store(kind, _columns(kind, empty, narrow=False), None),
-        sizes=header["sizes"],
+        sizes=sizes,
         built_at=time.time(),
         specs=kind.specs,
     )

@@ -384,8 +384,13 @@ def ranked_field_reach(
     ``blocked`` fields (a steward said they hold no personal data) are reached
     only by the last pass: what they and only they feed counts as contributed to.
     Among the edges that reach a field in one step, the one from the nearest
-    source is kept.
+    source is kept. ``max_depth`` bounds each field's distance along its best
+    path, not its shortest: where a stronger path to a field is longer than a
+    weaker one, what lies beyond it is cut off sooner (so with a depth, two
+    levels can reach more than four).
     """
+    if list(levels) != sorted(set(levels), reverse=True) or levels[-1] != 0:
+        raise ValueError(f"levels must fall strictly to 0, got {levels}")
     limit = max_depth if max_depth is not None else 1 << 30
     size = snap.size_of("field", seeds)
     best = np.full(size, UNSEEN, dtype=np.int8)

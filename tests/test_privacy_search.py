@@ -326,6 +326,8 @@ def test_it_rejects_a_bad_page(shop, officer, extra, field):
 @pytest.mark.parametrize("as_of", [None, datetime(2024, 4, 1, tzinfo=UTC)])
 @pytest.mark.parametrize("depth", [None, 1, 2])
 def test_two_levels_classify_fields_as_four_do(shop, as_of, depth):
+    """On a graph where no stronger path to a field is longer than a weaker one (with a
+    depth, two levels may otherwise reach more: graph.traverse.ranked_field_reach)."""
     import numpy as np
 
     from graph import snapshot, traverse

@@ -673,7 +673,9 @@ def test_processes_of_a_host_share_one_snapshot_base_and_catch_up_from_it(settin
     # A file that is not a base (cut short, or not ours) is written again.
     whole = path.read_bytes()
     for broken in (whole[: len(whole) // 2], b"not a snapshot at all" + bytes(64)):
-        path.write_bytes(broken)
+        # Replaced, as a writer does: the file this process maps is never cut short.
+        path.with_suffix(".new").write_bytes(broken)
+        path.with_suffix(".new").replace(path)
         snapshot.reset()
         assert downstream() == {"a", "b", "job_0", "job_1"}
     assert "lineage snapshot file" in caplog.text
@@ -684,3 +686,19 @@ def docfile_host_path(kind: str):
     from graph import docfile
 
     return docfile.host_path("snapshots", f"-{kind}.snap")
+
+
+def test_without_a_writable_data_directory_each_process_builds_its_own_snapshots(
+    settings, caplog, tmp_path
+):
+    settings.GRAPH_SHARED_NODE_DATA = True
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("a file where the data directory should be")
+    settings.DATA_DIR = blocked
+    g = LineageBuilder()
+    g.chain("a", "b")
+    snapshot.reset()
+    with revision.pinned():
+        graph = queries.lineage(resolve_node_id(g.id("a")), depth=5, direction="downstream")
+    assert names(graph) == {"a", "b", "job_0"}
+    assert "lineage snapshots not shared between processes" in caplog.text
