@@ -31,6 +31,7 @@ import json
 import logging
 import mmap
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -260,6 +261,16 @@ def file_path() -> Path:
     return host_path("nodedocs", ".docs")
 
 
+def sweep(path: Path, suffix: str) -> None:
+    """Remove the files ``path`` replaces: this database's of other releases (``path`` from
+    host_path). A process of an older release that still maps one keeps its pages."""
+    name = path.name.removesuffix(suffix)[:-13]  # the database's name, before "-<digest>"
+    mine = re.compile(rf"{re.escape(name)}-[0-9a-f]{{12}}{re.escape(suffix)}")
+    for other in path.parent.iterdir():
+        if other != path and mine.fullmatch(other.name):
+            other.unlink(missing_ok=True)
+
+
 def last_pass() -> rev.Revision | None:
     """The revision of the last full rendering pass (graph_nodedoc_pass) of this release's
     code, if any."""
@@ -288,6 +299,7 @@ def write(path: Path, pass_revision: rev.Revision) -> int:
             out.flush()
             os.fsync(out.fileno())
         os.replace(target, path)
+        sweep(path, ".docs")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return sum(table.size for table in rows.values())

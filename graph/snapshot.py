@@ -742,6 +742,7 @@ def _write_shared(path: Path, snapshot: Snapshot) -> None:
             out.flush()
             os.fsync(out.fileno())
             os.replace(out.name, path)
+            docfile.sweep(path, f"-{snapshot.kind}.snap")
         except BaseException:
             os.unlink(out.name)
             raise

@@ -651,9 +651,16 @@ def test_processes_of_a_host_share_one_snapshot_base_and_catch_up_from_it(settin
         with revision.pinned():
             return names(queries.lineage(root, depth=5, direction="downstream"))
 
-    assert downstream() == {"a", "b", "c", "job_0", "job_1"}
     path = docfile_host_path("table")
-    assert path.exists()
+    # The base of an earlier release goes when this one's is written; another
+    # database's stays.
+    earlier = path.with_name(path.name.replace(path.name.split("-")[-2], "0123456789ab"))
+    elsewhere = path.with_name(f"other-{path.name}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in (earlier, elsewhere):
+        stale.write_bytes(b"an earlier base")
+    assert downstream() == {"a", "b", "c", "job_0", "job_1"}
+    assert path.exists() and elsewhere.exists() and not earlier.exists()
     built = snapshot.stats()["builds"]
     # A new process: it maps the host's base and catches up by delta with what changed
     # since, without reading every edge again.
