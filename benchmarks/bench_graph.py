@@ -306,6 +306,13 @@ def document_file_mb(db: str) -> float | None:
     return round(found[0].stat().st_size / 2**20, 1) if found else None
 
 
+def swap_used_mb() -> float:
+    """Swap in use on the machine now (0 where it has none)."""
+    info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    free = int(info["SwapTotal"].split()[0]) - int(info["SwapFree"].split()[0])
+    return round(free / 1024, 1)
+
+
 def worker_pids(master: int) -> list[int]:
     out = subprocess.run(["pgrep", "-P", str(master)], capture_output=True, text=True)
     return [int(p) for p in out.stdout.split()]
@@ -701,6 +708,7 @@ def bench_scale(
     result["floor_in_memory_bfs"] = floor_bfs(nodes)
     result["engine_traversal_in_process"] = engine_traversal(nodes)
     port = free_port()
+    started = time.perf_counter()
     server = start_server(db, port)
     # The other checkout's server, over the same database: port and process.
     other: tuple[int, subprocess.Popen[bytes]] | None = None
@@ -717,6 +725,8 @@ def bench_scale(
         # Warm every worker: snapshots are built lazily, once per process.
         warm = paths["table_down_d2_random"][:8] + paths["column_d5_random"][:8]
         run_load(port, token, warm, 2 * SERVER["workers"], 6)
+        # From starting gunicorn to the warm-up answered: the workers warm before serving.
+        result["ready_s"] = round(time.perf_counter() - started, 1)
         if other is not None:
             run_load(other[0], token, warm, 2 * SERVER["workers"], 6)
         workers = worker_pids(server.pid)
@@ -824,6 +834,7 @@ def bench_scale(
     print(f"[{scale}] peer queries…", flush=True)
     result["peer_sql"] = peer_queries(nodes)
     result["loadavg_end"] = loadavg()
+    result["swap_used_mb"] = swap_used_mb()
     return result
 
 
