@@ -1,5 +1,5 @@
-"""Lineage, impact and column-lineage answers (and column-level impact) against a naive breadth-first search over
-the edge rows.
+"""Lineage, impact, root-cause and column-lineage answers (and column-level impact)
+against a naive breadth-first search over the edge rows.
 
 Random graphs (layers of datasets joined by jobs, edges opened and closed at random
 instants, changes after the answers were first read), random roots, depths, directions
@@ -184,8 +184,16 @@ def test_lineage_answers_are_a_search_over_the_edge_rows(seed, api, viewer, stew
                 direction,
                 at,
             )
-            # Impact: what lies downstream, the root left out.
+            # Impact: what lies downstream, the root left out, and every edge among them
+            # and the root (with each dataset's writers among them).
             below = {n: d for n, (d, side) in naive(root, depth, "downstream", at).items()}
+            reads, writes, _, _ = live_table_edges(at)
+            links = {
+                (origin, destination)
+                for origin, ends in (*reads.items(), *writes.items())
+                for destination in ends
+                if origin in below and destination in below
+            }
             below.pop(root)
             impact = client.get(
                 "/api/v1/lineage/impact",
@@ -195,6 +203,9 @@ def test_lineage_answers_are_a_search_over_the_edge_rows(seed, api, viewer, stew
             found = impact.json()
             shown = {d["nodeId"]: d["distance"] for d in found["datasets"] + found["jobs"]}
             assert shown == below, (root, depth, at)
+            assert {(e["origin"], e["destination"]) for e in found["edges"]} == links
+            for d in found["datasets"]:
+                assert d["viaJobs"] == sorted(o for o, t in links if t == d["nodeId"])
             # Root cause: everything upstream, each job's run as of then, failures first.
             cause = client.get(
                 "/api/v1/lineage/root-cause",
@@ -354,15 +365,19 @@ def test_column_lineage_answers_are_a_search_over_the_column_edge_rows(seed, api
             entry[0] = min(entry[0], distance)
             entry[1].add(name)
         jobs: dict[str, int] = {}
+        links: set[tuple[str, str]] = set()
         for source, target, job in column_edges_at(at):
-            if job is not None and source in below and target in below:
-                jobs[job] = min(jobs.get(job, below[target]), below[target])
+            if source in below and target in below:
+                links |= {(source, target)} if job is None else {(source, job), (job, target)}
+                if job is not None:
+                    jobs[job] = min(jobs.get(job, below[target]), below[target])
         for source, dataset, job in column_edges_at(at, dataset_level=True):
             distance = below.get(source, depth) + 1
             if distance > depth:
                 continue
             entry = datasets.setdefault(dataset, [distance, set()])
             entry[0] = min(entry[0], distance)
+            links |= {(source, dataset)} if job is None else {(source, job), (job, dataset)}
             if job is not None:
                 jobs[job] = min(jobs.get(job, distance), distance)
         params.pop("withDownstream")
@@ -371,3 +386,4 @@ def test_column_lineage_answers_are_a_search_over_the_column_edge_rows(seed, api
             d["nodeId"]: [d["distance"], set(d["fields"])] for d in impact["datasets"]
         } == datasets, (root, depth, at)
         assert {j["nodeId"]: j["distance"] for j in impact["jobs"]} == jobs, (root, depth, at)
+        assert {(e["origin"], e["destination"]) for e in impact["edges"]} == links
