@@ -263,12 +263,19 @@ def file_path() -> Path:
 
 def sweep(path: Path, suffix: str) -> None:
     """Remove the files ``path`` replaces: this database's of other releases (``path`` from
-    host_path). A process of an older release that still maps one keeps its pages."""
+    host_path), and what a writer that died left half-written over an hour ago. A process
+    of an older release that still maps a file keeps its pages."""
     name = path.name.removesuffix(suffix)[:-13]  # the database's name, before "-<digest>"
     mine = re.compile(rf"{re.escape(name)}-[0-9a-f]{{12}}{re.escape(suffix)}")
+    abandoned = time.time() - 3600
     for other in path.parent.iterdir():
         if other != path and mine.fullmatch(other.name):
             other.unlink(missing_ok=True)
+        elif other.name.startswith(".writing-") and other.stat().st_mtime < abandoned:
+            if other.is_dir():
+                shutil.rmtree(other, ignore_errors=True)
+            else:
+                other.unlink(missing_ok=True)
 
 
 def last_pass() -> rev.Revision | None:

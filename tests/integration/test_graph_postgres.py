@@ -4,7 +4,9 @@ documents shared between processes and rendered ahead of requests."""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 
 import pytest
 from django.core.management import call_command
@@ -652,15 +654,18 @@ def test_processes_of_a_host_share_one_snapshot_base_and_catch_up_from_it(settin
             return names(queries.lineage(root, depth=5, direction="downstream"))
 
     path = docfile_host_path("table")
-    # The base of an earlier release goes when this one's is written; another
-    # database's stays.
+    # The base of an earlier release goes when this one's is written, and so does what a
+    # writer that died left behind; another database's stays, and a write under way.
     earlier = path.with_name(path.name.replace(path.name.split("-")[-2], "0123456789ab"))
     elsewhere = path.with_name(f"other-{path.name}")
+    died, writing = path.with_name(".writing-died"), path.with_name(".writing-now")
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in (earlier, elsewhere):
+    for stale in (earlier, elsewhere, died, writing):
         stale.write_bytes(b"an earlier base")
+    os.utime(died, (time.time() - 7200, time.time() - 7200))
     assert downstream() == {"a", "b", "c", "job_0", "job_1"}
-    assert path.exists() and elsewhere.exists() and not earlier.exists()
+    assert path.exists() and elsewhere.exists() and writing.exists()
+    assert not earlier.exists() and not died.exists()
     built = snapshot.stats()["builds"]
     # A new process: it maps the host's base and catches up by delta with what changed
     # since, without reading every edge again.
