@@ -216,6 +216,23 @@ class EdgeBatch:
     def size(self) -> int:
         return int(self.src.size)
 
+    def take(self, index: npt.NDArray[np.integer] | npt.NDArray[np.bool_]) -> EdgeBatch:
+        """The edges at ``index`` (positions or a mask), in its order."""
+        return EdgeBatch(self.src[index], self.dst[index], self.layer[index], self.pos[index])
+
+    @staticmethod
+    def joined(batches: list[EdgeBatch]) -> EdgeBatch:
+        if not batches:
+            return EMPTY_BATCH
+        if len(batches) == 1:
+            return batches[0]
+        return EdgeBatch(
+            np.concatenate([b.src for b in batches]),
+            np.concatenate([b.dst for b in batches]),
+            np.concatenate([b.layer for b in batches]),
+            np.concatenate([b.pos for b in batches]),
+        )
+
 
 EMPTY_BATCH = EdgeBatch(EMPTY, EMPTY, np.zeros(0, dtype=np.int8), EMPTY)
 
@@ -257,16 +274,7 @@ class Snapshot:
                     pos,
                 )
             )
-        if not parts:
-            return EMPTY_BATCH
-        if len(parts) == 1:
-            return parts[0]
-        return EdgeBatch(
-            np.concatenate([p.src for p in parts]),
-            np.concatenate([p.dst for p in parts]),
-            np.concatenate([p.layer for p in parts]),
-            np.concatenate([p.pos for p in parts]),
-        )
+        return EdgeBatch.joined(parts)
 
     def column(self, name: str, batch: EdgeBatch) -> npt.NDArray[Any]:
         """The values of edge column ``name`` for every edge of ``batch``."""
@@ -661,7 +669,7 @@ def _base(kind: Kind, current: rev.Revision) -> Snapshot:
             with docfile.locked(path):
                 return _shared_base(path, kind, current)
     except OSError as exc:
-        log_once(f"lineage snapshots not shared between processes ({path}): {exc}")
+        _log_once(f"lineage snapshots not shared between processes ({path}): {exc}")
     _cache.stats["builds"] += 1
     return build(kind, current)
 
@@ -684,7 +692,7 @@ def _shared_base(path: Path, kind: Kind, current: rev.Revision) -> Snapshot:
 _logged: set[str] = set()
 
 
-def log_once(message: str) -> None:
+def _log_once(message: str) -> None:
     if message not in _logged:
         _logged.add(message)
         logger.warning(message)

@@ -299,7 +299,7 @@ def column_edges(snap: Snapshot, fields: IntArray, tf: TimeFilter) -> ColumnEdge
     field_mask = mask_of(snap.size_of("field", fields), fields)
     down = snap.expand("down", fields, tf)
     keep = _inside(down.dst.astype(np.int64), field_mask)
-    batch = EdgeBatch(down.src[keep], down.dst[keep], down.layer[keep], down.pos[keep])
+    batch = down.take(keep)
     return ColumnEdges(
         src=batch.src.astype(np.int64),
         tgt=batch.dst.astype(np.int64),
@@ -346,19 +346,6 @@ class RankedReach:
 
 
 ALL_LEVELS = (3, 2, 1, 0)
-
-
-def _rows(batch: EdgeBatch, index: npt.NDArray[np.integer] | npt.NDArray[np.bool_]) -> EdgeBatch:
-    return EdgeBatch(batch.src[index], batch.dst[index], batch.layer[index], batch.pos[index])
-
-
-def _concat(batches: list[EdgeBatch]) -> EdgeBatch:
-    if not batches:
-        return EMPTY_BATCH
-    return EdgeBatch(*(np.concatenate([getattr(b, n) for b in batches]) for n in _BATCH_COLUMNS))
-
-
-_BATCH_COLUMNS = ("src", "dst", "layer", "pos")
 
 
 def ranked_field_reach(
@@ -417,7 +404,7 @@ def ranked_field_reach(
             return EMPTY
         index = index[np.argsort(dist[src[index]], kind="stable")]
         targets, pick = np.unique(dst[index], return_index=True)
-        chosen = _rows(batch, index[pick])  # aligned with the sorted targets
+        chosen = batch.take(index[pick])  # aligned with the sorted targets
         parents = chosen.src.astype(np.int64)
         best[targets] = strength
         dist[targets] = dist[parents] + 1
@@ -447,20 +434,20 @@ def ranked_field_reach(
         while batch.size:
             strong = strength_of(batch) >= level
             if not strong.all():
-                weaker.append(_rows(batch, ~strong))
-            frontier = take(_rows(batch, strong), level)
+                weaker.append(batch.take(~strong))
+            frontier = take(batch.take(strong), level)
             batch = snap.expand("down", frontier, tf) if frontier.size else EMPTY_BATCH
-        batch = _concat(weaker)
+        batch = EdgeBatch.joined(weaker)
     cols = [np.concatenate([np.asarray(f[i], dtype=np.int64) for f in found]) for i in range(8)]
 
     # Dataset-level dependencies from any reached field: the weakest kind of reach.
     ds_batch = snap.expand("down_ds", cols[0], tf)
     if ds_batch.size and max_depth is not None:
-        ds_batch = _rows(ds_batch, dist[ds_batch.src.astype(np.int64)] < max_depth)
+        ds_batch = ds_batch.take(dist[ds_batch.src.astype(np.int64)] < max_depth)
     targets = ds_batch.dst.astype(np.int64)
     outside = np.flatnonzero(~np.isin(targets, distinct(cols[1])))
     targets, pick = distinct_first(targets[outside])
-    picked = _rows(ds_batch, outside[pick])
+    picked = ds_batch.take(outside[pick])
     field, dataset, strength, dists, parent_field, parent_job, parent_layer, parent_pos = cols
     return RankedReach(
         field=field,
@@ -545,7 +532,7 @@ def field_path(
         targets, idx = _first_parents(batch, dist)
         dist[targets] = step
         parent[targets] = batch.src.astype(np.int64)[idx]
-        picked = EdgeBatch(batch.src[idx], batch.dst[idx], batch.layer[idx], batch.pos[idx])
+        picked = batch.take(idx)
         via[targets] = snap.column("job", picked).astype(np.int64)
         frontier = targets
     if dist[target] == UNSEEN:
