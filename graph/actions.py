@@ -32,7 +32,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db.models import Model, Q
@@ -76,6 +76,8 @@ ColumnKey = tuple[int, int, int | None, str, str]
 # (masking, description)
 ColumnAttrs = tuple[bool, str]
 TableKey = tuple[int, str]  # (dataset_id, direction)
+# The first and last instant at which a job's timeline changed.
+Span = tuple[datetime, datetime]
 
 
 NEVER = datetime.min.replace(tzinfo=UTC)
@@ -239,8 +241,9 @@ _NEVER = datetime.max.replace(tzinfo=UTC)
 IO_FIELDS = ("run_id", "dataset_id", "direction", "event_time", "dataset_version_id")
 
 
-def record_runs(observations: list[RunObservation], jobs: Mapping[int, Job]) -> dict[int, datetime]:
-    """Apply run observations; gives the jobs whose timeline changed and the instant from which.
+def record_runs(observations: list[RunObservation], jobs: Mapping[int, Job]) -> dict[int, Span]:
+    """Apply run observations; gives the jobs whose timeline changed, each with the first and
+    last instant at which it changed.
 
     Idempotent and order-free: states merge by ``state_key``, start is the
     earliest START/RUNNING, facets keep their newest value, inputs/outputs and
@@ -331,7 +334,7 @@ def record_runs(observations: list[RunObservation], jobs: Mapping[int, Job]) -> 
     bulk.insert_values(RunDataset, IO_FIELDS, io_create, ignore_conflicts=True)
     bulk_set(RunDataset, io_update, ["event_time", "dataset_version"])
 
-    since: dict[int, datetime] = {}
+    since: dict[int, Span] = {}
     moved: list[tuple[Run, _Step | None, _Step | None]] = []
     for run_uuid in io_wanted.keys() | dirty:
         run = runs[run_uuid]
@@ -376,10 +379,10 @@ def record_runs(observations: list[RunObservation], jobs: Mapping[int, Job]) -> 
 
 def _replay_points(
     moved: list[tuple[Run, _Step | None, _Step | None]],
-    since: dict[int, datetime],
+    since: dict[int, Span],
     jobs: Mapping[int, Job],
 ) -> None:
-    """Add to ``since`` the instant from which each job's timeline must be replayed.
+    """Add to ``since`` the instants between which each job's timeline changed.
 
     A run that newly joins its job's timeline after the timeline's last step, with the
     same datasets and column mappings as that step, leaves every edge as it was (a
@@ -407,7 +410,14 @@ def _replay_points(
             continue
         at = earliest(old, after)
         if at is not None:
-            since[run.job_id] = min(at, since.get(run.job_id, at))
+            latest = max(s.ended_at for s in (old, after) if s is not None and s.ended_at)
+            widen(since, run.job_id, at, latest)
+
+
+def widen(spans: dict[int, Span], job_id: int, first: datetime, last: datetime) -> None:
+    """Make the job's span of changed instants cover [first, last]."""
+    known = spans.get(job_id)
+    spans[job_id] = (first, last) if known is None else (min(known[0], first), max(known[1], last))
 
 
 def _merge_run(run: Run, obs: RunObservation) -> bool:
@@ -580,25 +590,61 @@ class _RunStep:
     digest: str
 
 
-def recompute_jobs(since_by_job: Mapping[int, datetime], jobs: Mapping[int, Job]) -> EdgeChanges:
-    """Replay each job's timeline from its instant and store the resulting edge intervals.
+# How far past a job's last change its replay first reads; each further pass reads 16 times
+# as far (scheduled jobs settle at their next run: one pass).
+FIRST_REACH = timedelta(hours=2)
 
+
+def recompute_jobs(
+    spans: Mapping[int, tuple[datetime, datetime | None]], jobs: Mapping[int, Job]
+) -> EdgeChanges:
+    """Replay each job's timeline around the instants where it changed, and store the
+    resulting edge intervals.
+
+    ``spans`` gives each job's first and last changed instant (last None: replay to the
+    end). After the last change, a job's timeline is the one its stored intervals
+    describe: once the replay's open edges are the stored ones open at that instant,
+    everything after it stands, but for moving an open interval's start. So the replay
+    reads a window past the last change and stops there, and reads further only when it
+    has not settled; a late event costs what it changes, not the history after it.
     ``jobs`` are the locked rows of the jobs: their timeline end is set on them in memory.
     """
-    changes = EdgeChanges()
-    if not since_by_job:
-        return changes
-    job_ids = sorted(since_by_job)
-    earliest = min(since_by_job.values())
-    runs = list(
-        Run.objects.filter(
-            job_id__any_of=job_ids,
-            state=RunState.COMPLETED,
-            edges_applied=True,
-            ended_at__gte=earliest,
-        ).values_list("pk", "job_id", "run_uuid", "ended_at", "column_lineage")
-    )
-    runs = [r for r in runs if r[3] is not None and r[3] >= since_by_job[r[1]]]
+    plan = _WritePlan()
+    reach = FIRST_REACH
+    pending = dict(spans)
+    while pending:
+        windows: dict[int, tuple[datetime, datetime | None, datetime | None]] = {}
+        for job_id, (since, until) in pending.items():
+            last = jobs[job_id].timeline_end
+            end = None
+            if until is not None and last is not None and until + reach < last:
+                end = until + reach
+            windows[job_id] = (since, until, end)
+        for job_id in _replay_windows(windows, jobs, plan):
+            del pending[job_id]
+        reach *= 16
+    return plan.apply()
+
+
+def _replay_windows(
+    windows: Mapping[int, tuple[datetime, datetime | None, datetime | None]],
+    jobs: Mapping[int, Job],
+    plan: _WritePlan,
+) -> set[int]:
+    """Replay each job over [since, end] (end None: to its timeline's end); gives the jobs
+    whose replay settled after ``until`` or reached the end (their writes are in ``plan``)."""
+    job_ids = sorted(windows)
+    earliest = min(since for since, _, _ in windows.values())
+    ends = [end for _, _, end in windows.values()]
+    latest = None if None in ends else max(e for e in ends if e is not None)
+    upto = {} if latest is None else {"ended_at__lte": latest}
+    runs = []
+    for row in Run.objects.filter(
+        job_id__any_of=job_ids, edges_applied=True, ended_at__gte=earliest, **upto
+    ).values_list("pk", "job_id", "run_uuid", "ended_at", "column_lineage"):
+        since, _, end = windows[row[1]]
+        if row[3] is not None and row[3] >= since and (end is None or row[3] <= end):
+            runs.append(row)
     io: dict[int, set[TableKey]] = defaultdict(set)
     if runs:
         for run_id, dataset_id, direction in RunDataset.objects.filter(
@@ -621,15 +667,22 @@ def recompute_jobs(since_by_job: Mapping[int, datetime], jobs: Mapping[int, Job]
                 digest=step_digest(run_io, _lineage_key(lineage)),
             )
         )
+
+    def within(job_id: int, valid_from: datetime, valid_to: datetime | None) -> bool:
+        since, _, end = windows[job_id]
+        return (valid_to is None or valid_to >= since) and (end is None or valid_from <= end)
+
     reaching = Q(valid_to__isnull=True) | Q(valid_to__gte=earliest)
+    if latest is not None:
+        reaching &= Q(valid_from__lte=latest)
     table_rows: dict[int, list[TableEdge]] = defaultdict(list)
     for edge in TableEdge.objects.filter(reaching, job_id__any_of=job_ids):
-        if edge.valid_to is None or edge.valid_to >= since_by_job[edge.job_id]:
+        if within(edge.job_id, edge.valid_from, edge.valid_to):
             table_rows[edge.job_id].append(edge)
     column_rows: dict[int, list[ColumnEdge]] = defaultdict(list)
     for cedge in ColumnEdge.objects.filter(reaching, job_id__any_of=job_ids):
         assert cedge.job_id is not None
-        if cedge.valid_to is None or cedge.valid_to >= since_by_job[cedge.job_id]:
+        if within(cedge.job_id, cedge.valid_from, cedge.valid_to):
             column_rows[cedge.job_id].append(cedge)
 
     source_fields: set[int] = {c.source_field_id for rows in column_rows.values() for c in rows}
@@ -654,18 +707,19 @@ def recompute_jobs(since_by_job: Mapping[int, datetime], jobs: Mapping[int, Job]
             dataset_id__any_of=datasets,
             lifecycle_state__in=CLOSING_LIFECYCLES,
             created_at__gte=earliest,
+            **({} if latest is None else {"created_at__lte": latest}),
         ).values_list("dataset_id", "created_at"):
             closings[dataset_id].append(at)
 
-    plan = _WritePlan()
+    done: set[int] = set()
     for job_id in job_ids:
-        since = since_by_job[job_id]
+        since, until, end = windows[job_id]
         job_closings = sorted(
             {
                 (at, dataset_id)
                 for dataset_id, times in closings.items()
                 for at in times
-                if at >= since
+                if at >= since and (end is None or at <= end)
             }
         )
         timeline: list[tuple[datetime, int, str, _RunStep | int]] = [
@@ -674,14 +728,37 @@ def recompute_jobs(since_by_job: Mapping[int, datetime], jobs: Mapping[int, Job]
         ]
         timeline.extend((at, 1, str(d), d) for at, d in job_closings)
         timeline.sort(key=lambda item: (item[0], item[1], item[2]))
-        _replay_tables(job_id, since, timeline, table_rows[job_id], plan)
-        _replay_columns(job_id, since, timeline, column_rows[job_id], field_dataset, plan)
+        # A window short of the timeline's end counts only once both replays settle in it.
+        settle = None if end is None else until
+        mine = _WritePlan()
+        if not (
+            _replay_tables(job_id, since, timeline, table_rows[job_id], mine, settle)
+            and _replay_columns(
+                job_id, since, timeline, column_rows[job_id], field_dataset, mine, settle
+            )
+        ):
+            continue
+        plan.merge(mine)
+        done.add(job_id)
+        if end is not None:
+            continue  # the timeline's end lies past the window, as it was
         job, last = jobs[job_id], timeline[-1][3] if timeline else None
         if isinstance(last, _RunStep):
             job.timeline_end, job.timeline_digest = last.at, last.digest
         else:  # ends in a closing, or nothing left to go by: the next run replays
             job.timeline_end, job.timeline_digest = None, ""
-    return plan.apply()
+    return done
+
+
+def _settled(
+    timeline: list[tuple[datetime, int, str, _RunStep | int]], index: int, after: datetime | None
+) -> bool:
+    """Whether the replay may compare with the stored intervals after item ``index``: past
+    ``after``, and every item of that instant applied."""
+    at = timeline[index][0]
+    if after is None or at <= after:
+        return False
+    return index + 1 == len(timeline) or timeline[index + 1][0] > at
 
 
 TABLE_EDGE_FIELDS = ("job_id", "dataset_id", "direction", "valid_from", "valid_to")
@@ -711,6 +788,24 @@ class _WritePlan:
     # and the earliest instant such a change took effect.
     carrying_sources: set[int] = field(default_factory=set)
     carrying_since: datetime | None = None
+
+    def merge(self, other: _WritePlan) -> None:
+        for name in (
+            "table_delete",
+            "table_update",
+            "table_insert",
+            "column_delete",
+            "column_update",
+            "column_insert",
+        ):
+            getattr(self, name).extend(getattr(other, name))
+        self.carrying_sources |= other.carrying_sources
+        if other.carrying_since is not None:
+            self.touch_since(other.carrying_since)
+
+    def touch_since(self, moment: datetime) -> None:
+        known = self.carrying_since
+        self.carrying_since = moment if known is None else min(known, moment)
 
     def touch(self, key: ColumnKey, *moments: datetime | None) -> None:
         if key[2] is not None and propagation.carries(key[3], key[4]):
@@ -749,7 +844,10 @@ def _replay_tables(
     timeline: list[tuple[datetime, int, str, _RunStep | int]],
     rows: list[TableEdge],
     plan: _WritePlan,
-) -> None:
+    settle: datetime | None = None,
+) -> bool:
+    """Replay the job's table edges from ``since``; with ``settle``, stop at the first
+    instant after it where the open edges are the stored ones (False: none in the window)."""
     open_: dict[TableKey, datetime] = {}
     for edge in rows:
         if edge.valid_from < since:
@@ -762,7 +860,8 @@ def _replay_tables(
         if start < at:
             intervals[(key, start)] = at
 
-    for at, _, _, item in timeline:
+    settled_at = None
+    for index, (at, _, _, item) in enumerate(timeline):
         if isinstance(item, _RunStep):
             for key in [k for k in open_ if k not in item.io]:
                 close(key, at)
@@ -771,10 +870,27 @@ def _replay_tables(
         else:
             for key in [k for k in open_ if k[0] == item]:
                 close(key, at)
+        if _settled(timeline, index, settle):
+            alive = {
+                (e.dataset_id, e.direction): e
+                for e in rows
+                if e.valid_from <= at and (e.valid_to is None or e.valid_to > at)
+            }
+            if alive.keys() == open_.keys():
+                # From here on the stored intervals stand; an open one may start earlier.
+                for key, start in open_.items():
+                    intervals[(key, start)] = alive[key].valid_to
+                open_.clear()
+                settled_at = at
+                break
+    if settle is not None and settled_at is None:
+        return False
     for key, start in open_.items():
         intervals[(key, start)] = None
 
     for edge in rows:
+        if settled_at is not None and edge.valid_from > settled_at:
+            continue  # after the replay settled: as stored
         ident = ((edge.dataset_id, edge.direction), edge.valid_from)
         if ident in intervals:
             wanted = intervals.pop(ident)
@@ -785,6 +901,7 @@ def _replay_tables(
             plan.table_delete.append(edge.pk)
     for ((dataset_id, direction), start), end in intervals.items():
         plan.table_insert.append((job_id, dataset_id, direction, start, end))
+    return True
 
 
 def _replay_columns(
@@ -794,7 +911,10 @@ def _replay_columns(
     rows: list[ColumnEdge],
     field_dataset: dict[int, int],
     plan: _WritePlan,
-) -> None:
+    settle: datetime | None = None,
+) -> bool:
+    """As ``_replay_tables``, for the job's column edges (which settle only where their
+    masking and description are the stored ones too)."""
     open_: dict[ColumnKey, tuple[datetime, ColumnAttrs]] = {}
     for edge in rows:
         if edge.valid_from < since:
@@ -808,7 +928,8 @@ def _replay_columns(
         if start < at:
             intervals[(key, start)] = (at, attrs)
 
-    for at, _, _, item in timeline:
+    settled_at = None
+    for index, (at, _, _, item) in enumerate(timeline):
         if isinstance(item, _RunStep):
             for key in list(open_):
                 target = key[1]
@@ -822,10 +943,29 @@ def _replay_columns(
         else:
             for key in [k for k in open_ if k[1] == item or field_dataset.get(k[0]) == item]:
                 close(key, at)
+        if _settled(timeline, index, settle):
+            alive = {
+                _column_key(e): e
+                for e in rows
+                if e.valid_from <= at and (e.valid_to is None or e.valid_to > at)
+            }
+            if alive.keys() == open_.keys() and all(
+                (alive[key].masking, alive[key].description) == attrs
+                for key, (_, attrs) in open_.items()
+            ):
+                for key, (start, attrs) in open_.items():
+                    intervals[(key, start)] = (alive[key].valid_to, attrs)
+                open_.clear()
+                settled_at = at
+                break
+    if settle is not None and settled_at is None:
+        return False
     for key, (start, attrs) in open_.items():
         intervals[(key, start)] = (None, attrs)
 
     for edge in rows:
+        if settled_at is not None and edge.valid_from > settled_at:
+            continue
         ident = (_column_key(edge), edge.valid_from)
         if ident in intervals:
             end, (masking, description) = intervals.pop(ident)
@@ -843,6 +983,7 @@ def _replay_columns(
     for (key, start), (end, (masking, description)) in intervals.items():
         plan.column_insert.append((job_id, *key, masking, description, start, end))
         plan.touch(key, start)
+    return True
 
 
 def _earlier(a: datetime | None, b: datetime | None) -> datetime | None:

@@ -118,6 +118,13 @@ class Run(models.Model):
                 condition=models.Q(parent__isnull=True, parent_run_uuid__isnull=False),
                 name="run_waiting_for_parent",
             ),
+            # A job's timeline around a late run is read by completion time
+            # (graph.actions.recompute_jobs), however long the job's history.
+            models.Index(
+                fields=["job", "ended_at"],
+                condition=models.Q(edges_applied=True),
+                name="run_timeline",
+            ),
         ]
 
     def __str__(self) -> str:

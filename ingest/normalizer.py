@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
@@ -66,7 +66,7 @@ from catalog.naming import PATH_PLATFORMS, canonical, platform
 from graph import actions as graph_actions
 from graph import models as graph_models
 from graph import propagation
-from graph.models import Job, RunDataset
+from graph.models import Direction, Job, RunDataset
 from graph.nodeids import dataset_node_id
 from ingest.events import ColumnMapping, DatasetRef, ParsedEvent, SchemaField
 from ingest.models import NO_RUN, DatasetRead, SchemaObservation
@@ -189,7 +189,9 @@ class _Batch:
         self.specs: dict[tuple[int, str], tuple[list[dict[str, str]], str]] = {}
         # Events repeat the same schemas: each one's field rows and digest, made once.
         self.schemas: dict[tuple[SchemaField, ...], tuple[list[dict[str, str]], str]] = {}
-        self.versions_changed: dict[int, datetime] = {}
+        # Datasets whose versions changed, with the [from, to) span (to None: no end) of
+        # event times whose run io may now point at another version.
+        self.versions_changed: dict[int, tuple[datetime, datetime | None]] = {}
         self.all_versions: dict[int, list[DatasetVersion]] = {}
         self.dataset_names: dict[int, tuple[str, str]] = {}
         self.dataset_states: dict[int, tuple[Any, ...]] = {}
@@ -565,11 +567,16 @@ class _Batch:
         self.schema_seen[key] = min(at, self.schema_seen.get(key, at))
 
     def _replay_versions(self) -> None:
-        """Store the sightings and re-derive each dataset's versions from its earliest new one.
+        """Store the sightings and re-derive each dataset's versions around the new ones.
 
         A version starts at every sighting (in event-time order) whose schema
         differs from the sighting before it: the run-length encoding of the
-        sightings, so any arrival order gives the same versions.
+        sightings, so any arrival order gives the same versions. New sightings
+        between ``since`` and ``until`` can change whether a sighting starts a
+        version only up to the first sighting after ``until``: the sightings
+        read and the versions rewritten are that window's, however much history
+        lies after it. A version whose start merely moves keeps its row, so the
+        run io already pointing at it stays as it is.
         """
         if not self.sightings:
             return
@@ -584,60 +591,106 @@ class _Batch:
             ignore_conflicts=True,
         )
         since = {d: min(at for at, _, _ in found) for d, found in self.sightings.items()}
-        start = min(since.values())
         ids = sorted(since)
+        # The first sighting after each dataset's window (None: the window reaches the end).
+        seen_last = {d: max(at for at, _, _ in self.sightings[d]) for d in ids}
+        upto: dict[int, datetime | None] = _nearest(SchemaObservation, "at", seen_last, after=True)
+        start = min(since.values())
         window: dict[int, list[tuple[datetime, str, uuid.UUID]]] = defaultdict(list)
+        ends = list(upto.values())
+        bound = {} if None in ends else {"at__lte": max(e for e in ends if e is not None)}
         for d, at, h, run in SchemaObservation.objects.filter(
-            dataset_id__any_of=ids, at__gte=start
+            dataset_id__any_of=ids, at__gte=start, **bound
         ).values_list("dataset_id", "at", "schema_hash", "run_uuid"):
-            if at >= since[d]:
+            end = upto[d]
+            if at >= since[d] and (end is None or at <= end):
                 window[d].append((at, h, run))
         existing: dict[int, list[DatasetVersion]] = defaultdict(list)
+        # Versions after the window: only the first one is wanted (where the window's last
+        # version ends).
+        after: dict[int, datetime] = {}
         for v in DatasetVersion.objects.filter(dataset_id__any_of=ids, created_at__gte=start):
-            if v.created_at >= since[v.dataset_id]:
-                existing[v.dataset_id].append(v)
+            d, at, end = v.dataset_id, v.created_at, upto[v.dataset_id]
+            if at < since[d]:
+                continue
+            if end is None or at <= end:
+                existing[d].append(v)
+            elif d not in after or at < after[d]:
+                after[d] = at
         create: list[DatasetVersion] = []
+        moved: list[DatasetVersion] = []
+        gone: list[int] = []
+        befores = self._versions_before(since)
         for d in ids:
-            before = self._version_before(d, since[d])
+            before = befores[d]
             last = before.schema_hash if before is not None else None
             wanted: dict[tuple[datetime, str], uuid.UUID | None] = {}
             for at, h, run in sorted(window[d]):
                 if h != last:
-                    wanted[(at, h)] = run
+                    wanted[(at, h)] = None if run == NO_RUN else run
                 last = h
             for v in existing[d]:
                 self.specs.setdefault((d, v.schema_hash), (list(v.fields or []), v.lifecycle_state))
-            changed: list[datetime] = []
+            # Where run io must point again: [from, to) spans, to None for the end.
+            spans: list[tuple[datetime, datetime | None]] = []
             kept: list[DatasetVersion] = []
-            for v in existing[d]:
-                starter = wanted.pop((v.created_at, v.schema_hash), None)
-                if starter is None:
-                    v.delete()
-                    changed.append(v.created_at)
-                    continue
-                kept.append(v)
-                run_uuid = None if starter == NO_RUN else starter
-                if v.run_uuid != run_uuid:
-                    v.run_uuid = run_uuid
-                    v.save(update_fields=["run_uuid"])
+            unwanted: dict[str, list[DatasetVersion]] = defaultdict(list)
+            for v in sorted(existing[d], key=lambda v: v.created_at):
+                if (v.created_at, v.schema_hash) in wanted:
+                    starter = wanted.pop((v.created_at, v.schema_hash))
+                    kept.append(v)
+                    if v.run_uuid != starter:
+                        v.run_uuid = starter
+                        moved.append(v)
+                else:
+                    unwanted[v.schema_hash].append(v)
+            starts = sorted([at for at, _ in wanted] + [v.created_at for v in kept])
+            if d in after:
+                starts.append(after[d])
+
             for (at, h), starter in sorted(wanted.items()):
+                spare = unwanted.get(h)
+                if spare:
+                    # The same schema now starts elsewhere: the row moves with it.
+                    v = spare.pop(0)
+                    old = v.created_at
+                    spans.append((min(old, at), max(old, at)))
+                    v.created_at, v.run_uuid = at, starter
+                    v.version = self._version_id(d, h, at)
+                    moved.append(v)
+                    kept.append(v)
+                    continue
                 fields, lifecycle = self._spec(d, h)
                 row = DatasetVersion(
                     dataset_id=d,
                     version=self._version_id(d, h, at),
                     created_at=at,
-                    run_uuid=None if starter == NO_RUN else starter,
+                    run_uuid=starter,
                     schema_hash=h,
                     fields=fields,
                     lifecycle_state=lifecycle,
                 )
                 create.append(row)
                 kept.append(row)
-                changed.append(at)
-            if changed:
-                self.versions_changed[d] = min(changed)
+                spans.append((at, _next_after(starts, at)))
+            for rows in unwanted.values():
+                for v in rows:
+                    gone.append(v.pk)
+                    spans.append((v.created_at, _next_after(starts, v.created_at)))
+            if spans:
+                ends = [end for _, end in spans]
+                self.versions_changed[d] = (
+                    min(begin for begin, _ in spans),
+                    None if None in ends else max(e for e in ends if e is not None),
+                )
+            prior = self.latest.get(d)
+            if prior is not None and d in after:
+                continue  # the newest version lies after the window: unchanged
             newest = max(kept, key=lambda v: v.created_at, default=None)
             self.latest[d] = newest or before
+        if gone:
+            DatasetVersion.objects.filter(pk__any_of=gone).delete()
+        graph_actions.bulk_set(DatasetVersion, moved, ["created_at", "version", "run_uuid"])
         if create:
             bulk.insert(DatasetVersion, create)
         self.all_versions.clear()
@@ -653,17 +706,24 @@ class _Batch:
         ident = f"{names[0]}|{names[1]}|{digest}|{graph_actions.time_key(at)}"
         return uuid.uuid5(VERSION_IDS, ident)
 
-    def _version_before(self, dataset_id: int, at: datetime) -> DatasetVersion | None:
-        latest = self.latest.get(dataset_id)
-        if latest is not None and latest.created_at < at:
-            return latest
-        if dataset_id in self.latest and latest is None:
-            return None  # it had no versions before this batch
-        return (
-            DatasetVersion.objects.filter(dataset_id=dataset_id, created_at__lt=at)
-            .order_by("-created_at", "-schema_hash")
-            .first()
-        )
+    def _versions_before(self, instants: dict[int, datetime]) -> dict[int, DatasetVersion | None]:
+        """Each dataset's version in force just before the given instant."""
+        found: dict[int, DatasetVersion | None] = {}
+        ask: dict[int, datetime] = {}
+        for d, at in instants.items():
+            latest = self.latest.get(d)
+            if latest is not None and latest.created_at < at:
+                found[d] = latest
+            elif d in self.latest and latest is None:
+                found[d] = None  # it had no versions before this batch
+            else:
+                ask[d] = at
+        pks = _nearest(DatasetVersion, "id", ask, after=False)
+        rows = DatasetVersion.objects.in_bulk([pk for pk in pks.values() if pk is not None])
+        for d in ask:
+            pk = pks[d]
+            found[d] = None if pk is None else rows[pk]
+        return found
 
     def _spec(self, dataset_id: int, digest: str) -> tuple[list[dict[str, str]], str]:
         found = self.specs.get((dataset_id, digest))
@@ -801,7 +861,7 @@ class _Batch:
 
     def _repoint_run_io(self) -> None:
         """Run io rows point at the version in force at their event time: re-point the rows
-        from the first instant where this batch changed a dataset's versions."""
+        in the spans where this batch changed a dataset's versions."""
         if not self.versions_changed:
             return
         stale = []
@@ -809,8 +869,15 @@ class _Batch:
         # A few hundred conditions a query: SQLite refuses an expression deeper than 1,000.
         for start in range(0, len(changed), OR_TERMS_PER_QUERY):
             query = Q()
-            for dataset_id, changed_at in changed[start : start + OR_TERMS_PER_QUERY]:
-                query |= Q(dataset_id=dataset_id, event_time__gte=changed_at)
+            for dataset_id, (begin, end) in changed[start : start + OR_TERMS_PER_QUERY]:
+                bound = {} if end is None else {"event_time__lt": end}
+                # Both directions named: the (dataset, direction, time) index serves the range.
+                query |= Q(
+                    dataset_id=dataset_id,
+                    direction__in=(Direction.INPUT, Direction.OUTPUT),
+                    event_time__gte=begin,
+                    **bound,
+                )
             for row in RunDataset.objects.filter(query).only(
                 "pk", "dataset_id", "event_time", "dataset_version_id"
             ):
@@ -854,7 +921,7 @@ class _Batch:
         for dataset_id, at in self.closures:
             for job_id in graph_actions.jobs_with_edges_open_at([(dataset_id, at)]):
                 if job_id in self.jobs:
-                    since[job_id] = min(at, since.get(job_id, at))
+                    graph_actions.widen(since, job_id, at, at)
         edges = graph_actions.recompute_jobs(since, self.jobs)
         self._flush_jobs()
         return NormalizeResult(
@@ -954,6 +1021,42 @@ def _dataset_state(ds: Dataset) -> tuple[Any, ...]:
         else getattr(ds, "alias_of_id" if name == "alias_of" else name)
         for name in DATASET_FIELDS
     )
+
+
+def _next_after(starts: list[datetime], at: datetime) -> datetime | None:
+    return next((s for s in starts if s > at), None)
+
+
+def _nearest(
+    model: Any, value: str, instants: dict[int, datetime], *, after: bool
+) -> dict[int, Any]:
+    """For each dataset, ``value`` of its ``model`` row nearest the given instant, strictly
+    after or before it (by the row's time ``at`` or ``created_at``, then schema digest)."""
+    time = "at" if model is SchemaObservation else "created_at"
+    found: dict[int, Any] = dict.fromkeys(instants)
+    if not instants:
+        return found
+    sign, order = (">", "") if after else ("<", " DESC")
+    if connection.vendor != "postgresql":
+        for d, at in instants.items():
+            found[d] = (
+                model.objects.filter(dataset_id=d, **{f"{time}__{'gt' if after else 'lt'}": at})
+                .order_by(*(f"{'' if after else '-'}{c}" for c in (time, "schema_hash")))
+                .values_list(value, flat=True)
+                .first()
+            )
+        return found
+    # One statement, one index probe per dataset.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT d.id, (SELECT r.{value} FROM {model._meta.db_table} r "
+            f"WHERE r.dataset_id = d.id AND r.{time} {sign} d.at "
+            f"ORDER BY r.{time}{order}, r.schema_hash{order} LIMIT 1) "
+            "FROM unnest(%s::bigint[], %s::timestamptz[]) AS d(id, at)",
+            [list(instants), list(instants.values())],
+        )
+        found.update(cursor.fetchall())
+    return found
 
 
 def ensure_namespaces(names: Iterable[str]) -> dict[str, int]:
@@ -1380,11 +1483,11 @@ def _derive_again(survivor: Dataset, jobs: dict[int, Job]) -> None:
     if sightings:
         batch.sightings[survivor.pk] = sightings
         batch._replay_versions()
-        batch.versions_changed[survivor.pk] = min(at for at, _, _ in sightings)
+        batch.versions_changed[survivor.pk] = (min(at for at, _, _ in sightings), None)
         batch._sync_fields()
         batch._flush_fields()
         batch._repoint_run_io()
     batch.jobs = dict(jobs)
     batch.job_states = {pk: _job_state(job) for pk, job in batch.jobs.items()}
-    graph_actions.recompute_jobs({pk: BEGINNING for pk in batch.jobs}, batch.jobs)
+    graph_actions.recompute_jobs({pk: (BEGINNING, None) for pk in batch.jobs}, batch.jobs)
     batch._flush_jobs()

@@ -55,7 +55,14 @@ def snapshot() -> dict[str, Any]:
             for f in DatasetField.objects.all()
         ),
         "versions": sorted(
-            (names[v.dataset_id], v.created_at, v.schema_hash, v.lifecycle_state, str(v.run_uuid))
+            (
+                names[v.dataset_id],
+                v.created_at,
+                v.schema_hash,
+                v.lifecycle_state,
+                str(v.run_uuid),
+                str(v.version),
+            )
             for v in DatasetVersion.objects.all()
         ),
         "owners": sorted(
@@ -354,3 +361,69 @@ def test_it_moves_the_timeline_end_without_a_replay_when_a_run_repeats_the_last_
     assert [(e[3].day, e[4]) for e in a_edges] == [(1, None)]
     x_from_a = [e for e in state["column_edges"] if e[1] == "a.x"]
     assert [(e[8].day, e[9].day if e[9] else None) for e in x_from_a] == [(1, 6), (7, None)]
+
+
+def long_history() -> list[dict[str, Any]]:
+    """Two jobs run hourly for a day, mostly the same lineage: an input's schema changes and
+    changes back, a mapping changes for a while, an input is dropped and comes back."""
+    events: list[dict[str, Any]] = []
+    for hour in range(24):
+        a_fields = ("x", "y", "w") if 7 <= hour < 15 else ("x", "y")
+        for job, target in (("etl.one", "dw.one"), ("etl.two", "dw.two")):
+            source = "y" if job == "etl.one" and 10 <= hour < 13 else "x"
+            ins = [dataset("a", schema=schema(*a_fields)), dataset("b", schema=schema("z"))]
+            if job == "etl.two" and 18 <= hour < 20:
+                ins = ins[:1]
+            output = dataset(
+                target,
+                schema=schema("x", "z"),
+                columnLineage=columns({"x": [("a", source)], "z": [("b", "z")]}),
+            )
+            n = hour * 2 + (job == "etl.two") + 100
+            events.append(run_event("START", run_id(n), at(2, hour, 1), job=job, inputs=ins))
+            events.append(
+                run_event(
+                    "COMPLETE", run_id(n), at(2, hour, 20), job=job, inputs=ins, outputs=[output]
+                )
+            )
+        if hour == 16:
+            events.append(drop("b", at(2, hour, 40)))
+    return events
+
+
+LONG = long_history()
+
+
+def late(events: list[dict[str, Any]], every: int, hours: int) -> list[dict[str, Any]]:
+    """Every ``every``-th run's events arrive ``hours`` after their event time."""
+    delayed = []
+    for n, event in enumerate(events):
+        shift = hours * 3600 if (n // 2) % every == 0 else 0
+        arrival = parse_event(event).event_time.timestamp() + shift
+        delayed.append((arrival, n, event))
+    return [event for _, _, event in sorted(delayed, key=lambda item: item[:2])]
+
+
+@pytest.mark.parametrize(
+    ("name", "arrival", "chunk"),
+    [
+        ("newest first", lambda events: list(reversed(events)), 6),
+        ("one run in ten five hours late", lambda events: late(events, 10, 5), 4),
+        ("one run in three a day late", lambda events: late(events, 3, 24), 7),
+    ],
+)
+def test_a_long_history_loaded_late_or_newest_first_ends_as_in_time_order(name, arrival, chunk):
+    expected = state_after(LONG, [8] * len(LONG))
+    assert state_after(arrival(LONG), [chunk] * len(LONG)) == expected, name
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=shuffled_with_duplicates(LONG))
+def test_a_long_history_in_any_order_ends_as_in_time_order(case):
+    events, chunks = case
+    expected = state_after(LONG, [8] * len(LONG))
+    assert state_after(events, [size * 4 for size in chunks]) == expected
