@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import gzip
+import heapq
 import io
 import json
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from catalog.params import instant_from_iso
 from ingest.events import EventError, loads
+
+# Events sorted in memory at a time by ``in_event_time_order`` (about 3 KB each).
+SORT_CHUNK = 50_000
 
 
 @dataclass
@@ -87,3 +93,61 @@ def _ndjson(name: str, first: str, handle: IO[str]) -> Iterator[FileItem]:
             if not isinstance(exc, StopIteration):
                 yield FileItem(name, number + 1, error=f"cannot read: {exc}")
             current = None
+
+
+def _time_key(item: FileItem) -> str | None:
+    """The item's eventTime as sortable UTC text; None when it has none that parses."""
+    value = item.value
+    text = value.get("eventTime") if isinstance(value, dict) else None
+    if not isinstance(text, str):
+        return None
+    try:
+        return instant_from_iso(text).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    except ValueError:
+        return None
+
+
+def in_event_time_order(
+    items: Iterable[FileItem], chunk: int = SORT_CHUNK, spill: Path | None = None
+) -> Iterator[FileItem]:
+    """The items by eventTime (ties in the order read), in bounded memory: ``chunk`` items
+    are sorted at a time and spilled to files in ``spill`` (default: the system's temporary
+    folder), which are then merged. Unreadable items, and events without a valid eventTime
+    (their parser says what is wrong), come first, as read."""
+    with tempfile.TemporaryDirectory(prefix="event-sort-", dir=spill) as folder:
+        runs: list[Path] = []
+        held: list[tuple[str, int, FileItem]] = []
+        for number, item in enumerate(items):
+            key = None if item.error else _time_key(item)
+            if key is None:
+                yield item
+                continue
+            held.append((key, number, item))
+            if len(held) >= chunk:
+                runs.append(_spill(held, Path(folder) / f"run-{len(runs)}.ndjson"))
+                held = []
+        held.sort(key=lambda entry: entry[:2])
+        if not runs:
+            yield from (item for _, _, item in held)
+            return
+        merged = heapq.merge(
+            *(_read_run(path) for path in runs),
+            iter(held),
+            key=lambda entry: (entry[0], entry[1]),
+        )
+        yield from (item for _, _, item in merged)
+
+
+def _spill(held: list[tuple[str, int, FileItem]], path: Path) -> Path:
+    held.sort(key=lambda entry: entry[:2])
+    with path.open("w", encoding="utf-8") as handle:
+        for key, number, item in held:
+            handle.write(json.dumps([key, number, item.path, item.line, item.value]) + "\n")
+    return path
+
+
+def _read_run(path: Path) -> Iterator[tuple[str, int, FileItem]]:
+    with path.open(encoding="utf-8") as handle:
+        for text in handle:
+            key, number, name, line, value = json.loads(text)
+            yield key, number, FileItem(name, line, value=value)

@@ -417,3 +417,59 @@ def test_with_a_real_broker_the_request_hands_ids_to_the_publisher(
         assert client.post("/api/v1/lineage", event(1), format="json").status_code == 201
     (ids,) = submit.call_args.args
     assert ids == list(RawEvent.objects.values_list("pk", flat=True))
+
+
+def test_ingest_events_loads_an_archive_by_event_time(tmp_path, django_capture_on_commit_callbacks):
+    newest_first = [event(n) for n in (6, 5, 4)]
+    older = [event(n) for n in (3, 1, 2)]
+    (tmp_path / "a.ndjson").write_text("\n".join(json.dumps(e) for e in newest_first))
+    (tmp_path / "b.json").write_text(json.dumps(older))
+    paths = [str(tmp_path / "a.ndjson"), str(tmp_path / "b.json")]
+    with (
+        mock.patch("ingest.actions.enqueue_processing"),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        call("ingest_events", *paths, "--engine", "celery", "--batch-size", "2")
+    queued = [
+        json.loads(b)["eventTime"]
+        for b in RawEvent.objects.order_by("pk").values_list("body", flat=True)
+    ]
+    assert queued == [at(1, n) for n in (1, 2, 3, 4, 5, 6)]
+    RawEvent.objects.all().delete()
+    with (
+        mock.patch("ingest.actions.enqueue_processing"),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        call("ingest_events", *paths, "--engine", "celery", "--order", "file")
+    queued = [
+        json.loads(b)["eventTime"]
+        for b in RawEvent.objects.order_by("pk").values_list("body", flat=True)
+    ]
+    assert queued == [at(1, n) for n in (6, 5, 4, 3, 1, 2)]
+
+
+def test_the_archive_sort_spills_runs_and_merges_them_by_instant(tmp_path):
+    from ingest.files import FileItem, in_event_time_order
+
+    times = [
+        "2026-03-01T09:00:00Z",
+        "2026-03-01T10:00:00+02:00",  # 08:00 UTC: the earliest
+        "not a time",
+        "2026-03-01T09:00:00.000Z",  # ties keep the order read
+        "2026-03-01T11:00:00",  # no offset: UTC
+        "2026-03-01T08:30:00Z",
+    ]
+    items = [FileItem("f", n, value={"eventTime": t}) for n, t in enumerate(times, 1)]
+    items.insert(3, FileItem("f", 99, error="not JSON"))
+    out = list(in_event_time_order(items, chunk=2, spill=tmp_path))
+    assert [(i.line, i.error) for i in out] == [
+        (3, ""),
+        (99, "not JSON"),
+        (2, ""),
+        (6, ""),
+        (1, ""),
+        (4, ""),
+        (5, ""),
+    ]
+    assert out[2].value == {"eventTime": times[1]}
+    assert list(tmp_path.iterdir()) == []  # the spilled runs are gone

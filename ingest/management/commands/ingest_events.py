@@ -10,6 +10,11 @@ workers; ``spark`` validates, fingerprints, de-duplicates and sorts NDJSON
 archives on Spark (``pipelines/backfill.py``), then loads what Spark kept here
 in bulk, through the same normaliser. Each engine is one function in ENGINES
 taking the files and options.
+
+Events are loaded by eventTime (``--order time``, the default): an archive is
+sorted in bounded memory, runs of 50,000 events spilled to the data folder and
+merged, so each job's timeline is built forwards and workers claim events (in
+the order stored) oldest first. ``--order file`` keeps the files' order.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from tqdm import tqdm
 
 from ingest import actions
 from ingest.events import EventError, ParsedEvent, parse_event
-from ingest.files import read_events
+from ingest.files import FileItem, in_event_time_order, read_events
 
 
 class Problems:
@@ -51,18 +56,24 @@ class Problems:
         return event
 
 
-def parsed_events(paths: list[Path], problems: Problems) -> Iterator[ParsedEvent]:
-    """Valid events of all files in order; the others are noted in ``problems``."""
-    for path in paths:
-        for item in read_events(path):
-            where = f"{item.path}:{item.line}"
-            if item.error:
-                problems.add(where, item.error)
-                continue
-            try:
-                yield problems.note(where, parse_event(item.value))
-            except EventError as exc:
-                problems.add(where, f"{exc.field}: {exc.message}" if exc.field else exc.message)
+def parsed_events(
+    paths: list[Path], problems: Problems, by_time: bool = False
+) -> Iterator[ParsedEvent]:
+    """Valid events of all files, in file order or (``by_time``) by eventTime; the others
+    are noted in ``problems``."""
+    items: Iterator[FileItem] = (item for path in paths for item in read_events(path))
+    if by_time:
+        Path(settings.DATA_DIR).mkdir(parents=True, exist_ok=True)
+        items = in_event_time_order(items, spill=Path(settings.DATA_DIR))
+    for item in items:
+        where = f"{item.path}:{item.line}"
+        if item.error:
+            problems.add(where, item.error)
+            continue
+        try:
+            yield problems.note(where, parse_event(item.value))
+        except EventError as exc:
+            problems.add(where, f"{exc.field}: {exc.message}" if exc.field else exc.message)
 
 
 def progress_bar(command: BaseCommand, options: dict[str, Any]) -> Any:
@@ -76,7 +87,7 @@ def run_inline(command: BaseCommand, paths: list[Path], options: dict[str, Any])
     problems = Problems()
     with progress_bar(command, options) as bar:
         report = actions.bulk_load(
-            parsed_events(paths, problems),
+            parsed_events(paths, problems, options["order"] == "time"),
             source=options["source"],
             batch_size=options["batch_size"],
             progress=bar.update,
@@ -89,7 +100,8 @@ def run_celery(command: BaseCommand, paths: list[Path], options: dict[str, Any])
     problems = Problems()
     report = actions.IngestReport()
     with progress_bar(command, options) as bar:
-        for chunk in actions.chunked(parsed_events(paths, problems), options["batch_size"]):
+        events = parsed_events(paths, problems, options["order"] == "time")
+        for chunk in actions.chunked(events, options["batch_size"]):
             stored = actions.store_events(chunk, options["source"])
             report.stored += len(stored.stored)
             report.duplicates += len(stored.duplicates)
@@ -214,6 +226,14 @@ class Command(BaseCommand):
             help="events per transaction (a transaction's work on each job and dataset is "
             "shared by its events): default 5,000 for inline, 50,000 for spark (about 1.5 GB "
             "of memory), 500 per store for celery",
+        )
+        parser.add_argument(
+            "--order",
+            choices=("time", "file"),
+            default="time",
+            help="time (default): load the events by eventTime, sorted in bounded memory "
+            "(spilled to the data folder), so each job's timeline is built forwards; file: "
+            "as the files list them. --engine spark always sorts",
         )
         parser.add_argument("--source", default="file", help="recorded as the events' source")
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
