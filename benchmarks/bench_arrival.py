@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from statistics import median
@@ -61,10 +62,14 @@ print(json.dumps({"seconds": time.perf_counter() - started}))
 
 def history(days: int, seed: int = 7) -> list[tuple[datetime, list[dict[str, Any]]]]:
     """(event time of the run's start, [START, COMPLETE]) for every run, oldest first."""
+    return list(runs_of(days * 24, seed))
+
+
+def runs_of(hours: int, seed: int = 7) -> Iterator[tuple[datetime, list[dict[str, Any]]]]:
+    """The runs of ``hours`` hours of history, hour by hour."""
     rnd = random.Random(seed)
     schema = {"fields": [{"name": f, "type": "string"} for f in FIELDS]}
-    runs = []
-    for hour in range(days * 24):
+    for hour in range(hours):
         for job in range(JOBS):
             inputs = [f"warehouse.src_{job % 40}", f"warehouse.dim_{job % 7}"]
             lineage = {
@@ -97,26 +102,23 @@ def history(days: int, seed: int = 7) -> list[tuple[datetime, list[dict[str, Any
                 "name": f"lake.job_{job}",
                 "facets": {"schema": schema, "columnLineage": lineage},
             }
-            runs.append(
-                (
-                    begun,
-                    [
-                        {
-                            **common,
-                            "eventType": "START",
-                            "eventTime": begun.isoformat(),
-                            "outputs": [],
-                        },
-                        {
-                            **common,
-                            "eventType": "COMPLETE",
-                            "eventTime": (begun + timedelta(minutes=5)).isoformat(),
-                            "outputs": [done],
-                        },
-                    ],
-                )
+            yield (
+                begun,
+                [
+                    {
+                        **common,
+                        "eventType": "START",
+                        "eventTime": begun.isoformat(),
+                        "outputs": [],
+                    },
+                    {
+                        **common,
+                        "eventType": "COMPLETE",
+                        "eventTime": (begun + timedelta(minutes=5)).isoformat(),
+                        "outputs": [done],
+                    },
+                ],
             )
-    return runs
 
 
 def arrival(runs: list[tuple[datetime, list[dict[str, Any]]]], order: str) -> list[dict[str, Any]]:

@@ -19,10 +19,12 @@ Failed and aborted runs do not move edges: what the job last completed stands
 (their inputs and outputs stay on the run, for root-cause views). A run only
 becomes part of the timeline once it completes.
 
-``recompute_jobs`` replays a job's timeline from an instant onwards over the
-stored intervals, so a late event of an old run costs a replay of what
-happened after it, and an in-order event costs only its own step. Callers
-hold the job rows locked (``lock_jobs``) while recomputing.
+``recompute_jobs`` replays a job's timeline around the instants where it
+changed, over the stored intervals, and stops where its open edges are the
+stored ones again: a late event of an old run costs the steps up to the next
+run that restores the state, not the history after it, and an in-order event
+costs only its own step. Callers hold the job rows locked (``lock_jobs``)
+while recomputing.
 """
 
 from __future__ import annotations
@@ -386,7 +388,9 @@ def _replay_points(
 
     A run that newly joins its job's timeline after the timeline's last step, with the
     same datasets and column mappings as that step, leaves every edge as it was (a
-    step applied twice is applied once): the job's timeline end just moves forward.
+    step applied twice is applied once): the job's timeline end just moves forward. So
+    it does after an earlier change (a late run): the replay of that change either
+    settles before the end, where the timeline is as stored, or reaches the new step.
     """
 
     def earliest(old: _Step | None, after: _Step | None) -> datetime | None:
@@ -402,7 +406,7 @@ def _replay_points(
             and after.ended_at is not None
             and job.timeline_digest
             and job.timeline_end is not None
-            and run.job_id not in since
+            and (run.job_id not in since or since[run.job_id][1] < job.timeline_end)
             and after.ended_at > job.timeline_end
             and after.digest == job.timeline_digest
         ):
