@@ -210,28 +210,36 @@ def main() -> None:
         for days in (int(d) for d in args.days.split(",")):
             runs = history(days)
             size: dict[str, Any] = {"days": days, "events": 2 * len(runs), "orders": {}}
+            paths = {}
             for order in orders:
-                path = Path(work) / f"{days}-{order}.ndjson"
-                with path.open("w", encoding="utf-8") as handle:
+                paths[order] = Path(work) / f"{days}-{order}.ndjson"
+                with paths[order].open("w", encoding="utf-8") as handle:
                     for event in arrival(runs, order):
                         handle.write(json.dumps(event) + "\n")
-                seconds: dict[str, list[float]] = {name: [] for name in checkouts}
-                for round_ in range(args.rounds):
-                    # ABBA: neither checkout always loads first.
-                    turn = list(checkouts.items())
-                    for name, checkout in turn if round_ % 2 == 0 else reversed(turn):
-                        seconds[name].append(load(args.database, checkout, path))
+            seconds: dict[tuple[str, str], list[float]] = {
+                (order, name): [] for order in orders for name in checkouts
+            }
+            for round_ in range(args.rounds):
+                # The orders take turns, and so do the checkouts (ABBA): a machine that
+                # speeds up or slows down during the run favours none of them.
+                turn = list(checkouts.items())
+                turn = turn if round_ % 2 == 0 else turn[::-1]
+                shift = round_ % len(orders)
+                for order in orders[shift:] + orders[:shift]:
+                    for name, checkout in turn:
+                        found = seconds[(order, name)]
+                        found.append(load(args.database, checkout, paths[order]))
                         print(
-                            f"{days} d {order} {name}: "
-                            f"{size['events'] / seconds[name][-1]:,.0f} ev/s",
+                            f"{days} d {order} {name}: {size['events'] / found[-1]:,.0f} ev/s",
                             file=sys.stderr,
                         )
+            for order in orders:
                 size["orders"][order] = {
                     name: {
-                        "seconds": [round(s, 2) for s in found],
-                        "events_per_s": round(size["events"] / median(found), 1),
+                        "seconds": [round(s, 2) for s in seconds[(order, name)]],
+                        "events_per_s": round(size["events"] / median(seconds[(order, name)]), 1),
                     }
-                    for name, found in seconds.items()
+                    for name in checkouts
                 }
             for name in checkouts:
                 base = size["orders"].get("in_order", {}).get(name)
