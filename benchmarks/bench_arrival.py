@@ -138,6 +138,14 @@ def arrival(runs: list[tuple[datetime, list[dict[str, Any]]]], order: str) -> li
     return [event for *_, event in timed]
 
 
+def commit() -> str:
+    """This checkout's commit, to label figures by."""
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    )
+    return done.stdout.strip()
+
+
 def fresh_database(url: str, checkout: Path) -> None:
     import psycopg
 
@@ -197,9 +205,7 @@ def main() -> None:
     orders = args.orders.split(",")
     out: dict[str, Any] = {
         "benchmark": "arrival",
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip(),
+        "commit": commit(),
         "date": time.strftime("%Y-%m-%d"),
         "jobs": JOBS,
         "batch_size": 500,

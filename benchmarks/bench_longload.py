@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_arrival import JOBS, fresh_database, runs_of
+from benchmarks.bench_arrival import JOBS, commit, fresh_database, runs_of
 from benchmarks.bench_ingest import flush_redis, service_env, start_worker, stop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,9 +121,7 @@ def main() -> None:
     curve = tenths(args.database, total)
     out = {
         "benchmark": "longload",
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip(),
+        "commit": commit(),
         "date": time.strftime("%Y-%m-%d"),
         "events": total,
         "workers": args.workers,

@@ -425,27 +425,20 @@ def test_ingest_events_loads_an_archive_by_event_time(tmp_path, django_capture_o
     (tmp_path / "a.ndjson").write_text("\n".join(json.dumps(e) for e in newest_first))
     (tmp_path / "b.json").write_text(json.dumps(older))
     paths = [str(tmp_path / "a.ndjson"), str(tmp_path / "b.json")]
-    with (
-        mock.patch("ingest.actions.enqueue_processing"),
-        django_capture_on_commit_callbacks(execute=True),
-    ):
-        call("ingest_events", *paths, "--engine", "celery", "--batch-size", "2")
-    queued = [
-        json.loads(b)["eventTime"]
-        for b in RawEvent.objects.order_by("pk").values_list("body", flat=True)
-    ]
-    assert queued == [at(1, n) for n in (1, 2, 3, 4, 5, 6)]
-    RawEvent.objects.all().delete()
-    with (
-        mock.patch("ingest.actions.enqueue_processing"),
-        django_capture_on_commit_callbacks(execute=True),
-    ):
-        call("ingest_events", *paths, "--engine", "celery", "--order", "file")
-    queued = [
-        json.loads(b)["eventTime"]
-        for b in RawEvent.objects.order_by("pk").values_list("body", flat=True)
-    ]
-    assert queued == [at(1, n) for n in (6, 5, 4, 3, 1, 2)]
+
+    def queued(*options: str) -> list[str]:
+        """The eventTime of each event the load stored, in the order stored."""
+        RawEvent.objects.all().delete()
+        with (
+            mock.patch("ingest.actions.enqueue_processing"),
+            django_capture_on_commit_callbacks(execute=True),
+        ):
+            call("ingest_events", *paths, "--engine", "celery", *options)
+        bodies = RawEvent.objects.order_by("pk").values_list("body", flat=True)
+        return [json.loads(body)["eventTime"] for body in bodies]
+
+    assert queued("--batch-size", "2") == [at(1, n) for n in (1, 2, 3, 4, 5, 6)]
+    assert queued("--order", "file") == [at(1, n) for n in (6, 5, 4, 3, 1, 2)]
 
 
 def test_the_archive_sort_spills_runs_and_merges_them_by_instant(tmp_path):
