@@ -683,9 +683,8 @@ class _Batch:
                     min(begin for begin, _ in spans),
                     None if None in ends else max(e for e in ends if e is not None),
                 )
-            prior = self.latest.get(d)
-            if prior is not None and d in after:
-                continue  # the newest version lies after the window: unchanged
+            if d in after:
+                continue  # the newest version lies after the window: as loaded, unchanged
             newest = max(kept, key=lambda v: v.created_at, default=None)
             self.latest[d] = newest or before
         if gone:
