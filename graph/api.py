@@ -49,8 +49,6 @@ from graph import exports, nodedata, queries, responses, revision, schema
 from graph.models import Taint
 from graph.nodedata import iso
 from graph.nodeids import (
-    DATASET_PREFIX,
-    JOB_PREFIX,
     DatasetNodeId,
     FieldNodeId,
     MalformedNodeId,
@@ -66,17 +64,6 @@ DEFAULT_DEPTH = 20
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), default=str)
-
-
-def _plain(text: str) -> bool:
-    """Whether ``text`` is printable ASCII without quotes or backslashes: the same text as
-    a JSON string's contents."""
-    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
-
-
-def _quote(text: str) -> str:
-    """``text`` as a JSON string; plain ASCII ids skip the encoder."""
-    return f'"{text}"' if _plain(text) else json.dumps(text)
 
 
 class _TextRenderer(BaseRenderer):
@@ -184,22 +171,6 @@ COMMON_PARAMETERS = [
 # --- table lineage -----------------------------------------------------------------------
 
 
-def _dataset_texts(namespace: str, name: str) -> tuple[bytes, bytes]:
-    """A dataset's id as a JSON string, and its ``{"namespace", "name"}`` object (UTF-8)."""
-    node_id = f"{DATASET_PREFIX}{namespace}:{name}"
-    if _plain(node_id):
-        # Both parts of a plain id are plain too.
-        quoted, named = f'"{node_id}"', f'{{"namespace":"{namespace}","name":"{name}"}}'
-    else:
-        quoted = json.dumps(node_id)
-        named = f'{{"namespace":{json.dumps(namespace)},"name":{json.dumps(name)}}}'
-    return quoted.encode(), named.encode()
-
-
-def _job_text(namespace: str, name: str) -> bytes:
-    return _quote(f"{JOB_PREFIX}{namespace}:{name}").encode()
-
-
 # Distances and hidden-edge counts as JSON text, for the small ones a body is full of.
 _NUMBERS = {n: b"%d" % n for n in range(1024)}
 
@@ -217,7 +188,7 @@ def lineage_body(answer: queries.TableAnswer) -> bytes:
     sel, edges = answer.sel, answer.edges
     is_ds = sel.kinds == queries.KIND_DS
     ds_ids, ds_names, job_ids, ds_data, job_data = nodedata.lineage_nodes(
-        sel.pks[is_ds].tolist(), sel.pks[~is_ds].tolist(), answer.as_of, _dataset_texts, _job_text
+        sel.pks[is_ds].tolist(), sel.pks[~is_ds].tolist(), answer.as_of
     )
     # Edge texts under both their ends (and each job's inputs and outputs), in the order
     # Marquez lists them. Edges run between nodes shown; an edge to a node with no id

@@ -1,52 +1,51 @@
-"""Node documents rendered ahead of requests.
+"""Writes the node store's base: every dataset's and job's lineage data in the host's
+document file (graph/docfile.py), which every server process of the host maps.
 
-A lineage answer splices in each node's pre-rendered ``data`` (graph/nodedata.py):
-from the process's node cache, else from the documents shared in
-``graph_nodedoc``, else rendered from the catalog — two queries and a few
-milliseconds, paid by whichever request shows the node first. On PostgreSQL
-this module renders the documents before anyone asks:
+A pass reads the change log's revision, then writes the file for it:
 
-- a **full pass** renders every dataset and job, then records the revision it
-  started from in ``graph_nodedoc_pass``. A server process that starts later
-  reads the change log from there and trusts the document of every node that
-  has not changed since (graph/nodecache.py), however much else changed;
-- a **follow-up pass** renders the nodes changed since the last pass whose
-  documents are older than their last change; once more than ``ADVANCE_AFTER``
-  nodes changed, it then stamps every document with its revision and records
-  that, so processes never read a long change log at start.
+- a **full pass** renders every dataset and job (about 30 s at 100,000 datasets). It
+  runs at deploy (``render_node_documents``; ``generate_lineage`` runs one after a
+  load), when the host has no file of this release, and when the change log can no
+  longer say what changed since the file (a reset, a renamed owner or tag, pruned
+  history, or more changed nodes than a process reads);
+- otherwise a pass renders only the nodes changed since the file was written, and takes
+  every other node's document from it. Celery beat runs one every
+  ``GRAPH_DOCUMENTS_INTERVAL`` seconds once more than ``REWRITE_AFTER`` nodes changed, so
+  the overlay each process renders for itself (graph/nodecache.py) stays small.
 
-``generate_lineage`` runs a full pass once it has loaded; Celery beat runs
-:func:`render_documents` every ``GRAPH_DOCUMENTS_INTERVAL`` seconds, which
-makes a full pass of it when the change log can no longer say what changed
-since the last one (a reset, a renamed owner or tag, pruned history, or more
-changed nodes than a process reads).
+The new file replaces the old at once; processes map it at their next look at the
+change log. Nothing is stored in the database.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
+import numpy as np
 from django.conf import settings
-from django.db import connection, transaction
-from django.utils import timezone
+from django.db import connection
 
 from catalog.models import Dataset
-from catalog.pgsql import bound_cursor
+from graph import docfile
 from graph import revision as rev
-from graph.models import Job, NodeDocumentPass
-from graph.nodecache import DATASET, JOB, SYNC_LIMIT, Entry, node_changes, write_documents
-from graph.nodedata import render_datasets, render_jobs
+from graph.details import info_json
+from graph.models import Job
+from graph.nodecache import DATASET, JOB, SYNC_LIMIT, Entry, node_changes
+from graph.nodedata import dataset_texts, job_text, render_datasets, render_jobs
 
 log = logging.getLogger(__name__)
 
-# Once more nodes than this changed since the last pass, a follow-up pass moves the pass's
-# revision on (every process starting up reads the changes since it); past FULL_PASS_AFTER
-# (the most a process reads: graph.nodecache.SYNC_LIMIT), it renders everything again.
-ADVANCE_AFTER = 2_000
+# The scheduled pass writes the file again once more nodes than this changed since it.
+REWRITE_AFTER = 2_000
+# Past the most a process reads of the change log, it renders everything again.
 FULL_PASS_AFTER = SYNC_LIMIT
 BATCH = 1_000
 # pg_try_advisory_lock key: one pass at a time across workers.
@@ -57,16 +56,19 @@ LOCK_KEY = 7_305_611_001
 class PassResult:
     full: bool = False
     revision: int = 0
+    # Documents rendered by this pass, and those taken unchanged from the file before.
     datasets: int = 0
     jobs: int = 0
+    copied: int = 0
     seconds: float = 0.0
-    # Why nothing was rendered, when nothing was.
+    # Why nothing was written, when nothing was.
     skipped: str = ""
 
 
-def render_documents(full: bool = False, batch: int = BATCH) -> PassResult:
-    """Render the documents that are missing or older than their node's last change
-    (everything, with ``full`` or when the change log cannot tell)."""
+def render_documents(full: bool = False, batch: int = BATCH, at_least: int = 1) -> PassResult:
+    """Write the host's document file for the current revision: render every node with
+    ``full`` (or when the file before cannot be used), else only those changed since the
+    file, when at least ``at_least`` did."""
     if connection.vendor != "postgresql":
         return PassResult(skipped="node documents are shared only on PostgreSQL")
     if not settings.GRAPH_SHARED_NODE_DATA:
@@ -76,59 +78,32 @@ def render_documents(full: bool = False, batch: int = BATCH) -> PassResult:
         if not held:
             return PassResult(skipped="another pass is running")
         current = rev.current()
-        last = NodeDocumentPass.objects.filter(pk=1, code=rev.code_digest()).first()
-        changes = None if full or last is None else _changes_since(last, current)
-        if changes is None:
-            datasets = _render(DATASET, _all_pks(Dataset), render_datasets, current, batch)
-            jobs = _render(JOB, _all_pks(Job), render_jobs, current, batch)
-            with connection.cursor() as cursor:
-                # Planned on fresh statistics, every request's document lookup stays an
-                # index probe per node.
-                cursor.execute("ANALYZE graph_nodedoc")
-            seconds = time.perf_counter() - started
-            NodeDocumentPass.objects.update_or_create(
-                pk=1,
-                defaults={
-                    "revision": current.value,
-                    "token": current.token,
-                    "finished_at": timezone.now(),
-                    "datasets": datasets,
-                    "jobs": jobs,
-                    "seconds": round(seconds, 3),
-                    "code": rev.code_digest(),
-                },
-            )
-            log.info(
-                "rendered %d dataset and %d job documents at revision %d in %.1f s",
-                datasets,
-                jobs,
-                current.value,
-                seconds,
-            )
-            return PassResult(True, current.value, datasets, jobs, seconds)
-        datasets = _render(DATASET, _stale(DATASET, changes), render_datasets, current, batch)
-        jobs = _render(JOB, _stale(JOB, changes), render_jobs, current, batch)
-        if last is not None and len(changes) > ADVANCE_AFTER:
-            _advance(last, current)
-        return PassResult(False, current.value, datasets, jobs, time.perf_counter() - started)
-
-
-def _advance(last: NodeDocumentPass, current: rev.Revision) -> None:
-    """Every node changed up to ``current`` now has a document as new as its change, and
-    every other document is valid from the last pass on, so all of them are valid at
-    ``current``: say so, and processes starting later read the change log from there.
-    (A node changed after ``current`` keeps its later change in the log, so a document
-    stamped here is still judged against it.)"""
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE graph_nodedoc SET revision = %s "
-                "WHERE revision >= %s AND revision < %s AND code = %s",
-                [current.value, last.revision, current.value, rev.code_digest()],
-            )
-        NodeDocumentPass.objects.filter(pk=1).update(
-            revision=current.value, token=current.token, finished_at=timezone.now()
+        path = docfile.file_path()
+        previous = None if full else docfile.readable(path)
+        changed = None
+        if previous is not None:
+            changed = node_changes(previous.revision, current, FULL_PASS_AFTER)
+        if previous is not None and changed is not None:
+            if len(changed) < at_least:
+                return PassResult(
+                    revision=previous.revision.value,
+                    skipped=f"{len(changed):,} node{'' if len(changed) == 1 else 's'} changed since the file was written",
+                )
+        else:
+            previous = changed = None
+        counts = _write(path, current, previous, changed or {}, batch)
+        seconds = time.perf_counter() - started
+        result = PassResult(previous is None, current.value, *counts, seconds=round(seconds, 3))
+        log.info(
+            "node document file at revision %d: %d dataset and %d job documents rendered, "
+            "%d taken from the file before, in %.1f s",
+            current.value,
+            result.datasets,
+            result.jobs,
+            result.copied,
+            seconds,
         )
+        return result
 
 
 @contextmanager
@@ -144,45 +119,97 @@ def _pass_lock() -> Iterator[bool]:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
 
 
-def _changes_since(
-    last: NodeDocumentPass, current: rev.Revision
-) -> dict[tuple[str, int], int] | None:
-    """Each node changed since the last pass, with the revision of its last change; None
-    when a full pass is due."""
-    return node_changes(rev.Revision(last.revision, last.token), current, FULL_PASS_AFTER)
+def _write(
+    path: Path,
+    current: rev.Revision,
+    previous: docfile.DocFile | None,
+    changed: dict[tuple[str, int], int],
+    batch: int,
+) -> tuple[int, int, int]:
+    """Write the file for ``current`` to ``path`` (replaced at once, never seen
+    half-written); gives (datasets rendered, jobs rendered, documents copied)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".writing-", dir=path.parent))
+    try:
+        pks: dict[str, np.ndarray] = {}
+        lengths: dict[tuple[str, str], np.ndarray] = {}
+        texts: dict[tuple[str, str], Path] = {}
+        rendered = {DATASET: 0, JOB: 0}
+        copied = 0
+        for kind, model, render in (
+            (DATASET, Dataset, render_datasets),
+            (JOB, Job, render_jobs),
+        ):
+            all_pks = list(model.objects.order_by("pk").values_list("pk", flat=True))
+            files = {column: scratch / f"{kind}.{column}" for column in docfile.COLUMNS}
+            texts.update({(kind, column): file for column, file in files.items()})
+            written: list[int] = []
+            sizes: dict[str, list[int]] = {column: [] for column in docfile.COLUMNS}
+            handles = {column: open(file, "wb") for column, file in files.items()}  # noqa: SIM115
+            try:
+                for start in range(0, len(all_pks), batch):
+                    chunk = all_pks[start : start + batch]
+                    documents = _copied(previous, kind, chunk, changed)
+                    copied += len(documents)
+                    fresh = render([pk for pk in chunk if pk not in documents])
+                    rendered[kind] += len(fresh)
+                    documents.update(_columns(kind, fresh))
+                    for pk in sorted(documents):
+                        written.append(pk)
+                        for column, text in zip(docfile.COLUMNS, documents[pk], strict=True):
+                            handles[column].write(text)
+                            sizes[column].append(len(text))
+            finally:
+                for handle in handles.values():
+                    handle.close()
+            pks[kind] = np.asarray(written, dtype=np.int64)
+            for column in docfile.COLUMNS:
+                lengths[(kind, column)] = np.asarray(sizes[column], dtype=np.int64)
+        target = scratch / "file"
+        with open(target, "wb") as out:
+            docfile.assemble(out, current, pks, lengths, texts)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(target, path)
+        docfile.sweep(path, ".docs")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return rendered[DATASET], rendered[JOB], copied
 
 
-def _all_pks(model: type[Dataset] | type[Job]) -> list[int]:
-    return list(model.objects.order_by("pk").values_list("pk", flat=True))
+Columns = tuple[bytes, ...]
 
 
-def _stale(kind: str, changes: dict[tuple[str, int], int]) -> list[int]:
-    """Nodes of ``kind`` whose document is missing or older than their last change."""
-    changed = {obj: at for (k, obj), at in changes.items() if k == kind}
-    if not changed:
-        return []
-    with bound_cursor() as cursor:
-        cursor.execute(
-            "SELECT obj_id, revision FROM graph_nodedoc "
-            "WHERE kind = %s AND obj_id = ANY(%s) AND code = %s",
-            [kind, sorted(changed), rev.code_digest()],
-        )
-        held = dict(cursor.fetchall())
-    return sorted(pk for pk, at in changed.items() if held.get(pk, -1) < at)
-
-
-def _render(
+def _copied(
+    previous: docfile.DocFile | None,
     kind: str,
     pks: list[int],
-    render: Callable[[list[int]], dict[int, Entry]],
-    current: rev.Revision,
-    batch: int,
-) -> int:
-    """Render ``pks`` in batches and store their documents stamped with ``current`` (read
-    before any of them was loaded); gives how many were stored."""
-    stored = 0
-    for start in range(0, len(pks), batch):
-        rendered = render(pks[start : start + batch])
-        write_documents({(kind, pk): (current.value, entry) for pk, entry in rendered.items()})
-        stored += len(rendered)
-    return stored
+    changed: dict[tuple[str, int], int],
+) -> dict[int, Columns]:
+    """Every column of the documents of ``previous`` for these nodes that did not change
+    since it was written."""
+    trusted = None if previous is None else previous.trusted(kind, pks, 0, changed)
+    if previous is None or trusted is None:
+        return {}
+    part, found, at = trusted
+    columns = [previous.slices(part, at, column) for column in docfile.COLUMNS]
+    return dict(zip(found, zip(*columns, strict=True), strict=True))
+
+
+def _columns(kind: str, entries: dict[int, Entry]) -> dict[int, Columns]:
+    """Every column (graph.docfile.COLUMNS) of freshly rendered documents."""
+    texts: Callable[[str, str], tuple[bytes, bytes]] = (
+        dataset_texts if kind == DATASET else (lambda ns, name: (job_text(ns, name), b""))
+    )
+    out: dict[int, Columns] = {}
+    for pk, entry in entries.items():
+        quoted, named = texts(entry.namespace, entry.name)
+        out[pk] = (
+            entry.namespace.encode(),
+            entry.name.encode(),
+            entry.data.encode(),
+            b"" if entry.info is None else info_json(entry.info).encode(),
+            quoted,
+            named,
+        )
+    return out

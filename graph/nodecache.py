@@ -1,29 +1,23 @@
-"""A per-process cache of what lineage answers show about nodes: names and rendered data.
+"""The node store's per-process overlay: what lineage answers show about nodes (names and
+rendered data) that the host's document file cannot give, and field rows.
 
-Hub answers hold up to 2,000 nodes; rendering their data (20,000 fields)
-costs far more than walking the graph, and hubs are asked for again and
-again. Entries are keyed by (kind, pk) and evicted precisely: the revision
-triggers log every change to a dataset, its fields, owners and tags, or a
-job (graph/revision.py), and :meth:`NodeCache.sync` drops the changed
-entries — or everything, when the change log cannot say. Bounded LRU.
+The host's document file (graph/docfile.py) holds every dataset and job as of the
+revision it was written at; this cache keeps what the process rendered itself (nodes
+changed since the file, or every node where there is no file) and what it read from the
+file, keyed by (kind, pk), bounded LRU. It follows the change log (graph/revision.py):
+the revision triggers log every change to a dataset, its fields, owners and tags, or a
+job, and :meth:`NodeCache.sync` drops the changed entries and remembers the revision of
+each node's last change, or starts over (a new epoch) when the log cannot say.
 
-On PostgreSQL the rendered text is also shared between processes through
-``graph_nodedoc`` (graph.models.NodeDocument), so a node is rendered once,
-not once per server process: most lineage answers name nodes that the
-answering process has not seen yet. A document carries the revision its
-writer had synced to. A process trusts it when the document is at least as
-new as the moment the process started following the change log (``horizon``)
-and the process saw no change to that node after the document's revision;
-anything else is rendered again and the newer document replaces the old. A
-process that starts after a full rendering pass (graph/documents.py) reads the
-change log from that pass on, so its horizon is the pass, not its own start.
-The processes of one host read the documents of that pass from a file they all
-map (graph/docfile.py) rather than from the table, by the same rule.
+One rule decides whether a document of the file is trusted: the file is on the change
+log's timeline and no older than the revision from which this process has followed the
+log (``horizon``), and the process saw no change to the node after the file's revision.
+A process that starts after the file was written reads the change log from the file's
+revision, so its horizon is the file's, not its own start.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -31,20 +25,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 
-from catalog.pgsql import bound_cursor
 from graph import docfile
 from graph import revision as rev
-from graph.details import dataset_info_from_json, info_json, job_info_from_json
-
-log = logging.getLogger(__name__)
+from graph.details import dataset_info_from_json, job_info_from_json
 
 # The kinds of node a document is of, as the change log names them.
 DATASET, JOB = rev.Kind.DATASET, rev.Kind.JOB
 SYNC_LIMIT = 20_000
-# Nodes whose last change this process remembers (for judging shared documents); past
-# this, it forgets them all and trusts only documents written from then on.
+# Nodes whose last change this process remembers (for judging the file's documents); past
+# this, it forgets them all and starts over.
 CHANGED_LIMIT = 200_000
 
 
@@ -65,7 +55,7 @@ LoadFields = Callable[[list[int]], dict[int, FieldRow]]
 
 
 class NodeCache:
-    def __init__(self, max_entries: int, shared: bool | None = None) -> None:
+    def __init__(self, max_entries: int) -> None:
         self.max_entries = max_entries
         self.max_fields = 10 * max_entries
         self.lock = threading.Lock()
@@ -74,8 +64,6 @@ class NodeCache:
         # Field rows (column lineage names every field it shows), dropped with their dataset.
         self._fields: OrderedDict[int, FieldRow] = OrderedDict()
         self._fields_of: dict[int, set[int]] = {}
-        # Shared documents: None follows the database (PostgreSQL shares).
-        self.shared = shared
         # Revision from which this process has seen every change, and the revision at which
         # it saw each changed node last.
         self.horizon = 0
@@ -86,10 +74,9 @@ class NodeCache:
         self.epoch = 0
         self.hits = 0
         self.misses = 0
-        self.shared_hits = 0
-        # Of those, documents read from the host's document file.
+        # Of the misses, documents read from the host's document file.
         self.file_hits = 0
-        # (file, epoch, whether its pass is on the timeline) last judged.
+        # (file, epoch, whether it is on the timeline) last judged.
         self._file_checked: tuple[int, int, bool] = (0, -1, False)
 
     def clear(self) -> None:
@@ -101,11 +88,6 @@ class NodeCache:
             self.changed.clear()
             self.horizon = 0
             self.epoch += 1
-
-    def _sharing(self) -> bool:
-        if self.shared is not None:
-            return self.shared
-        return connection.vendor == "postgresql" and bool(settings.GRAPH_SHARED_NODE_DATA)
 
     def sync(self) -> rev.Revision:
         """Drop entries changed since the cache's revision (one query when nothing moved);
@@ -142,32 +124,25 @@ class NodeCache:
                                 self._fields.pop(field, None)
                 if len(self.changed) > CHANGED_LIMIT:
                     self._start_epoch(current)
+                else:
+                    docfile.current()  # a newer file written since: map it
             self.revision = current
         return current
 
     def _start_epoch(self, current: rev.Revision) -> None:
         """Start following the change log afresh at ``current``: no earlier document is
-        trusted, unless the last full rendering pass (graph/documents.py) is on the change
-        log's timeline and few enough nodes changed since it to remember them all."""
+        trusted, unless the host's document file is on the change log's timeline and few
+        enough nodes changed since it to remember them all."""
         self.changed.clear()
         self.horizon = current.value
         self.epoch += 1
-        if not self._sharing():
+        mapped = docfile.current()
+        if mapped is None:
             return
-        with bound_cursor() as cursor:
-            cursor.execute(
-                "SELECT revision, token FROM graph_nodedoc_pass WHERE id = 1 AND code = %s",
-                [rev.code_digest()],
-            )
-            row = cursor.fetchone()
-        if row is None:
-            return
-        floor = rev.Revision(int(row[0]), str(row[1]))
-        docfile.refresh(floor)
-        since = node_changes(floor, current, SYNC_LIMIT)
+        since = node_changes(mapped.revision, current, SYNC_LIMIT)
         if since is not None:
             self.changed.update(since)
-            self.horizon = floor.value
+            self.horizon = mapped.revision.value
 
     def _get(self, kind: str, pks: Iterable[int]) -> tuple[dict[int, Entry], list[int]]:
         found: dict[int, Entry] = {}
@@ -195,12 +170,10 @@ class NodeCache:
     def entries(
         self, kind: str, pks: Iterable[int], render: Render, info: bool = False
     ) -> dict[int, Entry]:
-        """Entries by pk; misses are taken from the shared documents or rendered by
+        """Entries by pk; misses are taken from the host's document file or rendered by
         ``render`` in one call, and kept. With ``info``, every entry has its summary
         object (read from the document's summary when it has one)."""
-        # What this thread renders is at least as new as this revision (another thread may
-        # move self.revision on meanwhile): documents are stamped with it.
-        synced = self.sync()
+        self.sync()
         found, missing = self._get(kind, pks)
         if info:
             lacking = [pk for pk, entry in found.items() if entry.info is None]
@@ -209,20 +182,19 @@ class NodeCache:
             missing += lacking
         if not missing:
             return found
-        sharing = self._sharing()
-        if sharing:
-            shared = self._shared_many({kind: missing}, info).get(kind, {})
-            if shared:
-                found.update(shared)
-                self._put(kind, shared)
-                self.shared_hits += len(shared)
-                missing = [pk for pk in missing if pk not in shared]
+        mapped = self._document_file()
+        if mapped is not None:
+            documents = mapped.lookup(kind, missing, self.horizon, self.changed, info)
+            if documents:
+                read = {pk: _entry(kind, *document) for pk, document in documents.items()}
+                found.update(read)
+                self._put(kind, read)
+                self.file_hits += len(read)
+                missing = [pk for pk in missing if pk not in read]
         if missing:
             rendered = render(missing)
             found.update(rendered)
             self._put(kind, rendered)
-            if sharing:
-                publisher.submit(kind, synced.value, rendered)
         return found
 
     def file_columns(
@@ -267,76 +239,15 @@ class NodeCache:
                 self._fields_of.get(row[0], set()).discard(pk)
         return found
 
-    def preload(self, wanted: dict[str, list[int]]) -> None:
-        """Take the shared documents of the datasets and jobs in ``wanted`` (pks by kind)
-        that this process lacks in one query, rather than one per kind."""
-        if not self._sharing():
-            return
-        self.sync()
-        with self.lock:
-            missing = {
-                kind: [pk for pk in pks if (kind, pk) not in self._entries]
-                for kind, pks in wanted.items()
-            }
-        if sum(1 for pks in missing.values() if pks) < 2:
-            return  # one kind: entries() asks for it in one query anyway
-        for kind, shared in self._shared_many(missing).items():
-            self._put(kind, shared)
-            self.shared_hits += len(shared)
-
-    def _shared_many(
-        self, wanted: dict[str, list[int]], info: bool = False
-    ) -> dict[str, dict[int, Entry]]:
-        """Shared documents of these nodes (pks by kind) that this process can trust: from
-        the host's document file (graph/docfile.py), the rest from ``graph_nodedoc``; with
-        ``info``, only those that carry the node's summary, read into an object."""
-        out: dict[str, dict[int, Entry]] = {}
-        mapped = self._document_file()
-        if mapped is not None:
-            rest: dict[str, list[int]] = {}
-            for kind, pks in wanted.items():
-                documents = mapped.lookup(kind, pks, self.horizon, self.changed, info)
-                if documents:
-                    out[kind] = {pk: _entry(kind, *doc) for pk, doc in documents.items()}
-                    self.file_hits += len(documents)
-                rest[kind] = [pk for pk in pks if pk not in documents]
-            wanted = rest
-            if not any(wanted.values()):
-                return out
-        summary_column = "info" if info else "''"
-        with bound_cursor() as cursor:
-            cursor.execute(
-                f"SELECT kind, obj_id, revision, namespace, name, data, {summary_column} "
-                "FROM graph_nodedoc WHERE revision >= %s AND code = %s AND "
-                "((kind = %s AND obj_id = ANY(%s)) OR (kind = %s AND obj_id = ANY(%s)))",
-                [
-                    self.horizon,
-                    rev.code_digest(),
-                    DATASET,
-                    wanted.get(DATASET, []),
-                    JOB,
-                    wanted.get(JOB, []),
-                ],
-            )
-            rows = cursor.fetchall()
-        changed = self.changed
-        for kind, pk, revision, namespace, name, data, summary in rows:
-            if changed.get((kind, pk), 0) > revision or (info and not summary):
-                continue
-            out.setdefault(kind, {})[pk] = _entry(kind, namespace, name, data, summary)
-        return out
-
     def _document_file(self) -> docfile.DocFile | None:
-        """The host's document file, when this cache shares documents and the file's pass
-        is on the current timeline (checked once per file and epoch)."""
-        if not self._sharing():
-            return None
+        """The host's document file, when there is one on the current timeline (checked
+        once per file and epoch)."""
         found = docfile.get()
         if found is None:
             return None
         key = (id(found), self.epoch)
         if self._file_checked[:2] != key:
-            self._file_checked = (*key, rev.on_timeline(found.pass_revision))
+            self._file_checked = (*key, rev.on_timeline(found.revision))
         return found if self._file_checked[2] else None
 
     def stats(self) -> dict[str, int]:
@@ -345,7 +256,6 @@ class NodeCache:
             "fields": len(self._fields),
             "hits": self.hits,
             "misses": self.misses,
-            "shared_hits": self.shared_hits,
             "file_hits": self.file_hits,
         }
 
@@ -373,94 +283,4 @@ def node_changes(
     return {(kind, obj): at for (kind, obj), at in since.items() if obj is not None}
 
 
-class Publisher:
-    """Writes rendered documents to ``graph_nodedoc`` from one background thread, so that no
-    request waits on sharing what it rendered (a hub answer is megabytes of text).
-
-    The thread opens a connection for each batch and closes it after: nothing stays open
-    between batches. A document is only ever a cache, so a failed or dropped write costs a
-    render elsewhere, nothing else.
-    """
-
-    MAX_PENDING = 20_000
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.wake = threading.Condition(self.lock)
-        self.pending: dict[tuple[str, int], tuple[int, Entry]] = {}
-        self.thread: threading.Thread | None = None
-        self.busy = False
-
-    def submit(self, kind: str, revision: int, rendered: dict[int, Entry]) -> None:
-        with self.lock:
-            for pk, entry in rendered.items():
-                if len(self.pending) >= self.MAX_PENDING:
-                    break
-                self.pending[(kind, pk)] = (revision, entry)
-            if self.thread is None or not self.thread.is_alive():
-                self.thread = threading.Thread(target=self._run, name="nodedoc", daemon=True)
-                self.thread.start()
-            self.wake.notify()
-
-    def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until everything submitted so far is written (tests, shutdown); False when
-        ``timeout`` seconds passed first."""
-        with self.lock:
-            return self.wake.wait_for(lambda: not self.pending and not self.busy, timeout)
-
-    def _run(self) -> None:
-        while True:
-            with self.lock:
-                self.wake.wait_for(lambda: bool(self.pending))
-                batch, self.pending = self.pending, {}
-                self.busy = True
-            try:
-                write_documents(batch)
-            except Exception:  # a cache write: never let it kill the thread
-                log.exception("could not share %d rendered nodes", len(batch))
-            finally:
-                connection.close()
-                with self.lock:
-                    self.busy = False
-                    self.wake.notify_all()
-
-
-def write_documents(batch: dict[tuple[str, int], tuple[int, Entry]]) -> None:
-    """Upsert documents in one lock order per kind; a newer document is never replaced by an
-    older one."""
-    by_kind: dict[str, list[tuple[int, int, Entry]]] = {}
-    for (kind, pk), (revision, entry) in sorted(batch.items()):
-        by_kind.setdefault(kind, []).append((pk, revision, entry))
-    for kind, rows in by_kind.items():
-        with bound_cursor() as cursor:
-            cursor.execute(
-                "INSERT INTO graph_nodedoc (kind, obj_id, revision, namespace, name, data, info, "
-                "code) SELECT %s, t.obj_id, t.revision, t.namespace, t.name, t.data, t.info, %s "
-                "FROM "
-                # Binary parameters: as text, the driver escapes every quote of the JSON.
-                "unnest(%b::bigint[], %b::bigint[], %b::text[], %b::text[], %b::text[], "
-                "%b::text[]) AS t(obj_id, revision, namespace, name, data, info) "
-                "ON CONFLICT (kind, obj_id) DO UPDATE SET revision = EXCLUDED.revision, "
-                "namespace = EXCLUDED.namespace, name = EXCLUDED.name, data = EXCLUDED.data, "
-                "info = EXCLUDED.info, code = EXCLUDED.code "
-                "WHERE graph_nodedoc.revision < EXCLUDED.revision "
-                # Another release's document, whatever its revision.
-                "OR graph_nodedoc.code <> EXCLUDED.code "
-                # The same revision with the summary it lacked.
-                "OR (graph_nodedoc.revision = EXCLUDED.revision AND graph_nodedoc.info = '' "
-                "AND EXCLUDED.info <> '')",
-                [
-                    kind,
-                    rev.code_digest(),
-                    [pk for pk, _, _ in rows],
-                    [revision for _, revision, _ in rows],
-                    [entry.namespace for _, _, entry in rows],
-                    [entry.name for _, _, entry in rows],
-                    [entry.data for _, _, entry in rows],
-                    ["" if entry.info is None else info_json(entry.info) for _, _, entry in rows],
-                ],
-            )
-
-
-publisher = Publisher()
 cache = NodeCache(int(getattr(settings, "GRAPH_NODE_CACHE_SIZE", 50_000)))

@@ -26,6 +26,7 @@ from graph.details import (
     load_jobs,
 )
 from graph.nodecache import DATASET, JOB, Entry, FieldRow, Render, cache
+from graph.nodeids import DATASET_PREFIX, JOB_PREFIX
 
 T = TypeVar("T")
 
@@ -134,6 +135,30 @@ def render_jobs(pks: list[int]) -> dict[int, Entry]:
     }
 
 
+def _plain(text: str) -> bool:
+    """Whether ``text`` is printable ASCII without quotes or backslashes: the same text as
+    a JSON string's contents."""
+    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
+
+
+def dataset_texts(namespace: str, name: str) -> tuple[bytes, bytes]:
+    """A dataset's id as a JSON string, and its ``{"namespace", "name"}`` object (UTF-8)."""
+    node_id = f"{DATASET_PREFIX}{namespace}:{name}"
+    if _plain(node_id):
+        # Both parts of a plain id are plain too; plain ids skip the encoder.
+        quoted, named = f'"{node_id}"', f'{{"namespace":"{namespace}","name":"{name}"}}'
+    else:
+        quoted = json.dumps(node_id)
+        named = f'{{"namespace":{json.dumps(namespace)},"name":{json.dumps(name)}}}'
+    return quoted.encode(), named.encode()
+
+
+def job_text(namespace: str, name: str) -> bytes:
+    """A job's id as a JSON string (UTF-8)."""
+    node_id = f"{JOB_PREFIX}{namespace}:{name}"
+    return (f'"{node_id}"' if _plain(node_id) else json.dumps(node_id)).encode()
+
+
 class LineageNodes(NamedTuple):
     """What a lineage body splices in for its nodes, by pk: each dataset's id as a JSON
     string and its ``{"namespace", "name"}`` object, each job's id as a JSON string, and
@@ -147,28 +172,23 @@ class LineageNodes(NamedTuple):
 
 
 def lineage_nodes(
-    ds_pks: Iterable[int],
-    job_pks: Iterable[int],
-    as_of: datetime | None,
-    render_ds: Callable[[str, str], tuple[bytes, bytes]],
-    render_job: Callable[[str, str], bytes],
+    ds_pks: Iterable[int], job_pks: Iterable[int], as_of: datetime | None
 ) -> LineageNodes:
-    """Ids and node data of these datasets and jobs (``render_ds`` and ``render_job``
-    make ids from names); nodes found nowhere are left out.
+    """Ids and node data of these datasets and jobs; nodes found nowhere are left out.
 
     They come from the host's document file, one look per kind, and are not kept: the
-    file already holds them for every process. The rest (nodes changed since its pass,
-    and ids the file leaves to readers) come from the node directory, the node cache and,
-    as of a past instant, the history.
+    file already holds them for every process. The rest (nodes changed since it was
+    written) come from the node directory, the node cache and, as of a past instant,
+    the history.
     """
     datasets = sorted({int(pk) for pk in ds_pks})
     jobs = sorted({int(pk) for pk in job_pks})
     ds_file = cache.file_columns(DATASET, datasets, ("quoted", "named", "data"))
     job_file = cache.file_columns(JOB, jobs, ("quoted", "data"))
     ds_ids, ds_names, job_ids = ds_file["quoted"], ds_file["named"], job_file["quoted"]
-    for pk, (quoted, named) in _render_ids(DATASET, datasets, ds_ids, render_ds).items():
+    for pk, (quoted, named) in _render_ids(DATASET, datasets, ds_ids, dataset_texts).items():
         ds_ids[pk], ds_names[pk] = quoted, named
-    job_ids.update(_render_ids(JOB, jobs, job_ids, render_job))
+    job_ids.update(_render_ids(JOB, jobs, job_ids, job_text))
     if len(ds_ids) < len(datasets):
         datasets = [pk for pk in datasets if pk in ds_ids]
     if len(job_ids) < len(jobs):
@@ -178,7 +198,6 @@ def lineage_nodes(
     ds_found, job_found = ds_file["data"], job_file["data"]
     for pk in changed:
         ds_found.pop(pk, None)
-    cache.preload({DATASET: _rest(current, ds_found), JOB: _rest(jobs, job_found)})
     return LineageNodes(
         ds_ids,
         ds_names,
@@ -192,8 +211,8 @@ def _render_ids(
     kind: str, pks: list[int], ids: dict[int, bytes], render: Callable[[str, str], T]
 ) -> dict[int, T]:
     """``render`` of the nodes whose id is not among ``ids`` (those the document file
-    gave, "" where it left them to readers); nodes found nowhere are dropped from ``ids``."""
-    rest = [pk for pk in pks if not ids.get(pk)] if ids else pks
+    gave); nodes found nowhere are dropped from ``ids``."""
+    rest = _rest(pks, ids)
     if not rest:
         return {}
     rendered = node_texts(kind, rest, "lineage", render)

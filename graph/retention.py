@@ -18,10 +18,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from catalog.models import Dataset
 from graph import revision
-from graph.models import GraphChange, GraphRevisionLog, Job, NodeDocument, Run
-from graph.nodecache import DATASET, JOB
+from graph.models import GraphChange, GraphRevisionLog, Run
 
 COMPACTED = "_compacted"
 MAX_ERROR_STACK = 2000
@@ -34,7 +32,6 @@ class CompactionResult:
     bytes_before: int
     bytes_after: int
     change_log_rows_pruned: int
-    node_documents_pruned: int = 0
 
 
 def summary(facets: dict[str, object], at: datetime) -> dict[str, object]:
@@ -86,18 +83,7 @@ def compact_lineage(
                     before += len(json.dumps(facets, default=str)) + len(stack or "")
                     after += len(json.dumps(small)) + min(len(stack or ""), MAX_ERROR_STACK)
     pruned = prune_change_log(now - timedelta(days=change_log_days))
-    return CompactionResult(compacted, before, after, pruned, prune_node_documents())
-
-
-def prune_node_documents() -> int:
-    """Delete shared node documents (graph/nodecache.py) of datasets and jobs that are gone:
-    nothing else removes them, and no process asks for them again."""
-    gone = NodeDocument.objects.filter(
-        Q(kind=DATASET) & ~Q(obj_id__in=Dataset.objects.values("pk"))
-        | Q(kind=JOB) & ~Q(obj_id__in=Job.objects.values("pk"))
-    )
-    deleted, _ = gone.delete()
-    return int(deleted)
+    return CompactionResult(compacted, before, after, pruned)
 
 
 def prune_change_log(before: datetime) -> int:

@@ -22,19 +22,20 @@ def compact_lineage_detail(older_than_days: int | None = None) -> dict[str, int]
         "bytes_before": result.bytes_before,
         "bytes_after": result.bytes_after,
         "change_log_rows_pruned": result.change_log_rows_pruned,
-        "node_documents_pruned": result.node_documents_pruned,
     }
 
 
 @shared_task(ignore_result=True)
 def render_node_documents(full: bool = False) -> dict[str, object]:
-    """Render node documents ahead of requests (scheduled every GRAPH_DOCUMENTS_INTERVAL s)."""
-    result = documents.render_documents(full=full)
+    """Write the host's node document file again once many nodes changed since it (scheduled
+    every GRAPH_DOCUMENTS_INTERVAL s), or every node with ``full``."""
+    result = documents.render_documents(full=full, at_least=documents.REWRITE_AFTER)
     return {
         "full": result.full,
         "revision": result.revision,
         "datasets": result.datasets,
         "jobs": result.jobs,
+        "copied": result.copied,
         "seconds": round(result.seconds, 3),
         "skipped": result.skipped,
     }

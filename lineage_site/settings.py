@@ -266,23 +266,21 @@ CELERY_BEAT_SCHEDULE["ingest-compact-raw-events"] = {
 # summaries by a daily task; edges and validity intervals stay. Node cache size per process.
 LINEAGE_DETAIL_RETENTION_DAYS = env_int("LINEAGE_DETAIL_RETENTION_DAYS", 90)
 GRAPH_NODE_CACHE_SIZE = env_int("GRAPH_NODE_CACHE_SIZE", 50_000)
-# PostgreSQL: server processes share rendered node data through graph_nodedoc.
+# PostgreSQL: the server processes of a host share, through files under DATA_DIR, every
+# node's rendered lineage data (graph/docfile.py) and the base of each lineage snapshot.
 GRAPH_SHARED_NODE_DATA = env_bool("GRAPH_SHARED_NODE_DATA", True)
-# PostgreSQL: the server processes of a host map every shared node document from one file
-# under DATA_DIR/nodedocs, written after each full rendering pass (graph/docfile.py).
-GRAPH_NODE_DOCUMENT_FILE = env_bool("GRAPH_NODE_DOCUMENT_FILE", True)
 # Each process keeps a directory of node names and fields (graph/directory.py, ~60 MB at
 # 100,000 datasets) so that lineage requests need no query to name their nodes.
 GRAPH_NODE_DIRECTORY = env_bool("GRAPH_NODE_DIRECTORY", True)
 # Server processes (lineage_site/wsgi.py) build the lineage snapshots before serving.
 GRAPH_WARM_ON_START = env_bool("GRAPH_WARM_ON_START", True)
 # Work that would hold up a request goes to a background thread: reading the node
-# directory again after the change log lost track, opening a newer document file, folding
-# a lineage snapshot's grown overlay into a new base. Off (the tests), the request that
-# notices reads the directory or opens the file itself, and overlays are not folded.
+# directory again after the change log lost track, folding a lineage snapshot's grown
+# overlay into a new base. Off (the tests), the request that notices reads the directory
+# itself, and overlays are not folded.
 GRAPH_BACKGROUND_REBUILD = env_bool("GRAPH_BACKGROUND_REBUILD", True)
-# PostgreSQL: node documents of changed datasets and jobs are rendered this often, ahead
-# of the requests that show them (graph/documents.py).
+# PostgreSQL: this often, the host's node document file is written again once many nodes
+# changed since it (graph/documents.py).
 GRAPH_DOCUMENTS_INTERVAL = env_int("GRAPH_DOCUMENTS_INTERVAL", 30, minimum=1)
 CELERY_BEAT_SCHEDULE["graph-render-node-documents"] = {
     "task": "graph.tasks.render_node_documents",

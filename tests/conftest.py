@@ -11,7 +11,6 @@ import os
 import shutil
 import socket
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlparse
@@ -110,17 +109,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
                 json.dump(SENT, handle)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    """Documents a test had rendered are written before its database is torn down: the
-    background writer never lands a row in the next test's tables."""
-    yield
-    from graph.nodecache import publisher
-
-    if not publisher.flush():
-        raise RuntimeError("rendered node documents were still being written 30 s after the test")
-
-
 def make_user(username: str, role: str | None) -> User:
     user = User.objects.create_user(username=username, password="pw-" + username)
     if role:
@@ -205,13 +193,7 @@ def _isolated_data_dir(
     if "_django_db_helper" in request.fixturenames or request.node.get_closest_marker("django_db"):
         request.getfixturevalue("_django_db_helper")  # the test's database, open to it
         _forget_flushed_changes()
-        _forget_shared_documents()
     yield
-    # Shared node documents (on, as in production: PostgreSQL shares them) are written by
-    # a background thread: what a test rendered is written before the next test starts.
-    from graph.nodecache import publisher
-
-    assert publisher.flush(), "the node document writer did not finish"
 
 
 def _forget_flushed_changes() -> None:
@@ -225,28 +207,6 @@ def _forget_flushed_changes() -> None:
     with connection.cursor() as cursor:
         for table in ("graph_change", "graph_revision_log", "graph_revision"):
             cursor.execute(f"DELETE FROM {table}")
-
-
-def _forget_shared_documents() -> None:
-    """Remove the node documents the writer thread committed for earlier tests' nodes (their
-    rows were rolled back since), through a connection of its own, as the writer's."""
-    from django.db import connections
-
-    from graph.nodecache import publisher
-
-    if publisher.thread is None:
-        return
-
-    def forget() -> None:
-        try:
-            with connections["default"].cursor() as cursor:
-                cursor.execute("DELETE FROM graph_nodedoc")
-        finally:
-            connections["default"].close()
-
-    thread = threading.Thread(target=forget)
-    thread.start()
-    thread.join()
 
 
 @pytest.fixture(autouse=True)

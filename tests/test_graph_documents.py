@@ -1,4 +1,4 @@
-"""Node documents rendered ahead of requests: where they are not shared, nothing is, and the
+"""The host's node document file: where it is not shared, nothing is written, and the
 command says why. (The passes themselves run on PostgreSQL: tests/integration.)"""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from graph import documents, tasks
-from graph.models import NodeDocument
 from tests.graph_builders import LineageBuilder
 
 pytestmark = pytest.mark.django_db
@@ -31,7 +30,7 @@ def test_where_documents_are_not_shared_nothing_is_rendered_and_the_command_says
     call_command("render_node_documents", "--full", stdout=out)
     assert out.getvalue() == f"Nothing rendered: {reason}.\n"
     assert tasks.render_node_documents.delay(full=False).get()["skipped"] == reason
-    assert not NodeDocument.objects.exists()
+    assert not (settings.DATA_DIR / "nodedocs").exists()
 
 
 def test_the_command_rejects_a_batch_below_one():
@@ -106,12 +105,3 @@ def test_node_summaries_read_back_from_their_text_as_they_were_written():
         assert dataset_info_from_json(info_json(summary)) == summary
     for run in (job, replace(job, latest_run=None, parent_name=None)):
         assert job_info_from_json(info_json(run)) == run
-
-
-def test_waiting_for_the_document_writer_says_whether_it_finished():
-    from graph.nodecache import Publisher
-
-    writer = Publisher()
-    assert writer.flush(timeout=0.01)
-    writer.busy = True  # a batch being written
-    assert not writer.flush(timeout=0.01)

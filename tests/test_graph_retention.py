@@ -14,7 +14,6 @@ from graph.models import (
     Direction,
     GraphChange,
     GraphRevisionLog,
-    NodeDocument,
     Run,
     RunState,
     TableEdge,
@@ -86,23 +85,6 @@ def test_it_prunes_old_change_log_rows_but_keeps_the_newest(history):
     assert result.change_log_rows_pruned > 0
     # The current revision stays resolvable, so warm processes keep refreshing by delta.
     assert GraphRevisionLog.objects.filter(revision=revision.current().value).exists()
-
-
-def test_it_prunes_shared_node_documents_of_deleted_datasets_and_jobs(history):
-    g, _, _ = history
-    kept_job, gone_job = g.jobs["job_0"], g.jobs["job_1"]
-    kept = g.ds["a"]
-    for kind, pk in (("d", kept.pk), ("d", 10**9), ("j", kept_job.pk), ("j", gone_job.pk)):
-        NodeDocument.objects.create(
-            kind=kind, obj_id=pk, revision=1, namespace="ns", name="n", data="{}"
-        )
-    gone_job.delete()
-    result = compact_lineage(timedelta(days=30), now=T3 + timedelta(days=1))
-    assert result.node_documents_pruned == 2
-    assert set(NodeDocument.objects.values_list("kind", "obj_id")) == {
-        ("d", kept.pk),
-        ("j", kept_job.pk),
-    }
 
 
 def test_only_runs_with_facets_are_touched(history):

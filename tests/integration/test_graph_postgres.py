@@ -1,6 +1,6 @@
 """The graph engine on real PostgreSQL: revision triggers across connections (bumped at
-commit, once per transaction), bulk loads, packed snapshot loading, generate_lineage, node
-documents shared between processes and rendered ahead of requests."""
+commit, once per transaction), bulk loads, packed snapshot loading, generate_lineage, and
+the files a host's processes share: node documents and snapshot bases."""
 
 from __future__ import annotations
 
@@ -144,11 +144,12 @@ def test_generate_lineage_loads_a_graph_the_queries_can_walk(settings):
     impact = queries.impact(resolve_node_id(ds.node_id))
     assert impact.owners
     # Every node's document was rendered before any request.
-    from graph.models import Job, NodeDocument, NodeDocumentPass
+    from graph import docfile
+    from graph.models import Job
 
-    assert NodeDocument.objects.filter(kind="d").count() == 300
-    assert NodeDocument.objects.filter(kind="j").count() == Job.objects.count()
-    assert NodeDocumentPass.objects.get().revision == revision.current().value
+    mapped = docfile.get()
+    assert mapped is not None and mapped.revision == revision.current()
+    assert mapped.documents == 300 + Job.objects.count()
     # Its declared flags reached their copies, as propagation carries them.
     from catalog.models import DatasetField, FlagSource, PropagatedFlag
 
@@ -160,7 +161,7 @@ def test_generate_lineage_loads_a_graph_the_queries_can_walk(settings):
     assert set(copies.values_list("pk", flat=True)) == set(reached)
 
 
-# --- node documents shared between processes ----------------------------------------------
+# --- the node store: the host's document file and each process's overlay -------------------
 
 
 def rendered_by(calls: list[list[int]]):
@@ -174,147 +175,158 @@ def rendered_by(calls: list[list[int]]):
     return render
 
 
-def test_a_node_rendered_in_one_process_is_served_to_another_without_rendering():
-    from graph.models import NodeDocument
-    from graph.nodecache import DATASET, NodeCache, publisher
+def describe(steward, ds, text: str) -> None:
+    from catalog import actions
+
+    actions.update_dataset(ds, {"description": text}, actions.Actor(user=steward))
+
+
+def test_the_file_holds_every_node_as_rendering_gives_it(settings):
+    from graph import docfile, documents, nodedata
+    from graph.details import info_json
+    from graph.nodecache import DATASET, JOB, NodeCache
 
     g = LineageBuilder()
-    g.chain("a", "b")
-    pk = g.ds["b"].pk
-    first, second = NodeCache(100, shared=True), NodeCache(100, shared=True)
+    g.chain("a", "b", "c")
+    g.dataset('d "quoted" \\ é')  # an id the API escapes
+    first = documents.render_documents()
+    assert (first.full, first.datasets, first.jobs, first.copied) == (True, 4, 2, 0)
+    mapped = docfile.get()
+    assert mapped is not None and mapped.path.parent == settings.DATA_DIR / "nodedocs"
+    assert mapped.revision == revision.current() and mapped.documents == 6
+    datasets = sorted(ds.pk for ds in g.ds.values())
+    jobs = sorted(job.pk for job in g.jobs.values())
+    for kind, pks, render in ((DATASET, datasets, nodedata.render_datasets), (JOB, jobs, None)):
+        fresh = render(pks) if render else nodedata.render_jobs(pks)
+        found = mapped.lookup(kind, [*pks, 10**9], 0, {}, info=True)
+        assert found == {
+            pk: (e.namespace, e.name, e.data, info_json(e.info)) for pk, e in fresh.items()
+        }
+        texts = mapped.spliced(kind, pks, 0, {}, ("quoted", "named"))
+        for pk, entry in fresh.items():
+            if kind == DATASET:
+                expected = nodedata.dataset_texts(entry.namespace, entry.name)
+            else:
+                expected = (nodedata.job_text(entry.namespace, entry.name), b"")
+            assert (texts["quoted"][pk], texts["named"][pk]) == expected
+    # A new process takes every node from the file: nothing rendered.
     calls: list[list[int]] = []
-    text = first.entries(DATASET, [pk], rendered_by(calls))[pk].data
-    assert calls == [[pk]]
-    publisher.flush()
-    assert NodeDocument.objects.filter(kind=DATASET, obj_id=pk).exists()
-    served = second.entries(DATASET, [pk], rendered_by(calls))
-    assert calls == [[pk]]
-    assert served[pk].data == text
-    assert second.stats()["shared_hits"] == 1
-    # Summaries (impact lists: owners' e-mail, field flags) come with the document, too.
-    with_info = second.entries(DATASET, [pk], rendered_by(calls), info=True)
-    assert with_info[pk].info == first.entries(DATASET, [pk], rendered_by(calls))[pk].info
-    assert calls == [[pk]]
+    served = NodeCache(100).entries(DATASET, datasets, rendered_by(calls), info=True)
+    assert calls == [] and set(served) == set(datasets)
+    assert all(entry.info is not None for entry in served.values())
 
 
-def test_a_shared_document_older_than_a_change_to_its_node_is_rendered_again(steward):
-    from catalog import actions
-    from graph.models import NodeDocument
-    from graph.nodecache import DATASET, NodeCache, publisher
-
-    g = LineageBuilder()
-    g.chain("a", "b")
-    a, b = g.ds["a"].pk, g.ds["b"].pk
-    writer, reader = NodeCache(100, shared=True), NodeCache(100, shared=True)
-    reader.entries(DATASET, [a], rendered_by([]))  # the reader follows the change log
-    writer.entries(DATASET, [b], rendered_by([]))
-    publisher.flush()
-    stale = NodeDocument.objects.get(kind=DATASET, obj_id=b).revision
-    actions.update_dataset(g.ds["b"], {"description": "Bronze orders"}, actions.Actor(user=steward))
-    calls: list[list[int]] = []
-    served = reader.entries(DATASET, [b], rendered_by(calls))
-    assert calls == [[b]]
-    assert '"description":"Bronze orders"' in served[b].data
-    publisher.flush()
-    document = NodeDocument.objects.get(kind=DATASET, obj_id=b)
-    assert document.revision > stale
-    assert '"description":"Bronze orders"' in document.data
-    # The writer has not synced since its render: the change log tells it, too.
-    assert '"description":"Bronze orders"' in writer.entries(DATASET, [b], rendered_by([]))[b].data
-
-
-def test_a_process_trusts_no_document_older_than_its_first_look_at_the_change_log(steward):
-    from catalog import actions
-    from graph.nodecache import DATASET, NodeCache, publisher
-
-    g = LineageBuilder()
-    g.chain("a", "b")
-    a, b = g.ds["a"].pk, g.ds["b"].pk
-    NodeCache(100, shared=True).entries(DATASET, [b], rendered_by([]))
-    publisher.flush()
-    # Something changes before the new process starts: it cannot tell what, so it renders.
-    actions.update_dataset(g.ds["a"], {"description": "Raw"}, actions.Actor(user=steward))
-    late = NodeCache(100, shared=True)
-    calls: list[list[int]] = []
-    late.entries(DATASET, [a, b], rendered_by(calls))
-    assert calls == [[a, b]]
-    # Documents written from then on are trusted by the process that started later.
-    again = NodeCache(100, shared=True)
-    again.entries(DATASET, [a], rendered_by([]))
-    assert again.horizon == late.horizon
-
-
-def test_after_a_full_pass_a_new_process_renders_only_nodes_changed_since(steward, settings):
-    settings.GRAPH_SHARED_NODE_DATA = True
-    from catalog import actions
-    from graph import documents, nodedata
-    from graph.models import NodeDocument
-    from graph.nodecache import DATASET, JOB, NodeCache, publisher
+def test_a_process_renders_only_the_nodes_changed_since_the_file(steward):
+    from graph import documents
+    from graph.nodecache import DATASET, JOB, NodeCache
 
     g = LineageBuilder()
     g.chain("a", "b", "c")
     a, b, c = (g.ds[name].pk for name in ("a", "b", "c"))
-    first = documents.render_documents()
-    assert (first.full, first.datasets, first.jobs) == (True, 3, 2)
-    assert NodeDocument.objects.get(kind=DATASET, obj_id=b).data == (
-        nodedata.render_datasets([b])[b].data
-    )
+    assert documents.render_documents().full
     # Changes after the pass: to one dataset, and to nothing a lineage answer shows.
-    actions.update_dataset(g.ds["a"], {"description": "Raw"}, actions.Actor(user=steward))
+    describe(steward, g.ds["a"], "Raw")
     g.dataset("d")
-    late = NodeCache(100, shared=True)
+    late = NodeCache(100)
     calls: list[list[int]] = []
     served = late.entries(DATASET, [a, b, c], rendered_by(calls))
     assert calls == [[a]]
     assert '"description":"Raw"' in served[a].data
-    assert late.entries(JOB, [g.jobs["job_0"].pk], lambda pks: {})  # from its document
-    # A follow-up pass renders what changed and has no newer document (the late process
-    # shared its render of a), and only that; then no process renders.
-    publisher.flush()
+    assert late.entries(JOB, [g.jobs["job_0"].pk], lambda pks: {})  # from the file
+    # A process that had followed the log since before the change judges it the same way.
+    assert '"description":"Raw"' in late.entries(DATASET, [a], rendered_by([]))[a].data
+
+
+def test_a_follow_up_pass_renders_what_changed_and_takes_the_rest_from_the_file(steward):
+    from graph import docfile, documents
+    from graph.nodecache import DATASET, NodeCache
+
+    g = LineageBuilder()
+    g.chain("a", "b", "c")
+    a, b, c = (g.ds[name].pk for name in ("a", "b", "c"))
+    g.dataset("gone")
+    assert documents.render_documents().full
+    describe(steward, g.ds["a"], "Raw")
+    g.ds["gone"].delete()
+    # The scheduled pass waits for more changes than that.
+    waiting = documents.render_documents(at_least=3)
+    assert waiting.skipped == "2 nodes changed since the file was written"
     follow_up = documents.render_documents()
-    assert (follow_up.full, follow_up.datasets, follow_up.jobs) == (False, 1, 0)
-    assert documents.render_documents().datasets == 0
-    again = NodeCache(100, shared=True)
-    calls.clear()
-    served = again.entries(DATASET, [a, b, c, g.ds["d"].pk], rendered_by(calls))
+    assert (follow_up.full, follow_up.datasets, follow_up.jobs, follow_up.copied) == (
+        False,
+        1,
+        0,
+        4,
+    )
+    assert documents.render_documents().skipped == "0 nodes changed since the file was written"
+    assert docfile.get().revision.value == follow_up.revision
+    assert docfile.get().documents == 5  # the deleted dataset's is gone
+    calls: list[list[int]] = []
+    served = NodeCache(100).entries(DATASET, [a, b, c], rendered_by(calls))
     assert calls == []
     assert '"description":"Raw"' in served[a].data
+    # The scheduled task asks for many changes.
+    from graph import tasks
+
+    assert tasks.render_node_documents.delay().get()["skipped"].startswith("0 nodes changed")
 
 
-def test_documents_and_passes_of_another_release_are_never_served(steward, settings, monkeypatch):
-    """A release whose rendering code differs (graph.revision.code_digest) renders every
-    node again: the old pass, its file and its documents are not trusted."""
-    settings.GRAPH_SHARED_NODE_DATA = True
+def test_a_running_process_maps_the_newer_file_at_its_next_look(steward):
     from graph import docfile, documents
-    from graph import revision as rev
-    from graph.models import NodeDocument
     from graph.nodecache import DATASET, NodeCache
 
     g = LineageBuilder()
     g.chain("a", "b")
     a, b = g.ds["a"].pk, g.ds["b"].pk
     assert documents.render_documents().full
-    assert docfile.open_current() is not None
-    # What the old release wrote, with a text the new one would never render.
-    NodeDocument.objects.filter(kind=DATASET, obj_id=a).update(data='{"old":"release"}')
-    monkeypatch.setattr(rev, "code_digest", lambda: "another-release")
-    docfile.reset()
-    assert docfile.last_pass() is None and docfile.open_current() is None
+    process = NodeCache(100)
+    process.entries(DATASET, [b], rendered_by([]))
+    first = docfile.get()
+    describe(steward, g.ds["a"], "Raw")
+    second = documents.render_documents()
     calls: list[list[int]] = []
-    served = NodeCache(100, shared=True).entries(DATASET, [a, b], rendered_by(calls))
+    served = process.entries(DATASET, [a], rendered_by(calls))
+    assert calls == [] and '"description":"Raw"' in served[a].data
+    assert docfile.get() is not first and docfile.get().revision.value == second.revision
+
+
+def test_a_file_of_another_release_or_timeline_is_never_served(steward, monkeypatch):
+    """A release whose rendering code differs (graph.revision.code_digest) renders every node
+    again; a file written on another timeline (the database restored, or recreated under
+    the same name) is not trusted, whatever its revision says."""
+    from graph import docfile, documents
+    from graph import revision as rev
+    from graph.nodecache import DATASET, NodeCache
+
+    g = LineageBuilder()
+    g.chain("a", "b")
+    a, b = g.ds["a"].pk, g.ds["b"].pk
+    assert documents.render_documents().full
+    old = docfile.file_path()
+    monkeypatch.setattr(rev, "code_digest", lambda: "another-release")
+    assert docfile.file_path() != old and docfile.current() is None
+    # The old release's file, where the new one would look for its own.
+    docfile.file_path().write_bytes(old.read_bytes())
+    with pytest.raises(docfile.CorruptFile, match="written by another release"):
+        docfile.DocFile(docfile.file_path())
+    calls: list[list[int]] = []
+    NodeCache(100).entries(DATASET, [a, b], rendered_by(calls))
     assert calls == [[a, b]]
-    assert "release" not in served[a].data
-    # The new release's next pass is a full one, and its documents replace the old ones.
     again = documents.render_documents()
     assert (again.full, again.datasets) == (True, 2)
-    assert set(NodeDocument.objects.values_list("code", flat=True)) == {"another-release"}
+    assert not old.exists()  # swept: this database's file of the earlier release
     calls.clear()
-    NodeCache(100, shared=True).entries(DATASET, [a, b], rendered_by(calls))
+    NodeCache(100).entries(DATASET, [a, b], rendered_by(calls))
     assert calls == []
+    other = NodeCache(100)
+    other.sync()
+    docfile.get().revision = revision.Revision(again.revision, "elsewhere")
+    other.clear()
+    other.entries(DATASET, [a], rendered_by(calls))
+    assert calls == [[a]]
 
 
-def test_a_change_the_change_log_cannot_pin_to_nodes_makes_the_next_pass_full(settings):
-    settings.GRAPH_SHARED_NODE_DATA = True
+def test_a_change_the_change_log_cannot_pin_to_nodes_makes_the_next_pass_full():
     from catalog.models import DatasetOwnership, Owner
     from graph import documents
     from graph.nodecache import DATASET, NodeCache
@@ -326,20 +338,19 @@ def test_a_change_the_change_log_cannot_pin_to_nodes_makes_the_next_pass_full(se
     assert documents.render_documents().full
     Owner.objects.filter(pk=owner.pk).update(name="team-renamed")  # every dataset's data
     calls: list[list[int]] = []
-    NodeCache(100, shared=True).entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
+    NodeCache(100).entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
     assert calls == [[g.ds["a"].pk]]
     second = documents.render_documents()
     assert (second.full, second.datasets) == (True, 2)
-    served = NodeCache(100, shared=True).entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
+    served = NodeCache(100).entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
     assert len(calls) == 1
     assert "team-renamed" in served[g.ds["a"].pk].data
     assert documents.render_documents(full=True).full
 
 
-def test_only_one_pass_runs_at_a_time(settings):
+def test_only_one_pass_runs_at_a_time():
     from graph import documents
 
-    settings.GRAPH_SHARED_NODE_DATA = True
     LineageBuilder().chain("a", "b")
     holder = threading.Event()
     release = threading.Event()
@@ -364,215 +375,18 @@ def test_only_one_pass_runs_at_a_time(settings):
     assert documents.render_documents().full
 
 
-def test_documents_of_datasets_and_jobs_are_taken_together():
-    from graph.nodecache import DATASET, JOB, NodeCache, publisher
-    from graph.nodedata import render_jobs
-
-    g = LineageBuilder()
-    g.chain("a", "b")
-    ds, job = g.ds["b"].pk, g.jobs["job_0"].pk
-    writer = NodeCache(100, shared=True)
-    writer.entries(DATASET, [ds], rendered_by([]))
-    writer.entries(JOB, [job], render_jobs)
-    publisher.flush()
-    reader = NodeCache(100, shared=True)
-    reader.preload({DATASET: [ds], JOB: [job]})
-    assert reader.stats()["shared_hits"] == 2
-    calls: list[list[int]] = []
-    assert reader.entries(DATASET, [ds], rendered_by(calls))[ds].data
-    assert reader.entries(JOB, [job], rendered_by(calls))[job].data
-    assert calls == []
-
-
-def test_a_follow_up_pass_moves_the_pass_on_once_many_nodes_changed(steward, settings, monkeypatch):
-    from catalog import actions
-    from graph import documents
-    from graph.models import NodeDocument, NodeDocumentPass
-    from graph.nodecache import DATASET, NodeCache
-
-    settings.GRAPH_SHARED_NODE_DATA = True
-    g = LineageBuilder()
-    g.chain("a", "b", "c")
-    a, b, c = (g.ds[name].pk for name in ("a", "b", "c"))
-    assert documents.render_documents().full
-    first = NodeDocumentPass.objects.get().revision
-    actions.update_dataset(g.ds["a"], {"description": "Raw"}, actions.Actor(user=steward))
-    monkeypatch.setattr(documents, "ADVANCE_AFTER", 0)
-    follow_up = documents.render_documents()
-    assert (follow_up.full, follow_up.datasets) == (False, 1)
-    moved = NodeDocumentPass.objects.get().revision
-    assert moved == follow_up.revision > first
-    assert set(NodeDocument.objects.values_list("revision", flat=True)) == {moved}
-    # A change after it: the new process starts from the moved pass and judges that change.
-    actions.update_dataset(g.ds["b"], {"description": "Clean"}, actions.Actor(user=steward))
-    late = NodeCache(100, shared=True)
-    calls: list[list[int]] = []
-    served = late.entries(DATASET, [a, b, c], rendered_by(calls))
-    assert late.horizon == moved
-    assert calls == [[b]]
-    assert '"description":"Raw"' in served[a].data
-    assert '"description":"Clean"' in served[b].data
-
-
-# --- the host's document file ---------------------------------------------------------------
-
-
-def test_the_document_file_holds_every_document_as_the_table_does(settings):
-    from graph import docfile, documents
-    from graph.models import NodeDocument
-    from graph.nodecache import DATASET, JOB, NodeCache
-
-    settings.GRAPH_SHARED_NODE_DATA = True
-    g = LineageBuilder()
-    g.chain("a", "b", "c")
-    assert documents.render_documents().full
-    mapped = docfile.open_current()
-    assert mapped is not None
-    assert mapped.path.parent == settings.DATA_DIR / "nodedocs"
-    rows = list(NodeDocument.objects.all())  # (and any a thread of an earlier test wrote)
-    assert mapped.documents == len(rows) >= 5
-    for row in rows:
-        found = mapped.lookup(row.kind, [row.obj_id, 10**9], 0, {}, info=True)
-        assert found == {row.obj_id: (row.namespace, row.name, row.data, row.info)}
-        # Without the summary asked for, it is left out.
-        assert mapped.lookup(row.kind, [row.obj_id], 0, {})[row.obj_id][3] == ""
-    # A new process takes all of them from the file: nothing rendered, nothing queried.
-    fresh = NodeCache(100, shared=True)
-    calls: list[list[int]] = []
-    datasets = [g.ds[name].pk for name in ("a", "b", "c")]
-    served = fresh.entries(DATASET, datasets, rendered_by(calls))
-    jobs = [job.pk for job in g.jobs.values()]
-    assert set(fresh.entries(JOB, jobs, lambda pks: {})) == set(jobs)
-    assert calls == []
-    assert fresh.stats()["file_hits"] == 5
-    assert {pk: e.data for pk, e in served.items()} == {
-        row.obj_id: row.data for row in rows if row.kind == DATASET and row.obj_id in datasets
-    }
-    with_info = fresh.entries(DATASET, datasets, rendered_by(calls), info=True)
-    assert all(entry.info is not None for entry in with_info.values())
-
-
-def test_a_document_in_the_file_older_than_a_change_to_its_node_is_not_used(steward, settings):
-    from catalog import actions
-    from graph import docfile, documents
-    from graph.nodecache import DATASET, NodeCache
-
-    settings.GRAPH_SHARED_NODE_DATA = True
-    g = LineageBuilder()
-    g.chain("a", "b", "c")
-    a, b, c = (g.ds[name].pk for name in ("a", "b", "c"))
-    assert documents.render_documents().full
-    assert docfile.get() is not None
-    actions.update_dataset(g.ds["a"], {"description": "Raw"}, actions.Actor(user=steward))
-    late = NodeCache(100, shared=True)
-    calls: list[list[int]] = []
-    served = late.entries(DATASET, [a, b, c], rendered_by(calls))
-    assert calls == [[a]]
-    assert '"description":"Raw"' in served[a].data
-    assert late.stats()["file_hits"] == 2
-    # Nor by a process whose horizon is past the file's documents.
-    assert docfile.get().lookup(DATASET, [b], late.horizon + 1, {}) == {}
-
-
-def test_a_new_pass_brings_a_new_file_and_a_file_off_the_timeline_is_not_used(settings):
-    from graph import docfile, documents
-    from graph.nodecache import DATASET, NodeCache
-
-    settings.GRAPH_SHARED_NODE_DATA = True
-    g = LineageBuilder()
-    g.chain("a", "b")
-    assert documents.render_documents().full
-    first = docfile.get()
-    assert first is not None
-    # Everything changed (a bulk load): the next pass is full, and the next process to
-    # start over moves to a file of that pass.
-    revision.mark_reset()
-    NodeCache(100, shared=True).entries(DATASET, [g.ds["a"].pk], rendered_by([]))
-    assert docfile.get() is first  # no pass since: the same file (its documents untrusted)
-    second = documents.render_documents()
-    assert second.full
-    late = NodeCache(100, shared=True)
-    calls: list[list[int]] = []
-    late.entries(DATASET, [g.ds["a"].pk, g.ds["b"].pk], rendered_by(calls))
-    assert calls == []
-    assert docfile.get() is not first
-    assert docfile.get().pass_revision.value == second.revision
-    assert late.stats()["file_hits"] == 2
-    # A file written on another timeline (the database restored, or recreated under the
-    # same name) is not trusted, whatever its revisions say.
-    other = NodeCache(100, shared=True)
-    other.sync()
-    forged = docfile.get()
-    forged.pass_revision = revision.Revision(second.revision, "elsewhere")
-    calls.clear()
-    other.entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
-    assert other.stats()["file_hits"] == 0
-
-
-def test_lineage_data_is_read_straight_from_the_file_and_not_kept(steward, settings):
-    from catalog import actions
-    from graph import docfile, documents
-    from graph.api import _dataset_texts, _job_text
-    from graph.models import NodeDocument
-    from graph.nodecache import DATASET, JOB, NodeCache
-
-    settings.GRAPH_SHARED_NODE_DATA = True
-    g = LineageBuilder()
-    g.chain("a", "b", "c")
-    a, b, c = (g.ds[name].pk for name in ("a", "b", "c"))
-    assert documents.render_documents().full
-    mapped = docfile.get()
-    assert mapped is not None
-    table = {(row.kind, row.obj_id): row.data for row in NodeDocument.objects.all()}
-    reader = NodeCache(100, shared=True)
-    found = reader.file_columns(DATASET, [a, b, c, 10**9], ("data", "quoted", "named"))
-    assert found["data"] == {pk: table[(DATASET, pk)].encode() for pk in (a, b, c)}
-    # With each node's id escaped as the API renders it.
-    for pk, quoted in found["quoted"].items():
-        ds = Dataset.objects.get(pk=pk)
-        assert (quoted, found["named"][pk]) == _dataset_texts(ds.namespace.name, ds.name)
-    jobs = sorted(job.pk for job in g.jobs.values())
-    found = reader.file_columns(JOB, jobs, ("data", "quoted", "named"))
-    assert found["data"] == {pk: table[(JOB, pk)].encode() for pk in jobs}
-    assert found["quoted"] == {j.pk: _job_text(j.namespace.name, j.name) for j in g.jobs.values()}
-    assert set(found["named"].values()) == {b""}
-    # The file already holds them for every process: this one keeps nothing.
-    assert reader.stats()["entries"] == 0
-    assert reader.stats()["file_hits"] == 5
-    # A node changed since the pass is not read from the file; the others still are.
-    actions.update_dataset(g.ds["a"], {"description": "Raw"}, actions.Actor(user=steward))
-    assert set(reader.file_columns(DATASET, [a, b, c], ("data",))["data"]) == {b, c}
-    # Nor by a process whose horizon is past the file's documents.
-    assert mapped.spliced(DATASET, [b], reader.horizon + 1, {}, ("data",)) == {"data": {}}
-
-
-@pytest.mark.parametrize("code", [*range(1, 128), 0xE9, 0xA0, 0x2028, 0x65E5, 0x1F600])
-def test_the_file_escapes_exactly_the_ids_the_api_passes_through(code):
-    """PostgreSQL's test for a plain id (written into the file as it is) agrees with the
-    API's, character by character; the others are left for readers to escape."""
-    from graph import docfile
-    from graph.api import _plain
-
-    text = f"dataset:ns:a{chr(code)}b"
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT %s ~ '{docfile.PLAIN_ID}'", [text])
-        assert cursor.fetchone()[0] is _plain(text)
-
-
 def test_a_lineage_answer_from_the_file_is_the_answer_rendered_afresh(steward, settings):
-    from catalog import actions
     from graph import documents, nodecache, responses
     from graph.api import lineage_body
 
-    settings.GRAPH_SHARED_NODE_DATA = True
     g = LineageBuilder()
     g.chain("a", "b", "c")
-    # Ids the file leaves for readers to escape.
+    # Ids the API escapes.
     g.dataset('d "quoted" \\ é')
     g.job("fork → d", reads=["b"], writes=['d "quoted" \\ é'], at=T1)
     g.run("fork → d", at=T1)
     assert documents.render_documents().full
-    actions.update_dataset(g.ds["c"], {"description": "Gold"}, actions.Actor(user=steward))
+    describe(steward, g.ds["c"], "Gold")
     root = resolve_node_id(g.id("a"))
 
     def bodies() -> list[bytes]:
@@ -588,59 +402,49 @@ def test_a_lineage_answer_from_the_file_is_the_answer_rendered_afresh(steward, s
     from_file = bodies()
     assert b'"description":"Gold"' in from_file[0]
     assert b'"dataset:%s:d \\"quoted\\" \\\\ \\u00e9"' % g.ns.name.encode() in from_file[0]
-    # Without the file (through the node cache) and without shared documents at all.
-    settings.GRAPH_NODE_DOCUMENT_FILE = False
-    assert bodies() == from_file
+    # Without the host's files at all.
     settings.GRAPH_SHARED_NODE_DATA = False
     assert bodies() == from_file
 
 
-def test_an_unreadable_document_file_is_written_again(settings, caplog):
+def test_an_unreadable_file_is_not_used_and_the_next_pass_writes_it_whole(caplog):
     from graph import docfile, documents
+    from graph.nodecache import DATASET, NodeCache
 
-    settings.GRAPH_SHARED_NODE_DATA = True
-    LineageBuilder().chain("a", "b")
-    assert documents.render_documents().full
+    g = LineageBuilder()
+    g.chain("a", "b")
     path = docfile.file_path()
     path.parent.mkdir(parents=True)
     path.write_bytes(b"LXDOCS01" + bytes(64))
     with pytest.raises(docfile.CorruptFile, match="an older layout"):
         docfile.DocFile(path)
     path.write_bytes(b"not a document file at all")
-    with pytest.raises(docfile.CorruptFile, match="not a node document file"):
-        docfile.DocFile(path)
-    mapped = docfile.get()
-    assert mapped is not None and mapped.documents == 3
-    assert "node document file rewritten" in caplog.text
+    assert docfile.current() is None
+    assert "node document file not used" in caplog.text
+    calls: list[list[int]] = []
+    NodeCache(100).entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
+    assert calls == [[g.ds["a"].pk]]
+    assert documents.render_documents().full
+    assert docfile.current().documents == 3
     # Cut short: the sections it names run past its end.
     whole = path.read_bytes()
     path.write_bytes(whole[: len(whole) // 2])
     with pytest.raises(docfile.CorruptFile, match="past the end of the file"):
         docfile.DocFile(path)
-    docfile.reset()
-    assert docfile.get().documents == 3
 
 
-def test_without_a_pass_there_is_no_file_and_documents_come_from_the_table(settings):
+def test_without_a_file_every_node_is_rendered_once_per_process():
     from graph import docfile
-    from graph.nodecache import DATASET, NodeCache, publisher
+    from graph.nodecache import DATASET, NodeCache
 
-    settings.GRAPH_SHARED_NODE_DATA = True
     g = LineageBuilder()
     g.chain("a", "b")
-    NodeCache(100, shared=True).entries(DATASET, [g.ds["a"].pk], rendered_by([]))
-    publisher.flush()
-    assert docfile.get() is None
-    assert not docfile.file_path().exists()
-    again = NodeCache(100, shared=True)
+    process = NodeCache(100)
     calls: list[list[int]] = []
-    again.entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
-    assert calls == []
-    assert again.stats() | {"entries": 0} == again.stats() | {
-        "entries": 0,
-        "shared_hits": 1,
-        "file_hits": 0,
-    }
+    process.entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
+    process.entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
+    assert calls == [[g.ds["a"].pk]]
+    assert docfile.get() is None and not docfile.file_path().exists()
 
 
 def test_processes_of_a_host_share_one_snapshot_base_and_catch_up_from_it(settings, caplog):

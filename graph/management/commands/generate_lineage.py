@@ -294,12 +294,13 @@ class Command(BaseCommand):
         )
         snapshot.reset()
         directory.reset()
-        # So that no lineage request renders a node: every first view reads its document.
+        # So that no lineage request renders a node: every first view reads its document
+        # from the host's file.
         rendered = documents.render_documents(full=True)
         if not rendered.skipped:
             self.stdout.write(
                 f"Rendered {rendered.datasets:,} dataset and {rendered.jobs:,} job documents "
-                f"in {rendered.seconds:.1f} s."
+                f"into the host's file in {rendered.seconds:.1f} s."
             )
 
     def _load(

@@ -1,4 +1,4 @@
-"""``manage.py render_node_documents [--full]``: render node documents ahead of requests."""
+"""``manage.py render_node_documents [--full]``: write the host's node document file."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from graph import documents
 
 class Command(BaseCommand):
     help = (
-        "Render the lineage documents of datasets and jobs changed since the last full pass "
-        "(PostgreSQL; every node with --full or when the change log cannot tell)."
+        "Write the host's file of lineage node documents (PostgreSQL): render the datasets and "
+        "jobs changed since the last file and take the others from it, or render every node "
+        "with --full or when the change log cannot tell what changed."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -29,9 +30,10 @@ class Command(BaseCommand):
             self.stdout.write(f"Nothing rendered: {result.skipped}.")
             return
         kind = "Full pass" if result.full else "Follow-up pass"
+        copied = "" if result.full else f", {result.copied:,} taken from the file before"
         self.stdout.write(
             self.style.SUCCESS(
                 f"{kind} at revision {result.revision}: {result.datasets:,} dataset and "
-                f"{result.jobs:,} job documents in {result.seconds:.1f} s."
+                f"{result.jobs:,} job documents rendered{copied}, in {result.seconds:.1f} s."
             )
         )
