@@ -1,26 +1,30 @@
-"""An in-process directory of every dataset, job and field: names and primary keys, field
-types and subject kinds, when each dataset's shown data last changed, and when each job's
-runs began and its last run settled.
+"""The node directory: every dataset, job and field by name and primary key, field types
+and subject kinds, when each dataset's shown data last changed, and when each job's runs
+began and its last run settled.
 
 Without it, a lineage request pays a query to resolve its node id, another to name the
 fields of a column answer, one more to tell which datasets looked different at a past
 instant and another for the jobs' runs as of then — most of what a first view of a node
-costs. The directory answers them from memory: dicts for the 150,000 dataset and job
-names at 100,000 datasets, and numpy columns for the million fields (names and types as
-one byte string each, sliced on use) and the jobs' run bounds, about 60 MB per process,
-read in a couple of seconds.
+costs. The directory answers them from numpy columns: the names of the 150,000 datasets
+and jobs at 100,000 datasets with a hash index, the million fields (names and types as
+one byte string each, sliced on use) and the jobs' run bounds, about 100 MB.
 
-Trust follows the node cache's change log (graph/nodecache.py): the directory is read
-at revision R, and answers for a dataset or job only while the process has seen no
-change to that node after R, in the same epoch of the cache (an epoch ends when the
-cache loses track of changes and starts over). Callers take everything else — nodes
-created after R, changed since, or not found — from the database, so a stale directory
-costs a query, never a wrong answer. A directory whose epoch has ended is read again in
-a background thread (in the request that notices it when GRAPH_BACKGROUND_REBUILD is off).
+On PostgreSQL it is part of the node store's base: the host's document file holds it
+(graph/documents.py writes both), and every server process maps it, one copy for all.
+Elsewhere, or while the file cannot be trusted, a process reads its own from the
+database in a couple of seconds (in a background thread once it had one, unless
+GRAPH_BACKGROUND_REBUILD is off).
+
+Trust is the node cache's one rule (graph/nodecache.py): the directory is read at
+revision R, and answers for a dataset or job only while the process follows the change
+log from R or earlier and has seen no change to that node after R. Callers take
+everything else — nodes created after R, changed since, or not found — from the
+database, so a stale directory costs a query, never a wrong answer.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -35,6 +39,7 @@ import psycopg
 from django.conf import settings
 from django.db import DatabaseError, connections
 
+from graph import docfile
 from graph import revision as rev
 from graph.details import DATASET_ATTRIBUTES, FIELD_ATTRIBUTES
 from graph.nodecache import DATASET, JOB, FieldRow, cache
@@ -60,17 +65,125 @@ FIELD_HEADER = np.dtype(
 )
 
 
+def name_hash(namespace: int, name: str) -> int:
+    """A hash of (namespace pk, name), the same in every process (an index key)."""
+    digest = hashlib.blake2b(b"%d\0%s" % (namespace, name.encode()), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+@dataclass(frozen=True, eq=False)
+class Names:
+    """The names of every dataset (or job): pks ascending, each one's namespace pk and name
+    (UTF-8, ``text[at[i]:at[i + 1]]``), and an index from (namespace, name) to its row:
+    ``hashes`` ascending (graph.directory.name_hash) and the row of each."""
+
+    pks: IntArray
+    ns: IntArray
+    at: IntArray
+    text: memoryview
+    hashes: IntArray
+    rows: IntArray
+
+    @classmethod
+    def of(cls, rows: list[tuple[int, int, str]]) -> Names:
+        """From (pk, namespace pk, name) rows."""
+        rows = sorted(rows)
+        encoded = [name.encode() for _, _, name in rows]
+        at = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum([len(text) for text in encoded], out=at[1:])
+        hashes = np.asarray([name_hash(ns, name) for _, ns, name in rows], dtype=np.int64)
+        order = np.argsort(hashes, kind="stable")
+        return cls(
+            np.asarray([pk for pk, _, _ in rows], dtype=np.int64),
+            np.asarray([ns for _, ns, _ in rows], dtype=np.int64),
+            at,
+            memoryview(b"".join(encoded)),
+            hashes[order],
+            order.astype(np.int64),
+        )
+
+    def pk(self, namespace: int, name: str) -> int | None:
+        wanted = name_hash(namespace, name)
+        encoded = name.encode()
+        i = int(np.searchsorted(self.hashes, wanted))
+        while i < self.hashes.size and int(self.hashes[i]) == wanted:
+            row = int(self.rows[i])
+            if int(self.ns[row]) == namespace and self.name_bytes(row) == encoded:
+                return int(self.pks[row])
+            i += 1
+        return None
+
+    def name_bytes(self, row: int) -> memoryview:
+        return self.text[int(self.at[row]) : int(self.at[row + 1])]
+
+    def found(self, pks: list[int]) -> tuple[list[int], list[int]]:
+        """(the pks it holds, their rows)."""
+        if not pks or self.pks.size == 0:
+            return [], []
+        wanted = np.asarray(pks, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.pks, wanted), self.pks.size - 1)
+        hit = self.pks[at] == wanted
+        return wanted[hit].tolist(), at[hit].tolist()
+
+    def keys(self, pks: list[int]) -> dict[int, tuple[int, str]]:
+        """(namespace pk, name) of the pks it holds."""
+        found, rows = self.found(pks)
+        return {
+            pk: (int(self.ns[row]), str(self.name_bytes(row), "utf-8"))
+            for pk, row in zip(found, rows, strict=True)
+        }
+
+    def arrays(self, prefix: str) -> dict[str, npt.NDArray[Any]]:
+        return {
+            f"{prefix}.{name}": np.frombuffer(value, dtype=np.uint8)
+            if isinstance(value, memoryview)
+            else value
+            for name, value in vars(self).items()
+        }
+
+    @classmethod
+    def from_arrays(cls, prefix: str, arrays: dict[str, Any]) -> Names:
+        def get(name: str) -> Any:
+            return arrays[f"{prefix}.{name}"]
+
+        return cls(
+            get("pks"), get("ns"), get("at"), memoryview(get("text")), get("hashes"), get("rows")
+        )
+
+
+# The directory's arrays, by name, as the host's document file holds them.
+ARRAYS = (
+    "f_id",
+    "f_ds",
+    "f_sk",
+    "f_first",
+    "f_removed",
+    "name_lo",
+    "name_hi",
+    "type_lo",
+    "type_hi",
+    "ids",
+    "by_id",
+    "ds_pks",
+    "ds_start",
+    "changed_pks",
+    "changed_at",
+    "run_jobs",
+    "run_first",
+    "run_last",
+    "run_settled",
+    "run_shown",
+)
+
+
 @dataclass(frozen=True, eq=False)
 class Directory:
+    # The change log's revision it was read at: trusted by the node cache's rule.
     revision: int
-    epoch: int
     namespaces: dict[int, str]
     namespace_ids: dict[str, int]
-    # (namespace pk, name) -> pk, and back (the same tuples).
-    datasets: dict[tuple[int, str], int]
-    dataset_keys: dict[int, tuple[int, str]]
-    jobs: dict[tuple[int, str], int]
-    job_keys: dict[int, tuple[int, str]]
+    datasets: Names
+    jobs: Names
     subject_kinds: dict[int, str]
     # Fields ordered by (dataset, id); ``by_id`` orders them by id (``ids`` = f_id[by_id]).
     f_id: IntArray
@@ -83,8 +196,8 @@ class Directory:
     name_hi: npt.NDArray[Any]
     type_lo: npt.NDArray[Any]
     type_hi: npt.NDArray[Any]
-    names: bytes
-    types: bytes
+    names: memoryview
+    types: memoryview
     ids: IntArray
     by_id: IntArray
     # Datasets that have fields, sorted, and where their fields start (len + 1).
@@ -103,28 +216,37 @@ class Directory:
     run_settled: IntArray
     run_shown: npt.NDArray[np.bool_]
     built_seconds: float
+    # Whether it is mapped from the host's document file rather than read by this process.
+    mapped: bool = False
     # Texts rendered from nodes' names (their ids as JSON, say), by (what, kind), then pk:
     # names never change in a directory, so they last as long as it does.
     texts: dict[tuple[str, str], dict[int, Any]] = field(default_factory=dict)
 
     # --- trust ------------------------------------------------------------------------
 
+    def trusted(self) -> bool:
+        """Whether the process's change log reaches back to the directory's revision (else
+        it cannot tell which nodes changed since, and trusts none)."""
+        return self.revision >= cache.horizon
+
     def trusts(self, kind: str, pk: int) -> bool:
         """Whether the process has seen no change to the node since the directory was
-        read. Once the cache's epoch has ended, its change log no longer reaches back to
-        the directory's revision, so a directory held across that trusts nothing."""
-        return self.epoch == cache.epoch and cache.changed.get((kind, pk), 0) <= self.revision
+        read: the rule the node cache applies to the host's document file."""
+        return self.trusted() and cache.changed.get((kind, pk), 0) <= self.revision
+
+    def _names(self, kind: str) -> Names:
+        return self.datasets if kind == DATASET else self.jobs
 
     # --- names ------------------------------------------------------------------------
 
     def dataset_pk(self, namespace: str, name: str) -> int | None:
         ns = self.namespace_ids.get(namespace)
-        pk = None if ns is None else self.datasets.get((ns, name))
+        pk = None if ns is None else self.datasets.pk(ns, name)
         return pk if pk is not None and self.trusts(DATASET, pk) else None
 
     def job_pk(self, namespace: str, name: str) -> int | None:
         ns = self.namespace_ids.get(namespace)
-        pk = None if ns is None else self.jobs.get((ns, name))
+        pk = None if ns is None else self.jobs.pk(ns, name)
         return pk if pk is not None and self.trusts(JOB, pk) else None
 
     def node_texts(
@@ -132,33 +254,27 @@ class Directory:
     ) -> dict[int, T]:
         """``render(namespace, name)`` of the trusted datasets (``kind`` DATASET) or jobs
         found, rendered once per node and kept under ``what``."""
-        if self.epoch != cache.epoch:
-            return {}
-        keys = self.dataset_keys if kind == DATASET else self.job_keys
-        changed, revision = cache.changed, self.revision
+        known, _ = self._split_trusted(kind, pks)
         texts = self.texts.setdefault((what, kind), {})
         out: dict[int, T] = {}
-        for pk in pks:
-            if changed and changed.get((kind, pk), 0) > revision:
-                continue
+        missing = []
+        for pk in known.tolist():
             text = texts.get(pk)
             if text is None:
-                key = keys.get(pk)
-                if key is None:
-                    continue
-                text = texts[pk] = render(self.namespaces[key[0]], key[1])
-            out[pk] = text
+                missing.append(pk)
+            else:
+                out[pk] = text
+        for pk, (ns, name) in self._names(kind).keys(missing).items():
+            out[pk] = texts[pk] = render(self.namespaces[ns], name)
         return out
 
     def node_names(self, kind: str, pks: list[int]) -> dict[int, tuple[str, str]]:
         """(namespace, name) of the trusted datasets (``kind`` DATASET) or jobs found."""
-        keys = self.dataset_keys if kind == DATASET else self.job_keys
-        out = {}
-        for pk in pks:
-            key = keys.get(pk)
-            if key is not None and self.trusts(kind, pk):
-                out[pk] = (self.namespaces[key[0]], key[1])
-        return out
+        known, _ = self._split_trusted(kind, pks)
+        return {
+            pk: (self.namespaces[ns], name)
+            for pk, (ns, name) in self._names(kind).keys(known.tolist()).items()
+        }
 
     # --- fields -----------------------------------------------------------------------
 
@@ -169,7 +285,7 @@ class Directory:
         return int(self.ds_start[at]), int(self.ds_start[at + 1])
 
     def _name(self, row: int) -> str:
-        return self.names[self.name_lo[row] : self.name_hi[row]].decode()
+        return str(self.names[int(self.name_lo[row]) : int(self.name_hi[row])], "utf-8")
 
     def field_pk(self, dataset_pk: int, field: str) -> int | None:
         """The field named ``field`` of a trusted dataset, or None."""
@@ -201,17 +317,20 @@ class Directory:
     def field_rows(self, pks: list[int]) -> dict[int, FieldRow]:
         """(dataset pk, namespace, dataset, field, type, subject kind) of the fields found
         whose dataset is trusted."""
-        if not pks or self.ids.size == 0:
+        if not pks or self.ids.size == 0 or not self.trusted():
             return {}
         wanted = np.asarray(pks, dtype=np.int64)
         at = np.minimum(np.searchsorted(self.ids, wanted), self.ids.size - 1)
         hit = self.ids[at] == wanted
-        out: dict[int, FieldRow] = {}
         rows = self.by_id[at[hit]].tolist()
-        for pk, row in zip(wanted[hit].tolist(), rows, strict=True):
-            ds = int(self.f_ds[row])
-            key = self.dataset_keys.get(ds)
-            if key is None or not self.trusts(DATASET, ds):
+        found = wanted[hit].tolist()
+        datasets = self.f_ds[rows].tolist()
+        keys = self.datasets.keys(sorted(set(datasets)))
+        changed, revision = cache.changed, self.revision
+        out: dict[int, FieldRow] = {}
+        for pk, row, ds in zip(found, rows, datasets, strict=True):
+            key = keys.get(ds)
+            if key is None or (changed and changed.get((DATASET, ds), 0) > revision):
                 continue
             sk = int(self.f_sk[row])
             out[pk] = (
@@ -219,27 +338,25 @@ class Directory:
                 self.namespaces[key[0]],
                 key[1],
                 self._name(row),
-                self.types[self.type_lo[row] : self.type_hi[row]].decode(),
+                str(self.types[int(self.type_lo[row]) : int(self.type_hi[row])], "utf-8"),
                 self.subject_kinds.get(sk) if sk >= 0 else None,
             )
         return out
 
     def _split_trusted(self, kind: str, pks: list[int]) -> tuple[IntArray, list[int]]:
         """(the pks it knows and trusts, the others)."""
-        if self.epoch != cache.epoch:
+        if not self.trusted():
             return np.zeros(0, dtype=np.int64), list(pks)
-        keys = self.dataset_keys if kind == DATASET else self.job_keys
+        found, _ = self._names(kind).found(pks)
         changed, revision = cache.changed, self.revision
         # As :meth:`trusts`, once for all of them.
         if changed:
-            known = [pk for pk in pks if pk in keys and changed.get((kind, pk), 0) <= revision]
-        else:
-            known = [pk for pk in pks if pk in keys]
+            found = [pk for pk in found if changed.get((kind, pk), 0) <= revision]
         unknown: list[int] = []
-        if len(known) < len(pks):
-            kept = set(known)
+        if len(found) < len(pks):
+            kept = set(found)
             unknown = [pk for pk in pks if pk not in kept]
-        return np.asarray(known, dtype=np.int64), unknown
+        return np.asarray(found, dtype=np.int64), unknown
 
     @staticmethod
     def _rows_of(sorted_pks: IntArray, wanted: IntArray) -> tuple[IntArray, npt.NDArray[np.bool_]]:
@@ -276,31 +393,43 @@ class Directory:
         earlier = known[~none & ~shown].tolist()
         return known[none].tolist(), known[shown].tolist(), sorted(unknown + earlier)
 
+    # --- the host's document file holds it ----------------------------------------------
+
+    def arrays(self) -> tuple[dict[str, npt.NDArray[Any]], dict[str, Any]]:
+        """The directory as named arrays, and what is not an array (the header's)."""
+        arrays = {name: getattr(self, name) for name in ARRAYS}
+        arrays["names"] = np.frombuffer(self.names, dtype=np.uint8)
+        arrays["types"] = np.frombuffer(self.types, dtype=np.uint8)
+        arrays.update(self.datasets.arrays("datasets"))
+        arrays.update(self.jobs.arrays("jobs"))
+        meta = {
+            "revision": self.revision,
+            "namespaces": {str(pk): name for pk, name in self.namespaces.items()},
+            "subject_kinds": {str(pk): name for pk, name in self.subject_kinds.items()},
+        }
+        return arrays, meta
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, Any], meta: dict[str, Any]) -> Directory:
+        namespaces = {int(pk): str(name) for pk, name in meta["namespaces"].items()}
+        return cls(
+            revision=int(meta["revision"]),
+            namespaces=namespaces,
+            namespace_ids={name: pk for pk, name in namespaces.items()},
+            datasets=Names.from_arrays("datasets", arrays),
+            jobs=Names.from_arrays("jobs", arrays),
+            subject_kinds={int(pk): str(name) for pk, name in meta["subject_kinds"].items()},
+            names=memoryview(arrays["names"]),
+            types=memoryview(arrays["types"]),
+            built_seconds=0.0,
+            mapped=True,
+            **{name: arrays[name] for name in ARRAYS},
+        )
+
     @property
     def nbytes(self) -> int:
-        arrays = (
-            self.f_id,
-            self.f_ds,
-            self.f_sk,
-            self.f_first,
-            self.f_removed,
-            self.name_lo,
-            self.name_hi,
-            self.type_lo,
-            self.type_hi,
-            self.ids,
-            self.by_id,
-            self.ds_pks,
-            self.ds_start,
-            self.changed_pks,
-            self.changed_at,
-            self.run_jobs,
-            self.run_first,
-            self.run_last,
-            self.run_settled,
-            self.run_shown,
-        )
-        return sum(a.nbytes for a in arrays) + len(self.names) + len(self.types)
+        arrays, _ = self.arrays()
+        return sum(array.nbytes for array in arrays.values())
 
 
 # --- reading --------------------------------------------------------------------------
@@ -450,7 +579,6 @@ def build() -> Directory:
     """Read the directory now, at the committed revision (rows read after it)."""
     started = time.perf_counter()
     cache.sync()
-    epoch = cache.epoch
     revision = rev._read("default").value
     connection = connections["default"]
     with connection.cursor() as cursor:
@@ -458,18 +586,8 @@ def build() -> Directory:
         namespaces = {int(pk): str(name) for pk, name in cursor.fetchall()}
         cursor.execute("SELECT id, name FROM catalog_subjectkind")
         subject_kinds = {int(pk): str(name) for pk, name in cursor.fetchall()}
-    datasets: dict[tuple[int, str], int] = {}
-    dataset_keys: dict[int, tuple[int, str]] = {}
-    for pk, ns, name in _named_rows("catalog_dataset"):
-        key = (ns, name)
-        datasets[key] = pk
-        dataset_keys[pk] = key
-    jobs: dict[tuple[int, str], int] = {}
-    job_keys: dict[int, tuple[int, str]] = {}
-    for pk, ns, name in _named_rows("graph_job"):
-        key = (ns, name)
-        jobs[key] = pk
-        job_keys[pk] = key
+    datasets = Names.of(_named_rows("catalog_dataset"))
+    jobs = Names.of(_named_rows("graph_job"))
     loader = _fields_postgres if connection.vendor == "postgresql" else _fields_generic
     table, names, types = loader()
     f_id = table["id"].astype(np.int64)
@@ -491,13 +609,10 @@ def build() -> Directory:
     run_jobs, run_first, run_last, run_settled, run_shown = _run_bounds()
     return Directory(
         revision=revision,
-        epoch=epoch,
         namespaces=namespaces,
         namespace_ids={name: pk for pk, name in namespaces.items()},
         datasets=datasets,
-        dataset_keys=dataset_keys,
         jobs=jobs,
-        job_keys=job_keys,
         subject_kinds=subject_kinds,
         f_id=f_id,
         f_ds=f_ds,
@@ -508,8 +623,8 @@ def build() -> Directory:
         name_hi=name_hi,
         type_lo=type_lo,
         type_hi=type_hi,
-        names=names,
-        types=types,
+        names=memoryview(names),
+        types=memoryview(types),
         ids=f_id[by_id],
         by_id=by_id,
         ds_pks=ds_pks.astype(np.int64),
@@ -528,7 +643,10 @@ def build() -> Directory:
 class _State:
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        # The directory this process read itself, and the one mapped from the host's
+        # document file (with the file it came from).
         self.directory: Directory | None = None
+        self.mapped: tuple[docfile.DocFile, Directory] | None = None
         self.rebuilding = False
         self.builds = 0
 
@@ -537,22 +655,37 @@ _state = _State()
 
 
 def get() -> Directory | None:
-    """The directory when it can be trusted in the cache's current epoch, else None (and
-    a new one is read: now the first time, in the background after that)."""
+    """The directory the process can trust now: the host's document file's, else one it
+    reads itself (now the first time, in the background after that); None meanwhile."""
     if not getattr(settings, "GRAPH_NODE_DIRECTORY", True):
         return None
     cache.sync()
+    mapped = _mapped()
+    if mapped is not None and mapped.trusted():
+        _state.directory = None  # its own, if it had read one: the file's replaces it
+        return mapped
     directory = _state.directory
-    if directory is not None and directory.epoch == cache.epoch:
+    if directory is not None and directory.trusted():
         return directory
     if directory is None or not settings.GRAPH_BACKGROUND_REBUILD:
         with _state.lock:
-            if _state.directory is None or _state.directory.epoch != cache.epoch:
+            if _state.directory is None or not _state.directory.trusted():
                 _install(build())
         fresh = _state.directory
-        return fresh if fresh is not None and fresh.epoch == cache.epoch else None
+        return fresh if fresh is not None and fresh.trusted() else None
     _rebuild_in_background()
     return None
+
+
+def _mapped() -> Directory | None:
+    """The directory in the host's document file, when the node cache trusts the file."""
+    found = cache.document_file()
+    if found is None or found.meta.get("directory") is None:
+        return None
+    held = _state.mapped
+    if held is None or held[0] is not found:
+        held = _state.mapped = (found, Directory.from_arrays(found.arrays, found.meta["directory"]))
+    return held[1]
 
 
 def _install(directory: Directory) -> None:
@@ -560,8 +693,8 @@ def _install(directory: Directory) -> None:
     _state.builds += 1
     log.info(
         "node directory: %d datasets, %d jobs, %d fields in %.1f s",
-        len(directory.dataset_keys),
-        len(directory.job_keys),
+        directory.datasets.pks.size,
+        directory.jobs.pks.size,
         directory.f_id.size,
         directory.built_seconds,
     )
@@ -588,7 +721,7 @@ def _rebuild_in_background() -> None:
 
 
 def warm() -> bool:
-    """Read the directory before the process serves (lineage_site/wsgi.py)."""
+    """Map or read the directory before the process serves (lineage_site/wsgi.py)."""
     try:
         return get() is not None
     except DatabaseError as exc:
@@ -600,18 +733,22 @@ def reset() -> None:
     """Forget the directory (tests; after a bulk load)."""
     with _state.lock:
         _state.directory = None
+        _state.mapped = None
 
 
 def stats() -> dict[str, Any]:
     directory = _state.directory
+    if directory is None and _state.mapped is not None:
+        directory = _state.mapped[1]
     if directory is None:
         return {"builds": _state.builds, "directory": None}
     return {
         "builds": _state.builds,
         "directory": {
             "revision": directory.revision,
-            "datasets": len(directory.dataset_keys),
-            "jobs": len(directory.job_keys),
+            "mapped": directory.mapped,
+            "datasets": int(directory.datasets.pks.size),
+            "jobs": int(directory.jobs.pks.size),
             "fields": int(directory.f_id.size),
             "bytes": directory.nbytes,
             "seconds": round(directory.built_seconds, 3),

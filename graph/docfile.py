@@ -53,6 +53,9 @@ KINDS = (rev.Kind.DATASET, rev.Kind.JOB)
 # string ("quoted") and, for a dataset, its {"namespace", "name"} object ("named").
 COLUMNS = ("namespace", "name", "data", "info", "quoted", "named")
 
+# Seconds between two looks at the path for a newer file.
+LOOK_EVERY = 1.0
+
 IntArray = npt.NDArray[np.int64]
 # madvise(2)'s "populate (prefault) page tables readable": Linux 5.14 on; Python 3.11 does
 # not name it.
@@ -100,6 +103,9 @@ class DocFile:
             raise CorruptFile(f"{path}: written by another release")
         value, token = self.header["revision"]
         self.revision = rev.Revision(int(value), str(token))
+        # Whatever else the writer put in (graph/directory.py's arrays), and its header.
+        self.arrays = _read_arrays(self.map, self.header.get("arrays", {}), status.st_size, path)
+        self.meta: dict[str, Any] = self.header.get("meta", {})
         self.documents = sum(part.pks.size for part in self.parts.values())
 
     def prefault(self) -> None:
@@ -198,6 +204,21 @@ def _stamp(path: Path, status: os.stat_result) -> tuple[str, int, int, int]:
     return (str(path), status.st_ino, status.st_mtime_ns, status.st_size)
 
 
+def _read_arrays(
+    view: mmap.mmap, layout: dict[str, Any], size: int, path: Path
+) -> dict[str, npt.NDArray[Any]]:
+    arrays = {}
+    try:
+        for name, (offset, dtype, count) in layout.items():
+            kind = np.dtype(dtype)
+            if offset < 0 or offset + kind.itemsize * count > size:
+                raise CorruptFile(f"{path}: the array {name} runs past the end of the file")
+            arrays[name] = np.frombuffer(view, dtype=kind, count=count, offset=offset)
+    except (TypeError, ValueError) as exc:
+        raise CorruptFile(f"{path}: unreadable array layout ({exc})") from exc
+    return arrays
+
+
 def _read_layout(view: mmap.mmap, size: int, path: Path) -> tuple[dict[str, Any], dict[str, _Part]]:
     if view[:8] != MAGIC:
         older = view[:6] == MAGIC[:6]
@@ -272,10 +293,13 @@ def assemble(
     pks: dict[str, IntArray],
     lengths: dict[tuple[str, str], IntArray],
     texts: dict[tuple[str, str], Path],
+    extra: dict[str, npt.NDArray[Any]],
+    meta: dict[str, Any],
 ) -> None:
-    """Write a document file: the header, then per kind the pks and each column's offsets
-    (int64, native order), then each column's text (``texts``, files whose documents have
-    ``lengths`` bytes each, in pk order); every section starts on 8 bytes."""
+    """Write a document file: the header (with ``meta``), then per kind the pks and each
+    column's offsets (int64, native order), then each column's text (``texts``, files whose
+    documents have ``lengths`` bytes each, in pk order), then the ``extra`` arrays (native
+    order); every section starts on 8 bytes."""
     arrays: list[IntArray] = []
     layout: dict[str, dict[str, Any]] = {}
     for kind, kind_pks in pks.items():
@@ -285,11 +309,14 @@ def assemble(
             np.cumsum(lengths[(kind, column)], out=offsets[1:])
             arrays.append(offsets)
         layout[kind] = {"count": int(kind_pks.size)}
+    others = {name: [10**19, array.dtype.str, int(array.size)] for name, array in extra.items()}
     header = {
         "revision": [revision.value, revision.token],
         "code": rev.code_digest(),
         "written": time.time(),
         "kinds": layout,
+        "arrays": others,
+        "meta": meta,
     }
 
     def encoded() -> bytes:
@@ -314,6 +341,9 @@ def assemble(
         for column in COLUMNS:
             layout[kind][column][1] = position
             position = _align(position + texts[(kind, column)].stat().st_size)
+    for name, array in extra.items():
+        others[name][0] = position
+        position = _align(position + array.nbytes)
     head = encoded()
     out.write(MAGIC + len(head).to_bytes(8, "little") + head)
     out.write(b"\0" * (body - 16 - len(head)))
@@ -326,6 +356,9 @@ def assemble(
                 shutil.copyfileobj(text, out, 1 << 20)
             size = texts[(kind, column)].stat().st_size
             out.write(b"\0" * (_align(size) - size))
+    for array in extra.values():
+        out.write(np.ascontiguousarray(array).tobytes())
+        out.write(b"\0" * (_align(array.nbytes) - array.nbytes))
 
 
 def _align(n: int) -> int:
@@ -369,6 +402,7 @@ class _State:
         # The stamp of the file at the path when last looked (None: no file); "unseen"
         # before the first look.
         self.stamp: tuple[str, int, int, int] | str | None = "unseen"
+        self.looked = 0.0
 
 
 _state = _State()
@@ -380,6 +414,7 @@ def current() -> DocFile | None:
     if not enabled():
         return None
     path = file_path()
+    _state.looked = time.monotonic()
     try:
         stamp: tuple[str, int, int, int] | None = _stamp(path, path.stat())
     except OSError:  # none, or DATA_DIR unusable
@@ -395,10 +430,12 @@ def current() -> DocFile | None:
 
 
 def get() -> DocFile | None:
-    """The file this process maps (looked for the first time it is asked)."""
+    """The file this process maps, looked for again once a second (:func:`current`)."""
     if not enabled():
         return None
-    return current() if _state.stamp == "unseen" else _state.file
+    if _state.stamp == "unseen" or time.monotonic() - _state.looked > LOOK_EVERY:
+        return current()
+    return _state.file
 
 
 def warm() -> bool:

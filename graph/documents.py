@@ -34,7 +34,7 @@ from django.conf import settings
 from django.db import connection
 
 from catalog.models import Dataset
-from graph import docfile
+from graph import directory, docfile
 from graph import revision as rev
 from graph.details import info_json
 from graph.models import Job
@@ -92,6 +92,7 @@ def render_documents(full: bool = False, batch: int = BATCH, at_least: int = 1) 
         else:
             previous = changed = None
         counts = _write(path, current, previous, changed or {}, batch)
+        docfile.current()  # this process, too, maps the new file now
         seconds = time.perf_counter() - started
         result = PassResult(previous is None, current.value, *counts, seconds=round(seconds, 3))
         log.info(
@@ -165,9 +166,11 @@ def _write(
             pks[kind] = np.asarray(written, dtype=np.int64)
             for column in docfile.COLUMNS:
                 lengths[(kind, column)] = np.asarray(sizes[column], dtype=np.int64)
+        # The node directory, read now (at ``current`` or later), is part of the base.
+        arrays, meta = directory.build().arrays()
         target = scratch / "file"
         with open(target, "wb") as out:
-            docfile.assemble(out, current, pks, lengths, texts)
+            docfile.assemble(out, current, pks, lengths, texts, arrays, {"directory": meta})
             out.flush()
             os.fsync(out.fileno())
         os.replace(target, path)

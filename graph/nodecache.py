@@ -124,8 +124,6 @@ class NodeCache:
                                 self._fields.pop(field, None)
                 if len(self.changed) > CHANGED_LIMIT:
                     self._start_epoch(current)
-                else:
-                    docfile.current()  # a newer file written since: map it
             self.revision = current
         return current
 
@@ -182,7 +180,7 @@ class NodeCache:
             missing += lacking
         if not missing:
             return found
-        mapped = self._document_file()
+        mapped = self.document_file()
         if mapped is not None:
             documents = mapped.lookup(kind, missing, self.horizon, self.changed, info)
             if documents:
@@ -205,7 +203,7 @@ class NodeCache:
         file. Nothing is kept: the file holds every document for all the host's processes,
         and reading a few thousand from it costs no more than finding them here."""
         self.sync()
-        mapped = self._document_file()
+        mapped = self.document_file()
         if mapped is None:
             return {column: {} for column in columns}
         found = mapped.spliced(kind, pks, self.horizon, self.changed, columns)
@@ -239,7 +237,7 @@ class NodeCache:
                 self._fields_of.get(row[0], set()).discard(pk)
         return found
 
-    def _document_file(self) -> docfile.DocFile | None:
+    def document_file(self) -> docfile.DocFile | None:
         """The host's document file, when there is one on the current timeline (checked
         once per file and epoch)."""
         found = docfile.get()

@@ -269,8 +269,9 @@ GRAPH_NODE_CACHE_SIZE = env_int("GRAPH_NODE_CACHE_SIZE", 50_000)
 # PostgreSQL: the server processes of a host share, through files under DATA_DIR, every
 # node's rendered lineage data (graph/docfile.py) and the base of each lineage snapshot.
 GRAPH_SHARED_NODE_DATA = env_bool("GRAPH_SHARED_NODE_DATA", True)
-# Each process keeps a directory of node names and fields (graph/directory.py, ~60 MB at
-# 100,000 datasets) so that lineage requests need no query to name their nodes.
+# A directory of node names and fields (graph/directory.py, ~100 MB at 100,000 datasets,
+# mapped from the host's node document file on PostgreSQL) so that lineage requests need
+# no query to name their nodes.
 GRAPH_NODE_DIRECTORY = env_bool("GRAPH_NODE_DIRECTORY", True)
 # Server processes (lineage_site/wsgi.py) build the lineage snapshots before serving.
 GRAPH_WARM_ON_START = env_bool("GRAPH_WARM_ON_START", True)

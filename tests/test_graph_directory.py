@@ -184,8 +184,9 @@ def test_a_directory_held_past_the_end_of_its_epoch_trusts_nothing(g):
     assert found.node_texts(DATASET, [orders], "test", lambda ns, name: name) == {
         orders: "clean.orders"
     }
-    # The cache lost track of changes (here: cleared), so its change log no longer
-    # reaches back to the directory's revision.
+    # Something changed, and the cache lost track of changes (here: cleared), so its
+    # change log no longer reaches back to the directory's revision.
+    g.dataset("elsewhere")
     nodecache.cache.clear()
     nodecache.cache.sync()
     assert found.runs_at([load], T3) == ([], [], [load])

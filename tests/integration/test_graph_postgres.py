@@ -433,6 +433,31 @@ def test_an_unreadable_file_is_not_used_and_the_next_pass_writes_it_whole(caplog
         docfile.DocFile(path)
 
 
+def test_the_node_directory_is_mapped_from_the_file_and_answers_as_the_database(steward):
+    from catalog.models import DatasetField
+    from graph import details, directory, documents, nodecache
+
+    g = LineageBuilder()
+    g.chain("a", "b", "c")
+    g.dataset("s3:/lake/part:v2", fields=("key", "id"))
+    assert documents.render_documents().full
+    found = directory.get()
+    assert found is not None and found.mapped
+    fields = list(DatasetField.objects.values_list("pk", flat=True))
+    assert found.field_rows(fields) == details.field_rows(fields)
+    datasets = [ds.pk for ds in g.ds.values()]
+    assert found.node_names(nodecache.DATASET, datasets) == details.load_dataset_names(datasets)
+    raw = f"datasetField:{g.ns.name}:s3:/lake/part:v2:key"
+    assert resolve_node_id(raw).pk == g.field("s3:/lake/part:v2.key").pk
+    # A dataset renamed since the file: the directory leaves it to the database.
+    Dataset.objects.filter(pk=g.ds["a"].pk).update(name="a_renamed")
+    assert directory.get().dataset_pk(g.ns.name, "a") is None
+    assert resolve_node_id(f"dataset:{g.ns.name}:a_renamed").pk == g.ds["a"].pk
+    with pytest.raises(LookupError):
+        resolve_node_id(g.id("a"))
+    assert directory.get().dataset_pk(g.ns.name, "b") == g.ds["b"].pk
+
+
 def test_without_a_file_every_node_is_rendered_once_per_process():
     from graph import docfile
     from graph.nodecache import DATASET, NodeCache
