@@ -35,6 +35,7 @@ from ingest.events import EventError, ParsedEvent, parse_event
 from ingest.models import EventState, RawEvent
 from ingest.normalizer import NormalizeResult, RetryBatch, collector_paused, normalize
 from lineage_site import dispatch
+from ops import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +116,9 @@ def store_events(
         if enqueue and result.stored:
             ids = sorted(result.stored.values())
             transaction.on_commit(lambda: enqueue_processing(ids))
+        if result.stored:
+            accepted = len(result.stored)
+            transaction.on_commit(lambda: metrics.EVENTS_ACCEPTED.labels(source[:16]).inc(accepted))
     return result
 
 
@@ -387,6 +391,7 @@ class Claimed:
     body: str
     attempts: int
     warnings: str  # "" when no facet was left out when it was accepted
+    received_at: datetime
 
 
 def claim(ids: Iterable[int], extra: int = 0) -> list[Claimed]:
@@ -418,7 +423,9 @@ def claim(ids: Iterable[int], extra: int = 0) -> list[Claimed]:
     rows = RawEvent.objects.filter(pk__in=chosen, state=EventState.PROCESSING, claimed_at=now)
     return [
         Claimed(*row)
-        for row in rows.values_list("pk", "fingerprint", "body", "attempts", "warnings")
+        for row in rows.values_list(
+            "pk", "fingerprint", "body", "attempts", "warnings", "received_at"
+        )
     ]
 
 
@@ -435,7 +442,7 @@ UPDATE ingest_rawevent AS r
 SET state = %(processing)s, claimed_at = %(now)s, attempts = r.attempts + 1
 FROM (SELECT id FROM wanted UNION SELECT id FROM others) AS chosen
 WHERE r.id = chosen.id
-RETURNING r.id, r.fingerprint, r.body, r.attempts, r.warnings
+RETURNING r.id, r.fingerprint, r.body, r.attempts, r.warnings, r.received_at
 """
 
 
@@ -528,6 +535,8 @@ def _normalize_isolating(parsed: list[tuple[Claimed, ParsedEvent]], result: Proc
         _normalize_isolating(parsed[half:], result)
         return
     result.done.extend(raw.pk for raw, _ in parsed)
+    received = [raw.received_at for raw, _ in parsed]
+    transaction.on_commit(lambda: metrics.normalized(received))
     if result.normalized is None:
         result.normalized = outcome
     else:
@@ -563,6 +572,9 @@ def _record_failure(events: list[Claimed], exc: BaseException, permanent: bool =
     for raw in events:
         if transient and raw.attempts < max_attempts:
             state = EventState.PENDING
+        metrics.EVENTS_FAILED.inc()
+        if state == EventState.FAILED:
+            metrics.EVENTS_DEAD_LETTERED.inc()
         logger.warning("event %s failed (attempt %d): %s", raw.pk, raw.attempts, message)
         RawEvent.objects.filter(pk=raw.pk).exclude(state=EventState.DONE).update(
             state=state,
@@ -625,6 +637,8 @@ def sweep(now: datetime | None = None) -> SweepResult:
             error=f"Gave up after {max_attempts} attempts: its worker stopped each time",
         )
         result.unstuck = stuck.update(state=EventState.PENDING, claimed_at=None)
+        gave_up = result.gave_up
+        transaction.on_commit(lambda: metrics.EVENTS_DEAD_LETTERED.inc(gave_up))
         lost = list(
             RawEvent.objects.filter(state=EventState.PENDING)
             .filter(Q(queued_at__isnull=True) | Q(queued_at__lt=requeue_before))
@@ -773,7 +787,9 @@ def _store_and_process(chunk: list[ParsedEvent], source: str) -> IngestReport:
             pgsql.relax_commit()
             stored = store_events(chunk, source, enqueue=False, processed=True)
             fresh = {fp: e for e in chunk if (fp := e.fingerprint) in stored.stored}
+            received = [timezone.now()] * len(fresh)
             _normalize_with_retries_inline(list(fresh.values()))
+            transaction.on_commit(lambda: metrics.normalized(received))
     except Exception as exc:  # the outbox path below records what failed, event by event
         logger.info("chunk of %d events takes the outbox path (%s)", len(chunk), exc)
         return _store_then_process(chunk, source)

@@ -8,6 +8,7 @@ ALLOWED_HOSTS.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import sys
 from pathlib import Path
@@ -73,6 +74,23 @@ if SECRET_KEY == _DEV_SECRET_KEY and "runserver" in sys.argv:
     )
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+
+
+def env_networks(name: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    networks = []
+    for item in env_list(name, []):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name} must list IP addresses or networks (e.g. 10.0.0.0/8), got {item!r}"
+            ) from None
+    return networks
+
+
+# /metrics answers a bearer of any API token, and without one these addresses (a
+# comma-separated list of addresses or networks: the Prometheus servers).
+METRICS_ALLOWED_NETWORKS = env_networks("METRICS_ALLOWED_IPS")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
@@ -89,9 +107,11 @@ INSTALLED_APPS = [
     "graph",
     "ingest",
     "privacy",
+    "ops",
 ]
 
 MIDDLEWARE = [
+    "ops.middleware.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "catalog.params.TextGuardMiddleware",

@@ -11,6 +11,7 @@ from catalog import urls as catalog_urls
 from catalog import views as catalog_views
 from graph import urls as graph_urls
 from ingest import urls as ingest_urls
+from ops import views as ops_views
 from privacy import urls as privacy_urls
 
 
@@ -21,6 +22,9 @@ def api_not_found(request: HttpRequest) -> JsonResponse:
 
 
 urlpatterns = [
+    path("healthz", ops_views.healthz, name="healthz"),
+    path("readyz", ops_views.readyz, name="readyz"),
+    path("metrics", ops_views.prometheus, name="metrics"),
     path("admin/", admin.site.urls),
     path("accounts/login/", catalog_views.SignInView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

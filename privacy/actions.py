@@ -28,6 +28,7 @@ from catalog import actions as catalog_actions
 from catalog.auth import PRODUCER
 from catalog.models import SubjectKind
 from lineage_site import dispatch
+from ops import metrics
 from privacy import erasure
 from privacy.models import (
     AuditAction,
@@ -620,6 +621,10 @@ def _finish(run: PrivacyRun, state: str, results: dict[str, Any], error: str) ->
     if state == RunState.DONE:
         changes["progress_done"] = run.progress_total
     PrivacyRun.objects.filter(pk=run.pk).update(**changes)
+    metrics.SPARK_JOBS.labels(run.kind, state).inc()
+    if run.started_at is not None:
+        ran = (changes["finished_at"] - run.started_at).total_seconds()
+        metrics.SPARK_SECONDS.labels(run.kind).observe(max(ran, 0.0))
     action = {
         RunKind.SCAN: AuditAction.SCAN,
         RunKind.DRY_RUN: AuditAction.ERASURE_DRY_RUN,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("catalog", "graph", "ingest", "privacy", "lineage_site", "pipelines")
+PRODUCT = ("catalog", "graph", "ingest", "privacy", "ops", "lineage_site", "pipelines")
 
 
 def modules(package: str) -> dict[str, Path]:

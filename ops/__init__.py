@@ -1,0 +1,1 @@
+"""Operating Lineage Explorer: liveness and readiness probes and Prometheus metrics."""

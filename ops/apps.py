@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class OpsConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "ops"
+    verbose_name = "Operations"

@@ -1,0 +1,115 @@
+"""``/healthz`` (liveness), ``/readyz`` (readiness) and ``/metrics`` (Prometheus)."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from kombu.connection import Connection
+from prometheus_client import CONTENT_TYPE_LATEST
+from rest_framework.exceptions import AuthenticationFailed
+
+from catalog.auth import BearerTokenAuthentication
+from ops import metrics
+
+BROKER_TIMEOUT_SECONDS = 2.0
+
+
+@never_cache
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    """The process answers: nothing else is looked at (no database, no broker)."""
+    return JsonResponse({"status": "ok"})
+
+
+@never_cache
+@require_GET
+def readyz(request: HttpRequest) -> JsonResponse:
+    """200 when the database (and the broker, when one is configured) answers, else 503
+    naming what is down and why."""
+    checks = {"database": _database()}
+    if settings.CELERY_BROKER_URL:
+        checks["broker"] = _broker(settings.CELERY_BROKER_URL)
+    down = sorted(name for name, state in checks.items() if state != "ok")
+    body: dict[str, Any] = {"status": "unavailable" if down else "ready", "checks": checks}
+    if down:
+        body["down"] = down
+    return JsonResponse(body, status=503 if down else 200)
+
+
+def _database() -> str:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except DatabaseError as exc:
+        connection.close()  # a broken connection is not kept for the next request
+        return f"down: {_reason(exc)}"
+    return "ok"
+
+
+def _broker(url: str) -> str:
+    try:
+        with Connection(  # type: ignore[no-untyped-call]
+            url,
+            connect_timeout=BROKER_TIMEOUT_SECONDS,
+            transport_options={"socket_timeout": BROKER_TIMEOUT_SECONDS},
+        ) as broker:
+            broker.ensure_connection(max_retries=1, interval_start=0, interval_step=0)
+    except Exception as exc:  # kombu raises the transport's own errors
+        return f"down: {_reason(exc)}"
+    return "ok"
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:300]
+
+
+@never_cache
+@require_GET
+def prometheus(request: HttpRequest) -> HttpResponse:
+    """The metrics, to a bearer of any valid API token or to an address in
+    METRICS_ALLOWED_IPS."""
+    refusal = _refusal(request)
+    if refusal is not None:
+        return refusal
+    return HttpResponse(metrics.exposition(), content_type=CONTENT_TYPE_LATEST)
+
+
+def _refusal(request: HttpRequest) -> HttpResponse | None:
+    header = request.headers.get("Authorization", "").strip()
+    if header:
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip() or " " in key.strip():
+            return _unauthorized("Malformed Authorization header: use 'Bearer <token>'")
+        try:
+            BearerTokenAuthentication().authenticate_key(key.strip())
+        except AuthenticationFailed as exc:
+            return _unauthorized(str(exc.detail))
+        return None
+    if _allowed_address(request.META.get("REMOTE_ADDR", "")):
+        return None
+    return _unauthorized(
+        "Metrics need an API token (Authorization: Bearer <token>) or a request from an "
+        "address in METRICS_ALLOWED_IPS"
+    )
+
+
+def _allowed_address(address: str) -> bool:
+    try:
+        client = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(client in network for network in settings.METRICS_ALLOWED_NETWORKS)
+
+
+def _unauthorized(message: str) -> JsonResponse:
+    response = JsonResponse({"error": message, "field": None}, status=401)
+    response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    return response
