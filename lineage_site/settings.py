@@ -91,6 +91,11 @@ def env_networks(name: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Networ
 # /metrics answers a bearer of any API token, and without one these addresses (a
 # comma-separated list of addresses or networks: the Prometheus servers).
 METRICS_ALLOWED_NETWORKS = env_networks("METRICS_ALLOWED_IPS")
+# Targets of the lineage's service level indicators (ops/slis.py, /api/v1/slis, /health).
+SLI_COVERAGE_TARGET = 0.9
+SLI_FRESHNESS_TARGET = 0.95
+SLI_COMPLETENESS_TARGET = 0.95
+SLI_INGESTION_LAG_TARGET_SECONDS = 30
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
@@ -306,6 +311,10 @@ GRAPH_DOCUMENTS_INTERVAL = env_int("GRAPH_DOCUMENTS_INTERVAL", 30, minimum=1)
 CELERY_BEAT_SCHEDULE["graph-render-node-documents"] = {
     "task": "graph.tasks.render_node_documents",
     "schedule": float(GRAPH_DOCUMENTS_INTERVAL),
+}
+CELERY_BEAT_SCHEDULE["ops-record-slis"] = {
+    "task": "ops.record_slis",
+    "schedule": 24 * 3600.0,
 }
 CELERY_BEAT_SCHEDULE["graph-compact-lineage-detail"] = {
     "task": "graph.tasks.compact_lineage_detail",

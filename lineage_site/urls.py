@@ -11,6 +11,7 @@ from catalog import urls as catalog_urls
 from catalog import views as catalog_views
 from graph import urls as graph_urls
 from ingest import urls as ingest_urls
+from ops import api as ops_api
 from ops import views as ops_views
 from privacy import urls as privacy_urls
 
@@ -25,6 +26,9 @@ urlpatterns = [
     path("healthz", ops_views.healthz, name="healthz"),
     path("readyz", ops_views.readyz, name="readyz"),
     path("metrics", ops_views.prometheus, name="metrics"),
+    path("health/", ops_views.health, name="health"),
+    path("health/runbooks", ops_views.runbooks, name="runbooks"),
+    path("api/v1/slis", ops_api.SliView.as_view(), name="api-slis"),
     path("admin/", admin.site.urls),
     path("accounts/login/", catalog_views.SignInView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

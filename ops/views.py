@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 from typing import Any
 
+import markdown
 from django.conf import settings
+from django.contrib.auth.decorators import login_required, permission_required
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from kombu.connection import Connection
 from prometheus_client import CONTENT_TYPE_LATEST
 from rest_framework.exceptions import AuthenticationFailed
 
+from catalog import auth
 from catalog.auth import BearerTokenAuthentication
-from ops import metrics
+from catalog.errors import ApiError
+from catalog.models import Namespace, Owner
+from ops import metrics, slis
+from ops.api import scope_of
 
 BROKER_TIMEOUT_SECONDS = 2.0
 
@@ -113,3 +121,81 @@ def _unauthorized(message: str) -> JsonResponse:
     response = JsonResponse({"error": message, "field": None}, status=401)
     response["WWW-Authenticate"] = 'Bearer realm="metrics"'
     return response
+
+
+# --- the Health page ----------------------------------------------------------------------
+
+
+SPARK_WIDTH, SPARK_HEIGHT = 180, 36
+
+
+@login_required
+@permission_required(auth.READ_LINEAGE, raise_exception=True)
+def health(request: HttpRequest) -> HttpResponse:
+    """The indicators of /api/v1/slis for people, with each one's last 30 days."""
+    try:
+        scope = scope_of(request.GET)
+    except ApiError as exc:
+        return render(
+            request, "error.html", {"title": "Bad filter", "message": exc.message}, status=400
+        )
+    found = slis.indicators(scope, 0, 20)
+    history = slis.trends()
+    rows = []
+    for indicator in found:
+        samples = history.get(indicator.name, [])
+        rows.append(
+            {
+                "indicator": indicator,
+                "trend": _sparkline([s.value for s in samples], indicator.target),
+                "days": len(samples),
+                "runbook": RUNBOOKS[indicator.name],
+            }
+        )
+    return render(
+        request,
+        "ops/health.html",
+        {
+            "rows": rows,
+            "scope": scope,
+            "owners": Owner.objects.order_by("name").values_list("name", flat=True),
+            "namespaces": Namespace.objects.order_by("name").values_list("name", flat=True),
+            "nav": "health",
+        },
+    )
+
+
+# Where docs/runbooks.md tells what to do when an indicator misses its target.
+RUNBOOKS = {
+    "coverage": "stale-lineage",
+    "freshness": "stale-lineage",
+    "completeness": "incomplete-stewardship",
+    "ingestionLag": "ingestion-lag",
+    "deadLetters": "dead-letters",
+}
+
+
+def _sparkline(values: list[float | None], target: float) -> dict[str, Any] | None:
+    """SVG polyline points of ``values`` (oldest first), scaled with the target in view."""
+    known = [v for v in values if v is not None]
+    if len(known) < 2:
+        return None
+    low, high = min([*known, target]), max([*known, target])
+    span = (high - low) or 1.0
+    step = SPARK_WIDTH / (len(values) - 1)
+
+    def y(value: float) -> float:
+        return round(SPARK_HEIGHT - 2 - (value - low) / span * (SPARK_HEIGHT - 4), 1)
+
+    points = " ".join(f"{round(i * step, 1)},{y(v)}" for i, v in enumerate(values) if v is not None)
+    return {"points": points, "target_y": y(target), "width": SPARK_WIDTH, "height": SPARK_HEIGHT}
+
+
+RUNBOOK_FILE = Path(settings.BASE_DIR) / "docs" / "runbooks.md"
+
+
+@login_required
+def runbooks(request: HttpRequest) -> HttpResponse:
+    """docs/runbooks.md as a page: what to do when an indicator misses its target."""
+    body = markdown.markdown(RUNBOOK_FILE.read_text(encoding="utf-8"), extensions=["toc"])
+    return render(request, "ops/runbooks.html", {"body": body, "nav": "health"})
