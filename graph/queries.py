@@ -1420,6 +1420,17 @@ def _taint_filter(taint: Taint) -> TimeFilter:
     return TimeFilter.window(taint.window_start)
 
 
+def taint_reach(taint: Taint, snap: snapshot.Snapshot | None = None) -> traverse.TableReach:
+    """The datasets and jobs a taint reaches downstream (its dataset at distance 0)."""
+    return traverse.table_reach(
+        snap or snapshot.table(),
+        "down",
+        MAX_DEPTH,
+        _taint_filter(taint),
+        roots_ds=np.asarray([taint.dataset_id], dtype=np.int64),
+    )
+
+
 def taint_impact(
     taints: Sequence[Taint] | None = None, *, max_nodes: int = DEFAULT_MAX_NODES
 ) -> TaintImpact:
@@ -1436,13 +1447,7 @@ def taint_impact(
     ds_taints: dict[int, set[int]] = defaultdict(set)
     job_best: dict[int, int] = {}
     for taint in active:
-        reach = traverse.table_reach(
-            snap,
-            "down",
-            MAX_DEPTH,
-            _taint_filter(taint),
-            roots_ds=np.asarray([taint.dataset_id], dtype=np.int64),
-        )
+        reach = taint_reach(taint, snap)
         for pk, dist in zip(reach.ds.tolist(), reach.ds_dist.tolist(), strict=True):
             ds_best[pk] = min(ds_best.get(pk, dist), dist)
             ds_taints[pk].add(taint.pk)

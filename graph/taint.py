@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from catalog.models import Dataset
 from graph.models import Taint
+from lineage_site import dispatch
 
 MAX_REASON = 2000
 
@@ -45,7 +46,7 @@ def mark_tainted(
     if window_start is not None and window_end is not None and window_end < window_start:
         raise TaintError("windowEnd is before windowStart", "windowEnd")
     with transaction.atomic():
-        return Taint.objects.create(
+        taint = Taint.objects.create(
             dataset=dataset,
             reason=reason,
             window_start=window_start,
@@ -53,6 +54,9 @@ def mark_tainted(
             created_at=timezone.now(),
             created_by=actor if getattr(actor, "is_authenticated", False) else None,
         )
+        # The owners of the dataset and of everything at risk downstream are told.
+        transaction.on_commit(lambda: dispatch.send("ops.notify_taint", [taint.pk]))
+        return taint
 
 
 def clear_taint(taint: Taint, *, actor: Any = None) -> Taint:

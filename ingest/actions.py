@@ -569,18 +569,23 @@ def _record_failure(events: list[Claimed], exc: BaseException, permanent: bool =
     max_attempts = setting("INGEST_MAX_ATTEMPTS", 5)
     transient = isinstance(exc, TRANSIENT_ERRORS) and not permanent
     state = EventState.FAILED
+    dead: list[int] = []
     for raw in events:
         if transient and raw.attempts < max_attempts:
             state = EventState.PENDING
         metrics.EVENTS_FAILED.inc()
         if state == EventState.FAILED:
             metrics.EVENTS_DEAD_LETTERED.inc()
+            dead.append(raw.pk)
         logger.warning("event %s failed (attempt %d): %s", raw.pk, raw.attempts, message)
         RawEvent.objects.filter(pk=raw.pk).exclude(state=EventState.DONE).update(
             state=state,
             error=f"{message}\n\n{detail}"[:8000],
             processed_at=timezone.now() if state == EventState.FAILED else None,
         )
+    if dead:
+        # Whoever subscribed to the datasets or namespaces these events name is told.
+        transaction.on_commit(lambda: dispatch.send("ops.notify_dead_letters", [dead]))
     return state
 
 
@@ -631,11 +636,15 @@ def sweep(now: datetime | None = None) -> SweepResult:
     max_attempts = setting("INGEST_MAX_ATTEMPTS", 5)
     with transaction.atomic():
         stuck = RawEvent.objects.filter(state=EventState.PROCESSING, claimed_at__lt=stuck_before)
-        result.gave_up = stuck.filter(attempts__gte=max_attempts).update(
+        giving_up = stuck.filter(attempts__gte=max_attempts).select_for_update(skip_locked=True)
+        dead = list(giving_up.values_list("pk", flat=True))
+        result.gave_up = stuck.filter(pk__in=dead).update(
             state=EventState.FAILED,
             processed_at=now,
             error=f"Gave up after {max_attempts} attempts: its worker stopped each time",
         )
+        if dead:
+            transaction.on_commit(lambda: dispatch.send("ops.notify_dead_letters", [dead]))
         result.unstuck = stuck.update(state=EventState.PENDING, claimed_at=None)
         gave_up = result.gave_up
         transaction.on_commit(lambda: metrics.EVENTS_DEAD_LETTERED.inc(gave_up))

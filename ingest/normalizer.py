@@ -70,6 +70,7 @@ from graph.models import Direction, Job, RunDataset
 from graph.nodeids import dataset_node_id
 from ingest.events import ColumnMapping, DatasetRef, ParsedEvent, SchemaField
 from ingest.models import NO_RUN, DatasetRead, SchemaObservation
+from lineage_site import dispatch
 
 logger = logging.getLogger(__name__)
 LINEAGE_ACTOR = catalog_actions.Actor(name="openlineage", source=ChangeSource.LINEAGE)
@@ -695,6 +696,9 @@ class _Batch:
         graph_actions.bulk_set(DatasetVersion, moved, ["created_at", "version", "run_uuid"])
         if create:
             bulk.insert(DatasetVersion, create)
+            # Owners downstream are told of columns a new schema removes or retypes.
+            started = [str(row.version) for row in create]
+            transaction.on_commit(lambda: dispatch.send("ops.notify_schema", [started]))
         self.all_versions.clear()
 
     def _version_id(self, dataset_id: int, digest: str, at: datetime) -> uuid.UUID:

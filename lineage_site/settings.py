@@ -96,6 +96,11 @@ SLI_COVERAGE_TARGET = 0.9
 SLI_FRESHNESS_TARGET = 0.95
 SLI_COMPLETENESS_TARGET = 0.95
 SLI_INGESTION_LAG_TARGET_SECONDS = 30
+# Where notices to owners link to (ops/notify.py), and whom their e-mail comes from.
+LINEAGE_BASE_URL = env_str("LINEAGE_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "lineage-explorer@localhost")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
@@ -311,6 +316,10 @@ GRAPH_DOCUMENTS_INTERVAL = env_int("GRAPH_DOCUMENTS_INTERVAL", 30, minimum=1)
 CELERY_BEAT_SCHEDULE["graph-render-node-documents"] = {
     "task": "graph.tasks.render_node_documents",
     "schedule": float(GRAPH_DOCUMENTS_INTERVAL),
+}
+CELERY_BEAT_SCHEDULE["ops-notify-stale"] = {
+    "task": "ops.notify_stale",
+    "schedule": 3600.0,
 }
 CELERY_BEAT_SCHEDULE["ops-record-slis"] = {
     "task": "ops.record_slis",

@@ -28,6 +28,7 @@ urlpatterns = [
     path("metrics", ops_views.prometheus, name="metrics"),
     path("health/", ops_views.health, name="health"),
     path("health/runbooks", ops_views.runbooks, name="runbooks"),
+    path("health/notices", ops_views.notices, name="notices"),
     path("api/v1/slis", ops_api.SliView.as_view(), name="api-slis"),
     path("admin/", admin.site.urls),
     path("accounts/login/", catalog_views.SignInView.as_view(), name="login"),

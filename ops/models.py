@@ -19,3 +19,91 @@ class SliSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} on {self.day}: {self.value}"
+
+
+class NoticeKind(models.TextChoices):
+    TAINT = "taint", "A dataset tainted, or at risk downstream of a taint"
+    SCHEMA = "schema", "A column that downstream lineage reads removed or retyped"
+    STALE = "stale", "A dataset's lineage became stale"
+    DEAD_LETTERS = "dead_letters", "Events failed for good (dead letters)"
+
+
+class Subscription(models.Model):
+    """Who is told, about which datasets (those of a dataset, a namespace or an owner), of
+    which kinds of notice (none listed: every kind), and how: a webhook, an e-mail, or both."""
+
+    name = models.CharField(max_length=128, help_text="The team or person told")
+    dataset = models.ForeignKey(
+        "catalog.Dataset", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    namespace = models.ForeignKey(
+        "catalog.Namespace", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    owner = models.ForeignKey(
+        "catalog.Owner", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    kinds = models.JSONField(default=list, blank=True)
+    webhook_url = models.URLField(max_length=2048, blank=True)
+    email = models.EmailField(blank=True)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "pk"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def wants(self, kind: str) -> bool:
+        return self.active and (not self.kinds or kind in self.kinds)
+
+
+class Notice(models.Model):
+    """One event told to one subscription: never twice (``key`` names the event)."""
+
+    subscription = models.ForeignKey(Subscription, on_delete=models.CASCADE, related_name="notices")
+    kind = models.CharField(max_length=16, choices=NoticeKind.choices)
+    key = models.CharField(max_length=255)
+    title = models.CharField(max_length=255)
+    # What the webhook receives as JSON (and the e-mail says in words).
+    body = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["subscription", "key"], name="notice_once_per_event")
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class DeliveryState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    SENT = "sent", "Sent"
+    FAILED = "failed", "Failed"
+
+
+class Delivery(models.Model):
+    """A notice sent through one channel: tried again with backoff until sent or given up."""
+
+    notice = models.ForeignKey(Notice, on_delete=models.CASCADE, related_name="deliveries")
+    channel = models.CharField(max_length=8)  # "webhook" or "email"
+    target = models.CharField(max_length=2048)
+    state = models.CharField(
+        max_length=8, choices=DeliveryState.choices, default=DeliveryState.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["notice", "channel"], name="delivery_once_per_channel")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel} to {self.target}: {self.state}"

@@ -165,25 +165,37 @@ def cadences(job_ids: set[int]) -> dict[int, tuple[datetime, timedelta]]:
     return out
 
 
-def freshness(scope: Scope, page: slice, now: datetime) -> Indicator:
-    datasets = scope.datasets()
+def judged_freshness(
+    scope: Scope, now: datetime
+) -> dict[int, tuple[timedelta, timedelta, datetime]]:
+    """Per dataset of the scope written by a job that ran at least twice: how long since it
+    was last written, its writers' usual interval, and when it was last written."""
     writers: dict[int, set[int]] = defaultdict(set)
     for dataset_id, job_id in TableEdge.objects.filter(
-        valid_to__isnull=True, direction=Direction.OUTPUT, dataset__in=datasets
+        valid_to__isnull=True, direction=Direction.OUTPUT, dataset__in=scope.datasets()
     ).values_list("dataset_id", "job_id"):
         writers[dataset_id].add(job_id)
     known = cadences({job for jobs in writers.values() for job in jobs})
-    judged: dict[int, tuple[timedelta, timedelta]] = {}
+    judged = {}
     for dataset_id, jobs in writers.items():
         timed = [known[job] for job in jobs if job in known]
         if timed:
             last = max(ended for ended, _ in timed)
-            judged[dataset_id] = (now - last, min(interval for _, interval in timed))
-    stale = {
-        d: (age, interval)
-        for d, (age, interval) in judged.items()
-        if age > FRESHNESS_FACTOR * interval + FRESHNESS_GRACE
-    }
+            judged[dataset_id] = (now - last, min(interval for _, interval in timed), last)
+    return judged
+
+
+def is_stale(age: timedelta, interval: timedelta) -> bool:
+    return age > FRESHNESS_FACTOR * interval + FRESHNESS_GRACE
+
+
+def stale_datasets(scope: Scope, now: datetime) -> dict[int, tuple[timedelta, timedelta, datetime]]:
+    return {d: found for d, found in judged_freshness(scope, now).items() if is_stale(*found[:2])}
+
+
+def freshness(scope: Scope, page: slice, now: datetime) -> Indicator:
+    judged = judged_freshness(scope, now)
+    stale = {d: found for d, found in judged.items() if is_stale(*found[:2])}
     chosen = sorted(stale, key=lambda d: (-(stale[d][0] / stale[d][1]), d))[page]
     shown = Dataset.objects.select_related("namespace").in_bulk(chosen)
     return Indicator(

@@ -24,6 +24,7 @@ from catalog.errors import ApiError
 from catalog.models import Namespace, Owner
 from ops import metrics, slis
 from ops.api import scope_of
+from ops.models import Notice, Subscription
 
 BROKER_TIMEOUT_SECONDS = 2.0
 
@@ -199,3 +200,21 @@ def runbooks(request: HttpRequest) -> HttpResponse:
     """docs/runbooks.md as a page: what to do when an indicator misses its target."""
     body = markdown.markdown(RUNBOOK_FILE.read_text(encoding="utf-8"), extensions=["toc"])
     return render(request, "ops/runbooks.html", {"body": body, "nav": "health"})
+
+
+@login_required
+@permission_required(auth.READ_LINEAGE, raise_exception=True)
+def notices(request: HttpRequest) -> HttpResponse:
+    """Notices sent to owners lately, each delivery's state and attempts; the subscriptions."""
+    recent = (
+        Notice.objects.select_related("subscription").prefetch_related("deliveries").all()[:100]
+    )
+    return render(
+        request,
+        "ops/notices.html",
+        {
+            "notices": recent,
+            "subscriptions": Subscription.objects.select_related("dataset", "namespace", "owner"),
+            "nav": "health",
+        },
+    )

@@ -1,0 +1,38 @@
+"""Subscriptions to notices are managed in the admin; notices and deliveries are records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from ops.models import Delivery, Notice, Subscription
+
+
+@admin.register(Subscription)
+class SubscriptionAdmin(admin.ModelAdmin[Subscription]):
+    list_display = ("name", "dataset", "namespace", "owner", "webhook_url", "email", "active")
+    list_filter = ("active",)
+    search_fields = ("name", "email", "webhook_url")
+    raw_id_fields = ("dataset",)
+
+
+class RecordAdmin(admin.ModelAdmin[Any]):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Notice)
+class NoticeAdmin(RecordAdmin):
+    list_display = ("created_at", "kind", "title", "subscription")
+    list_filter = ("kind",)
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(RecordAdmin):
+    list_display = ("notice", "channel", "target", "state", "attempts", "sent_at")
+    list_filter = ("state", "channel")

@@ -1,0 +1,275 @@
+"""Notices to owners: who is told of a taint, of stale lineage and of dead letters, what the
+notice says (the datasets, the path that makes each theirs, links), delivery by webhook to a
+real local server (a retry after a 500, never twice) and by e-mail (Django's locmem
+backend)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from django.core import mail
+from django.utils import timezone
+
+from catalog.models import DatasetOwnership, Owner
+from graph.taint import mark_tainted
+from ingest import actions
+from ingest.events import parse_event
+from ingest.models import EventState, RawEvent
+from ops import notify
+from ops.models import Delivery, DeliveryState, Notice, NoticeKind, Subscription
+from tests.graph_builders import NS, LineageBuilder
+from tests.ingest_builders import PG, at, columns, dataset, run_event, run_id, schema
+
+pytestmark = pytest.mark.django_db
+
+
+class Hook:
+    """A local webhook receiver answering each request with the next status (then 200)."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+        self.statuses: list[int] = []
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers["Content-Length"])
+                hook.received.append(
+                    {
+                        "body": json.loads(self.rfile.read(length)),
+                        "key": self.headers["Idempotency-Key"],
+                    }
+                )
+                self.send_response(hook.statuses.pop(0) if hook.statuses else 200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+
+@pytest.fixture
+def hook() -> Iterator[Hook]:
+    found = Hook()
+    yield found
+    found.server.shutdown()
+
+
+@pytest.fixture
+def chain() -> LineageBuilder:
+    g = LineageBuilder()
+    g.chain("a", "b", "c")
+    return g
+
+
+def test_a_taint_tells_the_owners_of_everything_at_risk_with_the_path(
+    chain, hook, steward, django_capture_on_commit_callbacks, settings
+):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    team = Owner.objects.create(name="team-c")
+    DatasetOwnership.objects.create(dataset=chain.ds["c"], owner=team)
+    everyone = Subscription.objects.create(
+        name="platform", namespace=chain.ns, webhook_url=hook.url
+    )
+    owners = Subscription.objects.create(name="team-c", owner=team, email="c@example.com")
+    Subscription.objects.create(
+        name="elsewhere", dataset=LineageBuilder().dataset("unrelated"), email="x@example.com"
+    )
+    Subscription.objects.create(
+        name="stale only", namespace=chain.ns, kinds=[NoticeKind.STALE], email="s@example.com"
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        taint = mark_tainted(chain.ds["a"], reason="bad load", actor=steward)
+    assert Notice.objects.count() == 2
+    (sent,) = hook.received
+    body = sent["body"]
+    assert body["kind"] == "taint" and body["title"] == "a is tainted: bad load"
+    assert body["datasetCount"] == 3
+    by_name = {item["name"]: item for item in body["datasets"]}
+    assert by_name["a"]["tainted"] and by_name["c"]["distance"] == 2
+    assert by_name["c"]["path"] == [
+        chain.id("a"),
+        chain.id("job:job_0"),
+        chain.id("b"),
+        chain.id("job:job_1"),
+        chain.id("c"),
+    ]
+    assert by_name["c"]["url"].endswith("/datasets/show?namespace=" + _quoted(NS) + "&name=c")
+    (email,) = mail.outbox
+    assert email.to == ["c@example.com"] and "a is tainted: bad load" in email.subject
+    assert f"path: {chain.id('a')} -> " in email.body and "/datasets/show?" in email.body
+    assert Notice.objects.get(subscription=owners).body["datasetCount"] == 1
+    # The same taint is never told twice; a new one is.
+    notify.taint_notices(taint.pk)
+    assert Notice.objects.count() == 2 and len(hook.received) == 1
+    with django_capture_on_commit_callbacks(execute=True):
+        mark_tainted(chain.ds["b"], reason="again", actor=steward)
+    assert Notice.objects.filter(subscription=everyone).count() == 2
+
+
+def _quoted(text: str) -> str:
+    from urllib.parse import quote_plus
+
+    return quote_plus(text)
+
+
+def test_a_webhook_answering_500_is_tried_again_and_sent_once(
+    chain, hook, steward, django_capture_on_commit_callbacks
+):
+    hook.statuses = [500]
+    Subscription.objects.create(name="platform", namespace=chain.ns, webhook_url=hook.url)
+    with django_capture_on_commit_callbacks(execute=True):
+        mark_tainted(chain.ds["a"], reason="bad load", actor=steward)
+    delivery = Delivery.objects.get()
+    assert (delivery.state, delivery.attempts, delivery.last_error) == (DeliveryState.SENT, 2, "")
+    assert len(hook.received) == 2
+    assert hook.received[0]["key"] == hook.received[1]["key"] == f"notice-{delivery.notice_id}"
+    # A task delivered twice (a worker's late acknowledgement) sends nothing more.
+    assert notify.deliver(delivery.pk) == DeliveryState.SENT
+    assert len(hook.received) == 2
+
+
+def test_a_webhook_that_keeps_failing_is_given_up_with_its_error(
+    chain, hook, steward, django_capture_on_commit_callbacks
+):
+    hook.statuses = [503] * 10
+    Subscription.objects.create(name="platform", namespace=chain.ns, webhook_url=hook.url)
+    with django_capture_on_commit_callbacks(execute=True):
+        mark_tainted(chain.ds["a"], reason="bad load", actor=steward)
+    delivery = Delivery.objects.get()
+    assert delivery.state == DeliveryState.FAILED
+    assert delivery.attempts == notify.MAX_ATTEMPTS == len(hook.received)
+    assert delivery.last_error == "RuntimeError: the webhook answered 503"
+    assert [notify.backoff(n) for n in (1, 2, 3)] == [30, 60, 120]
+
+
+def test_dead_letters_are_told_to_the_namespace_once_an_hour(
+    chain, hook, django_capture_on_commit_callbacks
+):
+    Subscription.objects.create(name="platform", namespace=chain.ns, webhook_url=hook.url)
+
+    def fail(n: int) -> None:
+        event = run_event("COMPLETE", run_id(n), at(1), outputs=[dataset("b", ns=NS)])
+        with django_capture_on_commit_callbacks(execute=True):
+            stored = actions.store_events([parse_event(event, f"fp-{n}")], "api", enqueue=False)
+            pk = next(iter(stored.stored.values()))
+            # Stored, then found wrong when normalised: it fails for good.
+            RawEvent.objects.filter(pk=pk).update(body=json.dumps({**event, "eventTime": "soon"}))
+            actions.process_events([pk])
+        assert RawEvent.objects.get(pk=pk).state == EventState.FAILED
+
+    fail(1)
+    (sent,) = hook.received
+    assert sent["body"]["kind"] == "dead_letters"
+    assert sent["body"]["title"] == "1 event failed for good"
+    assert sent["body"]["events"][0]["error"].startswith("EventError: eventTime")
+    assert [item["name"] for item in sent["body"]["datasets"]] == ["b"]
+    fail(2)
+    assert len(hook.received) == 1  # the same hour: told already
+
+
+def test_stale_lineage_is_told_once_each_time_it_goes_stale(hook):
+    now = timezone.now()
+    g = LineageBuilder()
+    g.chain("raw", "hourly_out")
+    for hours in range(4, 10):
+        g.run("job_0", at=now - timedelta(hours=hours))
+    Subscription.objects.create(name="team", dataset=g.ds["hourly_out"], webhook_url=hook.url)
+    (notice,) = notify.stale_notices(now)
+    assert notice.body["datasets"][0]["name"] == "hourly_out"
+    assert notice.title.startswith("Lineage is stale: last written 4.0 h ago, usually every 1.0 h")
+    assert notify.stale_notices(now + timedelta(hours=1)) == []
+    g.run("job_0", at=now)
+    g.run("job_0", at=now + timedelta(hours=1))
+    assert notify.stale_notices(now + timedelta(hours=8)) != []  # stale again, later
+
+
+def test_the_notices_page_shows_each_delivery(
+    chain, hook, steward, viewer, client, django_capture_on_commit_callbacks
+):
+    hook.statuses = [500]
+    Subscription.objects.create(name="platform", namespace=chain.ns, webhook_url=hook.url)
+    with django_capture_on_commit_callbacks(execute=True):
+        mark_tainted(chain.ds["a"], reason="bad load", actor=steward)
+    client.force_login(viewer)
+    text = client.get("/health/notices").content.decode()
+    assert "a is tainted: bad load" in text
+    assert "webhook: <strong>Sent</strong> after 2 attempts" in text
+    assert "platform" in text
+
+
+def test_a_schema_dropping_a_column_read_downstream_tells_its_readers(
+    hook, django_capture_on_commit_callbacks
+):
+    from catalog.models import Namespace
+
+    def load(*events: dict[str, Any]) -> None:
+        with django_capture_on_commit_callbacks(execute=True):
+            actions.ingest_event_dicts(list(events), inline=True)
+
+    orders = dataset("orders", schema=schema("id", "amount"))
+    load(
+        run_event("COMPLETE", run_id(1), at(1), job="load", outputs=[orders]),
+        run_event(
+            "COMPLETE",
+            run_id(2),
+            at(1, 1),
+            job="sum",
+            inputs=[orders],
+            outputs=[
+                dataset(
+                    "totals",
+                    schema=schema("amount"),
+                    columnLineage=columns({"amount": [("orders", "amount")]}),
+                )
+            ],
+        ),
+    )
+    Subscription.objects.create(
+        name="analysts", namespace=Namespace.objects.get(name=PG), webhook_url=hook.url
+    )
+    # A new schema of orders without amount: totals.amount read it.
+    load(
+        run_event(
+            "COMPLETE",
+            run_id(3),
+            at(2),
+            job="load",
+            outputs=[dataset("orders", schema=schema("id"))],
+        )
+    )
+    (sent,) = hook.received
+    body = sent["body"]
+    assert (body["kind"], body["title"], body["changes"]) == (
+        "schema",
+        "orders: amount removed",
+        {"amount": "removed"},
+    )
+    by_name = {item["name"]: item for item in body["datasets"]}
+    assert by_name["totals"]["columns"] == ["amount"]
+    assert by_name["totals"]["path"] == [
+        f"datasetField:{PG}:orders:amount",
+        "job:spark:sum",
+        f"datasetField:{PG}:totals:amount",
+    ]
+    # A retyped column that nobody reads downstream tells nobody.
+    load(
+        run_event(
+            "COMPLETE",
+            run_id(4),
+            at(3),
+            job="load",
+            outputs=[dataset("orders", schema=schema(("id", "bigint")))],
+        )
+    )
+    assert len(hook.received) == 1
