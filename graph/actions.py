@@ -630,10 +630,6 @@ def recompute_jobs(
     return plan.apply()
 
 
-# Per-job conditions in one query: SQLite refuses an expression deeper than 1,000.
-WINDOWS_PER_QUERY = 300
-
-
 def _replay_windows(
     windows: Mapping[int, tuple[datetime, datetime | None, datetime | None]],
     jobs: Mapping[int, Job],
@@ -645,18 +641,14 @@ def _replay_windows(
     earliest = min(since for since, _, _ in windows.values())
     ends = [end for _, _, end in windows.values()]
     latest = None if None in ends else max(e for e in ends if e is not None)
-    # Each job's runs within its own window: one batch's late runs and its runs of now
-    # would otherwise read every job's runs from the earliest window to the latest.
-    runs: list[tuple[Any, ...]] = []
-    for start in range(0, len(job_ids), WINDOWS_PER_QUERY):
-        query = Q()
-        for job_id in job_ids[start : start + WINDOWS_PER_QUERY]:
-            since, _, end = windows[job_id]
-            upto = {} if end is None else {"ended_at__lte": end}
-            query |= Q(job_id=job_id, ended_at__gte=since, **upto)
-        runs += Run.objects.filter(query, edges_applied=True).values_list(
-            "pk", "job_id", "run_uuid", "ended_at", "column_lineage"
-        )
+    upto = {} if latest is None else {"ended_at__lte": latest}
+    runs = []
+    for row in Run.objects.filter(
+        job_id__any_of=job_ids, edges_applied=True, ended_at__gte=earliest, **upto
+    ).values_list("pk", "job_id", "run_uuid", "ended_at", "column_lineage"):
+        since, _, end = windows[row[1]]
+        if row[3] is not None and row[3] >= since and (end is None or row[3] <= end):
+            runs.append(row)
     io: dict[int, set[TableKey]] = defaultdict(set)
     if runs:
         for run_id, dataset_id, direction in RunDataset.objects.filter(

@@ -598,16 +598,13 @@ class _Batch:
         upto: dict[int, datetime | None] = _nearest(SchemaObservation, "at", seen_last, after=True)
         start = min(since.values())
         window: dict[int, list[tuple[datetime, str, uuid.UUID]]] = defaultdict(list)
-        # Each dataset's own window: a batch's late sightings and its sightings of now would
-        # otherwise read every dataset's from the earliest window on.
-        for first in range(0, len(ids), OR_TERMS_PER_QUERY):
-            query = Q()
-            for d in ids[first : first + OR_TERMS_PER_QUERY]:
-                bound = {} if upto[d] is None else {"at__lte": upto[d]}
-                query |= Q(dataset_id=d, at__gte=since[d], **bound)
-            for d, at, h, run in SchemaObservation.objects.filter(query).values_list(
-                "dataset_id", "at", "schema_hash", "run_uuid"
-            ):
+        ends = list(upto.values())
+        bound = {} if None in ends else {"at__lte": max(e for e in ends if e is not None)}
+        for d, at, h, run in SchemaObservation.objects.filter(
+            dataset_id__any_of=ids, at__gte=start, **bound
+        ).values_list("dataset_id", "at", "schema_hash", "run_uuid"):
+            end = upto[d]
+            if at >= since[d] and (end is None or at <= end):
                 window[d].append((at, h, run))
         existing: dict[int, list[DatasetVersion]] = defaultdict(list)
         # Versions after the window: only the first one is wanted (where the window's last
