@@ -145,9 +145,14 @@ def health(request: HttpRequest) -> HttpResponse:
     rows = []
     for indicator in found:
         samples = history.get(indicator.name, [])
+        for miss in indicator.misses:
+            if "ageSeconds" in miss:
+                miss["age"] = _duration(miss["ageSeconds"])
+                miss["usually"] = _duration(miss["usualIntervalSeconds"])
         rows.append(
             {
                 "indicator": indicator,
+                "label": LABELS[indicator.name],
                 "trend": _sparkline([s.value for s in samples], indicator.target),
                 "days": len(samples),
                 "runbook": RUNBOOKS[indicator.name],
@@ -164,6 +169,24 @@ def health(request: HttpRequest) -> HttpResponse:
             "nav": "health",
         },
     )
+
+
+LABELS = {
+    "coverage": "Coverage",
+    "freshness": "Freshness",
+    "completeness": "Completeness",
+    "ingestionLag": "Ingestion lag",
+    "deadLetters": "Dead letters",
+}
+
+
+def _duration(seconds: float) -> str:
+    """A span as people say it: 45 min, 4.0 h, 3.5 d."""
+    if seconds < 3600:
+        return f"{round(seconds / 60)} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
 
 
 # Where docs/runbooks.md tells what to do when an indicator misses its target.

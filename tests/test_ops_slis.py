@@ -156,6 +156,7 @@ def test_the_health_page_shows_each_indicator_its_misses_and_its_runbook(world, 
     assert page.status_code == 200
     text = page.content.decode()
     assert "80 %" in text and "orphan" in text and "no owner, no retention, no pii review" in text
+    assert "1 of 5 miss" in text and "last written 4.0 h ago, usually every 1.0 h" in text
     assert 'href="/health/runbooks#dead-letters"' in text
     assert "no trend yet" in text
     runbooks = client.get("/health/runbooks")
@@ -179,4 +180,4 @@ def test_the_daily_task_keeps_a_trend_the_page_draws(world, client, viewer):
     client.force_login(viewer)
     text = client.get("/health/").content.decode()
     assert text.count('<svg class="sparkline"') == len(slis.NAMES)
-    assert "coverage over the last 2 days" in text
+    assert "Coverage over the last 2 days" in text
