@@ -178,8 +178,10 @@ ARRAYS = (
 
 @dataclass(frozen=True, eq=False)
 class Directory:
-    # The change log's revision it was read at: trusted by the node cache's rule.
+    # The change log's revision it was read at (and its token): trusted by the node
+    # cache's rule, while that revision is on the change log's timeline.
     revision: int
+    token: str
     namespaces: dict[int, str]
     namespace_ids: dict[str, int]
     datasets: Names
@@ -218,6 +220,8 @@ class Directory:
     built_seconds: float
     # Whether it is mapped from the host's document file rather than read by this process.
     mapped: bool = False
+    # Whether its revision is on the change log's timeline, by the node cache's epoch.
+    on_timeline: dict[int, bool] = field(default_factory=dict)
     # Texts rendered from nodes' names (their ids as JSON, say), by (what, kind), then pk:
     # names never change in a directory, so they last as long as it does.
     texts: dict[tuple[str, str], dict[int, Any]] = field(default_factory=dict)
@@ -226,8 +230,17 @@ class Directory:
 
     def trusted(self) -> bool:
         """Whether the process's change log reaches back to the directory's revision (else
-        it cannot tell which nodes changed since, and trusts none)."""
-        return self.revision >= cache.horizon
+        it cannot tell which nodes changed since, and trusts none), on the same timeline (a
+        restored database numbers its revisions anew: checked once an epoch)."""
+        if self.revision < cache.horizon:
+            return False
+        epoch = cache.epoch
+        found = self.on_timeline.get(epoch)
+        if found is None:
+            found = self.on_timeline[epoch] = rev.on_timeline(
+                rev.Revision(self.revision, self.token)
+            )
+        return found
 
     def trusts(self, kind: str, pk: int) -> bool:
         """Whether the process has seen no change to the node since the directory was
@@ -404,6 +417,7 @@ class Directory:
         arrays.update(self.jobs.arrays("jobs"))
         meta = {
             "revision": self.revision,
+            "token": self.token,
             "namespaces": {str(pk): name for pk, name in self.namespaces.items()},
             "subject_kinds": {str(pk): name for pk, name in self.subject_kinds.items()},
         }
@@ -414,6 +428,7 @@ class Directory:
         namespaces = {int(pk): str(name) for pk, name in meta["namespaces"].items()}
         return cls(
             revision=int(meta["revision"]),
+            token=str(meta["token"]),
             namespaces=namespaces,
             namespace_ids={name: pk for pk, name in namespaces.items()},
             datasets=Names.from_arrays("datasets", arrays),
@@ -579,7 +594,7 @@ def build() -> Directory:
     """Read the directory now, at the committed revision (rows read after it)."""
     started = time.perf_counter()
     cache.sync()
-    revision = rev._read("default").value
+    read_at = rev._read("default")
     connection = connections["default"]
     with connection.cursor() as cursor:
         cursor.execute("SELECT id, name FROM catalog_namespace")
@@ -608,7 +623,8 @@ def build() -> Directory:
     changed_pks, changed_at = _last_changes(f_ds, first, removed)
     run_jobs, run_first, run_last, run_settled, run_shown = _run_bounds()
     return Directory(
-        revision=revision,
+        revision=read_at.value,
+        token=read_at.token,
         namespaces=namespaces,
         namespace_ids={name: pk for pk, name in namespaces.items()},
         datasets=datasets,

@@ -55,7 +55,7 @@ def mark_tainted(
             created_by=actor if getattr(actor, "is_authenticated", False) else None,
         )
         # The owners of the dataset and of everything at risk downstream are told.
-        transaction.on_commit(lambda: dispatch.send("ops.notify_taint", [taint.pk]))
+        transaction.on_commit(lambda: dispatch.send("ops.notify_taint", [taint.pk]), robust=True)
         return taint
 
 

@@ -585,7 +585,7 @@ def _record_failure(events: list[Claimed], exc: BaseException, permanent: bool =
         )
     if dead:
         # Whoever subscribed to the datasets or namespaces these events name is told.
-        transaction.on_commit(lambda: dispatch.send("ops.notify_dead_letters", [dead]))
+        transaction.on_commit(lambda: dispatch.send("ops.notify_dead_letters", [dead]), robust=True)
     return state
 
 
@@ -644,7 +644,9 @@ def sweep(now: datetime | None = None) -> SweepResult:
             error=f"Gave up after {max_attempts} attempts: its worker stopped each time",
         )
         if dead:
-            transaction.on_commit(lambda: dispatch.send("ops.notify_dead_letters", [dead]))
+            transaction.on_commit(
+                lambda: dispatch.send("ops.notify_dead_letters", [dead]), robust=True
+            )
         result.unstuck = stuck.update(state=EventState.PENDING, claimed_at=None)
         gave_up = result.gave_up
         transaction.on_commit(lambda: metrics.EVENTS_DEAD_LETTERED.inc(gave_up))

@@ -695,7 +695,9 @@ class _Batch:
             bulk.insert(DatasetVersion, create)
             # Owners downstream are told of columns a new schema removes or retypes.
             started = [str(row.version) for row in create]
-            transaction.on_commit(lambda: dispatch.send("ops.notify_schema", [started]))
+            transaction.on_commit(
+                lambda: dispatch.send("ops.notify_schema", [started]), robust=True
+            )
         self.all_versions.clear()
 
     def _version_id(self, dataset_id: int, digest: str, at: datetime) -> uuid.UUID:

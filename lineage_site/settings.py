@@ -317,6 +317,10 @@ CELERY_BEAT_SCHEDULE["graph-render-node-documents"] = {
     "task": "graph.tasks.render_node_documents",
     "schedule": float(GRAPH_DOCUMENTS_INTERVAL),
 }
+CELERY_BEAT_SCHEDULE["ops-requeue-deliveries"] = {
+    "task": "ops.requeue_deliveries",
+    "schedule": 300.0,
+}
 CELERY_BEAT_SCHEDULE["ops-notify-stale"] = {
     "task": "ops.notify_stale",
     "schedule": 3600.0,

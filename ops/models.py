@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from django.db import models
 
 
@@ -53,6 +55,13 @@ class Subscription(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def webhook_site(self) -> str:
+        """The webhook's scheme and host: its path may hold a secret (Slack's does)."""
+        parts = urlsplit(self.webhook_url)
+        port = f":{parts.port}" if parts.port else ""
+        return f"{parts.scheme}://{parts.hostname}{port}" if parts.hostname else ""
 
     def wants(self, kind: str) -> bool:
         return self.active and (not self.kinds or kind in self.kinds)

@@ -17,9 +17,9 @@ import json
 import logging
 from collections import defaultdict
 from collections.abc import Collection, Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import requests
 from django.conf import settings
@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 MAX_LISTED = 50
 MAX_ATTEMPTS = 6
 WEBHOOK_TIMEOUT_SECONDS = 10.0
+# A delivery pending this long lost its task (its tries are minutes apart at most).
+REQUEUE_AFTER = timedelta(minutes=20)
 
 
 def backoff(attempts: int) -> int:
@@ -148,7 +150,8 @@ def publish(
                     queued.append(
                         Delivery.objects.create(notice=notice, channel=channel, target=target).pk
                     )
-        transaction.on_commit(lambda: _queue(queued))
+        # A broker that is down leaves them pending: ops.requeue_deliveries sends them later.
+        transaction.on_commit(lambda: _queue(queued), robust=True)
     return notices
 
 
@@ -422,7 +425,7 @@ def deliver(delivery_id: int) -> str:
     "retry" when it failed and may be tried again."""
     with transaction.atomic():
         delivery = (
-            Delivery.objects.select_for_update()
+            Delivery.objects.select_for_update(of=("self",))
             .select_related("notice__subscription")
             .filter(pk=delivery_id)
             .first()
@@ -432,8 +435,10 @@ def deliver(delivery_id: int) -> str:
         delivery.attempts += 1
         try:
             _send(delivery)
-        except Exception as exc:
-            delivery.last_error = f"{type(exc).__name__}: {exc}"[:2000]
+        except Exception as exc:  # any failure is recorded and tried again
+            # Readers of the Notices page see the error: never the target's path or query.
+            reason = str(exc).replace(delivery.target, _site(delivery.target))
+            delivery.last_error = f"{type(exc).__name__}: {reason}"[:2000]
             if delivery.attempts >= MAX_ATTEMPTS:
                 delivery.state = DeliveryState.FAILED
             delivery.save(update_fields=["attempts", "last_error", "state", "updated_at"])
@@ -453,6 +458,7 @@ def _send(delivery: Delivery) -> None:
             delivery.target,
             json=notice.body,
             timeout=WEBHOOK_TIMEOUT_SECONDS,
+            allow_redirects=False,
             headers={
                 "Idempotency-Key": f"notice-{notice.pk}",
                 "User-Agent": "lineage-explorer",
@@ -462,11 +468,34 @@ def _send(delivery: Delivery) -> None:
             raise RuntimeError(f"the webhook answered {response.status_code}")
         return
     send_mail(
-        f"[Lineage Explorer] {notice.title}",
+        " ".join(f"[Lineage Explorer] {notice.title}".split()),  # one line: a header
         text_of(notice),
         settings.DEFAULT_FROM_EMAIL,
         [delivery.target],
     )
+
+
+def _site(url: str) -> str:
+    """A URL's scheme and host only: what readers of the Notices page may see of it."""
+    parts = urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname}{port}" if parts.hostname else url
+
+
+def requeue(older_than: timedelta = REQUEUE_AFTER, now: datetime | None = None) -> int:
+    """Queue again the deliveries left pending (their task was lost: a broker outage, a
+    worker that died between tries); gives how many. Safe to repeat: a delivery already
+    sent is not sent again."""
+    before = (now or timezone.now()) - older_than
+    stale = list(
+        Delivery.objects.filter(state=DeliveryState.PENDING, updated_at__lt=before).values_list(
+            "pk", flat=True
+        )[:1000]
+    )
+    if stale:
+        Delivery.objects.filter(pk__in=stale).update(updated_at=timezone.now())
+        _queue(stale)
+    return len(stale)
 
 
 def text_of(notice: Notice) -> str:

@@ -149,6 +149,7 @@ def cadences(job_ids: set[int]) -> dict[int, tuple[datetime, timedelta]]:
         .annotate(
             rank=Window(RowNumber(), partition_by=F("job_id"), order_by=F("created_at").desc())
         )
+        .filter(rank__lte=CADENCE_RUNS)
         .values_list("job_id", "created_at", "ended_at", "rank")
     )
     runs: dict[int, list[tuple[datetime, datetime]]] = defaultdict(list)

@@ -37,6 +37,12 @@ def notify_stale() -> int:
     return len(notify.stale_notices())
 
 
+@shared_task(name="ops.requeue_deliveries", ignore_result=True)
+def requeue_deliveries() -> int:
+    """Queue again deliveries whose task was lost (scheduled every few minutes)."""
+    return notify.requeue()
+
+
 @shared_task(name="ops.deliver", bind=True, acks_late=True, ignore_result=True, max_retries=None)
 def deliver(self: Any, delivery_id: int) -> str:
     """Send a notice through one channel; tried again with backoff until sent or given up

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from ops.api import scope_of
 from ops.models import Notice, Subscription
 
 BROKER_TIMEOUT_SECONDS = 2.0
+log = logging.getLogger(__name__)
 
 
 @never_cache
@@ -58,7 +60,7 @@ def _database() -> str:
             cursor.fetchone()
     except DatabaseError as exc:
         connection.close()  # a broken connection is not kept for the next request
-        return f"down: {_reason(exc)}"
+        return _down("database", exc)
     return "ok"
 
 
@@ -71,13 +73,15 @@ def _broker(url: str) -> str:
         ) as broker:
             broker.ensure_connection(max_retries=1, interval_start=0, interval_step=0)
     except Exception as exc:  # kombu raises the transport's own errors
-        return f"down: {_reason(exc)}"
+        return _down("broker", exc)
     return "ok"
 
 
-def _reason(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"[:300]
+def _down(what: str, exc: BaseException) -> str:
+    """What the probe answers (anyone may ask: no host, address or user in it); the log
+    has the whole error."""
+    log.warning("readiness: the %s is down: %s", what, " ".join(str(exc).split())[:500])
+    return f"down: {type(exc).__name__}"
 
 
 @never_cache

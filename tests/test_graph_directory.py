@@ -193,3 +193,17 @@ def test_a_directory_held_past_the_end_of_its_epoch_trusts_nothing(g):
     assert found.node_names(DATASET, [orders]) == {}
     assert found.node_texts(DATASET, [orders], "test", lambda ns, name: name) == {}
     assert found.dataset_pk(NS, "clean.orders") is None
+
+
+def test_a_directory_of_another_timeline_trusts_nothing(g):
+    """A restored database numbers its revisions anew: a directory read before it, whose
+    revision the change log no longer holds, answers for no node."""
+    from dataclasses import replace
+
+    found = directory.get()
+    assert found is not None and found.trusted()
+    orders = g.ds["clean.orders"].pk
+    elsewhere = replace(found, token="another-timeline", on_timeline={})
+    assert not elsewhere.trusted()
+    assert elsewhere.node_names(DATASET, [orders]) == {}
+    assert elsewhere.dataset_pk(NS, "clean.orders") is None

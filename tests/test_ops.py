@@ -62,8 +62,9 @@ def test_readyz_names_a_broker_nobody_answers_at(client, settings):
     body = response.json()
     assert body["status"] == "unavailable" and body["down"] == ["broker"]
     assert body["checks"]["database"] == "ok"
+    # What is down and the kind of error; the address is in the log only.
     assert body["checks"]["broker"].startswith("down: ")
-    assert "Connection refused" in body["checks"]["broker"]
+    assert "127.0.0.1" not in body["checks"]["broker"]
 
 
 def test_metrics_need_a_token_or_an_allowed_address(client, api, viewer, settings):

@@ -273,3 +273,39 @@ def test_a_schema_dropping_a_column_read_downstream_tells_its_readers(
         )
     )
     assert len(hook.received) == 1
+
+
+def test_a_delivery_whose_task_was_lost_is_sent_by_the_sweep(chain, hook, settings):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    subscription = Subscription.objects.create(
+        name="platform",
+        namespace=chain.ns,
+        webhook_url=f"{hook.url}/T000/B000/secret-token",
+        email="p@example.com",
+    )
+    taint = chain.ds["a"]
+    from graph.models import Taint
+
+    marked = Taint.objects.create(dataset=taint, reason="two\nlines", created_at=timezone.now())
+    # The broker was down when the notice was made: its deliveries were never queued.
+    from unittest import mock
+
+    with mock.patch.object(notify, "_queue"):
+        notify.taint_notices(marked.pk)
+    assert set(Delivery.objects.values_list("state", flat=True)) == {DeliveryState.PENDING}
+    assert notify.requeue() == 0  # not yet: their tasks may still run
+    assert notify.requeue(now=timezone.now() + notify.REQUEUE_AFTER * 2) == 2
+    assert set(Delivery.objects.values_list("state", flat=True)) == {DeliveryState.SENT}
+    (email,) = mail.outbox
+    assert email.subject == "[Lineage Explorer] a is tainted: two lines"
+    # Readers see where a webhook goes, not its secret path.
+    assert subscription.webhook_site == f"http://127.0.0.1:{hook.server.server_address[1]}"
+
+
+def test_the_notices_page_never_shows_a_webhook_path(chain, hook, viewer, client):
+    Subscription.objects.create(
+        name="platform", namespace=chain.ns, webhook_url="https://hooks.example.com/T0/B0/secret"
+    )
+    client.force_login(viewer)
+    text = client.get("/health/notices").content.decode()
+    assert "webhook at https://hooks.example.com" in text and "secret" not in text
