@@ -96,22 +96,28 @@ def prometheus(request: HttpRequest) -> HttpResponse:
 
 
 def _refusal(request: HttpRequest) -> HttpResponse | None:
+    """None when the request may read the metrics: a user in any role (by token or signed
+    in), or an address of METRICS_ALLOWED_IPS."""
     header = request.headers.get("Authorization", "").strip()
+    user: Any = request.user
     if header:
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip() or " " in key.strip():
             return _unauthorized("Malformed Authorization header: use 'Bearer <token>'")
         try:
-            BearerTokenAuthentication().authenticate_key(key.strip())
+            user, _ = BearerTokenAuthentication().authenticate_key(key.strip())
         except AuthenticationFailed as exc:
             return _unauthorized(str(exc.detail))
-        return None
-    if _allowed_address(request.META.get("REMOTE_ADDR", "")):
-        return None
-    return _unauthorized(
-        "Metrics need an API token (Authorization: Bearer <token>) or a request from an "
-        "address in METRICS_ALLOWED_IPS"
-    )
+    elif not user.is_authenticated:
+        if _allowed_address(request.META.get("REMOTE_ADDR", "")):
+            return None
+        return _unauthorized(
+            "Metrics need an API token (Authorization: Bearer <token>) or a request from an "
+            "address in METRICS_ALLOWED_IPS"
+        )
+    if not auth.role_names(user):
+        return JsonResponse({"error": "Metrics need a user in a role", "field": None}, status=403)
+    return None
 
 
 def _allowed_address(address: str) -> bool:
@@ -223,6 +229,7 @@ RUNBOOK_FILE = Path(settings.BASE_DIR) / "docs" / "runbooks.md"
 
 
 @login_required
+@permission_required(auth.READ_LINEAGE, raise_exception=True)
 def runbooks(request: HttpRequest) -> HttpResponse:
     """docs/runbooks.md as a page: what to do when an indicator misses its target."""
     body = markdown.markdown(RUNBOOK_FILE.read_text(encoding="utf-8"), extensions=["toc"])

@@ -219,6 +219,12 @@ PAGES: dict[str, dict[str, tuple[str, ...]]] = {
     "privacy-plan": {"GET": ()},
     "privacy-plan-run": {"POST": ("mode", "confirm")},
     "privacy-audit": {"GET": ("action", "page"), "POST": ("subjectKind", "value")},
+    "healthz": {"GET": ()},
+    "readyz": {"GET": ()},
+    "metrics": {"GET": ()},
+    "health": {"GET": ("namespace", "owner", "personal")},
+    "runbooks": {"GET": ()},
+    "notices": {"GET": ()},
 }
 
 

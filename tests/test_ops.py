@@ -67,7 +67,7 @@ def test_readyz_names_a_broker_nobody_answers_at(client, settings):
     assert "127.0.0.1" not in body["checks"]["broker"]
 
 
-def test_metrics_need_a_token_or_an_allowed_address(client, api, viewer, settings):
+def test_metrics_need_a_token_or_an_allowed_address(client, api, viewer, outsider, settings):
     settings.METRICS_ALLOWED_NETWORKS = []
     refused = client.get("/metrics")
     assert refused.status_code == 401
@@ -76,6 +76,13 @@ def test_metrics_need_a_token_or_an_allowed_address(client, api, viewer, setting
     bad = client.get("/metrics", HTTP_AUTHORIZATION="Bearer not-a-token")
     assert bad.status_code == 401 and bad.json()["error"] == "Invalid or revoked token"
     assert client.get("/metrics", HTTP_AUTHORIZATION="Basic abc").status_code == 401
+    # A user in no role may not, signed in or with a token.
+    assert api(outsider).get("/metrics").status_code == 403
+    client.force_login(outsider)
+    assert client.get("/metrics").status_code == 403
+    client.force_login(viewer)
+    assert ("lineage_revision", ()) in scrape(client)
+    client.logout()
     # Any role's token will do.
     assert ("lineage_revision", ()) in scrape(api(viewer))
     # So does an address of the list, without a token (the test client is 127.0.0.1).

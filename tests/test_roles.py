@@ -35,6 +35,7 @@ PRIVACY = "search for a data subject; scans, erasure plans"
 AUDIT = "read the privacy audit"
 POST_LINEAGE = "post lineage"
 TOKENS = "list and revoke their own API tokens"
+METRICS = "read the operational metrics"
 PUBLIC = "anyone, signed in or not"
 
 # A row, or any of several rows.
@@ -83,6 +84,7 @@ ACCESS: dict[str, dict[str, str | tuple[str, ...]]] = {
     "api-namespace": {"GET": READ},
     "api-tokens": {"GET": TOKENS},
     "api-token": {"DELETE": TOKENS},
+    "api-slis": {"GET": READ},
     # pages
     "login": {"GET": PUBLIC, "POST": PUBLIC},
     "logout": {"POST": PUBLIC},
@@ -119,6 +121,12 @@ ACCESS: dict[str, dict[str, str | tuple[str, ...]]] = {
     "privacy-plan": {"GET": PRIVACY},
     "privacy-plan-run": {"POST": PRIVACY},
     "privacy-audit": {"GET": AUDIT, "POST": AUDIT},
+    "healthz": {"GET": PUBLIC},
+    "readyz": {"GET": PUBLIC},
+    "metrics": {"GET": METRICS},
+    "health": {"GET": READ},
+    "runbooks": {"GET": READ},
+    "notices": {"GET": READ},
 }
 
 
