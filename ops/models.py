@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from django.core.exceptions import ValidationError
 from django.db import models
 
 
@@ -55,6 +56,21 @@ class Subscription(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        """A subscription covers something, is told somewhere, and of known kinds."""
+        problems = {}
+        if not (self.dataset_id or self.namespace_id or self.owner_id):
+            problems["dataset"] = "Choose the dataset, the namespace or the owner it covers."
+        if not (self.webhook_url or self.email):
+            problems["email"] = "Give a webhook URL, an e-mail address, or both."
+        unknown = sorted(set(self.kinds or []) - set(NoticeKind.values))
+        if not isinstance(self.kinds, list) or unknown:
+            problems["kinds"] = f"Kinds are a list of {', '.join(NoticeKind.values)}" + (
+                f"; not {', '.join(map(str, unknown))}" if unknown else ""
+            )
+        if problems:
+            raise ValidationError(problems)
 
     @property
     def webhook_site(self) -> str:

@@ -309,3 +309,13 @@ def test_the_notices_page_never_shows_a_webhook_path(chain, hook, viewer, client
     client.force_login(viewer)
     text = client.get("/health/notices").content.decode()
     assert "webhook at https://hooks.example.com" in text and "secret" not in text
+
+
+def test_a_subscription_must_cover_something_be_told_somewhere_and_name_known_kinds(chain):
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError) as refused:
+        Subscription(name="nobody", kinds=["taint", "weather"]).full_clean()
+    assert set(refused.value.message_dict) == {"dataset", "email", "kinds"}
+    assert "not weather" in refused.value.message_dict["kinds"][0]
+    Subscription(name="platform", namespace=chain.ns, email="p@example.com").full_clean()
