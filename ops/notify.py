@@ -28,9 +28,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from catalog.models import Dataset, DatasetOwnership, DatasetVersion
+from catalog.models import Dataset, DatasetOwnership, DatasetVersion, Namespace
 from graph import queries
-from graph.models import ColumnEdge, Direction, TableEdge, Taint
+from graph.models import ColumnEdge, Direction, Job, TableEdge, Taint
 from ingest.models import RawEvent
 from lineage_site import dispatch
 from ops.models import Delivery, DeliveryState, Notice, NoticeKind, Subscription
@@ -232,8 +232,6 @@ def paths_from(root: int, reached: dict[int, int]) -> dict[int, list[str]]:
 
 
 def _node_names(datasets: Iterable[int], jobs: Iterable[int]) -> dict[tuple[str, int], str]:
-    from graph.models import Job
-
     names = {
         ("d", pk): f"dataset:{ns}:{name}"
         for pk, ns, name in Dataset.objects.filter(pk__any_of=set(datasets)).values_list(
@@ -341,8 +339,6 @@ def dead_letter_notices(event_ids: list[int], now: datetime | None = None) -> li
             namespace_names.add(job_namespace)
         named |= _datasets_named(body)
     namespace_names |= {ns for ns, _ in named}
-    from catalog.models import Namespace
-
     namespaces = dict(Namespace.objects.filter(name__in=namespace_names).values_list("name", "pk"))
     datasets: set[int] = set()
     for ns, name in named:

@@ -21,7 +21,7 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from catalog import auth
 from catalog.auth import BearerTokenAuthentication
-from catalog.errors import ApiError
+from catalog.errors import ApiError, error_body
 from catalog.models import Namespace, Owner
 from ops import metrics, slis
 from ops.api import scope_of
@@ -87,7 +87,7 @@ def _down(what: str, exc: BaseException) -> str:
 @never_cache
 @require_GET
 def prometheus(request: HttpRequest) -> HttpResponse:
-    """The metrics, to a bearer of any valid API token or to an address in
+    """The metrics, to a user in any role (an API token, or signed in) or to an address in
     METRICS_ALLOWED_IPS."""
     refusal = _refusal(request)
     if refusal is not None:
@@ -98,17 +98,12 @@ def prometheus(request: HttpRequest) -> HttpResponse:
 def _refusal(request: HttpRequest) -> HttpResponse | None:
     """None when the request may read the metrics: a user in any role (by token or signed
     in), or an address of METRICS_ALLOWED_IPS."""
-    header = request.headers.get("Authorization", "").strip()
-    user: Any = request.user
-    if header:
-        scheme, _, key = header.partition(" ")
-        if scheme.lower() != "bearer" or not key.strip() or " " in key.strip():
-            return _unauthorized("Malformed Authorization header: use 'Bearer <token>'")
-        try:
-            user, _ = BearerTokenAuthentication().authenticate_key(key.strip())
-        except AuthenticationFailed as exc:
-            return _unauthorized(str(exc.detail))
-    elif not user.is_authenticated:
+    try:
+        bearer = BearerTokenAuthentication().authenticate(request)  # type: ignore[arg-type]
+    except AuthenticationFailed as exc:
+        return _unauthorized(str(exc.detail))
+    user: Any = request.user if bearer is None else bearer[0]
+    if not user.is_authenticated:
         if _allowed_address(request.META.get("REMOTE_ADDR", "")):
             return None
         return _unauthorized(
@@ -116,7 +111,7 @@ def _refusal(request: HttpRequest) -> HttpResponse | None:
             "address in METRICS_ALLOWED_IPS"
         )
     if not auth.role_names(user):
-        return JsonResponse({"error": "Metrics need a user in a role", "field": None}, status=403)
+        return JsonResponse(error_body("Metrics need a user in a role"), status=403)
     return None
 
 
@@ -129,7 +124,7 @@ def _allowed_address(address: str) -> bool:
 
 
 def _unauthorized(message: str) -> JsonResponse:
-    response = JsonResponse({"error": message, "field": None}, status=401)
+    response = JsonResponse(error_body(message), status=401)
     response["WWW-Authenticate"] = 'Bearer realm="metrics"'
     return response
 
