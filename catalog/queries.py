@@ -14,6 +14,7 @@ from catalog.actions import owners_value, tags_value
 from catalog.flags import NO_FLAG, FieldFlag, field_flags
 from catalog.models import (
     ChangeRecord,
+    ChangeSource,
     Dataset,
     DatasetAlias,
     DatasetField,
@@ -66,16 +67,37 @@ def get_namespace(name: str) -> Namespace | None:
     return Namespace.objects.filter(name=naming.canonical_namespace(name)).first()
 
 
-def latest_versions(dataset: Dataset, limit: int = 50) -> list[DatasetVersion]:
-    return list(dataset.versions.order_by("-created_at")[:limit])
+def latest_versions(
+    dataset: Dataset, limit: int = 50, as_of: datetime | None = None
+) -> list[DatasetVersion]:
+    versions = dataset.versions.all()
+    if as_of is not None:
+        versions = versions.filter(created_at__lte=as_of)
+    return list(versions.order_by("-created_at")[:limit])
 
 
 def version_as_of(dataset: Dataset, as_of: datetime) -> DatasetVersion | None:
     return dataset.versions.filter(created_at__lte=as_of).order_by("-created_at").first()
 
 
-def history(dataset: Dataset, limit: int = 100) -> list[ChangeRecord]:
-    return list(dataset.changes.select_related("actor").order_by("-at", "-id")[:limit])
+# What the history's filter shows: edits by people (stewards, catalog imports), what
+# lineage and propagation recorded, or everything.
+HISTORY_SOURCES: dict[str, tuple[str, ...]] = {
+    "people": (ChangeSource.STEWARD, ChangeSource.IMPORT),
+    "lineage": (ChangeSource.LINEAGE, ChangeSource.PROPAGATION),
+    "all": tuple(ChangeSource.values),
+}
+
+
+def history(
+    dataset: Dataset, limit: int = 100, show: str = "all", as_of: datetime | None = None
+) -> list[ChangeRecord]:
+    """The dataset's change records, newest first: those of ``show``'s sources, and only
+    those made by ``as_of`` when given."""
+    records = dataset.changes.filter(source__in=HISTORY_SOURCES[show])
+    if as_of is not None:
+        records = records.filter(at__lte=as_of)
+    return list(records.select_related("actor").order_by("-at", "-id")[:limit])
 
 
 def value_as_of(records: list[ChangeRecord], as_of: datetime, current: Any) -> Any:
@@ -90,6 +112,27 @@ def value_as_of(records: list[ChangeRecord], as_of: datetime, current: Any) -> A
     if records:
         return records[0].old
     return current
+
+
+def lifecycle_as_of(records: list[ChangeRecord], as_of: datetime) -> tuple[str, datetime | None]:
+    """ "Active", "Dropped" or "Renamed" at ``as_of`` and since when, from the dataset's
+    lifecycle records in time order. Lineage records each drop or rename; any other
+    lifecycle event (a create, an overwrite, a rename into this name) means it was there
+    again."""
+    before = [r for r in records if r.at <= as_of]
+    if before and before[-1].new in ("DROPPED", "RENAMED"):
+        return str(before[-1].new).capitalize(), before[-1].at
+    return "Active", None
+
+
+def dataset_lifecycle(dataset: Dataset, as_of: datetime | None) -> tuple[str, datetime | None]:
+    """The dataset's lifecycle now or as of an instant ("Not yet seen" before it existed)."""
+    if as_of is None:
+        return dataset.get_lifecycle_state_display(), dataset.dropped_at
+    if dataset.first_seen > as_of:
+        return "Not yet seen", None
+    records = dataset.changes.filter(attribute="lifecycle", field_name="").order_by("at", "id")
+    return lifecycle_as_of(list(records), as_of)
 
 
 @dataclass
@@ -120,6 +163,16 @@ class DatasetState:
     tags: list[str]
     fields: list[FieldState] = field(default_factory=list)
     exists: bool = True
+    lifecycle: str = "Active"
+    lifecycle_since: datetime | None = None
+
+    @property
+    def pii_count(self) -> int:
+        return sum(1 for f in self.fields if f.pii_category or f.subject_kind)
+
+    @property
+    def subject_count(self) -> int:
+        return sum(1 for f in self.fields if f.subject_kind)
 
 
 def dataset_state_as_of(dataset: Dataset, as_of: datetime) -> DatasetState:
@@ -142,6 +195,11 @@ def dataset_state_as_of(dataset: Dataset, as_of: datetime) -> DatasetState:
         tags=attr("tags", tags_value(dataset)),
         exists=dataset.first_seen <= as_of,
     )
+    state.lifecycle, state.lifecycle_since = lifecycle_as_of(
+        by_key.get(("", "lifecycle"), []), as_of
+    )
+    if not state.exists:
+        return state
     version = version_as_of(dataset, as_of)
     current_fields = {f.name: f for f in dataset.fields.select_related("subject_kind")}
     schema = (

@@ -12,10 +12,10 @@ JavaScript the same views render a full page and redirect after the post.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import urlencode
@@ -23,6 +23,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required, permission_required
 from django.contrib.auth.views import LoginView
 from django.core.cache import cache
@@ -46,6 +47,7 @@ from catalog.models import (
     DatasetVersion,
     FlagSource,
     Namespace,
+    Owner,
     PiiCategory,
     RetentionPolicy,
     Sensitivity,
@@ -108,11 +110,10 @@ def fetch_field(dataset: Dataset, name: str) -> DatasetField:
     raise Http404("No such field")
 
 
-def page_as_of(request: HttpRequest) -> datetime | None:
-    try:
-        return optional_instant(request.GET)
-    except ApiError:
-        return None
+def history_filter(request: HttpRequest) -> str:
+    """Which change records the history shows: people's edits unless asked otherwise."""
+    show = request.GET.get("show", "people")
+    return show if show in queries.HISTORY_SOURCES else "people"
 
 
 @dataclass
@@ -179,12 +180,41 @@ def owners_text(owners: list[dict[str, str]]) -> str:
     return ", ".join(f"{o['name']} ({o['type']})" if o.get("type") else o["name"] for o in owners)
 
 
+# An owner's name: letters, digits and the punctuation team and people names use
+# (team:crm, data-eng, Priya Novak, p.novak@example.com); its type in brackets after it.
+OWNER_NAME = re.compile(r"[\w][\w .:@/+'&-]*")
+OWNER_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_ ]*")
+
+
 class DatasetForm(forms.Form):
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
     owners = forms.CharField(
         required=False,
         max_length=2000,
         help_text="Comma-separated; an ownership type in brackets, e.g. crm-team (DATA_OWNER)",
+    )
+    add_owner = forms.CharField(
+        required=False,
+        max_length=255,
+        label="Add an owner",
+        widget=forms.TextInput(
+            attrs={
+                "list": "known-owners",
+                "autocomplete": "off",
+                "placeholder": "Find a team or user",
+            }
+        ),
+    )
+    add_owner_type = forms.CharField(
+        required=False,
+        max_length=64,
+        label="as",
+        widget=forms.TextInput(attrs={"placeholder": "DATA_OWNER"}),
+    )
+    new_owners = forms.BooleanField(
+        required=False,
+        label="Add owners not known yet",
+        help_text="Without this, every owner must be a known owner or user.",
     )
     tags = forms.CharField(required=False, max_length=2000, help_text="Comma-separated")
     sensitivity = forms.ChoiceField(choices=[("", "—"), *Sensitivity.choices], required=False)
@@ -195,13 +225,59 @@ class DatasetForm(forms.Form):
     def clean_owners(self) -> list[actions.OwnerSpec]:
         specs = []
         for item in _split(self.cleaned_data["owners"]):
-            name, _, rest = item.partition("(")
-            if rest and not rest.endswith(")"):
+            name, bracket, rest = item.partition("(")
+            name, kind = name.strip(), rest.strip()
+            if bracket and not kind.endswith(")"):
                 raise forms.ValidationError(f"Unclosed bracket in {item!r}")
-            if not name.strip():
+            kind = kind.removesuffix(")").strip()
+            if not name:
                 raise forms.ValidationError(f"Missing owner name in {item!r}")
-            specs.append(actions.OwnerSpec(name=name.strip(), type=rest.rstrip(")").strip()))
+            if bracket and not OWNER_TYPE.fullmatch(kind):
+                raise forms.ValidationError(
+                    f"{kind!r} is not an ownership type: letters, digits and _ only,"
+                    " e.g. DATA_OWNER"
+                )
+            specs.append(actions.OwnerSpec(name=name, type=kind))
         return specs
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        specs = cleaned.get("owners")
+        if specs is None:
+            return cleaned
+        added = (cleaned.get("add_owner") or "").strip()
+        if added:
+            kind = (cleaned.get("add_owner_type") or "").strip()
+            if kind and not OWNER_TYPE.fullmatch(kind):
+                self.add_error(
+                    "add_owner_type",
+                    f"{kind!r} is not an ownership type: letters, digits and _ only,"
+                    " e.g. DATA_OWNER",
+                )
+                return cleaned
+            if all(spec.name != added for spec in specs):
+                specs.append(actions.OwnerSpec(name=added, type=kind))
+        if specs:
+            names = {spec.name for spec in specs}
+            known = set(Owner.objects.filter(name__in=names).values_list("name", flat=True))
+            users = get_user_model().objects.filter(username__in=names)
+            known |= set(users.values_list("username", flat=True))
+            unknown = sorted(names - known)
+            malformed = [n for n in unknown if not OWNER_NAME.fullmatch(n) or len(n) > 255]
+            if malformed:
+                self.add_error(
+                    "owners",
+                    f"{malformed[0]!r} is not an owner name: letters, digits, spaces and"
+                    " . : @ / + ' & - only, at most 255 characters (the ownership type goes in"
+                    " round brackets)",
+                )
+            elif unknown and not cleaned.get("new_owners"):
+                self.add_error(
+                    "owners",
+                    f"Not a known owner or user: {', '.join(unknown)}. Pick one from the list,"
+                    ' or tick "Add owners not known yet" to create it.',
+                )
+        return cleaned
 
     def clean_tags(self) -> list[str]:
         return sorted(set(_split(self.cleaned_data["tags"])))
@@ -470,29 +546,39 @@ def platforms() -> list[str]:
 @require_GET
 def dataset_detail(request: HttpRequest) -> HttpResponse:
     dataset = fetch_dataset(request.GET)
-    as_of = page_as_of(request)
-    state = queries.dataset_state_as_of(dataset, as_of) if as_of else None
-    versions = queries.latest_versions(dataset, limit=21)
-    fields = with_flags([f for f in dataset.fields.all() if f.removed_at is None])
-    return render(
-        request,
-        "catalog/dataset_detail.html",
-        {
-            "dataset": dataset,
-            "as_of": as_of,
-            "as_of_param": as_of.isoformat().replace("+00:00", "Z") if as_of else "",
-            "state": state,
-            "fields": fields,
-            "pii_count": sum(1 for f in fields if f.pii_category or f.subject_kind_id),
-            "subject_count": sum(1 for f in fields if f.subject_kind_id),
-            "field_node_prefix": field_node_prefix(dataset),
-            "history": queries.history(dataset, limit=50),
-            "versions": version_rows(versions)[:20],
-            "version_choices": versions,
-            "nav": "datasets",
-            "editable": as_of is None,
-        },
-    )
+    try:
+        as_of = optional_instant(request.GET)
+    except ApiError as exc:
+        return error_response(request, 400, exc.message, exc.field)
+    show = history_filter(request)
+    context: dict[str, Any] = {
+        "dataset": dataset,
+        "as_of": as_of,
+        "as_of_param": as_of.isoformat().replace("+00:00", "Z") if as_of else "",
+        "field_node_prefix": field_node_prefix(dataset),
+        "history": queries.history(dataset, limit=50, show=show, as_of=as_of),
+        "history_show": show,
+        "history_choices": HISTORY_CHOICES,
+        "nav": "datasets",
+        "editable": as_of is None,
+    }
+    versions = queries.latest_versions(dataset, limit=21, as_of=as_of)
+    context["versions"] = version_rows(versions)[:20]
+    context["version_choices"] = versions
+    if as_of is None:
+        fields = with_flags([f for f in dataset.fields.all() if f.removed_at is None])
+        context["fields"] = fields
+        context["pii_count"] = sum(1 for f in fields if f.pii_category or f.subject_kind_id)
+        context["subject_count"] = sum(1 for f in fields if f.subject_kind_id)
+    else:
+        state = queries.dataset_state_as_of(dataset, as_of)
+        context["state"] = state
+        context["pii_count"] = state.pii_count
+        context["subject_count"] = state.subject_count
+    return render(request, "catalog/dataset_detail.html", context)
+
+
+HISTORY_CHOICES = (("people", "Edits by people"), ("lineage", "Lineage events"), ("all", "All"))
 
 
 @login_required
@@ -500,7 +586,12 @@ def dataset_detail(request: HttpRequest) -> HttpResponse:
 @require_GET
 def dataset_history(request: HttpRequest) -> HttpResponse:
     dataset = fetch_dataset(request.GET)
-    return render(request, "catalog/_history.html", {"history": queries.history(dataset, limit=50)})
+    show = history_filter(request)
+    return render(
+        request,
+        "catalog/_history.html",
+        {"history": queries.history(dataset, limit=50, show=show), "history_show": show},
+    )
 
 
 @login_required
@@ -538,6 +629,14 @@ def _uuid_or_none(raw: str | None) -> str | None:
         return None
 
 
+def known_owners(limit: int = 1000) -> list[str]:
+    """Owners and users by name, for the owner picker."""
+    names = set(Owner.objects.order_by("name").values_list("name", flat=True)[:limit])
+    users = get_user_model().objects.filter(is_active=True).order_by("username")
+    names |= set(users.values_list("username", flat=True)[:limit])
+    return sorted(names)
+
+
 @login_required
 @edit_required
 @require_http_methods(["GET", "POST"])
@@ -556,7 +655,7 @@ def dataset_edit(request: HttpRequest) -> HttpResponse:
             return render(request, "catalog/_about.html", {"dataset": dataset, "editable": True})
     else:
         form = DatasetForm(initial=dataset_initial(dataset))
-    context = {"dataset": dataset, "form": form}
+    context = {"dataset": dataset, "form": form, "known_owners": known_owners()}
     template = "catalog/_dataset_form.html" if is_fragment(request) else "catalog/edit.html"
     status = 422 if form.is_bound else 200
     return render(request, template, context, status=status)

@@ -562,6 +562,8 @@ class LineageSummary:
     consumer_count: int
     upstream: list[Neighbour]
     downstream: list[Neighbour]
+    upstream_near: int
+    downstream_near: int
     upstream_reach: int
     downstream_reach: int
     truncated: bool
@@ -589,20 +591,26 @@ def lineage_summary(
     def job_list(side: str) -> list[JobInfo]:
         return [jobs[n.pk] for n in shown[side] if n.pk in jobs]
 
-    def neighbours(side: str) -> list[Neighbour]:
-        found = [
-            Neighbour(n.namespace, n.name, dataset_url(n.namespace, n.name))
-            for n in graph.nodes
-            if n.kind == "DATASET" and n.side == side and n.distance == 1
-        ]
-        return sorted(found, key=lambda n: n.name)[:20]
+    near = {
+        side: sorted(
+            (
+                Neighbour(n.namespace, n.name, dataset_url(n.namespace, n.name))
+                for n in graph.nodes
+                if n.kind == "DATASET" and n.side == side and n.distance == 1
+            ),
+            key=lambda n: n.name,
+        )
+        for side in SIDES
+    }
 
     return LineageSummary(
         producers=job_list("upstream"),
         consumers=job_list("downstream"),
         consumer_count=sum(1 for n in near_jobs if n.side == "downstream"),
-        upstream=neighbours("upstream"),
-        downstream=neighbours("downstream"),
+        upstream=near["upstream"][:20],
+        downstream=near["downstream"][:20],
+        upstream_near=len(near["upstream"]),
+        downstream_near=len(near["downstream"]),
         upstream_reach=sum(1 for n in graph.nodes if n.kind == "DATASET" and n.side == "upstream"),
         downstream_reach=sum(
             1 for n in graph.nodes if n.kind == "DATASET" and n.side == "downstream"

@@ -428,12 +428,18 @@ def root_cause(request: HttpRequest) -> HttpResponse:
         start.resolved, depth=state.depth, as_of=state.as_of, max_nodes=ROOT_CAUSE_LIMIT
     )
     names = {n.node_id: n for n in result.graph.nodes}
+    lifecycle = "Active"
+    if start.kind == "dataset":
+        lifecycle, _ = catalog_queries.dataset_lifecycle(
+            Dataset.objects.get(pk=start.pk), state.as_of
+        )
     return render(
         request,
         "graph/root_cause.html",
         {
             "state": state,
             "start": start,
+            "lifecycle": lifecycle,
             "result": result,
             "jobs": [
                 {
@@ -524,13 +530,20 @@ def dataset_lineage_fragment(request: HttpRequest) -> HttpResponse:
     dataset = _dataset_from_params(request.GET)
     try:
         as_of = _instant(request.GET, "asOf")
-    except PageError:
-        as_of = None
+    except PageError as exc:
+        return _error_page(request, exc)
     summary = data.lineage_summary(dataset, as_of=as_of)
+    lifecycle, since = catalog_queries.dataset_lifecycle(dataset, as_of)
     return render(
         request,
         "graph/_dataset_lineage.html",
-        {"dataset": dataset, "summary": summary, "as_of": _iso(as_of)},
+        {
+            "dataset": dataset,
+            "summary": summary,
+            "as_of": _iso(as_of),
+            "lifecycle": lifecycle,
+            "since": since,
+        },
     )
 
 
@@ -540,17 +553,27 @@ def dataset_lineage_fragment(request: HttpRequest) -> HttpResponse:
 def dataset_runs_fragment(request: HttpRequest) -> HttpResponse:
     """The latest runs that wrote and read the dataset."""
     dataset = _dataset_from_params(request.GET)
+    try:
+        as_of = _instant(request.GET, "asOf")
+    except PageError as exc:
+        return _error_page(request, exc)
     recent: dict[str, list[RunDataset]] = defaultdict(list)
     for direction in ("out", "in"):
+        rows = RunDataset.objects.filter(dataset=dataset, direction=direction)
+        if as_of is not None:
+            rows = rows.filter(event_time__lte=as_of)
         recent[direction] = list(
-            RunDataset.objects.filter(dataset=dataset, direction=direction)
-            .select_related("run__job__namespace")
-            .order_by("-event_time")[:15]
+            rows.select_related("run__job__namespace").order_by("-event_time")[:15]
         )
+        for row in recent[direction]:
+            # As of an instant, a run that ended later was still running then.
+            ended = row.run.ended_at
+            running = as_of is not None and ended is not None and ended > as_of
+            row.state_then = "RUNNING" if running else row.run.state  # type: ignore[attr-defined]
     return render(
         request,
         "graph/_dataset_runs.html",
-        {"sections": [("Written by", recent["out"]), ("Read by", recent["in"])]},
+        {"sections": [("Written by", recent["out"]), ("Read by", recent["in"])], "as_of": as_of},
     )
 
 

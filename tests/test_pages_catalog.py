@@ -72,7 +72,7 @@ def test_it_shows_a_dataset_with_owners_retention_and_field_badges(shop, viewer)
     assert "phone" in html and "diff-removed" in html
     assert "int → bigint" in html
     # The change history.
-    assert "email.pii_category" in html
+    assert '<span class="mono">email</span> personal data' in html
 
 
 def test_it_marks_propagated_flags_apart_from_declared_ones(shop, viewer):
@@ -131,6 +131,108 @@ def test_it_shows_the_dataset_as_of_a_past_instant(shop, steward, viewer):
     assert ">phone<" in html
 
 
+def test_every_part_of_the_dataset_page_shows_the_instant_asked_for(shop, viewer):
+    client = client_for(viewer)
+    now = client.get(f"/datasets/show?{ds_params(shop.raw)}").content.decode()
+    assert "personal-data field" in now.split('id="asof-input"')[0]
+    # Before the first run wrote it, raw/customers held no personal data yet (propagation
+    # brings the flags with the column edges from T0 on, and the source's email flag
+    # only from T1): the head's badges count the flags of that instant.
+    then = client.get(f"/datasets/show?{ds_params(shop.customers, asOf='2025-01-15T00:00:00Z')}")
+    head = then.content.decode().split('id="asof-input"')[0]
+    assert "1 personal-data field" in head  # customer_id only: email was flagged at T1
+    # Runs and history stop at the instant: the ingest run of T3 (failed) is not listed.
+    runs = client.get(
+        f"/datasets/runs?{ds_params(shop.customers, asOf='2025-02-15T00:00:00Z')}"
+    ).content.decode()
+    assert "failed" not in runs and "completed" in runs
+    assert "failed" in client.get(f"/datasets/runs?{ds_params(shop.customers)}").content.decode()
+
+
+def test_before_a_dataset_existed_its_page_says_so(shop, viewer):
+    client = client_for(viewer)
+    shop.c360.first_seen = shop.c360.first_seen.replace(year=2025, month=2)
+    shop.c360.save(update_fields=["first_seen"])
+    html = client.get(
+        f"/datasets/show?{ds_params(shop.c360, asOf='2025-01-15T00:00:00Z')}"
+    ).content.decode()
+    assert "did not exist yet on 2025-01-15 00:00:00 UTC" in html
+    assert "not yet seen" in html
+    assert 'id="fields"' not in html and "Active" not in html
+    lineage = client.get(
+        f"/datasets/lineage?{ds_params(shop.c360, asOf='2025-01-15T00:00:00Z')}"
+    ).content.decode()
+    assert "did not exist yet" in lineage and "a source" not in lineage
+
+
+@pytest.mark.parametrize("path", ["/datasets/show", "/datasets/lineage", "/datasets/runs"])
+def test_a_bad_instant_on_the_dataset_page_is_a_clear_error(shop, viewer, path):
+    response = client_for(viewer).get(f"{path}?{ds_params(shop.customers, asOf='yesterday')}")
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "asOf is not an ISO-8601 instant: &#x27;yesterday&#x27;" in html
+
+
+def test_a_dropped_dataset_is_not_called_a_source(shop, viewer):
+    shop.revenue.lifecycle_state = "DROPPED"
+    shop.revenue.dropped_at = pb.T3
+    shop.revenue.save()
+    ChangeRecord.objects.create(
+        at=pb.T3, source="lineage", dataset=shop.revenue, attribute="lifecycle", new="DROPPED"
+    )
+    from graph.models import TableEdge
+
+    TableEdge.objects.filter(dataset=shop.revenue).update(valid_to=pb.T3)
+    client = client_for(viewer)
+    lineage = client.get(f"/datasets/lineage?{ds_params(shop.revenue)}").content.decode()
+    assert "Dropped on 2025-04-01 00:00" in lineage and "a source" not in lineage
+    then = client.get(
+        f"/datasets/lineage?{ds_params(shop.revenue, asOf='2025-03-15T00:00:00Z')}"
+    ).content.decode()
+    assert "revenue_report" in then and "Dropped" not in then
+    page = client.get(
+        f"/datasets/show?{ds_params(shop.revenue, asOf='2025-03-15T00:00:00Z')}"
+    ).content.decode()
+    assert "<dt>State</dt><dd>Active" in page
+    node = f"dataset:{shop.revenue.namespace.name}:{shop.revenue.name}"
+    cause = client.get(f"/root-cause/?{q(node=node)}").content.decode()
+    assert "this is a source" not in cause and "it is dropped" in cause
+
+
+def test_the_lineage_box_counts_what_it_lists(shop, viewer):
+    html = client_for(viewer).get(f"/datasets/lineage?{ds_params(shop.clean)}").content.decode()
+    # Two datasets one job downstream (revenue_by_country and customer_360).
+    assert 'One job downstream <span class="muted small">(2)</span>' in html
+    assert "in all, within 5 jobs" in html
+
+
+def test_the_history_shows_readable_values_and_people_first(shop, steward):
+    client = client_for(steward)
+    client.post(
+        f"/datasets/edit?{ds_params(shop.customers)}",
+        {
+            "description": "",
+            "owners": "crm-team (DATA_OWNER), data-eng (TECHNICAL_OWNER)",
+            "tags": "",
+            "new_owners": "on",
+        },
+    )
+    ChangeRecord.objects.create(
+        at=pb.T3, source="lineage", dataset=shop.customers, attribute="lifecycle", new="OVERWRITE"
+    )
+    html = client.get(f"/datasets/show?{ds_params(shop.customers)}").content.decode()
+    history = html.split('id="history-h"')[1]
+    assert "crm-team (DATA_OWNER), data-eng (TECHNICAL_OWNER)" in history
+    assert "{&#x27;name&#x27;" not in history and "[{" not in history
+    assert "OVERWRITE" not in history  # lineage's records are one click away
+    assert 'aria-current="true">Edits by people<' in history
+    lineage = client.get(f"/datasets/show?{ds_params(shop.customers, show='lineage')}")
+    assert "OVERWRITE" in lineage.content.decode().split('id="history-h"')[1]
+    everything = client.get(f"/datasets/history?{ds_params(shop.customers, show='all')}")
+    text = everything.content.decode()
+    assert "OVERWRITE" in text and "crm-team (DATA_OWNER)" in text
+
+
 def test_it_lets_a_steward_edit_a_dataset_in_place(shop, steward):
     client = client_for(steward)
     form = client.get(f"/datasets/edit?{ds_params(shop.orders)}", HTTP_X_FRAGMENT="1")
@@ -141,6 +243,7 @@ def test_it_lets_a_steward_edit_a_dataset_in_place(shop, steward):
         {
             "description": "All orders",
             "owners": "sales (DATA_OWNER), data-eng",
+            "new_owners": "on",
             "tags": "gold, core",
             "sensitivity": "internal",
             "retention_policy": shop.retention.pk,
@@ -175,6 +278,58 @@ def test_it_rejects_a_malformed_owner_list_with_the_form_again(shop, steward):
     assert response.status_code == 422
     assert b"Unclosed bracket" in response.content
     assert not ChangeRecord.objects.filter(dataset=shop.orders).exists()
+
+
+@pytest.mark.parametrize(
+    ("owners", "extra", "message"),
+    [
+        (
+            "Priya Novak [DATA_OWNER",
+            {"new_owners": "on"},
+            "&#x27;Priya Novak [DATA_OWNER&#x27; is not an owner name",
+        ),
+        ("Priya Novak", {}, "Not a known owner or user: Priya Novak."),
+        ("crm-team (DATA OWNER!)", {}, "&#x27;DATA OWNER!&#x27; is not an ownership type"),
+        ("", {"add_owner": "nobody-known"}, "Not a known owner or user: nobody-known."),
+        (
+            "",
+            {"add_owner": "crm-team", "add_owner_type": "x-y"},
+            "&#x27;x-y&#x27; is not an ownership type",
+        ),
+    ],
+)
+def test_an_owner_must_be_known_unless_a_new_one_is_asked_for(
+    shop, steward, owners, extra, message
+):
+    response = client_for(steward).post(
+        f"/datasets/edit?{ds_params(shop.orders)}",
+        {"description": "", "owners": owners, "tags": "", **extra},
+        HTTP_X_FRAGMENT="1",
+    )
+    assert response.status_code == 422
+    assert message in response.content.decode()
+    assert not ChangeRecord.objects.filter(dataset=shop.orders).exists()
+
+
+def test_the_owner_picker_offers_known_owners_and_users_and_adds_one(shop, steward):
+    client = client_for(steward)
+    form = client.get(f"/datasets/edit?{ds_params(shop.orders)}", HTTP_X_FRAGMENT="1").content
+    assert b'<datalist id="known-owners">' in form
+    assert b'<option value="crm-team">' in form and b'<option value="stella-steward">' in form
+    response = client.post(
+        f"/datasets/edit?{ds_params(shop.orders)}",
+        {
+            "description": "",
+            "owners": "crm-team",
+            "add_owner": "stella-steward",
+            "add_owner_type": "DATA_STEWARD",
+            "tags": "",
+        },
+        HTTP_X_FRAGMENT="1",
+    )
+    assert response.status_code == 200
+    owners = sorted(shop.orders.ownerships.values_list("owner__name", "ownership_type"))
+    assert owners == [("crm-team", ""), ("stella-steward", "DATA_STEWARD")]
 
 
 def test_it_lets_a_steward_flag_a_field_as_pii(shop, steward):
@@ -261,7 +416,9 @@ def test_it_lists_the_stewardship_worklists(shop, viewer):
     # clean/customers holds no declared PII; raw/customers has propagated PII and no retention.
     assert "lake/raw/customers" in html
     assert "lake/marts/customer_360" in html  # unowned
-    assert "email.pii_category" in html  # recently changed classification
+    assert (
+        '<span class="mono">email</span> personal data' in html
+    )  # recently changed classification
 
 
 def test_it_pins_the_stewardship_query_count(shop, viewer, django_assert_max_num_queries):

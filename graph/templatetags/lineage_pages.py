@@ -22,3 +22,38 @@ def duration_ms(value: int | None) -> str:
         return f"{minutes} min {secs:02d} s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min"
+
+
+@register.filter
+def change_value(value: object) -> str:
+    """A value of the change history for people: owners as "name (type)", lists joined,
+    nothing as a dash (the history stores them as JSON)."""
+    if value is None or value == "" or value == []:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(change_value(item) for item in value)
+    if isinstance(value, dict):
+        if "name" in value:
+            kind = value.get("type")
+            return f"{value['name']} ({kind})" if kind else str(value["name"])
+        return ", ".join(f"{key}: {change_value(item)}" for key, item in value.items())
+    return str(value)
+
+
+ATTRIBUTE_LABELS = {
+    "description": "description",
+    "owners": "owners",
+    "tags": "tags",
+    "sensitivity": "sensitivity",
+    "retention_policy": "retention policy",
+    "pii_category": "personal data",
+    "subject_kind": "identifies subject",
+    "lifecycle": "lifecycle",
+}
+
+
+@register.filter
+def change_attribute(attribute: str) -> str:
+    return ATTRIBUTE_LABELS.get(attribute, attribute.replace("_", " "))

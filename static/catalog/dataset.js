@@ -126,7 +126,30 @@
     }
     const cancel = event.target.closest("a[data-cancel]");
     if (cancel && cancelEditor(cancel)) event.preventDefault();
+    const add = event.target.closest("button[data-add-owner]");
+    if (add) addOwner(add.form);
   });
+
+  // The owner picker: the chosen team or user joins the comma-separated owners field
+  // (the server checks it is known, or that adding a new owner was asked for).
+  function addOwner(form) {
+    const name = form.elements.add_owner.value.trim();
+    const type = form.elements.add_owner_type.value.trim();
+    if (!name) {
+      form.elements.add_owner.focus();
+      return;
+    }
+    const owners = form.elements.owners;
+    const listed = owners.value.split(",").map((item) => item.split("(")[0].trim());
+    if (!listed.includes(name)) {
+      const entry = type ? name + " (" + type + ")" : name;
+      const current = owners.value.trim().replace(/,$/, "");
+      owners.value = current ? current + ", " + entry : entry;
+    }
+    form.elements.add_owner.value = "";
+    form.elements.add_owner_type.value = "";
+    form.elements.add_owner.focus();
+  }
 
   document.addEventListener("submit", (event) => {
     const form = event.target.closest("form[data-fragment-form]");

@@ -17,6 +17,8 @@
     risk: $("hl-risk"),
     slider: $("time-slider"),
     timeLabel: $("time-label"),
+    timeMarks: $("time-marks"),
+    timeAxis: $("time-axis"),
     now: $("time-now"),
     diff: $("diff-toggle"),
     compareBox: $("compare-box"),
@@ -170,9 +172,39 @@
     instants = Array.from(all).sort();
     ui.slider.max = String(instants.length);
     ui.slider.value = String(positionOf(state.asOf));
+    drawAxis();
     limitCompare();
     ui.compareSlider.value = String(Math.max(positionOf(state.compare), 0));
     showTimeLabels();
+  }
+
+  // The slider's axis: a tick at each change (one slider step each) and dates under a
+  // few of them, spread so that they do not overlap; "now" at the end.
+  const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+  function axisText(iso, withTime) {
+    const d = new Date(iso);
+    const day = d.getUTCDate() + " " + MONTHS[d.getUTCMonth()];
+    if (!withTime) return day;
+    const pad = (n) => String(n).padStart(2, "0");
+    return day + " " + pad(d.getUTCHours()) + ":" + pad(d.getUTCMinutes());
+  }
+
+  function drawAxis() {
+    ui.timeMarks.replaceChildren(...instants.map((iso, i) => h("option", { value: String(i), label: fmtInstant(iso) })));
+    const days = new Set(instants.map((iso) => iso.slice(0, 10)));
+    const withTime = days.size < instants.length;
+    const width = ui.timeAxis.clientWidth || 400;
+    const room = Math.max(Math.floor(width / (withTime ? 110 : 70)), 2);
+    const last = instants.length;
+    const labels = [];
+    const step = Math.max(Math.ceil((last + 1) / room), 1);
+    for (let i = 0; i < last; i += step) labels.push(i);
+    const tail = labels.length ? labels[labels.length - 1] : -step;
+    if (last - tail < step / 2 && labels.length > 1) labels.pop();
+    ui.timeAxis.replaceChildren(
+      ...labels.map((i) => h("span", { class: "time-tick", style: "left:" + (100 * i / Math.max(last, 1)) + "%" }, axisText(instants[i], withTime))),
+      h("span", { class: "time-tick time-tick-now", style: "left:100%" }, "now"),
+    );
   }
 
   // The instant compared with is always earlier than the one drawn, so "added"
@@ -193,7 +225,9 @@
   function showTimeLabels() {
     const label = state.asOf ? fmtInstant(state.asOf) : "now";
     ui.timeLabel.textContent = label;
-    ui.slider.setAttribute("aria-valuetext", label);
+    const position = Number(ui.slider.value);
+    const counted = instants.length ? " (change " + Math.min(position + 1, instants.length) + " of " + instants.length + ")" : "";
+    ui.slider.setAttribute("aria-valuetext", state.asOf ? label + counted : "now, after " + instants.length + " change" + (instants.length === 1 ? "" : "s"));
     const compare = state.compare ? fmtInstant(state.compare) : "";
     ui.compareLabel.textContent = compare;
     ui.compareSlider.setAttribute("aria-valuetext", compare || "no instant");
@@ -844,6 +878,7 @@
 
   // --- time slider and diff ------------------------------------------------------------------
   let timeTimer = null;
+  let axisTimer = null;
   function onSlide() {
     const pos = Number(ui.slider.value);
     state.asOf = pos >= instants.length ? "" : instants[pos];
@@ -868,10 +903,13 @@
   function onDiffToggle() {
     ui.compareBox.hidden = !ui.diff.checked;
     if (ui.diff.checked) {
-      const end = state.asOf ? positionOf(state.asOf) : instants.length;
-      const pick = Math.max(end - 1, 0);
-      ui.compareSlider.value = String(pick);
-      state.compare = instants[pick] || "";
+      // Compare with the state just before the change shown: the change before it, or
+      // (shown the first change) a moment before the first.
+      const shown = state.asOf ? positionOf(state.asOf) : instants.length - 1;
+      const pick = shown - 1;
+      ui.compareSlider.value = String(Math.max(pick, 0));
+      if (pick >= 0) state.compare = instants[pick];
+      else state.compare = instants.length ? new Date(Date.parse(instants[0]) - 1).toISOString() : "";
     } else {
       state.compare = "";
     }
@@ -882,6 +920,7 @@
 
   // --- wiring --------------------------------------------------------------------------------
   ui.slider.addEventListener("input", onSlide);
+  window.addEventListener("resize", () => { clearTimeout(axisTimer); axisTimer = setTimeout(drawAxis, 150); });
   ui.compareSlider.addEventListener("input", onCompare);
   ui.diff.addEventListener("change", onDiffToggle);
   ui.now.addEventListener("click", () => {

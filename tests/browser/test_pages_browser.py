@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from urllib.parse import quote
@@ -121,7 +122,17 @@ def test_it_redraws_the_edges_when_the_time_slider_moves(page_as, viewer, shot):
 
     page.check("#diff-toggle")
     page.wait_for_function("location.search.includes('compare=')")
+    # Shown the first change, the diff starts from just before it: everything is new.
+    page.wait_for_function(
+        "window.lineageExplorer.cy.edges().length > 0 && window.lineageExplorer.cy.edges()"
+        ".every((e) => e.hasClass('diff-added'))",
+        timeout=10_000,
+    )
     page.locator("#time-now").click()
+    compare = page.locator("#compare-slider")
+    compare.focus()
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowLeft")  # back to the first change: now against then
     page.wait_for_function(
         "window.lineageExplorer.cy.edges('.diff-added').length > 0"
         " && window.lineageExplorer.cy.edges('.diff-removed').length > 0",
@@ -146,7 +157,7 @@ def test_it_lets_a_steward_flag_pii_and_see_it_in_history(page_as, steward, shot
     form.get_by_role("button", name="Save").click()
     page.locator("tr[data-field='customer_id'] .badge-subject").wait_for()
     history = page.locator("#history")
-    history.get_by_text("customer_id.pii_category").wait_for()
+    history.locator("tr", has_text="customer_id personal data").wait_for()
     assert "stella-steward" in history.inner_text()
     shot(page, "saved")
     field = DatasetField.objects.get(dataset=shop.orders, name="customer_id")
@@ -158,6 +169,24 @@ def test_it_lets_a_steward_flag_pii_and_see_it_in_history(page_as, steward, shot
     page.get_by_role("button", name="Save").click()
     page.get_by_text("Every order placed in the shop").first.wait_for()
     history.get_by_text("description", exact=True).wait_for()
+
+    # The owner picker: a known team is offered, added to the list, and saved.
+    page.get_by_role("link", name="Edit dataset details").click()
+    owners = page.get_by_role("textbox", name="Owners", exact=True)
+    before = owners.input_value()
+    page.get_by_label("Add an owner").fill("data-eng")
+    page.get_by_role("button", name="Add", exact=True).click()
+    assert owners.input_value() == (f"{before}, data-eng" if before else "data-eng")
+    page.get_by_role("button", name="Save").click()
+    row = history.locator("tr", has_text="owners")
+    row.first.wait_for()
+    assert "data-eng" in row.first.inner_text() and "{" not in row.first.inner_text()
+    # A misspelt owner is refused, naming it, until a new owner is asked for.
+    page.get_by_role("link", name="Edit dataset details").click()
+    page.get_by_label("Add an owner").fill("Priya Novak [DATA_OWNER")
+    page.get_by_role("button", name="Save").click()
+    page.get_by_text("is not an owner name").wait_for()
+    shot(page, "owner-refused")
 
 
 def test_it_gives_a_viewer_no_way_to_edit(page_as, viewer, shot, live_server):
@@ -288,3 +317,35 @@ def test_a_steward_sees_where_a_propagated_flag_came_from_and_blocks_it(page_as,
     lit = page.evaluate("window.lineageExplorer.cy.nodes('.pii').map(n => n.id())")
     assert any(node.endswith("lake/raw/customers:email") for node in lit)
     assert not any(node.endswith("email_hash") for node in lit)  # blocked above
+
+
+def test_the_time_slider_has_a_date_axis_and_diff_starts_before_the_change(page_as, viewer, shot):
+    shop = pb.build_shop()
+    page = page_as(viewer)
+    node = quote(f"dataset:{pb.LAKE}:{shop.c360.name}", safe="")
+    page.goto(f"/graph/?node={node}&direction=upstream&depth=2")
+    wait_for_graph(page)
+    changes = int(page.locator("#time-slider").get_attribute("max"))
+    assert changes >= 2
+    # A tick for each change, dates under some of them, "now" at the end, none overlapping.
+    assert page.locator("#time-marks option").count() == changes
+    ticks = page.locator("#time-axis .time-tick")
+    texts = ticks.all_inner_texts()
+    assert texts[-1] == "now" and re.fullmatch(r"\d{1,2} [A-Z][a-z]{2}( \d\d:\d\d)?", texts[0])
+    boxes = [ticks.nth(i).bounding_box() for i in range(ticks.count())]
+    assert all(a["x"] + a["width"] <= b["x"] for a, b in itertools.pairwise(boxes))
+    size = page.evaluate(
+        "parseFloat(getComputedStyle(document.querySelector('#time-axis .time-tick')).fontSize)"
+    )
+    assert size >= 11
+    shot(page, "axis")
+    # First toggle at "now": compared with the state just before the last change.
+    page.check("#diff-toggle")
+    page.wait_for_function("location.search.includes('compare=')")
+    page.wait_for_function(
+        "document.querySelector('#graph-status').textContent.includes('compared with')"
+    )
+    status = page.locator("#graph-status").inner_text()
+    assert "0 edges added, 0 removed" not in status
+    assert page.evaluate("window.lineageExplorer.cy.edges('.diff-added, .diff-removed').length") > 0
+    shot(page, "diff")
