@@ -623,8 +623,8 @@ def lineage_summary(
 
 
 def orphans(limit: int = 50) -> queries.DatasetPage:
-    """Datasets no job reads any more, by namespace and name."""
-    return queries.orphans(limit=limit)
+    """Datasets no job reads or writes any more, by namespace and name."""
+    return queries.untouched(limit=limit)
 
 
 # --- search ----------------------------------------------------------------

@@ -1319,6 +1319,12 @@ def orphans(
     return _dataset_page(qs, as_of, limit, offset)
 
 
+def untouched(*, limit: int = 100) -> DatasetPage:
+    """Datasets no job reads or writes now (a final output a job still writes is in use)."""
+    edges = TableEdge.objects.filter(dataset=OuterRef("pk"), valid_to__isnull=True)
+    return _dataset_page(_existing(None, None).filter(~Exists(edges)), None, limit, 0)
+
+
 def sources(
     *,
     as_of: datetime | None = None,

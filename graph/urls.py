@@ -32,5 +32,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("root-cause/", views.root_cause, name="root-cause"),
     path("datasets/lineage", views.dataset_lineage_fragment, name="dataset-lineage"),
     path("datasets/runs", views.dataset_runs_fragment, name="dataset-runs"),
+    path("datasets/taints", views.dataset_taints, name="dataset-taints"),
+    path("taints/<int:taint_id>/clear", views.clear_taint_page, name="taint-clear"),
     path("stewardship/orphans", views.orphans_fragment, name="orphans-fragment"),
 ]

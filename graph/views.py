@@ -16,15 +16,17 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Count
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, render
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_http_methods
 
 from catalog import auth, naming
 from catalog import queries as catalog_queries
@@ -34,7 +36,8 @@ from catalog.params import choice_param, int_param, optional_instant
 from catalog.views import cached, filtered_datasets, platforms
 from graph import exports, queries
 from graph import page_data as data
-from graph.models import Job, Run, RunDataset, TableEdge
+from graph.models import Job, Run, RunDataset, TableEdge, Taint
+from graph.taint import TaintError, clear_taint, mark_tainted
 
 read_required = permission_required(auth.READ_LINEAGE, raise_exception=True)
 
@@ -283,9 +286,11 @@ def job_detail(request: HttpRequest) -> HttpResponse:
 @read_required
 @require_GET
 def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
-    run = get_object_or_404(
-        Run.objects.select_related("job__namespace", "parent__job"), run_uuid=run_id
+    run = (
+        Run.objects.select_related("job__namespace", "parent__job").filter(run_uuid=run_id).first()
     )
+    if run is None:
+        raise Http404(f"No run {run_id} is recorded: look for its job, and the job's runs.")
     io_rows = list(
         run.io.select_related("dataset__namespace", "dataset_version").order_by(
             "direction", "dataset__name"
@@ -398,10 +403,15 @@ def impact(request: HttpRequest) -> HttpResponse:
     except PageError as exc:
         return _error_page(request, exc)
     report = data.impact(state.node, depth=state.depth, as_of=state.as_of, level=state.level)
+    taints: dict[str, Any] = {}
+    if state.node.kind in ("dataset", "field"):
+        start = Dataset.objects.select_related("namespace").get(pk=state.node.dataset_ref().pk)
+        taints = _taint_context(request, start, back=request.get_full_path())
     return render(
         request,
         "graph/impact.html",
         {
+            **taints,
             "state": state,
             "report": report,
             "node_page": _node_page(state.node),
@@ -584,3 +594,83 @@ def orphans_fragment(request: HttpRequest) -> HttpResponse:
     """Datasets that no current job reads: candidates for archiving."""
     found = cached(ORPHANS_CACHE_KEY, lambda: data.orphans(limit=50), ORPHANS_CACHE_SECONDS)
     return render(request, "graph/_orphans.html", {"orphans": found.items, "total": found.total})
+
+
+# --- taints, for engineers ----------------------------------------------------------------
+
+
+def _taint_context(request: HttpRequest, dataset: Dataset, **extra: Any) -> dict[str, Any]:
+    """The dataset's active taints, what they put at risk and the jobs to re-run, in order."""
+    active = list(
+        Taint.objects.filter(dataset=dataset, cleared_at__isnull=True)
+        .select_related("dataset__namespace", "created_by", "cleared_by")
+        .order_by("-created_at")
+    )
+    impact = queries.taint_impact(active, max_nodes=TAINT_LIST_LIMIT) if active else None
+    return {
+        "dataset": dataset,
+        "taints": active,
+        "impact": impact,
+        "at_risk": [d for d in impact.datasets if d.distance > 0] if impact else [],
+        "may_taint": auth.has_perm(request.user, auth.TAINT_DATASET),
+        "back": _same_site(request.GET.get("next"))
+        or dataset_page_url(dataset.namespace.name, dataset.name),
+        **extra,
+    }
+
+
+TAINT_LIST_LIMIT = 200
+
+
+def _same_site(url: str | None) -> str:
+    """A path on this site to come back to (never another host)."""
+    if url and url.startswith("/") and not url.startswith("//") and "\\" not in url:
+        return url
+    return ""
+
+
+@login_required
+@read_required
+@require_http_methods(["GET", "POST"])
+def dataset_taints(request: HttpRequest) -> HttpResponse:
+    """GET: the dataset's taints and the re-run order (a fragment of the dataset and impact
+    pages). POST (engineers): mark the dataset as tainted, for a window of data if given."""
+    if request.method == "POST" and not auth.has_perm(request.user, auth.TAINT_DATASET):
+        raise PermissionDenied("Marking datasets as tainted needs the engineer role")
+    dataset = _dataset_from_params(request.GET)
+    if request.method == "GET":
+        return render(request, "graph/_taints.html", _taint_context(request, dataset))
+    values = {key: request.POST.get(key, "") for key in ("reason", "windowStart", "windowEnd")}
+    try:
+        start = _instant(request.POST, "windowStart")
+        end = _instant(request.POST, "windowEnd")
+        mark_tainted(
+            dataset, reason=values["reason"], actor=request.user, window_start=start, window_end=end
+        )
+    except PageError as exc:
+        error, field = exc.message, exc.param
+    except TaintError as exc:
+        error, field = exc.message, exc.field
+    else:
+        back = _taint_context(request, dataset)["back"]
+        messages.success(request, f"{dataset.name} is marked as tainted.")
+        return HttpResponseRedirect(f"{back}#taints-h")
+    context = _taint_context(request, dataset, error=error, error_field=field, values=values)
+    return render(request, "graph/taint_form.html", context, status=422)
+
+
+@login_required
+@permission_required(auth.TAINT_DATASET, raise_exception=True)
+@require_http_methods(["POST"])
+def clear_taint_page(request: HttpRequest, taint_id: int) -> HttpResponse:
+    """Clear a taint (engineers); back to where the button was."""
+    taint = Taint.objects.select_related("dataset__namespace").filter(pk=taint_id).first()
+    if taint is None:
+        raise Http404(f"No taint {taint_id}")
+    clear_taint(taint, actor=request.user)
+    dataset = taint.dataset
+    back = _same_site(request.POST.get("next")) or dataset_page_url(
+        dataset.namespace.name, dataset.name
+    )
+    messages.success(request, f"The taint on {dataset.name} is cleared.")
+    return HttpResponseRedirect(f"{back}#taints-h")

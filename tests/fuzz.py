@@ -199,7 +199,12 @@ PAGES: dict[str, dict[str, tuple[str, ...]]] = {
     "impact-export": {"GET": ("node", "depth", "asOf", "format")},
     "root-cause": {"GET": ("node", "depth", "asOf", "limit")},
     "dataset-lineage": {"GET": ("namespace", "name", "asOf")},
-    "dataset-runs": {"GET": ("namespace", "name", "page")},
+    "dataset-runs": {"GET": ("namespace", "name", "page", "asOf")},
+    "dataset-taints": {
+        "GET": ("namespace", "name", "next"),
+        "POST": ("namespace", "name", "next", "reason", "windowStart", "windowEnd"),
+    },
+    "taint-clear": {"POST": ("next",)},
     "orphans-fragment": {"GET": ("namespace", "page")},
     "ingestion-status": {"GET": ()},
     "ingestion-replay": {"POST": ("event_id",)},

@@ -395,6 +395,8 @@ def test_it_lists_orphaned_datasets(shop, viewer):
     html = client_for(viewer).get("/stewardship/orphans").content.decode()
     assert "lake/tmp/scratch" in html
     assert "lake/raw/customers" not in html
+    # Final outputs a job still writes are in use, not candidates for deletion.
+    assert "lake/marts/revenue_by_country" not in html and "lake/marts/customer_360" not in html
 
 
 def test_it_puts_failed_upstream_jobs_first_in_the_root_cause(shop, viewer):
@@ -443,3 +445,69 @@ def test_it_draws_personal_data_flags_as_classified_at_the_instant(shop, steward
 
     assert revenue_flag() is True
     assert revenue_flag(asOf="2025-06-01T00:00:00Z") is False  # classified only today
+
+
+def test_an_unknown_run_is_a_404_page_naming_it(viewer):
+    response = client_for(viewer).get("/runs/00000000-0000-0000-0000-000000000000")
+    assert response.status_code == 404
+    html = response.content.decode()
+    assert "No run 00000000-0000-0000-0000-000000000000 is recorded" in html
+    assert "No Run matches" not in html
+
+
+def test_an_engineer_marks_a_dataset_tainted_sees_the_rerun_order_and_clears_it(
+    shop, engineer, viewer
+):
+    from graph.models import Taint
+
+    client = client_for(engineer)
+    url = f"/datasets/taints?{urlencode({'namespace': shop.raw.namespace.name, 'name': shop.raw.name})}"
+    page = (
+        f"/datasets/show?{urlencode({'namespace': shop.raw.namespace.name, 'name': shop.raw.name})}"
+    )
+    assert "No active taint on this dataset" in client.get(url).content.decode()
+    response = client.post(
+        url, {"reason": "Bad export on the 3rd", "windowStart": "", "windowEnd": ""}
+    )
+    assert response.status_code == 302 and response["Location"] == f"{page}#taints-h"
+    html = client.get(url).content.decode()
+    assert "Bad export on the 3rd" in html and "by erin-engineer" in html
+    # raw → clean_customers → clean → revenue_report / build_customer_360: the cleaner first.
+    order = html.split('<ol class="rerun-order">')[1].split("</ol>")[0]
+    assert order.index("clean_customers") < order.index("revenue_report")
+    assert order.index("clean_customers") < order.index("build_customer_360")
+    assert "lake/marts/revenue_by_country" in html  # at risk downstream
+    # The impact page shows the same, with the form.
+    impact = client.get(f"/impact/?{urlencode({'node': node(shop.raw)})}").content.decode()
+    assert "Bad export on the 3rd" in impact and "Mark as tainted" in impact
+    # A viewer sees the taint but no form and no button, and may not post.
+    seen = client_for(viewer).get(url).content.decode()
+    assert "Bad export on the 3rd" in seen and "Mark as tainted" not in seen and "Clear" not in seen
+    assert client_for(viewer).post(url, {"reason": "x"}).status_code == 403
+    taint = Taint.objects.get()
+    assert client_for(viewer).post(f"/taints/{taint.pk}/clear").status_code == 403
+    cleared = client.post(f"/taints/{taint.pk}/clear", {"next": "https://evil.example/"})
+    assert cleared.status_code == 302 and cleared["Location"] == f"{page}#taints-h"
+    assert "No active taint on this dataset" in client.get(url).content.decode()
+
+
+@pytest.mark.parametrize(
+    ("form", "message"),
+    [
+        ({"reason": "  "}, "reason is required"),
+        ({"reason": "x", "windowEnd": "2025-01-02T00:00"}, "windowEnd needs a windowStart"),
+        (
+            {"reason": "x", "windowStart": "2025-01-02T00:00", "windowEnd": "2025-01-01T00:00"},
+            "windowEnd is before windowStart",
+        ),
+        ({"reason": "x", "windowStart": "soon"}, "windowStart is not an ISO-8601 instant"),
+    ],
+)
+def test_a_bad_taint_form_is_shown_again_naming_what_is_wrong(shop, engineer, form, message):
+    from graph.models import Taint
+
+    url = f"/datasets/taints?{urlencode({'namespace': shop.raw.namespace.name, 'name': shop.raw.name})}"
+    response = client_for(engineer).post(url, form)
+    assert response.status_code == 422
+    assert message in response.content.decode()
+    assert not Taint.objects.exists()

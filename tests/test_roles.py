@@ -108,6 +108,8 @@ ACCESS: dict[str, dict[str, str | tuple[str, ...]]] = {
     "root-cause": {"GET": READ},
     "dataset-lineage": {"GET": READ},
     "dataset-runs": {"GET": READ},
+    "dataset-taints": {"GET": READ, "POST": TAINT},
+    "taint-clear": {"POST": TAINT},
     "orphans-fragment": {"GET": READ},
     "ingestion-status": {"GET": READ},
     "ingestion-replay": {"POST": OPERATE},

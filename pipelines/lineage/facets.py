@@ -108,10 +108,19 @@ def job_ownership_facet(owners: Iterable[str]) -> ownership_job.OwnershipJobFace
     )
 
 
+# Spark's built-in catalog: SQL leaves it out of table names (``marts.daily_revenue``).
+SESSION_CATALOG = "spark_catalog"
+
+
 def symlinks_facet(namespace: str, table: str) -> symlinks_dataset.SymlinksDatasetFacet:
-    """Return a symlinks facet naming the catalog table that points at a file dataset."""
+    """Return a symlinks facet naming the catalog table that points at a file dataset.
+
+    A table of the session catalog is named as SQL names it, ``database.table``, so the
+    statements of a SQL query log name the same dataset.
+    """
+    name = table.removeprefix(SESSION_CATALOG + ".")
     return symlinks_dataset.SymlinksDatasetFacet(
-        identifiers=[symlinks_dataset.Identifier(namespace=namespace, name=table, type="TABLE")],
+        identifiers=[symlinks_dataset.Identifier(namespace=namespace, name=name, type="TABLE")],
         producer=PRODUCER,
     )
 

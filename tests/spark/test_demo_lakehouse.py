@@ -125,7 +125,7 @@ def test_it_describes_datasets_with_schema_owners_and_sql(demo: dict[str, Any]) 
     symlink = revenue["outputs"][0]["facets"]["symlinks"]["identifiers"][0]
     assert symlink == {
         "namespace": "spark_catalog",
-        "name": "spark_catalog.marts.daily_revenue",
+        "name": "marts.daily_revenue",
         "type": "TABLE",
     }
     assert "sql" not in complete["marts.customer_360"]["job"]["facets"]

@@ -12,7 +12,7 @@ from django.core.management import call_command
 
 from catalog.models import ApiToken, Dataset, FlagSource
 from graph.models import ColumnEdge
-from ingest.models import EventState, RawEvent
+from ingest.models import EventState, RawEvent, SqlLogUpload
 
 # Not transactional: the server thread shares this test's in-memory SQLite connection.
 pytestmark = [pytest.mark.spark, pytest.mark.django_db]
@@ -27,7 +27,13 @@ def test_it_loads_the_demo_over_http_and_applies_its_catalog(
         call_command("run_demo", "--days", "1", "--data-dir", str(lake), stdout=out)
 
     assert "28 events sent" in out.getvalue()  # 13 jobs and the day's parent, START + COMPLETE
-    assert RawEvent.objects.count() == 28
+    # The demo's SQL query log was loaded too (a START and a COMPLETE per statement), and it
+    # is listed with the uploads.
+    statements = (lake / "sql_logs/spark_sql_queries.jsonl").read_text().splitlines()
+    assert len(statements) >= 2
+    assert RawEvent.objects.count() == 28 + 2 * len(statements)
+    upload = SqlLogUpload.objects.get()
+    assert (upload.records, upload.problem_count, upload.source) == (len(statements), 0, "command")
     assert set(RawEvent.objects.values_list("state", flat=True)) == {EventState.DONE}
     assert ColumnEdge.objects.filter(job__name="marts.customer_360").exists()
     assert not (lake / "lineage-spool.ndjson").exists()
@@ -43,12 +49,12 @@ def test_it_loads_the_demo_over_http_and_applies_its_catalog(
     mart = Dataset.objects.get(namespace__name="file", name=str(lake / "marts/customer_360"))
     full_name = mart.fields.get(name="full_name")
     assert (full_name.pii_category, full_name.flag_source) == ("name", FlagSource.PROPAGATED)
-    # Spark names each table twice (its path, and spark_catalog.<db>.<table> in the symlinks
+    # Spark names each table twice (its path, and <db>.<table> in the symlinks
     # facet): one dataset, with the catalog name as its alias.
     assert not Dataset.objects.filter(namespace__name="spark_catalog").exists()
     revenue = Dataset.objects.get(namespace__name="file", name=str(lake / "marts/daily_revenue"))
     assert list(revenue.aliases.values_list("namespace__name", "name")) == [
-        ("spark_catalog", "spark_catalog.marts.daily_revenue")
+        ("spark_catalog", "marts.daily_revenue")
     ]
     cust_key = mart.fields.get(name="cust_key")
     assert cust_key.subject_kind is not None and cust_key.flag_source == FlagSource.PROPAGATED

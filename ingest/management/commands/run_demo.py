@@ -4,7 +4,8 @@ Serves the app's WSGI handler on a free 127.0.0.1 port in a background thread, i
 temporary producer token for the ``demo-producer`` user, and runs ``python -m pipelines.demo``
 in a subprocess (this interpreter, ``SPARK_MASTER`` from settings) whose OpenLineage events go
 through ``POST /api/v1/lineage`` like any producer's. Then it stops the server, revokes the
-token and applies the demo's catalog file (owners, PII, retention).
+token, applies the demo's catalog file (owners, PII, retention) and loads the SQL query
+log of the Spark SQL the jobs ran (``manage.py ingest_sql_log``).
 
 A rerun is harmless: run ids and event times are deterministic, so the same events come
 again and are stored once.
@@ -36,6 +37,7 @@ from tqdm import tqdm
 
 from catalog import actions
 from catalog.auth import PRODUCER
+from pipelines.lineage.facets import SESSION_CATALOG
 
 DEMO_PRODUCER = "demo-producer"
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -150,6 +152,21 @@ class Command(BaseCommand):
         catalog_file = Path(summary["catalog_path"])
         if not options["skip_catalog"] and catalog_file.exists():
             call_command("catalog_import", str(catalog_file), stdout=self.stdout)
+        # The Spark SQL the jobs ran, as a query log: its tables are the ones Spark's
+        # events named through their symlinks, so its lineage lands on the same datasets.
+        sql_log = Path(summary.get("sql_log_path") or "")
+        if sql_log.is_file():
+            with quieter(noisy):
+                call_command(
+                    "ingest_sql_log",
+                    str(sql_log),
+                    namespace=SESSION_CATALOG,
+                    dialect="spark",
+                    fmt="jsonl",
+                    no_progress=True,
+                    stdout=self.stdout,
+                    stderr=self.stderr,
+                )
 
     def _run_pipeline(
         self, url: str, key: str, data_dir: Path, options: dict[str, Any]
