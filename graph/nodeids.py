@@ -101,7 +101,7 @@ def field_node_id(namespace: str, dataset: str, field: str) -> str:
     return f"{FIELD_PREFIX}{namespace}:{dataset}:{field}"
 
 
-def _split_kind(raw: str) -> tuple[str, str]:
+def split_kind(raw: str) -> tuple[str, str]:
     for prefix in (FIELD_PREFIX, DATASET_PREFIX, JOB_PREFIX):
         if raw.startswith(prefix):
             rest = raw[len(prefix) :]
@@ -131,7 +131,7 @@ def parse_node_id(raw: str, namespaces: Iterable[str]) -> NodeId:
     """
     if not isinstance(raw, str) or not raw:
         raise MalformedNodeId("nodeId is required")
-    kind, rest = _split_kind(raw)
+    kind, rest = split_kind(raw)
     known = set(namespaces)
     for namespace in namespace_candidates(rest):
         if namespace not in known:

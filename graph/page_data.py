@@ -9,7 +9,9 @@ turns their dataclasses into what templates and the page script draw.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -30,7 +32,15 @@ from django.urls import reverse
 
 from catalog.errors import ApiError
 from catalog.flags import FLAG_ATTRIBUTES, flags_as_of
-from catalog.models import ChangeRecord, Dataset, DatasetField, LifecycleState, Owner, Tag
+from catalog.models import (
+    ChangeRecord,
+    Dataset,
+    DatasetField,
+    LifecycleState,
+    Namespace,
+    Owner,
+    Tag,
+)
 from graph import nodeids, queries, resolve
 from graph.details import DatasetInfo, JobInfo
 from graph.models import Job, Taint
@@ -131,6 +141,54 @@ def dataset_url(namespace: str, name: str) -> str:
 
 def job_url(namespace: str, name: str) -> str:
     return f"{_page('job-detail')}?{urlencode({'namespace': namespace, 'name': name})}"
+
+
+@dataclass(frozen=True)
+class NodeLink:
+    """A node id as pages show it: a short name, its page, the full id on hover."""
+
+    short: str
+    url: str
+    full: str
+
+
+def short_name(name: str, keep: int = 2) -> str:
+    """The last ``keep`` segments of a dataset's name (``raw/customers``, ``public.orders``)."""
+    parts = [p for p in re.split(r"[/.]", name) if p]
+    if len(parts) <= keep:
+        return name.strip("/")
+    tail = parts[-keep:]
+    sep = "/" if "/" in name else "."
+    return sep.join(tail)
+
+
+def node_links(ids: Iterable[str]) -> dict[str, NodeLink]:
+    """Links for node ids (datasets, fields and jobs) with their namespaces read in one query;
+    an id whose namespace is unknown gets none."""
+    wanted = {raw for raw in ids if isinstance(raw, str) and raw}
+    candidates: set[str] = set()
+    for raw in wanted:
+        try:
+            candidates.update(nodeids.namespace_candidates(nodeids.split_kind(raw)[1]))
+        except nodeids.MalformedNodeId:
+            continue
+    known = set(Namespace.objects.filter(name__in=candidates).values_list("name", flat=True))
+    links: dict[str, NodeLink] = {}
+    for raw in wanted:
+        try:
+            node = nodeids.parse_node_id(raw, known)
+        except (nodeids.MalformedNodeId, nodeids.UnknownNodeId):
+            continue
+        if isinstance(node, nodeids.JobNodeId):
+            links[raw] = NodeLink(node.name, job_url(node.namespace, node.name), raw)
+        elif isinstance(node, nodeids.FieldNodeId):
+            short = f"{short_name(node.dataset)} · {node.field}"
+            links[raw] = NodeLink(short, dataset_url(node.namespace, node.dataset), raw)
+        else:
+            links[raw] = NodeLink(
+                short_name(node.name), dataset_url(node.namespace, node.name), raw
+            )
+    return links
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -20,8 +20,8 @@ from graph.nodeids import (
     MalformedNodeId,
     ResolvedNode,
     UnknownNodeId,
-    _split_kind,
     namespace_candidates,
+    split_kind,
 )
 
 
@@ -43,7 +43,7 @@ def resolve_node_id(raw: str) -> ResolvedNode:
 def _resolve_alias(raw: str) -> ResolvedNode | None:
     """A dataset or field id naming a dataset by one of its aliases (the symlinks facet),
     resolved to the dataset's own name."""
-    kind, rest = _split_kind(raw)
+    kind, rest = split_kind(raw)
     if kind == "job":
         return None
     splits = _canonical_splits(
@@ -79,7 +79,7 @@ def _resolve_named(raw: str) -> ResolvedNode:
         raise MalformedNodeId("nodeId is required")
     if len(raw) > 4096:
         raise MalformedNodeId("nodeId is too long")
-    kind, rest = _split_kind(raw)
+    kind, rest = split_kind(raw)
     candidates = [(ns, rest[len(ns) + 1 :]) for ns in namespace_candidates(rest)]
     candidates = _canonical(kind, [(ns, tail) for ns, tail in candidates if tail])
     if not candidates:

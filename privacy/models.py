@@ -62,6 +62,28 @@ class AuditEntry(models.Model):
     def __str__(self) -> str:
         return f"{self.action} by {self.actor_name} at {self.at:%Y-%m-%d %H:%M}"
 
+    @property
+    def result_text(self) -> str:
+        """The result count with its unit, which depends on the action (and, for Spark work,
+        on whether it is the request or its outcome)."""
+        n = self.result_count
+        if n is None:
+            return "—"
+        if self.action in (AuditAction.ERASURE_PLAN, AuditAction.EXPORT):
+            unit = "step"
+        elif self.action == AuditAction.LOOKUP:
+            unit = "entry" if n == 1 else "entries"
+            return f"{n:,} {unit}"
+        elif self.action == AuditAction.SEARCH:
+            unit = "dataset"
+        elif self.outcome == AuditOutcome.REQUESTED:
+            return f"{n:,} dataset{'' if n == 1 else 's'} to read"
+        elif self.action == AuditAction.ERASURE_APPLY:
+            return f"{n:,} row{'' if n == 1 else 's'} erased"
+        else:
+            return f"{n:,} row{'' if n == 1 else 's'} found"
+        return f"{n:,} {unit}{'' if n == 1 else 's'}"
+
 
 class AuditValueHash(models.Model):
     """One keyed hash of an audited entry, indexed so a value can be looked up."""

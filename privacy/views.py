@@ -25,6 +25,7 @@ from rest_framework.exceptions import APIException
 from catalog.auth import SEARCH_SUBJECTS, VIEW_AUDIT, has_perm
 from catalog.errors import ApiError, api_exception_handler
 from catalog.models import SubjectKind
+from graph.page_data import node_links
 from privacy import actions, queries
 from privacy.api import (
     DEFAULT_LIMIT,
@@ -150,12 +151,15 @@ def search(request: HttpRequest) -> HttpResponse:
     )
     totals = result.totals
     holding = totals["direct"] + totals["derived"]
+    datasets = [hit_json(h, result.scan) for h in result.datasets]
+    aggregates = [hit_json(h, result.scan) for h in result.aggregates]
     context.update(
         {
             "result": result,
             "entry": entry,
-            "datasets": [hit_json(h, result.scan) for h in result.datasets],
-            "aggregates": [hit_json(h, result.scan) for h in result.aggregates],
+            "datasets": datasets,
+            "aggregates": aggregates,
+            "links": node_links(_evidence_ids([*datasets, *aggregates])),
             "confirmed": sum(
                 1 for h in result.datasets if result.scan and result.scan.rows.get(h.node_id)
             ),
@@ -170,6 +174,20 @@ def search(request: HttpRequest) -> HttpResponse:
         }
     )
     return render(request, "privacy/search.html", context)
+
+
+def _evidence_ids(hits: list[dict[str, Any]]) -> list[str]:
+    """Every node id the hits' evidence names, to be shown as links."""
+    ids: list[str] = []
+    for hit in hits:
+        for evidence in (hit.get("evidence"), *(hit.get("fields") or [])):
+            if not isinstance(evidence, dict):
+                continue
+            evidence = evidence.get("evidence", evidence)
+            ids.append(evidence.get("seed") or "")
+            for step in evidence.get("steps") or []:
+                ids.extend((step.get("job") or "", step.get("from") or "", step.get("to") or ""))
+    return ids
 
 
 @privacy_page(SEARCH_SUBJECTS, AuditAction.SCAN)
@@ -233,6 +251,11 @@ def _plan_page(
             "nav": "privacy",
             "plan": plan,
             "data": data,
+            "links": node_links(
+                node_id
+                for step in plan.steps
+                for node_id in (*step.get("after", []), *step.get("recomputeJobs", []))
+            ),
             "rows": [
                 {"index": str(i["index"]), "kind": i["kind"] or "", "field": i["field"] or ""}
                 for i in plan.identifiers

@@ -73,7 +73,12 @@ def test_it_groups_results_by_relation_with_evidence(shop, page):
     aggregates = html.index("Aggregates: the subject contributed")
     assert direct < html.index(CUSTOMERS) < derived < html.index(CLEAN) < aggregates
     assert html.index(SEGMENTS) < aggregates < html.index(REVENUE)
-    assert "job:spark://etl:build_segments" in html  # evidence path
+    # Evidence paths: short names linked to their pages, the full node id on hover.
+    assert (
+        '<a class="mono" href="/jobs/show?namespace=spark%3A%2F%2Fetl&amp;name=build_segments"'
+        ' title="job:spark://etl:build_segments">build_segments</a>'
+    ) in html
+    assert ">datasetField:" not in html and ">job:" not in html
     assert "team-crm" in html and "crm-7y" in html  # owners, retention
     assert "max-age=0" in response["Cache-Control"]
     assert AuditEntry.objects.filter(action="search").count() == 1
@@ -121,6 +126,10 @@ def test_it_plans_erasure_and_prints_it(shop, page):
     assert "@media print" not in html  # print styles live in the page's stylesheet
     assert html.index(CUSTOMERS) < html.index(CLEAN) < html.index(REVENUE)
     assert SECRET not in html  # the plan page asks for the values again instead
+    # Steps name datasets and jobs by short names linked to their pages, never raw ids.
+    steps = html.split('class="plan-steps"')[1].split("</table>")[0]
+    assert ">dataset:" not in steps and ">job:" not in steps
+    assert 'title="job:spark://etl:' in steps and 'href="/datasets/show?namespace=' in steps
 
 
 def test_it_runs_a_plan_only_with_matching_identifiers(
@@ -160,6 +169,7 @@ def test_it_lists_and_looks_up_audit_entries(shop, page, api, compliance):
     )
     html = page.get("/privacy/audit").content.decode()
     assert html.count("Subject search</td>") == 2
+    assert html.count(" datasets</td>") + html.count(" dataset</td>") == 2  # results with a unit
     assert SECRET not in html
     found = page.post("/privacy/audit", {"subjectKind": "customer", "value": f" {SECRET} "})
     text = found.content.decode()
@@ -182,3 +192,20 @@ def test_it_links_the_privacy_pages_only_for_compliance(shop, client, compliance
     assert 'href="/privacy/"' not in client.get(reverse("dataset-list")).content.decode()
     client.force_login(compliance)
     assert 'href="/privacy/"' in client.get("/privacy/").content.decode()
+
+
+@pytest.mark.parametrize(
+    ("action", "outcome", "count", "text"),
+    [
+        ("search", "ok", 1, "1 dataset"),
+        ("erasure_plan", "ok", 12, "12 steps"),
+        ("scan", "requested", 3, "3 datasets to read"),
+        ("scan", "ok", 1400, "1,400 rows found"),
+        ("erasure_dry_run", "ok", 0, "0 rows found"),
+        ("erasure_apply", "ok", 1, "1 row erased"),
+        ("lookup", "ok", 2, "2 entries"),
+        ("search", "denied", None, "—"),
+    ],
+)
+def test_the_audit_says_what_each_result_counts(action, outcome, count, text):
+    assert AuditEntry(action=action, outcome=outcome, result_count=count).result_text == text

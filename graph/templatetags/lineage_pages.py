@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from django import template
+from django.utils.html import format_html
 
 register = template.Library()
 
@@ -57,3 +61,15 @@ ATTRIBUTE_LABELS = {
 @register.filter
 def change_attribute(attribute: str) -> str:
     return ATTRIBUTE_LABELS.get(attribute, attribute.replace("_", " "))
+
+
+@register.filter
+def node_link(node_id: str, links: Mapping[str, Any] | None) -> str:
+    """A node id as a short name linked to its page, the full id on hover (from the view's
+    ``links``, see graph.page_data.node_links); the id as it is when it has none."""
+    link = (links or {}).get(node_id)
+    if link is None:
+        return format_html('<span class="mono">{}</span>', node_id)
+    return format_html(
+        '<a class="mono" href="{}" title="{}">{}</a>', link.url, link.full, link.short
+    )
