@@ -251,7 +251,30 @@ class Snapshot:
     specs: dict[str, AdjacencySpec] = field(repr=False)
 
     def expand(self, name: str, nodes: IntArray, tf: TimeFilter) -> EdgeBatch:
-        """Edges of adjacency ``name`` leaving ``nodes`` that are valid under ``tf``."""
+        """Edges of adjacency ``name`` leaving ``nodes`` that are valid under ``tf``.
+
+        Now and at an instant, the reads of a retired job are left out: a job that had
+        written datasets by then but writes none then (its outputs dropped, or its last run
+        wrote nothing) is not part of that graph. Over a window (a taint's "since") every
+        read counts."""
+        batch = self._valid_edges(name, nodes, tf)
+        if name not in READS or batch.size == 0 or not (tf.current or tf.hi == tf.lo):
+            return batch
+        jobs = batch.dst if name == "ds_down" else batch.src
+        retired = self.retired_jobs(np.unique(jobs), tf)
+        return batch.take(~np.isin(jobs, retired)) if retired.size else batch
+
+    def retired_jobs(self, jobs: IntArray, tf: TimeFilter) -> IntArray:
+        """The ``jobs`` that had written a dataset by ``tf``'s instant (ever, now) and write
+        none at it."""
+        by_then = TimeFilter(current=False, lo=np.iinfo(np.int64).min, hi=tf.hi)
+        wrote = np.unique(self._valid_edges("job_down", jobs, by_then).src)
+        if wrote.size == 0:
+            return EMPTY
+        writing = self._valid_edges("job_down", wrote, tf).src
+        return np.setdiff1d(wrote, writing, assume_unique=False)
+
+    def _valid_edges(self, name: str, nodes: IntArray, tf: TimeFilter) -> EdgeBatch:
         spec = self.specs[name]
         parts: list[EdgeBatch] = []
         for layer, store in ((0, self.base), (1, self.overlay)):
@@ -325,6 +348,8 @@ class Snapshot:
 
 # --- the two kinds of snapshot ------------------------------------------------------------
 
+# The table adjacencies that are a job's reads (dataset → job, job ← dataset).
+READS = ("ds_down", "job_up")
 TABLE_SPECS = {
     # downstream: dataset --in--> job, job --out--> dataset
     "ds_down": AdjacencySpec("ds", "job", lambda c: c["out"] == 0),

@@ -264,6 +264,13 @@ def job_detail(request: HttpRequest) -> HttpResponse:
         )
     )
     rows = interval_rows(edges, timezone.now())
+    outputs = [e for e in edges if e.direction == "out"]
+    # A job that wrote datasets but writes none now is retired: not in today's graph.
+    retired_since = (
+        max(e.valid_to for e in outputs if e.valid_to is not None)
+        if outputs and all(e.valid_to is not None for e in outputs)
+        else None
+    )
     state_counts = dict(job.runs.values_list("state").annotate(n=Count("id")).order_by())
     return render(
         request,
@@ -276,6 +283,7 @@ def job_detail(request: HttpRequest) -> HttpResponse:
                 ("Outputs", [r for r in rows if r.edge.direction == "out"]),
             ],
             "state_counts": state_counts,
+            "retired_since": retired_since,
             "span_start": min((e.valid_from for e in edges), default=None),
             "nav": "search",
         },

@@ -71,6 +71,13 @@ def live_table_edges(at: datetime | None) -> tuple[dict, dict, dict, dict]:
     edges = TableEdge.objects.select_related("job__namespace", "dataset__namespace")
     reads, writes = defaultdict(set), defaultdict(set)
     read_by, written_by = defaultdict(set), defaultdict(set)
+    # A job that had written something by then but writes nothing then is retired: its
+    # reads are not part of that graph.
+    wrote_by_then = {
+        f"job:{e.job.namespace.name}:{e.job.name}"
+        for e in edges
+        if e.direction == Direction.OUTPUT and (at is None or e.valid_from <= at)
+    }
     for e in edges:
         live = (
             e.valid_to is None
@@ -87,6 +94,9 @@ def live_table_edges(at: datetime | None) -> tuple[dict, dict, dict, dict]:
         else:
             writes[job].add(ds)
             written_by[ds].add(job)
+    for job in wrote_by_then - set(writes):
+        for ds in read_by.pop(job, set()):
+            reads[ds].discard(job)
     return reads, writes, written_by, read_by
 
 

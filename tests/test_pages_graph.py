@@ -214,6 +214,43 @@ def test_it_redraws_the_graph_as_of_a_past_instant(shop, viewer):
     assert (node(shop.raw), c360_job) in then and (node(shop.clean), c360_job) not in then
 
 
+def test_a_job_that_writes_nothing_any_more_is_drawn_only_while_it_did(shop, viewer):
+    from graph.models import TableEdge
+
+    # revenue_by_country was dropped at T3: revenue_report still "reads" clean and orders
+    # (its input rows stay open), but it writes nothing now.
+    TableEdge.objects.filter(dataset=shop.revenue).update(valid_to=pb.T3)
+    client = client_for(viewer)
+    report = "job:spark://etl:revenue_report"
+    now = data(client, node=node(shop.clean), direction="downstream", depth=2)
+    assert report not in {n["id"] for n in now["nodes"]}
+    assert all(report not in pair for pair in edge_pairs(now))
+    then = data(
+        client, node=node(shop.clean), direction="downstream", depth=2, asOf="2025-03-15T00:00:00Z"
+    )
+    assert (node(shop.clean), report) in edge_pairs(then)
+    mermaid = client.get(
+        f"/impact/export?{urlencode({'node': node(shop.clean), 'format': 'mermaid'})}"
+    ).content.decode()
+    assert "revenue_report" not in mermaid and "build_customer_360" in mermaid
+    # In diff mode it shows as removed since an instant when it was live.
+    diff = data(
+        client,
+        node=node(shop.clean),
+        direction="downstream",
+        depth=2,
+        compare="2025-03-15T00:00:00Z",
+    )
+    removed = {n["id"] for n in diff["nodes"] if n.get("diff") == "removed"}
+    assert report in removed
+    page = client.get(
+        f"/jobs/show?{urlencode({'namespace': 'spark://etl', 'name': 'revenue_report'})}"
+    )
+    html = page.content.decode()
+    assert "Retired: it has written no dataset since 2025-04-01 00:00" in html
+    assert "job retired" in html and ">current<" not in html
+
+
 def test_it_lists_the_instants_where_the_graph_changed(shop, viewer):
     body = data(client_for(viewer), node=node(shop.c360), depth=3)
     assert "2025-03-01T00:00:00Z" in body["instants"]
