@@ -36,6 +36,14 @@
     limit: config.limit,
   };
   const DAGRE_MAX = 150;
+  // Cards, and the smallest label a first view of up to READABLE_NODES nodes draws.
+  const CARD_W = 164;
+  const CARD_H = 44;
+  const JOB_W = 180;
+  const JOB_H = 28;
+  const CARD_FONT = 12.5;
+  const MIN_LABEL_PX = 11;
+  const READABLE_NODES = 60;
   // "dagre" or "layered" forces one layout whatever the size (benchmarks compare them).
   const forcedLayout = new URLSearchParams(window.location.search).get("layout") || "";
   let cy = null;
@@ -149,12 +157,29 @@
     return "…" + tail;
   }
 
+  // A dataset's card: its last name segment, then the segment before it, where it lives
+  // (the namespace's scheme) and its state badges. The full name shows on hover.
+  function card(n) {
+    if (n.compound || n.kind !== "dataset") return { short: shortLabel(n.label), sub: "" };
+    const parts = String(n.name).split(/[/.]/).filter(Boolean);
+    const short = parts.length ? shortLabel(parts[parts.length - 1]) : shortLabel(n.name);
+    const badges = [
+      parts.length > 1 ? shortLabel(parts[parts.length - 2]) : "",
+      String(n.namespace).split(":")[0],
+      n.pii || n.subject ? "PII" : "",
+      n.tainted ? "tainted" : n.atRisk ? "at risk" : "",
+      n.dropped ? "dropped" : "",
+    ];
+    return { short, sub: badges.filter(Boolean).join(" · ") };
+  }
+
   function toElements(body) {
     if (body.pages) pages = body.pages;
     const elements = [];
     body.nodes.forEach((n) => {
-      const short = shortLabel(n.label);
-      elements.push({ group: "nodes", data: { ...n, short, display: short }, classes: nodeClasses(n, body.root) });
+      const { short, sub } = card(n);
+      const display = sub ? short + "\n" + sub : short;
+      elements.push({ group: "nodes", data: { ...n, short, sub, display }, classes: nodeClasses(n, body.root) });
     });
     body.edges.forEach((e) => {
       const classes = [];
@@ -264,7 +289,8 @@
         const hiddenIn = Math.max((d.degIn || 0) - (ins.has(d.id) ? ins.get(d.id).size : 0), 0);
         const hiddenOut = Math.max((d.degOut || 0) - (outs.has(d.id) ? outs.get(d.id).size : 0), 0);
         const more = hiddenIn + hiddenOut;
-        node.data({ hiddenIn, hiddenOut, display: more ? d.short + "  +" + more : d.short });
+        const first = more ? d.short + "  +" + more : d.short;
+        node.data({ hiddenIn, hiddenOut, display: d.sub ? first + "\n" + d.sub : first });
       });
       if (state.level === "table") {
         // Personal data flows out of a dataset holding it, through the job, into outputs holding it.
@@ -298,7 +324,7 @@
       // Children plus padding, and room above the box for the dataset's name.
       return { w: 190, h: Math.max(rows, 1) * 28 + 40 };
     }
-    return node.hasClass("job") ? { w: 170, h: 26 } : { w: 190, h: 34 };
+    return node.hasClass("job") ? { w: JOB_W, h: JOB_H } : { w: CARD_W, h: CARD_H };
   }
 
   // Layered (Sugiyama-style) layout in linear time: longest-path ranks, a few
@@ -440,16 +466,30 @@
     return bounds;
   }
 
-  function runLayout() {
+  function runLayout(focus) {
     const n = cy.nodes().length;
     const dagreReady = typeof cytoscapeDagre !== "undefined";
     const small = n <= DAGRE_MAX && !cy.nodes(".compound").length;
     if (dagreReady && forcedLayout !== "layered" && (small || forcedLayout === "dagre")) {
-      cy.layout({ name: "dagre", rankDir: "LR", nodeSep: 16, rankSep: 50, edgeSep: 8, fit: false, animate: false }).run();
-      frame(null);
+      // Left to right, or top to bottom when that draws this graph larger on this screen.
+      const fits = {};
+      ["LR", "TB"].forEach((dir) => {
+        dagre(dir);
+        const box = cy.elements().boundingBox();
+        fits[dir] = Math.min((cy.width() - 60) / Math.max(box.w, 1), (cy.height() - 60) / Math.max(box.h, 1));
+      });
+      if (fits.LR >= fits.TB * 0.9) dagre("LR");
+      frame(null, focus);
     } else {
-      frame(layered());
+      frame(layered(), focus);
     }
+  }
+
+  function dagre(rankDir) {
+    const wide = rankDir === "TB";
+    cy.layout({
+      name: "dagre", rankDir, nodeSep: wide ? 14 : 12, rankSep: wide ? 34 : 44, edgeSep: 8, fit: false, animate: false,
+    }).run();
   }
 
   // Start from the whole graph: on a large one labels appear as you zoom in
@@ -472,24 +512,31 @@
   }
 
   // ``bounds`` (from the layered layout) spares Cytoscape measuring every label.
-  function frame(bounds) {
-    if (!bounds) {
-      cy.fit(cy.elements(), 30);
-      if (cy.zoom() > 1.25) cy.zoom({ level: 1.25, renderedPosition: { x: cy.width() / 2, y: cy.height() / 2 } });
-      cy.center();
-      return;
-    }
+  // The whole graph, as large as fits (at most 1.25×). Up to READABLE_NODES nodes it is
+  // never drawn smaller than labels of 11 px: what does not fit then is panned to,
+  // around ``focus`` (the start node, or the node just expanded).
+  let clamped = false;
+  function frame(bounds, focus, whole) {
+    const box = bounds
+      ? { x1: bounds.x1, y1: bounds.y1, w: Math.max(bounds.x2 - bounds.x1, 1), h: Math.max(bounds.y2 - bounds.y1, 1) }
+      : cy.elements().boundingBox();
     const pad = 30;
-    const width = Math.max(bounds.x2 - bounds.x1, 1);
-    const height = Math.max(bounds.y2 - bounds.y1, 1);
-    const zoom = Math.min((cy.width() - 2 * pad) / width, (cy.height() - 2 * pad) / height, 1.25);
-    cy.viewport({
-      zoom,
-      pan: {
-        x: (cy.width() - width * zoom) / 2 - bounds.x1 * zoom,
-        y: (cy.height() - height * zoom) / 2 - bounds.y1 * zoom,
-      },
-    });
+    let zoom = Math.min((cy.width() - 2 * pad) / Math.max(box.w, 1), (cy.height() - 2 * pad) / Math.max(box.h, 1), 1.25);
+    const readable = !whole && cy.nodes().not(".compound").length <= READABLE_NODES ? MIN_LABEL_PX / CARD_FONT : 0;
+    let center = { x: box.x1 + box.w / 2, y: box.y1 + box.h / 2 };
+    clamped = zoom < readable;
+    if (clamped) {
+      zoom = readable;
+      const anchor = focus && focus.length ? focus : cy.getElementById(rootId);
+      if (anchor && anchor.length) {
+        // Keep the anchor in view, and as much of the graph as fits around it.
+        const half = { x: (cy.width() / 2 - pad) / zoom, y: (cy.height() / 2 - pad) / zoom };
+        const p = anchor.position();
+        const clamp = (v, lo, hi) => (lo > hi ? (lo + hi) / 2 : Math.min(Math.max(v, lo), hi));
+        center = { x: clamp(p.x, box.x1 + half.x, box.x1 + box.w - half.x), y: clamp(p.y, box.y1 + half.y, box.y1 + box.h - half.y) };
+      }
+    }
+    cy.viewport({ zoom, pan: { x: cy.width() / 2 - center.x * zoom, y: cy.height() / 2 - center.y * zoom } });
     syncLabels();
   }
 
@@ -501,10 +548,13 @@
         "text-valign": "center", "text-halign": "center", "text-wrap": "none",
         color: "#1b2330", "min-zoomed-font-size": 7, "border-width": 1.5, "background-color": "#ffffff",
       } },
-      { selector: "node.dataset", style: { shape: large ? "rectangle" : "round-rectangle", width: 190, height: 34, "border-color": "#4a6fb5" } },
+      { selector: "node.dataset", style: {
+        shape: large ? "rectangle" : "round-rectangle", width: CARD_W, height: CARD_H, "border-color": "#4a6fb5",
+        "font-size": CARD_FONT, "text-wrap": "wrap", "text-max-width": CARD_W - 10, "line-height": 1.3,
+      } },
       { selector: "node.job", style: {
-        shape: large ? "rectangle" : "round-rectangle", width: 170, height: 26, "background-color": "#efeafb", "border-color": "#6b4fbb",
-        "font-size": 11, color: "#33246b",
+        shape: large ? "rectangle" : "round-rectangle", width: JOB_W, height: JOB_H, "background-color": "#efeafb", "border-color": "#6b4fbb",
+        "font-size": CARD_FONT, color: "#33246b",
       } },
       { selector: "node.compound", style: {
         shape: "round-rectangle", "background-color": "#f3f6fc", "border-color": "#4a6fb5", "text-valign": "top",
@@ -549,13 +599,19 @@
       layout: { name: "preset" },
       minZoom: 0.03,
       maxZoom: 3,
-      wheelSensitivity: 0.3,
+      wheelSensitivity: 0.8,
       boxSelectionEnabled: false,
       textureOnViewport: large,
       hideEdgesOnViewport: large,
       pixelRatio: large ? 1 : "auto",
     });
     cy.on("tap", "node", (event) => select(event.target));
+    // The full name on hover (a card shows its last segment).
+    cy.on("mouseover", "node", (event) => {
+      const d = event.target.data();
+      ui.canvas.title = d.kind === "field" ? `${d.namespace}:${d.name} · ${d.field}` : `${d.namespace}:${d.name}`;
+    });
+    cy.on("mouseout", "node", () => { ui.canvas.removeAttribute("title"); });
     let zoomTimer = null;
     cy.on("zoom", () => {
       clearTimeout(zoomTimer);
@@ -614,6 +670,7 @@
     }
     if (body.truncated) text += ` · cut at ${body.limit} nodes (nearest shown; expand nodes for more)`;
     if (nodes > 300) text += " · zoom in (wheel or pinch) to read labels";
+    else if (clamped) text += " · drawn at a readable size: drag to see the rest, or Fit to see it whole";
     setStatus(text, body.truncated);
   }
 
@@ -652,6 +709,7 @@
   function select(node, quiet) {
     cy.nodes(":selected").unselect();
     ui.panel.replaceChildren();
+    ui.panel.classList.toggle("open", Boolean(node && node.length));
     if (!node || !node.length) {
       delete ui.panel.dataset.node;
       ui.panel.append(
@@ -700,6 +758,7 @@
     const focused = state.focus === d.id;
     actions.push(h("button", { type: "button", class: "btn btn-secondary", "aria-pressed": focused ? "true" : "false", onclick: () => toggleFocus(node) }, focused ? "Clear path focus" : d.kind === "field" ? "Focus this column's path" : "Focus this node's path"));
     ui.panel.append(
+      h("button", { type: "button", class: "panel-close", "aria-label": "Close the node panel", onclick: () => select(null) }, "×"),
       h("span", { class: "kind kind-" + (d.compound ? "dataset" : d.kind) }, kindLabel),
       h("h2", { id: "panel-h", class: "mono" }, d.kind === "field" ? d.field : d.name),
       h("div", { class: "panel-badges" }, badges),
@@ -725,8 +784,7 @@
       cy.add(fresh);
       mergeInstants(body.instants);
       refreshMarks();
-      runLayout();
-      cy.center(node);
+      runLayout(node);
       select(node, true);
       setStatus(`Added ${fresh.filter((el) => el.group === "nodes").length} nodes ${direction} of ${node.data("label")}.`);
       report({ truncated: body.truncated, limit: 500 });
@@ -937,7 +995,7 @@
     }
   });
   ui.canvas.addEventListener("keydown", onKey);
-  $("btn-fit").addEventListener("click", () => cy && frame(null));
+  $("btn-fit").addEventListener("click", () => cy && frame(null, null, true));
   $("btn-relayout").addEventListener("click", () => cy && runLayout());
   $("btn-png").addEventListener("click", () => {
     if (!cy) return;

@@ -349,3 +349,50 @@ def test_the_time_slider_has_a_date_axis_and_diff_starts_before_the_change(page_
     assert "0 edges added, 0 removed" not in status
     assert page.evaluate("window.lineageExplorer.cy.edges('.diff-added, .diff-removed').length") > 0
     shot(page, "diff")
+
+
+def fan_out(jobs: int = 12) -> str:
+    """A dataset read by ``jobs`` jobs, each writing two datasets: 1 + 3 * jobs nodes."""
+    source = pb.make_dataset(pb.LAKE, "lake/raw/events", ("id",), platform="s3")
+    for i in range(jobs):
+        job = pb.make_job(pb.SPARK, f"derive_{i:02d}")
+        outputs = [pb.make_dataset(pb.LAKE, f"lake/marts/derived_{i:02d}_{k}") for k in "ab"]
+        pb.connect(job, [source], outputs)
+    return f"dataset:{pb.LAKE}:lake/raw/events"
+
+
+@pytest.mark.parametrize("width", [1440, 800])
+def test_the_first_view_draws_readable_cards(page_as, viewer, shot, width):
+    root = fan_out(12)  # 37 nodes
+    page = page_as(viewer)
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(f"/graph/?node={quote(root, safe='')}&direction=downstream&depth=2")
+    wait_for_graph(page)
+    assert int(page.locator("#cy").get_attribute("data-nodes")) == 37
+    sizes = page.evaluate(
+        """() => { const cy = window.lineageExplorer.cy;
+                   return cy.nodes().map((n) => parseFloat(n.style('font-size')) * cy.zoom()); }"""
+    )
+    assert min(sizes) >= 11, sizes
+    assert page.evaluate("window.lineageExplorer.cy.nodes('.nolabel').length") == 0
+    # The card: last name segment, then the segment before it and where it lives.
+    label = page.evaluate(f"window.lineageExplorer.cy.getElementById({root!r}).data('display')")
+    assert label.startswith("events") and "raw · s3" in label
+    # The start node is in view.
+    pos = page.evaluate(
+        f"(() => {{ const p = window.lineageExplorer.cy.getElementById({root!r}).renderedPosition();"
+        " const cy = window.lineageExplorer.cy; return [p.x, p.y, cy.width(), cy.height()]; })()"
+    )
+    assert 0 < pos[0] < pos[2] and 0 < pos[1] < pos[3]
+    shot(page, f"first-view-{width}")
+    # Its full name on hover.
+    box = page.locator("#cy").bounding_box()
+    page.mouse.move(box["x"] + pos[0], box["y"] + pos[1])
+    assert page.locator("#cy").get_attribute("title") == f"{pb.LAKE}:lake/raw/events"
+    # Selecting a node brings its panel into the window, also on a narrow screen.
+    click_node(page, root)
+    panel = page.locator("#node-panel")
+    panel.get_by_role("heading", name="lake/raw/events").wait_for()
+    top = panel.bounding_box()["y"]
+    assert 0 <= top < 900
+    shot(page, f"panel-{width}")
