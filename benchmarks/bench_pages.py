@@ -1,5 +1,6 @@
 """Explorer page speed: server time per page at 100,000 datasets, and time from
-navigation to an interactive graph in headless Chromium for 100, 500 and 2,000 nodes.
+navigation to an interactive graph in headless Chromium for 100, 500 and 2,000 nodes, and
+the explorer's first view of a dataset at 1440x900 and 800x900 (time, smallest label).
 
     python -m benchmarks.bench_pages [--database-url postgres://…] [--datasets 100000]
 
@@ -339,6 +340,38 @@ def graph_timing(page: Any, url: str, timeout_ms: int) -> dict[str, float]:
     )
 
 
+def first_views(browser: Any, base: str, cookie: str, datasets: list[Any]) -> dict[str, Any]:
+    """The explorer as it opens on a dataset (its default depth and direction) at 1440x900
+    and 800x900: time to an interactive graph, and the smallest label drawn (CSS px)."""
+    views: dict[str, Any] = {}
+    for width in (1440, 800):
+        context = browser.new_context(viewport={"width": width, "height": 900})
+        context.add_cookies([{"name": "sessionid", "value": cookie, "url": base}])
+        page = context.new_page()
+        samples: list[dict[str, float]] = []
+        for ds in datasets:
+            timing = graph_timing(page, f"{base}/graph/?{urlencode({'node': ds.node_id})}", 60_000)
+            timing["min_label_px"] = page.evaluate(
+                """() => { const cy = window.lineageExplorer.cy;
+                           const shown = cy.nodes().not('.compound').not('.nolabel');
+                           if (!shown.length) return 0;
+                           return Math.min(...shown.map((n) => parseFloat(n.style('font-size'))))
+                                  * cy.zoom(); }"""
+            )
+            samples.append(timing)
+        page.screenshot(path=str(SHOTS / f"bench-first-view-{width}.png"))
+        context.close()
+        readable = [s for s in samples if s["nodes"] <= 60]
+        views[f"{width}x900"] = {
+            **summary([s["interactive_ms"] for s in samples]),
+            "nodes_p50": statistics.median(s["nodes"] for s in samples),
+            "min_label_px": round(min((s["min_label_px"] for s in readable), default=0), 1),
+            "graphs_up_to_60_nodes": len(readable),
+        }
+        print(f"  first view {width}x900: {json.dumps(views[f'{width}x900'])}", flush=True)
+    return views
+
+
 def browser_times(
     inp: dict[str, Any], user: Any, database_url: str, runs: int, sizes: list[int]
 ) -> dict[str, Any]:
@@ -396,6 +429,7 @@ def browser_times(
                 graph_timing(page, url, 120_000)
                 page.screenshot(path=str(SHOTS / f"bench-graph-{size}.png"))
                 print(f"  graph {size:5d} nodes: {json.dumps(entry)}", flush=True)
+            out["first_view"] = first_views(browser, base, cookie, inp["datasets"][:runs])
             browser.close()
     finally:
         server.terminate()

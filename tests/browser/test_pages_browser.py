@@ -396,3 +396,59 @@ def test_the_first_view_draws_readable_cards(page_as, viewer, shot, width):
     top = panel.bounding_box()["y"]
     assert 0 <= top < 900
     shot(page, f"panel-{width}")
+
+
+def ds_page(ds, **extra: str) -> str:
+    params = {"namespace": ds.namespace.name, "name": ds.name, **extra}
+    return "/datasets/show?" + "&".join(f"{k}={quote(v, safe='')}" for k, v in params.items())
+
+
+def test_an_engineer_taints_a_dataset_and_clears_it_from_its_page(page_as, engineer, shot):
+    shop = pb.build_shop()
+    page = page_as(engineer)
+    page.goto(ds_page(shop.raw))
+    section = page.locator("#taints")
+    section.get_by_text("No active taint on this dataset").wait_for()
+    section.get_by_label("What is wrong with its data").fill("Duplicated rows on the 3rd")
+    section.get_by_role("button", name="Mark as tainted").click()
+    page.wait_for_url(re.compile(r"#taints-h$"))
+    section.get_by_text("Duplicated rows on the 3rd").wait_for()
+    order = section.locator("ol.rerun-order li").all_inner_texts()
+    assert order[0].startswith("clean_customers") and len(order) == 3
+    assert "lake/marts/revenue_by_country" in section.inner_text()
+    shot(page, "tainted")
+    section.get_by_role("button", name="Clear this taint").click()
+    page.wait_for_url(re.compile(r"#taints-h$"))
+    section.get_by_text("No active taint on this dataset").wait_for()
+
+
+def test_the_dataset_page_travels_in_time_and_filters_its_history(page_as, steward, shot):
+    shop = pb.build_shop()
+    ChangeRecord.objects.create(
+        at=pb.T2, source="lineage", dataset=shop.customers, attribute="lifecycle", new="OVERWRITE"
+    )
+    page = page_as(steward)
+    page.goto(ds_page(shop.customers))
+    history = page.locator("#history")
+    # People's edits by default; lineage's records one click away.
+    assert "OVERWRITE" not in history.inner_text()
+    page.get_by_role("link", name="Lineage events").click()
+    page.locator("#history", has_text="OVERWRITE").wait_for()
+    expect(page.get_by_role("link", name="Lineage events")).to_have_attribute(
+        "aria-current", "true"
+    )
+    # As of an instant before the email flag: one personal-data field, no later runs.
+    page.goto(ds_page(shop.customers, asOf="2025-01-15T00:00:00Z"))
+    expect(page.locator(".head-badges")).to_have_text(re.compile(r"1 personal-data field\b"))
+    page.locator(".runs").first.wait_for()
+    assert "failed" not in page.locator("#runs-h ~ div").inner_text()
+    shot(page, "as-of")
+    # Before it existed, and a date that is not one.
+    shop.customers.first_seen = pb.T1
+    shop.customers.save(update_fields=["first_seen"])
+    page.goto(ds_page(shop.customers, asOf="2025-01-15T00:00:00Z"))
+    expect(page.locator("#not-yet")).to_contain_text("did not exist yet on 2025-01-15")
+    assert page.locator("#fields").count() == 0
+    response = page.goto(ds_page(shop.customers, asOf="yesterday"))
+    assert response.status == 400
+    expect(page.get_by_role("alert")).to_contain_text("asOf is not an ISO-8601 instant")
