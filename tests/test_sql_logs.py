@@ -373,3 +373,14 @@ def test_it_takes_parser_knobs_from_settings(settings, tmp_path):
     (problem,) = SqlLogProblem.objects.filter(upload=done)
     assert (problem.line, problem.field) == (2, "query")
     assert "the limit is 60" in problem.message
+
+
+def test_a_log_loaded_by_the_command_is_listed_like_an_upload(engineer):
+    from django.test import Client
+
+    ingest("warehouse.csv")
+    client = Client()
+    client.force_login(engineer)
+    html = client.get("/ingestion/sql-logs/").content.decode()
+    assert "No SQL logs yet" not in html
+    assert "warehouse.csv" in html and "by manage.py ingest_sql_log" in html
