@@ -246,6 +246,12 @@ def test_it_expands_and_collapses_a_node(page_as, viewer, shot):
         "window.lineageExplorer.nodeIds().includes("
         f"{f'dataset:{pb.LAKE}:lake/marts/revenue_by_country'!r})"
     )
+    # Everything drawn is in view after the expand: nothing clipped at an edge.
+    box = page.evaluate(
+        "(() => { const cy = window.lineageExplorer.cy; const b = cy.elements().renderedBoundingBox();"
+        " return [b.x1, b.y1, b.x2, b.y2, cy.width(), cy.height()]; })()"
+    )
+    assert box[0] >= 0 and box[1] >= 0 and box[2] <= box[4] and box[3] <= box[5], box
     shot(page, "expanded")
     click_node(page, clean)
     page.get_by_role("button", name="Collapse beyond this node").click()
@@ -452,3 +458,45 @@ def test_the_dataset_page_travels_in_time_and_filters_its_history(page_as, stewa
     response = page.goto(ds_page(shop.customers, asOf="yesterday"))
     assert response.status == 400
     expect(page.get_by_role("alert")).to_contain_text("asOf is not an ISO-8601 instant")
+
+
+def test_a_retired_job_is_drawn_only_as_of_when_it_was_live(page_as, viewer, shot):
+    from graph.models import TableEdge
+
+    shop = pb.build_shop()
+    TableEdge.objects.filter(dataset=shop.revenue).update(valid_to=pb.T3)
+    shop.revenue.lifecycle_state, shop.revenue.dropped_at = "DROPPED", pb.T3
+    shop.revenue.save()
+    ChangeRecord.objects.create(
+        at=pb.T3, source="lineage", dataset=shop.revenue, attribute="lifecycle", new="DROPPED"
+    )
+    page = page_as(viewer)
+    clean = quote(f"dataset:{pb.LAKE}:{shop.clean.name}", safe="")
+    report = "job:spark://etl:revenue_report"
+    page.goto(f"/graph/?node={clean}&direction=downstream&depth=2")
+    wait_for_graph(page)
+    assert report not in page.evaluate("window.lineageExplorer.nodeIds()")
+    page.goto(f"/graph/?node={clean}&direction=downstream&depth=2&asOf=2025-03-15T00:00:00Z")
+    wait_for_graph(page)
+    assert report in page.evaluate("window.lineageExplorer.nodeIds()")
+    shot(page, "as-of-when-live")
+    # The dropped report's page: not a source, and the lineage box counts what it lists.
+    page.goto(ds_page(shop.revenue))
+    box = page.locator(".lineage-summary")
+    expect(box).to_contain_text("Dropped on 2025-04-01 00:00")
+    assert "a source" not in box.inner_text()
+    page.goto(ds_page(shop.clean))
+    box = page.locator(".lineage-summary")
+    expect(box.get_by_role("heading", name=re.compile("One job downstream"))).to_contain_text("(1)")
+    assert box.locator("h3:has-text('One job downstream') + ul li").count() == 1
+
+
+def test_the_sql_log_page_lists_a_log_the_command_loaded(page_as, engineer, shot):
+    from tests.test_sql_logs import ingest
+
+    ingest("warehouse.csv")
+    page = page_as(engineer)
+    page.goto("/ingestion/sql-logs/")
+    row = page.get_by_role("row", name=re.compile("warehouse.csv"))
+    expect(row).to_contain_text("by manage.py ingest_sql_log")
+    expect(page.get_by_text("No SQL logs yet")).to_have_count(0)
