@@ -500,3 +500,32 @@ def test_the_sql_log_page_lists_a_log_the_command_loaded(page_as, engineer, shot
     row = page.get_by_role("row", name=re.compile("warehouse.csv"))
     expect(row).to_contain_text("by manage.py ingest_sql_log")
     expect(page.get_by_text("No SQL logs yet")).to_have_count(0)
+
+
+def test_the_compliance_evidence_names_nodes_by_short_linked_names(page_as, compliance, shot):
+    import time_machine
+
+    from tests.privacy_builders import NOW, build_shop
+
+    with time_machine.travel(NOW, tick=False):
+        build_shop()
+    page = page_as(compliance)
+    page.goto("/privacy/")
+    page.locator("select[name=subjectKind]").select_option("customer")
+    page.locator("input[name='value-0']").fill("8675309-zq")
+    page.get_by_role("button", name="Search").click()
+    page.locator("article.hit").first.wait_for()
+    for summary in page.locator("article.hit details summary").all():
+        summary.click()  # open every hit's evidence
+    link = page.locator("ol.evidence a[title^='job:']").first
+    expect(link).to_be_visible()
+    title = link.get_attribute("title")
+    assert link.inner_text() == title.rsplit(":", 1)[1]  # the job's own name, its id on hover
+    assert (
+        not page.locator("ol.evidence")
+        .first.get_by_text(re.compile(r"^(datasetField|job):"))
+        .count()
+    )
+    shot(page, "evidence")
+    link.click()
+    page.wait_for_url(re.compile(r"/jobs/show\\?"))
