@@ -22,6 +22,7 @@ from catalog.models import (
     DatasetVersion,
     Namespace,
 )
+from graph.models import RunDataset
 
 DATASET_ATTRIBUTES = ("description", "sensitivity", "retention_policy", "owners", "tags")
 FIELD_ATTRIBUTES = ("pii_category", "subject_kind", "sensitivity", "description")
@@ -114,15 +115,31 @@ def value_as_of(records: list[ChangeRecord], as_of: datetime, current: Any) -> A
     return current
 
 
-def lifecycle_as_of(records: list[ChangeRecord], as_of: datetime) -> tuple[str, datetime | None]:
-    """ "Active", "Dropped" or "Renamed" at ``as_of`` and since when, from the dataset's
-    lifecycle records in time order. Lineage records each drop or rename; any other
-    lifecycle event (a create, an overwrite, a rename into this name) means it was there
-    again."""
-    before = [r for r in records if r.at <= as_of]
-    if before and before[-1].new in ("DROPPED", "RENAMED"):
-        return str(before[-1].new).capitalize(), before[-1].at
-    return "Active", None
+# How lineage records that a dataset went away (a schema version with this lifecycle).
+CLOSED_LIFECYCLES = {"DROP": "Dropped", "RENAMED": "Renamed"}
+
+
+def lifecycle_as_of(dataset: Dataset, as_of: datetime) -> tuple[str, datetime | None]:
+    """ "Active", "Dropped" or "Renamed" at ``as_of`` and since when. Lineage records a drop
+    or a rename as a schema version closing the dataset; a run reading or writing it after
+    that (or a later schema) means it was there again, as ingestion decides it today."""
+    closing = (
+        dataset.versions.filter(created_at__lte=as_of, lifecycle_state__in=CLOSED_LIFECYCLES)
+        .order_by("-created_at")
+        .first()
+    )
+    if closing is None:
+        return "Active", None
+    since = closing.created_at
+    seen_again = (
+        RunDataset.objects.filter(
+            dataset=dataset, event_time__gt=since, event_time__lte=as_of
+        ).exists()
+        or dataset.versions.filter(created_at__gt=since, created_at__lte=as_of).exists()
+    )
+    if seen_again:
+        return "Active", None
+    return CLOSED_LIFECYCLES[closing.lifecycle_state], since
 
 
 def dataset_lifecycle(dataset: Dataset, as_of: datetime | None) -> tuple[str, datetime | None]:
@@ -131,8 +148,7 @@ def dataset_lifecycle(dataset: Dataset, as_of: datetime | None) -> tuple[str, da
         return dataset.get_lifecycle_state_display(), dataset.dropped_at
     if dataset.first_seen > as_of:
         return "Not yet seen", None
-    records = dataset.changes.filter(attribute="lifecycle", field_name="").order_by("at", "id")
-    return lifecycle_as_of(list(records), as_of)
+    return lifecycle_as_of(dataset, as_of)
 
 
 @dataclass
@@ -195,18 +211,17 @@ def dataset_state_as_of(dataset: Dataset, as_of: datetime) -> DatasetState:
         tags=attr("tags", tags_value(dataset)),
         exists=dataset.first_seen <= as_of,
     )
-    state.lifecycle, state.lifecycle_since = lifecycle_as_of(
-        by_key.get(("", "lifecycle"), []), as_of
-    )
     if not state.exists:
         return state
+    state.lifecycle, state.lifecycle_since = lifecycle_as_of(dataset, as_of)
     version = version_as_of(dataset, as_of)
     current_fields = {f.name: f for f in dataset.fields.select_related("subject_kind")}
-    schema = (
-        version.fields
-        if version is not None
-        else [{"name": f.name, "type": f.type} for f in current_fields.values()]
-    )
+    if version is not None:
+        schema = version.fields
+    elif dataset.versions.exists():
+        schema = []  # its first schema came later: none known at that instant
+    else:
+        schema = [{"name": f.name, "type": f.type} for f in current_fields.values()]
     flags = field_flags(list(current_fields.values()), as_of)
     for item in schema:
         name = item["name"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import urlencode
@@ -48,6 +48,7 @@ from catalog.models import (
     FlagSource,
     Namespace,
     Owner,
+    OwnerKind,
     PiiCategory,
     RetentionPolicy,
     Sensitivity,
@@ -260,8 +261,14 @@ class DatasetForm(forms.Form):
         if specs:
             names = {spec.name for spec in specs}
             known = set(Owner.objects.filter(name__in=names).values_list("name", flat=True))
-            users = get_user_model().objects.filter(username__in=names)
-            known |= set(users.values_list("username", flat=True))
+            users = get_user_model().objects.filter(username__in=names, is_active=True)
+            people = set(users.values_list("username", flat=True)) - known
+            known |= people
+            # A user picked from the list is a person, not a team.
+            specs[:] = [
+                replace(spec, kind=OwnerKind.PERSON) if spec.name in people else spec
+                for spec in specs
+            ]
             unknown = sorted(names - known)
             malformed = [n for n in unknown if not OWNER_NAME.fullmatch(n) or len(n) > 255]
             if malformed:

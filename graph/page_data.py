@@ -9,7 +9,6 @@ turns their dataclasses into what templates and the page script draw.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -154,12 +153,9 @@ class NodeLink:
 
 def short_name(name: str, keep: int = 2) -> str:
     """The last ``keep`` segments of a dataset's name (``raw/customers``, ``public.orders``)."""
-    parts = [p for p in re.split(r"[/.]", name) if p]
-    if len(parts) <= keep:
-        return name.strip("/")
-    tail = parts[-keep:]
-    sep = "/" if "/" in name else "."
-    return sep.join(tail)
+    sep = "/" if "/" in name else "."  # a path's segments, or a table's schema and name
+    parts = [p for p in name.split(sep) if p]
+    return sep.join(parts[-keep:]) if parts else name
 
 
 def node_links(ids: Iterable[str]) -> dict[str, NodeLink]:

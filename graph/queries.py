@@ -1320,8 +1320,14 @@ def orphans(
 
 
 def untouched(*, limit: int = 100) -> DatasetPage:
-    """Datasets no job reads or writes now (a final output a job still writes is in use)."""
-    edges = TableEdge.objects.filter(dataset=OuterRef("pk"), valid_to__isnull=True)
+    """Datasets no job reads or writes now (a final output a job still writes is in use;
+    a read by a retired job, one that wrote datasets and writes none now, does not count)."""
+    outputs = TableEdge.objects.filter(job=OuterRef("job"), direction=Direction.OUTPUT)
+    edges = TableEdge.objects.filter(dataset=OuterRef("pk"), valid_to__isnull=True).filter(
+        Q(direction=Direction.OUTPUT)
+        | Exists(outputs.filter(valid_to__isnull=True))
+        | ~Exists(outputs)
+    )
     return _dataset_page(_existing(None, None).filter(~Exists(edges)), None, limit, 0)
 
 

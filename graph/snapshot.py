@@ -253,12 +253,12 @@ class Snapshot:
     def expand(self, name: str, nodes: IntArray, tf: TimeFilter) -> EdgeBatch:
         """Edges of adjacency ``name`` leaving ``nodes`` that are valid under ``tf``.
 
-        Now and at an instant, the reads of a retired job are left out: a job that had
-        written datasets by then but writes none then (its outputs dropped, or its last run
-        wrote nothing) is not part of that graph. Over a window (a taint's "since") every
-        read counts."""
+        The reads of a retired job are left out: a job that had written datasets by then but
+        writes none then (its outputs dropped, or its last run wrote nothing) is not part of
+        that graph. Over a window (a taint's "since"), a job is retired when it wrote
+        nothing at any time in it."""
         batch = self._valid_edges(name, nodes, tf)
-        if name not in READS or batch.size == 0 or not (tf.current or tf.hi == tf.lo):
+        if name not in READS or batch.size == 0:
             return batch
         jobs = batch.dst if name == "ds_down" else batch.src
         retired = self.retired_jobs(np.unique(jobs), tf)
@@ -323,16 +323,34 @@ class Snapshot:
         return size
 
     def all_valid(self, tf: TimeFilter) -> list[tuple[int, IntArray]]:
-        """(layer, positions) of every edge valid under ``tf``."""
-        out = []
+        """(layer, positions) of every edge valid under ``tf`` (without a retired job's
+        reads, as ``expand``)."""
+        layers = []
         for layer, store in ((0, self.base), (1, self.overlay)):
             if store.size == 0:
                 continue
             keep = tf.mask(store.cols["vf"], store.cols["vt"])
             if layer == 0:
                 keep &= self.alive
-            out.append((layer, np.flatnonzero(keep)))
-        return out
+            layers.append((layer, store, keep))
+        if READS[0] in self.specs and layers:
+            by_then = TimeFilter(current=False, lo=np.iinfo(np.int64).min, hi=tf.hi)
+            wrote, writing = [], []
+            for layer, store, keep in layers:
+                outputs = store.cols["out"] == 1
+                alive = self.alive if layer == 0 else True
+                wrote.append(
+                    store.cols["job"][
+                        outputs & alive & by_then.mask(store.cols["vf"], store.cols["vt"])
+                    ]
+                )
+                writing.append(store.cols["job"][outputs & keep])
+            retired = np.setdiff1d(np.concatenate(wrote), np.concatenate(writing))
+            if retired.size:
+                for index, (layer, store, keep) in enumerate(layers):
+                    reads = (store.cols["out"] == 0) & np.isin(store.cols["job"], retired)
+                    layers[index] = (layer, store, keep & ~reads)
+        return [(layer, np.flatnonzero(keep)) for layer, _, keep in layers]
 
     def store(self, layer: int) -> EdgeStore:
         return self.base if layer == 0 else self.overlay

@@ -25,6 +25,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_http_methods
 
@@ -588,6 +589,7 @@ def dataset_runs_fragment(request: HttpRequest) -> HttpResponse:
             ended = row.run.ended_at
             running = as_of is not None and ended is not None and ended > as_of
             row.state_then = "RUNNING" if running else row.run.state  # type: ignore[attr-defined]
+            row.duration_then = None if running else row.run.duration_ms  # type: ignore[attr-defined]
     return render(
         request,
         "graph/_dataset_runs.html",
@@ -621,7 +623,7 @@ def _taint_context(request: HttpRequest, dataset: Dataset, **extra: Any) -> dict
         "impact": impact,
         "at_risk": [d for d in impact.datasets if d.distance > 0] if impact else [],
         "may_taint": auth.has_perm(request.user, auth.TAINT_DATASET),
-        "back": _same_site(request.GET.get("next"))
+        "back": _same_site(request.GET.get("next"), request)
         or dataset_page_url(dataset.namespace.name, dataset.name),
         **extra,
     }
@@ -630,9 +632,15 @@ def _taint_context(request: HttpRequest, dataset: Dataset, **extra: Any) -> dict
 TAINT_LIST_LIMIT = 200
 
 
-def _same_site(url: str | None) -> str:
+def _same_site(url: str | None, request: HttpRequest) -> str:
     """A path on this site to come back to (never another host)."""
-    if url and url.startswith("/") and not url.startswith("//") and "\\" not in url:
+    if (
+        url
+        and url.startswith("/")
+        and url_has_allowed_host_and_scheme(
+            url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        )
+    ):
         return url
     return ""
 
@@ -660,7 +668,9 @@ def dataset_taints(request: HttpRequest) -> HttpResponse:
     except TaintError as exc:
         error, field = exc.message, exc.field
     else:
-        back = _taint_context(request, dataset)["back"]
+        back = _same_site(request.GET.get("next"), request) or dataset_page_url(
+            dataset.namespace.name, dataset.name
+        )
         messages.success(request, f"{dataset.name} is marked as tainted.")
         return HttpResponseRedirect(f"{back}#taints-h")
     context = _taint_context(request, dataset, error=error, error_field=field, values=values)
@@ -677,7 +687,7 @@ def clear_taint_page(request: HttpRequest, taint_id: int) -> HttpResponse:
         raise Http404(f"No taint {taint_id}")
     clear_taint(taint, actor=request.user)
     dataset = taint.dataset
-    back = _same_site(request.POST.get("next")) or dataset_page_url(
+    back = _same_site(request.POST.get("next"), request) or dataset_page_url(
         dataset.namespace.name, dataset.name
     )
     messages.success(request, f"The taint on {dataset.name} is cleared.")

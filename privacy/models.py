@@ -79,7 +79,7 @@ class AuditEntry(models.Model):
         elif self.outcome == AuditOutcome.REQUESTED:
             return f"{n:,} dataset{'' if n == 1 else 's'} to read"
         elif self.action == AuditAction.ERASURE_APPLY:
-            return f"{n:,} row{'' if n == 1 else 's'} erased"
+            return f"{n:,} row{'' if n == 1 else 's'} matched for erasure"
         else:
             return f"{n:,} row{'' if n == 1 else 's'} found"
         return f"{n:,} {unit}{'' if n == 1 else 's'}"

@@ -198,6 +198,19 @@ def test_it_closes_a_dropped_datasets_edges_and_marks_it():
     assert ChangeRecord.objects.filter(dataset=c, attribute="lifecycle", new="DROP").exists()
 
 
+def test_the_catalog_tells_a_dropped_datasets_lifecycle_at_any_instant():
+    from catalog.queries import dataset_lifecycle
+
+    ingest(drop("c", at(3)))
+    ingest(*completed(1, 1, [dataset("a")], [dataset("c")]))
+    ingest(*completed(2, 5, [dataset("a")], [dataset("c")]))
+    c = Dataset.objects.get(name="c")
+    assert dataset_lifecycle(c, t(2)) == ("Active", None)
+    assert dataset_lifecycle(c, t(4)) == ("Dropped", t(3))
+    assert dataset_lifecycle(c, t(6)) == ("Active", None)  # written again at 5
+    assert dataset_lifecycle(c, datetime(2020, 1, 1, tzinfo=UTC)) == ("Not yet seen", None)
+
+
 def test_it_applies_a_drop_that_arrives_late():
     ingest(drop("c", at(3)))
     ingest(*completed(1, 1, [dataset("a")], [dataset("c")]))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from urllib.parse import urlencode
 
 import pytest
 from django.test import Client
 
-from catalog.models import ChangeRecord, DatasetField, FlagSource
+from catalog.models import ChangeRecord, DatasetField, DatasetVersion, FlagSource
 from catalog.views import schema_diff, version_rows
 from tests import page_builders as pb
 
@@ -177,8 +178,13 @@ def test_a_dropped_dataset_is_not_called_a_source(shop, viewer):
     shop.revenue.lifecycle_state = "DROPPED"
     shop.revenue.dropped_at = pb.T3
     shop.revenue.save()
-    ChangeRecord.objects.create(
-        at=pb.T3, source="lineage", dataset=shop.revenue, attribute="lifecycle", new="DROPPED"
+    DatasetVersion.objects.create(  # lineage records a drop as a closing schema version
+        dataset=shop.revenue,
+        version=uuid.uuid4(),
+        created_at=pb.T3,
+        schema_hash="drop",
+        fields=[],
+        lifecycle_state="DROP",
     )
     from graph.models import TableEdge
 
@@ -328,8 +334,10 @@ def test_the_owner_picker_offers_known_owners_and_users_and_adds_one(shop, stewa
         HTTP_X_FRAGMENT="1",
     )
     assert response.status_code == 200
-    owners = sorted(shop.orders.ownerships.values_list("owner__name", "ownership_type"))
-    assert owners == [("crm-team", ""), ("stella-steward", "DATA_STEWARD")]
+    owners = sorted(
+        shop.orders.ownerships.values_list("owner__name", "ownership_type", "owner__kind")
+    )
+    assert owners == [("crm-team", "", "team"), ("stella-steward", "DATA_STEWARD", "person")]
 
 
 def test_it_lets_a_steward_flag_a_field_as_pii(shop, steward):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import pytest
 from django.test import Client
@@ -523,7 +523,10 @@ def test_an_engineer_marks_a_dataset_tainted_sees_the_rerun_order_and_clears_it(
     assert client_for(viewer).post(url, {"reason": "x"}).status_code == 403
     taint = Taint.objects.get()
     assert client_for(viewer).post(f"/taints/{taint.pk}/clear").status_code == 403
-    cleared = client.post(f"/taints/{taint.pk}/clear", {"next": "https://evil.example/"})
+    for elsewhere in ("https://evil.example/", "/\t/evil.example", "//evil.example"):
+        url_back = client.get(f"{url}&next={quote(elsewhere)}").content.decode()
+        assert "evil.example" not in url_back
+    cleared = client.post(f"/taints/{taint.pk}/clear", {"next": "/\t/evil.example"})
     assert cleared.status_code == 302 and cleared["Location"] == f"{page}#taints-h"
     assert "No active taint on this dataset" in client.get(url).content.decode()
 
@@ -548,3 +551,44 @@ def test_a_bad_taint_form_is_shown_again_naming_what_is_wrong(shop, engineer, fo
     assert response.status_code == 422
     assert message in response.content.decode()
     assert not Taint.objects.exists()
+
+
+def test_a_job_retired_before_a_taints_window_is_not_re_run(shop):
+    from graph import queries
+    from graph.models import TableEdge
+    from graph.taint import mark_tainted
+
+    # revenue_report stopped writing at T2; the bad data was written from T3 on.
+    TableEdge.objects.filter(dataset=shop.revenue).update(valid_to=pb.T2)
+    taint = mark_tainted(shop.clean, reason="bad", window_start=pb.T3)
+    order = [r.job.name for r in queries.taint_impact([taint]).jobs_to_rerun]
+    assert "revenue_report" not in order and "build_customer_360" in order
+    # Bad since T1, while it still wrote: it is re-run. Bad now only: it writes nothing now.
+    since_t1 = mark_tainted(shop.clean, reason="bad", window_start=pb.T1)
+    assert "revenue_report" in [r.job.name for r in queries.taint_impact([since_t1]).jobs_to_rerun]
+    now = mark_tainted(shop.clean, reason="bad")
+    assert "revenue_report" not in [r.job.name for r in queries.taint_impact([now]).jobs_to_rerun]
+
+
+def test_a_dataset_read_only_by_a_retired_job_is_an_orphan(shop, viewer):
+    from graph.models import TableEdge
+
+    # orders is read by revenue_report and build_customer_360: retire both.
+    TableEdge.objects.filter(dataset__in=[shop.revenue, shop.c360]).update(valid_to=pb.T3)
+    html = client_for(viewer).get("/stewardship/orphans").content.decode()
+    assert "shop.public.orders" in html
+
+
+@pytest.mark.parametrize(
+    ("name", "short"),
+    [
+        ("/data/lake/raw/customers.parquet", "raw/customers.parquet"),
+        ("shop.public.orders", "public.orders"),
+        ("orders", "orders"),
+        ("/lake/x/", "lake/x"),
+    ],
+)
+def test_a_short_name_keeps_the_last_two_segments(name, short):
+    from graph.page_data import short_name
+
+    assert short_name(name) == short

@@ -202,7 +202,7 @@ def test_it_links_the_privacy_pages_only_for_compliance(shop, client, compliance
         ("scan", "requested", 3, "3 datasets to read"),
         ("scan", "ok", 1400, "1,400 rows found"),
         ("erasure_dry_run", "ok", 0, "0 rows found"),
-        ("erasure_apply", "ok", 1, "1 row erased"),
+        ("erasure_apply", "ok", 1, "1 row matched for erasure"),
         ("lookup", "ok", 2, "2 entries"),
         ("search", "denied", None, "—"),
     ],

@@ -161,7 +161,8 @@
   // (the namespace's scheme) and its state badges. The full name shows on hover.
   function card(n) {
     if (n.compound || n.kind !== "dataset") return { short: shortLabel(n.label), sub: "" };
-    const parts = String(n.name).split(/[/.]/).filter(Boolean);
+    const name = String(n.name);
+    const parts = name.split(name.includes("/") ? "/" : ".").filter(Boolean);
     const short = parts.length ? shortLabel(parts[parts.length - 1]) : shortLabel(n.name);
     const badges = [
       parts.length > 1 ? shortLabel(parts[parts.length - 2]) : "",
@@ -466,19 +467,24 @@
     return bounds;
   }
 
+  let rankDir = "";
   function runLayout(focus) {
     const n = cy.nodes().length;
     const dagreReady = typeof cytoscapeDagre !== "undefined";
     const small = n <= DAGRE_MAX && !cy.nodes(".compound").length;
     if (dagreReady && forcedLayout !== "layered" && (small || forcedLayout === "dagre")) {
       // Left to right, or top to bottom when that draws this graph larger on this screen.
-      const fits = {};
-      ["LR", "TB"].forEach((dir) => {
-        dagre(dir);
-        const box = cy.elements().boundingBox();
-        fits[dir] = Math.min((cy.width() - 60) / Math.max(box.w, 1), (cy.height() - 60) / Math.max(box.h, 1));
-      });
-      if (fits.LR >= fits.TB * 0.9) dagre("LR");
+      if (!focus || !rankDir) {
+        const fits = {};
+        ["LR", "TB"].forEach((dir) => {
+          dagre(dir);
+          const box = cy.elements().boundingBox();
+          fits[dir] = Math.min((cy.width() - 60) / Math.max(box.w, 1), (cy.height() - 60) / Math.max(box.h, 1));
+        });
+        rankDir = fits.LR >= fits.TB * 0.9 ? "LR" : "TB";
+      }
+      // An expand keeps the direction the graph was drawn in.
+      dagre(rankDir);
       frame(null, focus);
     } else {
       frame(layered(), focus);
@@ -966,8 +972,14 @@
       const shown = state.asOf ? positionOf(state.asOf) : instants.length - 1;
       const pick = shown - 1;
       ui.compareSlider.value = String(Math.max(pick, 0));
-      if (pick >= 0) state.compare = instants[pick];
-      else state.compare = instants.length ? new Date(Date.parse(instants[0]) - 1).toISOString() : "";
+      if (pick >= 0) {
+        state.compare = instants[pick];
+      } else if (instants.length) {
+        const first = state.asOf && state.asOf < instants[0] ? state.asOf : instants[0];
+        state.compare = new Date(Date.parse(first) - 1).toISOString();
+      } else {
+        state.compare = "";
+      }
     } else {
       state.compare = "";
     }
@@ -995,7 +1007,11 @@
     }
   });
   ui.canvas.addEventListener("keydown", onKey);
-  $("btn-fit").addEventListener("click", () => cy && frame(null, null, true));
+  $("btn-fit").addEventListener("click", () => {
+    if (!cy) return;
+    frame(null, null, true);
+    ui.status.textContent = ui.status.textContent.replace(/ · drawn at a readable size:[^·]*$/, "");
+  });
   $("btn-relayout").addEventListener("click", () => cy && runLayout());
   $("btn-png").addEventListener("click", () => {
     if (!cy) return;
