@@ -249,6 +249,8 @@ class Snapshot:
     sizes: dict[str, int]
     built_at: float
     specs: dict[str, AdjacencySpec] = field(repr=False)
+    # Derived once per snapshot (replace() starts a new one): which jobs are retired now.
+    _memo: dict[str, BoolArray] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def expand(self, name: str, nodes: IntArray, tf: TimeFilter) -> EdgeBatch:
         """Edges of adjacency ``name`` leaving ``nodes`` that are valid under ``tf``.
@@ -261,8 +263,35 @@ class Snapshot:
         if name not in READS or batch.size == 0:
             return batch
         jobs = batch.dst if name == "ds_down" else batch.src
+        if tf.current:
+            mask = self.retired_now()
+            gone = np.zeros(batch.size, dtype=np.bool_)
+            known = jobs < mask.size
+            gone[known] = mask[jobs[known]]
+            return batch.take(~gone) if gone.any() else batch
         retired = self.retired_jobs(np.unique(jobs), tf)
         return batch.take(~np.isin(jobs, retired)) if retired.size else batch
+
+    def retired_now(self) -> BoolArray:
+        """A mask over job ids: the jobs that have written datasets and write none now."""
+        found = self._memo.get("retired_now")
+        if found is None:
+            wrote, writing = [], []
+            for layer, store in ((0, self.base), (1, self.overlay)):
+                if store.size == 0:
+                    continue
+                outputs = store.cols["out"] == 1
+                if layer == 0:
+                    outputs &= self.alive
+                wrote.append(store.cols["job"][outputs])
+                writing.append(store.cols["job"][outputs & (store.cols["vt"] == OPEN)])
+            retired = np.setdiff1d(
+                np.concatenate(wrote or [EMPTY]), np.concatenate(writing or [EMPTY])
+            )
+            found = np.zeros(self.size_of("job", retired), dtype=np.bool_)
+            found[retired] = True
+            self._memo["retired_now"] = found
+        return found
 
     def retired_jobs(self, jobs: IntArray, tf: TimeFilter) -> IntArray:
         """The ``jobs`` that had written a dataset by ``tf``'s instant (ever, now) and write
