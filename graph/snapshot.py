@@ -263,8 +263,8 @@ class Snapshot:
         if name not in READS or batch.size == 0:
             return batch
         jobs = batch.dst if name == "ds_down" else batch.src
-        if tf.current:
-            mask = self.retired_now()
+        if tf.current or tf.hi == tf.lo:
+            mask = self.retired_now() if tf.current else self.retired_at(tf.lo)
             gone = np.zeros(batch.size, dtype=np.bool_)
             known = jobs < mask.size
             gone[known] = mask[jobs[known]]
@@ -274,24 +274,40 @@ class Snapshot:
 
     def retired_now(self) -> BoolArray:
         """A mask over job ids: the jobs that have written datasets and write none now."""
-        found = self._memo.get("retired_now")
+        found = self._memo.get("now")
         if found is None:
-            wrote, writing = [], []
-            for layer, store in ((0, self.base), (1, self.overlay)):
-                if store.size == 0:
-                    continue
-                outputs = store.cols["out"] == 1
-                if layer == 0:
-                    outputs &= self.alive
-                wrote.append(store.cols["job"][outputs])
-                writing.append(store.cols["job"][outputs & (store.cols["vt"] == OPEN)])
-            retired = np.setdiff1d(
-                np.concatenate(wrote or [EMPTY]), np.concatenate(writing or [EMPTY])
-            )
-            found = np.zeros(self.size_of("job", retired), dtype=np.bool_)
-            found[retired] = True
-            self._memo["retired_now"] = found
+            found = self._memo["now"] = self._retired_mask(None)
         return found
+
+    def retired_at(self, at: int) -> BoolArray:
+        """The same at one instant (microseconds), kept for the last few instants asked."""
+        key = str(at)
+        found = self._memo.get(key)
+        if found is None:
+            if len(self._memo) > RETIRED_INSTANTS_KEPT:
+                for old in [k for k in self._memo if k != "now"]:
+                    self._memo.pop(old, None)
+            found = self._memo[key] = self._retired_mask(at)
+        return found
+
+    def _retired_mask(self, at: int | None) -> BoolArray:
+        wrote, writing = [], []
+        for layer, store in ((0, self.base), (1, self.overlay)):
+            if store.size == 0:
+                continue
+            outputs = store.cols["out"] == 1
+            if layer == 0:
+                outputs &= self.alive
+            vf, vt = store.cols["vf"], store.cols["vt"]
+            if at is not None:
+                outputs &= vf <= at
+            live = vt == OPEN if at is None else vt > at
+            wrote.append(store.cols["job"][outputs])
+            writing.append(store.cols["job"][outputs & live])
+        retired = np.setdiff1d(np.concatenate(wrote or [EMPTY]), np.concatenate(writing or [EMPTY]))
+        mask = np.zeros(self.size_of("job", retired), dtype=np.bool_)
+        mask[retired] = True
+        return mask
 
     def retired_jobs(self, jobs: IntArray, tf: TimeFilter) -> IntArray:
         """The ``jobs`` that had written a dataset by ``tf``'s instant (ever, now) and write
@@ -397,6 +413,8 @@ class Snapshot:
 
 # The table adjacencies that are a job's reads (dataset → job, job ← dataset).
 READS = ("ds_down", "job_up")
+# Instants whose retired jobs a snapshot keeps worked out (as-of answers ask a few).
+RETIRED_INSTANTS_KEPT = 16
 TABLE_SPECS = {
     # downstream: dataset --in--> job, job --out--> dataset
     "ds_down": AdjacencySpec("ds", "job", lambda c: c["out"] == 0),
