@@ -263,8 +263,8 @@ class Snapshot:
         if name not in READS or batch.size == 0:
             return batch
         jobs = batch.dst if name == "ds_down" else batch.src
-        if tf.current or tf.hi == tf.lo:
-            mask = self.retired_now() if tf.current else self.retired_at(tf.lo)
+        if tf.current:
+            mask = self.retired_now()
             gone = np.zeros(batch.size, dtype=np.bool_)
             known = jobs < mask.size
             gone[known] = mask[jobs[known]]
@@ -276,21 +276,10 @@ class Snapshot:
         """A mask over job ids: the jobs that have written datasets and write none now."""
         found = self._memo.get("now")
         if found is None:
-            found = self._memo["now"] = self._retired_mask(None)
+            found = self._memo["now"] = self._retired_mask()
         return found
 
-    def retired_at(self, at: int) -> BoolArray:
-        """The same at one instant (microseconds), kept for the last few instants asked."""
-        key = str(at)
-        found = self._memo.get(key)
-        if found is None:
-            if len(self._memo) > RETIRED_INSTANTS_KEPT:
-                for old in [k for k in self._memo if k != "now"]:
-                    self._memo.pop(old, None)
-            found = self._memo[key] = self._retired_mask(at)
-        return found
-
-    def _retired_mask(self, at: int | None) -> BoolArray:
+    def _retired_mask(self) -> BoolArray:
         wrote, writing = [], []
         for layer, store in ((0, self.base), (1, self.overlay)):
             if store.size == 0:
@@ -298,26 +287,33 @@ class Snapshot:
             outputs = store.cols["out"] == 1
             if layer == 0:
                 outputs &= self.alive
-            vf, vt = store.cols["vf"], store.cols["vt"]
-            if at is not None:
-                outputs &= vf <= at
-            live = vt == OPEN if at is None else vt > at
             wrote.append(store.cols["job"][outputs])
-            writing.append(store.cols["job"][outputs & live])
+            writing.append(store.cols["job"][outputs & (store.cols["vt"] == OPEN)])
         retired = np.setdiff1d(np.concatenate(wrote or [EMPTY]), np.concatenate(writing or [EMPTY]))
         mask = np.zeros(self.size_of("job", retired), dtype=np.bool_)
         mask[retired] = True
         return mask
 
     def retired_jobs(self, jobs: IntArray, tf: TimeFilter) -> IntArray:
-        """The ``jobs`` that had written a dataset by ``tf``'s instant (ever, now) and write
-        none at it."""
-        by_then = TimeFilter(current=False, lo=np.iinfo(np.int64).min, hi=tf.hi)
-        wrote = np.unique(self._valid_edges("job_down", jobs, by_then).src)
-        if wrote.size == 0:
+        """The ``jobs`` that had written a dataset by ``tf``'s instant (ever, for a window
+        open at its end) and write none under ``tf``: one pass over their outputs."""
+        wrote, writing = [], []
+        for layer, store in ((0, self.base), (1, self.overlay)):
+            if store.size == 0:
+                continue
+            pos = store.adj["job_down"].positions(jobs)
+            if layer == 0 and pos.size:
+                pos = pos[self.alive[pos]]
+            if pos.size == 0:
+                continue
+            vf, vt = store.cols["vf"][pos], store.cols["vt"][pos]
+            by_then = vf <= tf.hi if tf.hi is not None else np.ones(pos.size, dtype=np.bool_)
+            owners = store.cols["job"][pos]
+            wrote.append(owners[by_then])
+            writing.append(owners[tf.mask(vf, vt)])
+        if not wrote:
             return EMPTY
-        writing = self._valid_edges("job_down", wrote, tf).src
-        return np.setdiff1d(wrote, writing, assume_unique=False)
+        return np.setdiff1d(np.concatenate(wrote), np.concatenate(writing or [EMPTY]))
 
     def _valid_edges(self, name: str, nodes: IntArray, tf: TimeFilter) -> EdgeBatch:
         spec = self.specs[name]
@@ -413,8 +409,6 @@ class Snapshot:
 
 # The table adjacencies that are a job's reads (dataset → job, job ← dataset).
 READS = ("ds_down", "job_up")
-# Instants whose retired jobs a snapshot keeps worked out (as-of answers ask a few).
-RETIRED_INSTANTS_KEPT = 16
 TABLE_SPECS = {
     # downstream: dataset --in--> job, job --out--> dataset
     "ds_down": AdjacencySpec("ds", "job", lambda c: c["out"] == 0),
