@@ -374,24 +374,38 @@ class Snapshot:
             if layer == 0:
                 keep &= self.alive
             layers.append((layer, store, keep))
-        if READS[0] in self.specs and layers:
-            by_then = TimeFilter(current=False, lo=np.iinfo(np.int64).min, hi=tf.hi)
-            wrote, writing = [], []
-            for layer, store, keep in layers:
-                outputs = store.cols["out"] == 1
-                alive = self.alive if layer == 0 else True
-                wrote.append(
-                    store.cols["job"][
-                        outputs & alive & by_then.mask(store.cols["vf"], store.cols["vt"])
-                    ]
-                )
-                writing.append(store.cols["job"][outputs & keep])
-            retired = np.setdiff1d(np.concatenate(wrote), np.concatenate(writing))
-            if retired.size:
-                for index, (layer, store, keep) in enumerate(layers):
-                    reads = (store.cols["out"] == 0) & np.isin(store.cols["job"], retired)
-                    layers[index] = (layer, store, keep & ~reads)
+        # At any time ever, every job that wrote did write: none is retired (the slider's
+        # instants ask this on every answer).
+        ever = not tf.current and tf.hi is None and tf.lo <= np.iinfo(np.int64).min
+        if READS[0] in self.specs and layers and not ever:
+            mask = self.retired_now() if tf.current else self._retired_under(layers, tf)
+            for index, (layer, store, keep) in enumerate(layers):
+                jobs = store.cols["job"]
+                known = jobs < mask.size
+                reads = store.cols["out"] == 0
+                reads[known] &= mask[jobs[known]]
+                reads[~known] = False
+                layers[index] = (layer, store, keep & ~reads)
         return [(layer, np.flatnonzero(keep)) for layer, _, keep in layers]
+
+    def _retired_under(
+        self, layers: list[tuple[int, EdgeStore, BoolArray]], tf: TimeFilter
+    ) -> BoolArray:
+        """A mask over jobs: those that had written by ``tf``'s end and write none under it."""
+        by_then = TimeFilter(current=False, lo=np.iinfo(np.int64).min, hi=tf.hi)
+        wrote, writing = [], []
+        for layer, store, keep in layers:
+            outputs = store.cols["out"] == 1
+            if layer == 0:
+                outputs &= self.alive
+            wrote.append(
+                store.cols["job"][outputs & by_then.mask(store.cols["vf"], store.cols["vt"])]
+            )
+            writing.append(store.cols["job"][outputs & keep])
+        retired = np.setdiff1d(np.concatenate(wrote), np.concatenate(writing))
+        mask = np.zeros(self.size_of("job", retired), dtype=np.bool_)
+        mask[retired] = True
+        return mask
 
     def store(self, layer: int) -> EdgeStore:
         return self.base if layer == 0 else self.overlay

@@ -474,17 +474,23 @@
     const small = n <= DAGRE_MAX && !cy.nodes(".compound").length;
     if (dagreReady && forcedLayout !== "layered" && (small || forcedLayout === "dagre")) {
       // Left to right, or top to bottom when that draws this graph larger on this screen.
+      const fit = () => {
+        const box = cy.elements().boundingBox();
+        return Math.min((cy.width() - 60) / Math.max(box.w, 1), (cy.height() - 60) / Math.max(box.h, 1));
+      };
       if (!focus || !rankDir) {
-        const fits = {};
-        ["LR", "TB"].forEach((dir) => {
-          dagre(dir);
-          const box = cy.elements().boundingBox();
-          fits[dir] = Math.min((cy.width() - 60) / Math.max(box.w, 1), (cy.height() - 60) / Math.max(box.h, 1));
-        });
-        rankDir = fits.LR >= fits.TB * 0.9 ? "LR" : "TB";
+        // Both directions laid out once; the left-to-right positions are put back when it
+        // draws the graph (nearly) as large.
+        dagre("LR");
+        const leftRight = fit();
+        const placed = {};
+        cy.nodes().forEach((n) => { placed[n.id()] = { ...n.position() }; });
+        dagre("TB");
+        rankDir = leftRight >= fit() * 0.9 ? "LR" : "TB";
+        if (rankDir === "LR") cy.nodes().positions((n) => placed[n.id()]);
+      } else {
+        dagre(rankDir);  // an expand keeps the direction the graph was drawn in
       }
-      // An expand keeps the direction the graph was drawn in.
-      dagre(rankDir);
       frame(null, focus);
     } else {
       frame(layered(), focus);
