@@ -382,3 +382,19 @@ def build_chain(length: int, fan_out: int = 1, namespace: str = LAKE) -> list[Da
         previous = current
     TableEdge.objects.bulk_create(edges)
     return created
+
+
+def drop(ds: Dataset, at: datetime) -> None:
+    """Drop ``ds`` at ``at`` as lineage records it: its edges closed, a closing schema
+    version, and its state."""
+    TableEdge.objects.filter(dataset=ds, valid_to__isnull=True).update(valid_to=at)
+    DatasetVersion.objects.create(
+        dataset=ds,
+        version=uuid.uuid4(),
+        created_at=at,
+        schema_hash="drop",
+        fields=[],
+        lifecycle_state="DROP",
+    )
+    ds.lifecycle_state, ds.dropped_at = "DROPPED", at
+    ds.save(update_fields=["lifecycle_state", "dropped_at"])

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
 from urllib.parse import urlencode
 
 import pytest
 from django.test import Client
 
-from catalog.models import ChangeRecord, DatasetField, DatasetVersion, FlagSource
+from catalog.models import ChangeRecord, DatasetField, FlagSource
 from catalog.views import schema_diff, version_rows
 from tests import page_builders as pb
 
@@ -175,20 +174,7 @@ def test_a_bad_instant_on_the_dataset_page_is_a_clear_error(shop, viewer, path):
 
 
 def test_a_dropped_dataset_is_not_called_a_source(shop, viewer):
-    shop.revenue.lifecycle_state = "DROPPED"
-    shop.revenue.dropped_at = pb.T3
-    shop.revenue.save()
-    DatasetVersion.objects.create(  # lineage records a drop as a closing schema version
-        dataset=shop.revenue,
-        version=uuid.uuid4(),
-        created_at=pb.T3,
-        schema_hash="drop",
-        fields=[],
-        lifecycle_state="DROP",
-    )
-    from graph.models import TableEdge
-
-    TableEdge.objects.filter(dataset=shop.revenue).update(valid_to=pb.T3)
+    pb.drop(shop.revenue, pb.T3)
     client = client_for(viewer)
     lineage = client.get(f"/datasets/lineage?{ds_params(shop.revenue)}").content.decode()
     assert "Dropped on 2025-04-01 00:00" in lineage and "a source" not in lineage

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import itertools
 import re
-import uuid
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import expect
 
-from catalog.models import ChangeRecord, DatasetField, DatasetVersion
+from catalog.models import ChangeRecord, DatasetField
 from tests import page_builders as pb
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -462,20 +461,9 @@ def test_the_dataset_page_travels_in_time_and_filters_its_history(page_as, stewa
 
 
 def test_a_retired_job_is_drawn_only_as_of_when_it_was_live(page_as, viewer, shot):
-    from graph.models import TableEdge
 
     shop = pb.build_shop()
-    TableEdge.objects.filter(dataset=shop.revenue).update(valid_to=pb.T3)
-    shop.revenue.lifecycle_state, shop.revenue.dropped_at = "DROPPED", pb.T3
-    shop.revenue.save()
-    DatasetVersion.objects.create(  # lineage records a drop as a closing schema version
-        dataset=shop.revenue,
-        version=uuid.uuid4(),
-        created_at=pb.T3,
-        schema_hash="drop",
-        fields=[],
-        lifecycle_state="DROP",
-    )
+    pb.drop(shop.revenue, pb.T3)
     page = page_as(viewer)
     clean = quote(f"dataset:{pb.LAKE}:{shop.clean.name}", safe="")
     report = "job:spark://etl:revenue_report"
