@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import Prefetch, QuerySet
 
 from catalog import naming
 from catalog.actions import owners_value, tags_value
@@ -236,21 +236,3 @@ def dataset_state_as_of(dataset: Dataset, as_of: datetime) -> DatasetState:
             )
         )
     return state
-
-
-def search_datasets(
-    text: str = "",
-    namespace: str | None = None,
-    pii: bool | None = None,
-    owner: str | None = None,
-) -> QuerySet[Dataset]:
-    qs = datasets_with_details().filter(is_hidden=False)
-    if text:
-        qs = qs.filter(Q(name__icontains=text) | Q(description__icontains=text))
-    if namespace:
-        qs = qs.filter(namespace__name=namespace)
-    if pii is True:
-        qs = qs.filter(Q(fields__pii_category__gt="") | Q(fields__subject_kind__isnull=False))
-    if owner:
-        qs = qs.filter(ownerships__owner__name=owner)
-    return qs.distinct()

@@ -39,6 +39,7 @@ from catalog import actions, auth, naming, queries
 from catalog.errors import ApiError, error_response
 from catalog.flags import field_flags
 from catalog.models import (
+    PERSONAL_DATA,
     ChangeRecord,
     Dataset,
     DatasetAlias,
@@ -373,7 +374,7 @@ def overview_stats() -> dict[str, Any]:
             "datasets": visible.count(),
             "unowned": visible.filter(~Exists(owned)).count(),
             "pii_fields": DatasetField.objects.filter(
-                Q(pii_category__gt="") | Q(subject_kind__isnull=False), removed_at__isnull=True
+                PERSONAL_DATA, removed_at__isnull=True
             ).count(),
             "namespaces": list(
                 Namespace.objects.annotate(n=Count("datasets")).order_by("name")[:200]
@@ -737,7 +738,6 @@ class SignInView(LoginView):
 # --- stewardship -----------------------------------------------------------
 
 
-PERSONAL_DATA = Q(pii_category__gt="") | Q(subject_kind__isnull=False)
 MAX_LITERAL_IDS = 5000
 
 

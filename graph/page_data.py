@@ -32,6 +32,7 @@ from django.urls import reverse
 from catalog.errors import ApiError
 from catalog.flags import FLAG_ATTRIBUTES, flags_as_of
 from catalog.models import (
+    PERSONAL_DATA,
     ChangeRecord,
     Dataset,
     DatasetField,
@@ -231,7 +232,7 @@ def personal_data_flags(pks: list[int], as_of: datetime | None) -> dict[int, dic
         if as_of is None:
             rows = (
                 DatasetField.objects.filter(
-                    _personal_data(), removed_at__isnull=True, dataset_id__any_of=chunk
+                    PERSONAL_DATA, removed_at__isnull=True, dataset_id__any_of=chunk
                 )
                 .order_by()
                 .values_list("dataset_id", "subject_kind_id")
@@ -262,7 +263,7 @@ def _personal_then(pks: list[int], as_of: datetime) -> list[tuple[int, bool]]:
     )
     alive = DatasetField.objects.filter(exists, dataset_id__any_of=pks).order_by()
     maybe = dict(
-        alive.filter(_personal_data() | Q(propagated_flags__isnull=False)).values_list(
+        alive.filter(PERSONAL_DATA | Q(propagated_flags__isnull=False)).values_list(
             "pk", "dataset_id"
         )
     )
@@ -684,10 +685,6 @@ def orphans(limit: int = 50) -> queries.DatasetPage:
 # --- search ----------------------------------------------------------------
 
 
-def _personal_data() -> Q:
-    return Q(pii_category__gt="") | Q(subject_kind__isnull=False)
-
-
 @dataclass
 class SearchResults:
     datasets: list[Dataset] = field(default_factory=list)
@@ -814,7 +811,7 @@ def search(
         else:
             cols = cols.filter(dataset__is_hidden=False)
         if pii_only:
-            cols = cols.filter(_personal_data())
+            cols = cols.filter(PERSONAL_DATA)
         results.columns, results.more["columns"] = ranked(
             cols.select_related("dataset__namespace", "subject_kind"), "name", q, limit
         )

@@ -41,6 +41,7 @@ from django.dispatch import receiver
 from catalog import bulk
 from catalog.flags import FieldTimeline, chunks, timelines, union_flag
 from catalog.models import (
+    PERSONAL_DATA,
     ChangeRecord,
     ChangeSource,
     DatasetField,
@@ -345,10 +346,9 @@ def recompute_all() -> int:
     many sources there are."""
     with transaction.atomic():
         ever = set(
-            DatasetField.objects.filter(
-                Q(flag_source=FlagSource.DECLARED)
-                & (~Q(pii_category="") | Q(subject_kind__isnull=False))
-            ).values_list("pk", flat=True)
+            DatasetField.objects.filter(PERSONAL_DATA, flag_source=FlagSource.DECLARED).values_list(
+                "pk", flat=True
+            )
         )
         named = set(
             ChangeRecord.objects.filter(attribute__in=("pii_category", "subject_kind"))

@@ -19,12 +19,27 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
+from django.db.models import (
+    Count,
+    DurationField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    QuerySet,
+)
 from django.db.models.expressions import Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
-from catalog.models import Dataset, DatasetField, LifecycleState
+from catalog.models import (
+    PERSONAL_DATA,
+    Dataset,
+    DatasetField,
+    DatasetOwnership,
+    LifecycleState,
+)
 from graph.models import Direction, Run, RunState, TableEdge
 from ingest.models import EventState, RawEvent
 from ops.models import SliSample
@@ -45,16 +60,22 @@ class Scope:
     personal: bool = False
 
     def datasets(self) -> QuerySet[Dataset]:
+        # Conditions on other tables are EXISTS and IN subqueries: one row per dataset,
+        # so counts need no DISTINCT.
         found = Dataset.objects.filter(
             alias_of__isnull=True, dropped_at__isnull=True, is_hidden=False
         ).exclude(lifecycle_state=LifecycleState.DROPPED)
         if self.namespace:
             found = found.filter(namespace__name=self.namespace)
         if self.owner:
-            found = found.filter(ownerships__owner__name=self.owner)
+            found = found.filter(
+                Exists(
+                    DatasetOwnership.objects.filter(dataset=OuterRef("pk"), owner__name=self.owner)
+                )
+            )
         if self.personal:
             found = found.filter(pk__in=personal_datasets())
-        return found.distinct()
+        return found
 
     def events(self) -> QuerySet[RawEvent]:
         found = RawEvent.objects.all()
@@ -67,7 +88,7 @@ def personal_datasets() -> QuerySet[DatasetField, Any]:
     """The datasets holding personal data: a live field flagged, declared or propagated."""
     return (
         DatasetField.objects.filter(removed_at__isnull=True)
-        .filter(~Q(pii_category="") | Q(subject_kind__isnull=False))
+        .filter(PERSONAL_DATA)
         .values("dataset_id")
     )
 
@@ -121,10 +142,12 @@ def _share(good: int, judged: int) -> float | None:
 
 def coverage(scope: Scope, page: slice) -> Indicator:
     datasets = scope.datasets()
-    total = datasets.count()
-    lineage = TableEdge.objects.filter(valid_to__isnull=True).values("dataset_id")
-    without = datasets.exclude(pk__in=lineage)
-    missing = without.count()
+    without_lineage = ~Exists(
+        TableEdge.objects.filter(dataset=OuterRef("pk"), valid_to__isnull=True)
+    )
+    counts = datasets.aggregate(total=Count("pk"), missing=Count("pk", filter=without_lineage))
+    total, missing = counts["total"], counts["missing"]
+    without = datasets.filter(without_lineage)
     rows = without.select_related("namespace").order_by("namespace__name", "name")[page]
     return Indicator(
         "coverage",
@@ -139,13 +162,28 @@ def coverage(scope: Scope, page: slice) -> Indicator:
     )
 
 
-def cadences(job_ids: set[int]) -> dict[int, tuple[datetime, timedelta]]:
-    """Per job with at least two finished runs: when its last one ended, and its usual
-    interval (the median gap between the starts of its last CADENCE_RUNS runs)."""
-    if not job_ids:
-        return {}
+def finished_runs() -> QuerySet[Run]:
+    return Run.objects.filter(state=RunState.COMPLETED, ended_at__isnull=False)
+
+
+def timed_jobs() -> QuerySet[Run, Any]:
+    """The jobs with at least two finished runs, which have a usual interval."""
+    return (
+        finished_runs()
+        .order_by()
+        .values("job_id")
+        .annotate(runs=Count("pk"))
+        .filter(runs__gte=2)
+        .values("job_id")
+    )
+
+
+def cadences(job_ids: QuerySet[Any, Any]) -> dict[int, tuple[datetime, timedelta]]:
+    """Per job of ``job_ids`` with at least two finished runs: when its last one ended, and
+    its usual interval (the median gap between the starts of its last CADENCE_RUNS runs)."""
     ranked = (
-        Run.objects.filter(job_id__in=job_ids, state=RunState.COMPLETED, ended_at__isnull=False)
+        finished_runs()
+        .filter(job_id__in=job_ids)
         .annotate(
             rank=Window(RowNumber(), partition_by=F("job_id"), order_by=F("created_at").desc())
         )
@@ -171,12 +209,16 @@ def judged_freshness(
 ) -> dict[int, tuple[timedelta, timedelta, datetime]]:
     """Per dataset of the scope written by a job that ran at least twice: how long since it
     was last written, its writers' usual interval, and when it was last written."""
+    writes = TableEdge.objects.filter(
+        valid_to__isnull=True,
+        direction=Direction.OUTPUT,
+        dataset__in=scope.datasets(),
+        job_id__in=timed_jobs(),
+    )
     writers: dict[int, set[int]] = defaultdict(set)
-    for dataset_id, job_id in TableEdge.objects.filter(
-        valid_to__isnull=True, direction=Direction.OUTPUT, dataset__in=scope.datasets()
-    ).values_list("dataset_id", "job_id"):
+    for dataset_id, job_id in writes.values_list("dataset_id", "job_id"):
         writers[dataset_id].add(job_id)
-    known = cadences({job for jobs in writers.values() for job in jobs})
+    known = cadences(writes.values("job_id")) if writers else {}
     judged = {}
     for dataset_id, jobs in writers.items():
         timed = [known[job] for job in jobs if job in known]
@@ -223,11 +265,14 @@ def freshness(scope: Scope, page: slice, now: datetime) -> Indicator:
 
 def completeness(scope: Scope, page: slice) -> Indicator:
     personal = scope.datasets().filter(pk__in=personal_datasets())
-    judged = personal.count()
-    lacking = personal.filter(
-        Q(ownerships__isnull=True) | Q(retention_policy__isnull=True) | Q(sensitivity="")
-    ).distinct()
-    missing = lacking.count()
+    incomplete = (
+        ~Exists(DatasetOwnership.objects.filter(dataset=OuterRef("pk")))
+        | Q(retention_policy__isnull=True)
+        | Q(sensitivity="")
+    )
+    counts = personal.aggregate(judged=Count("pk"), missing=Count("pk", filter=incomplete))
+    judged, missing = counts["judged"], counts["missing"]
+    lacking = personal.filter(incomplete)
     rows = (
         lacking.select_related("namespace")
         .prefetch_related("ownerships")
