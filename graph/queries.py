@@ -1319,6 +1319,15 @@ def orphans(
     return _dataset_page(qs, as_of, limit, offset)
 
 
+def in_use_now() -> IntArray:
+    """The datasets a job reads or writes now, from the edge snapshot (a read by a retired
+    job, one that wrote datasets and writes none now, does not count): the coverage
+    indicator's rule, and the complement of ``untouched``."""
+    snap = snapshot.table()
+    parts = [snap.store(layer).cols["ds"][pos] for layer, pos in snap.all_valid(TimeFilter())]
+    return np.unique(np.concatenate(parts)).astype(np.int64) if parts else snapshot.EMPTY
+
+
 def untouched(*, limit: int = 100) -> DatasetPage:
     """Datasets no job reads or writes now (a final output a job still writes is in use;
     a read by a retired job, one that wrote datasets and writes none now, does not count)."""

@@ -579,6 +579,19 @@ def test_a_dataset_read_only_by_a_retired_job_is_an_orphan(shop, viewer):
     assert "shop.public.orders" in html
 
 
+def test_coverage_misses_are_the_datasets_stewardship_calls_orphans(shop):
+    from graph import queries
+    from graph.models import TableEdge
+    from ops import slis
+
+    TableEdge.objects.filter(dataset__in=[shop.revenue, shop.c360]).update(valid_to=pb.T3)
+    coverage = slis.coverage(slis.Scope(), slice(0, 100))
+    orphans = queries.untouched()
+    assert "shop.public.orders" in {m["name"] for m in coverage.misses}
+    assert {m["id"] for m in coverage.misses} == {d.node_id for d in orphans.items}
+    assert coverage.missing == orphans.total
+
+
 @pytest.mark.parametrize(
     ("name", "short"),
     [
