@@ -317,6 +317,15 @@ CELERY_BEAT_SCHEDULE["graph-render-node-documents"] = {
     "task": "graph.tasks.render_node_documents",
     "schedule": float(GRAPH_DOCUMENTS_INTERVAL),
 }
+# Subject scans and erasures on Spark: the worker renews a run's heartbeat this often; a
+# run not heard from for PRIVACY_RUN_STALE_SECONDS lost its worker (killed, host gone) and
+# is failed, its sealed identifier values emptied, by the sweep (and when its page is read).
+PRIVACY_RUN_HEARTBEAT_SECONDS = env_int("PRIVACY_RUN_HEARTBEAT_SECONDS", 30, minimum=1)
+PRIVACY_RUN_STALE_SECONDS = env_int("PRIVACY_RUN_STALE_SECONDS", 300, minimum=1)
+CELERY_BEAT_SCHEDULE["privacy-sweep-runs"] = {
+    "task": "privacy.sweep_runs",
+    "schedule": 60.0,
+}
 CELERY_BEAT_SCHEDULE["ops-requeue-deliveries"] = {
     "task": "ops.requeue_deliveries",
     "schedule": 300.0,

@@ -11,16 +11,17 @@ import json
 import logging
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 from django.contrib.auth.models import Group, User
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 
@@ -480,10 +481,72 @@ def request_erasure_run(
 
 def _claim(run_id: str) -> PrivacyRun | None:
     """Move a pending run to running; None when another worker has it or it is finished."""
+    now = timezone.now()
     claimed = PrivacyRun.objects.filter(pk=run_id, state=RunState.PENDING).update(
-        state=RunState.RUNNING, started_at=timezone.now()
+        state=RunState.RUNNING, started_at=now, heartbeat_at=now
     )
     return PrivacyRun.objects.get(pk=run_id) if claimed else None
+
+
+@contextmanager
+def _heartbeat(run_id: str) -> Iterator[None]:
+    """Tell the sweep the run's worker is alive: its heartbeat renewed every
+    PRIVACY_RUN_HEARTBEAT_SECONDS from a thread of its own (a Spark stage can run for long
+    without a progress report) until the block ends."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        try:
+            while not stop.wait(settings.PRIVACY_RUN_HEARTBEAT_SECONDS):
+                try:
+                    PrivacyRun.objects.filter(pk=run_id, state=RunState.RUNNING).update(
+                        heartbeat_at=timezone.now()
+                    )
+                except DatabaseError as exc:  # tried again at the next beat
+                    log.warning("privacy run %s: heartbeat missed: %s", run_id, exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=beat, name=f"privacy-heartbeat-{run_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def current_run(run: PrivacyRun) -> PrivacyRun:
+    """``run`` as its page shows it: failed if its worker stopped (the sweep needs a beat
+    scheduler, which the embedded set-up has not)."""
+    if run.state == RunState.RUNNING and abandon_stale_runs(run):
+        run.refresh_from_db()
+    return run
+
+
+def abandon_stale_runs(run: PrivacyRun | None = None) -> int:
+    """Fail the running runs (or ``run``) not heard from for PRIVACY_RUN_STALE_SECONDS: their
+    worker was killed or its host lost, and no other worker takes over a run it cannot tell
+    is abandoned. Their sealed values are emptied; the audit and the metrics record the
+    failure. Returns how many."""
+    cutoff = timezone.now() - timedelta(seconds=settings.PRIVACY_RUN_STALE_SECONDS)
+    stale = PrivacyRun.objects.filter(state=RunState.RUNNING, heartbeat_at__lt=cutoff)
+    if run is not None:
+        stale = stale.filter(pk=run.pk)
+    failed = 0
+    for found in stale:
+        heard = found.heartbeat_at
+        assert heard is not None
+        kind = "scan" if found.kind == RunKind.SCAN else "erasure"
+        message = (
+            f"Its worker stopped: nothing heard from it since {heard:%Y-%m-%d %H:%M:%S} UTC. "
+            f"Start the {kind} again."
+        )
+        # Only if no heartbeat came meanwhile: a live worker keeps its run.
+        failed += _finish(
+            found, RunState.FAILED, dict(found.results), message, by="sweep", heartbeat_at=heard
+        )
+    return failed
 
 
 def _job_plan(run: PrivacyRun, runnable: list[dict[str, Any]], data_dir: Path) -> dict[str, Any]:
@@ -538,31 +601,34 @@ def run_privacy_job(run_id: str) -> None:
     values: list[str] = []
     token = None
     try:
-        values = unseal(run.sealed)
-        if run.kind == RunKind.SCAN and not run.targets:
-            _scan_targets(run)
-            results = dict(run.results)
-        runnable = [t for t in run.targets if t["runnable"]]
-        data_dir = Path(settings.DATA_DIR)
-        data_dir.mkdir(parents=True, exist_ok=True)
+        with _heartbeat(run_id):
+            values = unseal(run.sealed)
+            if run.kind == RunKind.SCAN and not run.targets:
+                _scan_targets(run)
+                results = dict(run.results)
+            runnable = [t for t in run.targets if t["runnable"]]
+            data_dir = Path(settings.DATA_DIR)
+            data_dir.mkdir(parents=True, exist_ok=True)
 
-        def progress(done: int, total: int, result: dict[str, Any]) -> None:
-            results[result["key"]] = result
-            PrivacyRun.objects.filter(pk=run_id).update(progress_done=done, results=results)
+            def progress(done: int, total: int, result: dict[str, Any]) -> None:
+                results[result["key"]] = result
+                PrivacyRun.objects.filter(pk=run_id).update(progress_done=done, results=results)
 
-        api_key = None
-        if run.kind == RunKind.APPLY and run.lineage_url and lineage_transport_factory is None:
-            token, api_key = _job_token()
-        with tempfile.TemporaryDirectory(prefix="privacy-run-") as work:
-            plan_path = Path(work) / "plan.json"
-            result_path = Path(work) / "result.json"
-            plan_path.write_text(json.dumps(_job_plan(run, runnable, data_dir)), encoding="utf-8")
-            if runnable:
-                _execute(run, plan_path, result_path, values, progress, api_key)
-                outcome = json.loads(result_path.read_text(encoding="utf-8"))
-                for result in outcome["datasets"]:
-                    results[result["key"]] = result
-        failed = [k for k, r in results.items() if r.get("status") == "error"]
+            api_key = None
+            if run.kind == RunKind.APPLY and run.lineage_url and lineage_transport_factory is None:
+                token, api_key = _job_token()
+            with tempfile.TemporaryDirectory(prefix="privacy-run-") as work:
+                plan_path = Path(work) / "plan.json"
+                result_path = Path(work) / "result.json"
+                plan_path.write_text(
+                    json.dumps(_job_plan(run, runnable, data_dir)), encoding="utf-8"
+                )
+                if runnable:
+                    _execute(run, plan_path, result_path, values, progress, api_key)
+                    outcome = json.loads(result_path.read_text(encoding="utf-8"))
+                    for result in outcome["datasets"]:
+                        results[result["key"]] = result
+            failed = [k for k, r in results.items() if r.get("status") == "error"]
         _finish(run, RunState.FAILED if failed else RunState.DONE, results, "")
     except SealError as exc:
         _finish(run, RunState.FAILED, results, str(exc))
@@ -610,7 +676,16 @@ def _execute(
     write_result(result_path, result)
 
 
-def _finish(run: PrivacyRun, state: str, results: dict[str, Any], error: str) -> None:
+def _finish(
+    run: PrivacyRun,
+    state: str,
+    results: dict[str, Any],
+    error: str,
+    by: str = "worker",
+    **unless_changed: Any,
+) -> bool:
+    """End a running run (once: False when it had ended, or ``unless_changed`` no longer
+    holds), then count it and audit it."""
     changes: dict[str, Any] = {
         "state": state,
         "finished_at": timezone.now(),
@@ -620,7 +695,12 @@ def _finish(run: PrivacyRun, state: str, results: dict[str, Any], error: str) ->
     }
     if state == RunState.DONE:
         changes["progress_done"] = run.progress_total
-    PrivacyRun.objects.filter(pk=run.pk).update(**changes)
+    ended = PrivacyRun.objects.filter(pk=run.pk, state=RunState.RUNNING, **unless_changed)
+    if not ended.update(**changes):
+        log.warning(
+            "privacy run %s had ended already: its %s outcome is not recorded", run.pk, state
+        )
+        return False
     metrics.SPARK_JOBS.labels(run.kind, state).inc()
     if run.started_at is not None:
         ran = (changes["finished_at"] - run.started_at).total_seconds()
@@ -645,5 +725,6 @@ def _finish(run: PrivacyRun, state: str, results: dict[str, Any], error: str) ->
         as_of=run.as_of,
         result_count=found,
         reference=run.id,
-        detail={"by": "worker", "error": error} if error else {"by": "worker"},
+        detail={"by": by, "error": error} if error else {"by": by},
     )
+    return True

@@ -362,7 +362,7 @@ def _run_or_404(request: Request, run_id: UUID) -> PrivacyRun:
     run = queries.access_run(request.user, run_id)
     if run is None:
         raise ApiError(f"Run {run_id} not found", "id", status_code=404)
-    return run
+    return actions.current_run(run)
 
 
 def _plan_or_404(request: Request, plan_id: UUID) -> ErasurePlan:

@@ -166,6 +166,9 @@ class PrivacyRun(models.Model):
     )
     created_by_name = models.CharField(max_length=150)
     started_at = models.DateTimeField(null=True, blank=True)
+    # Renewed by the worker while the run works; a run not heard from for
+    # PRIVACY_RUN_STALE_SECONDS lost its worker and is failed by the sweep.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     progress_done = models.IntegerField(default=0)
     progress_total = models.IntegerField(default=0)

@@ -209,7 +209,7 @@ def _run(request: HttpRequest, run_id: UUID) -> PrivacyRun:
     run = queries.access_run(request.user, run_id)
     if run is None:
         raise Http404("No such run")
-    return run
+    return actions.current_run(run)
 
 
 @privacy_page(SEARCH_SUBJECTS, AuditAction.SCAN)

@@ -7,12 +7,15 @@ import hmac
 import json
 import logging
 import sys
+import time
+from datetime import timedelta
 from typing import Any
 from unittest import mock
 
 import pytest
 import time_machine
 from django.db import connection
+from django.utils import timezone
 from django.views.debug import ExceptionReporter
 
 from privacy import actions
@@ -280,6 +283,77 @@ def test_it_does_not_run_a_claimed_run_twice(shop, compliance, fake_spark):
     )
     actions.run_privacy_job(str(run.id))
     assert "plan" not in fake_spark
+
+
+def stale_run(compliance, minutes: int) -> PrivacyRun:
+    """A scan left running by a worker last heard from ``minutes`` ago."""
+    heard = timezone.now() - timedelta(minutes=minutes)
+    return PrivacyRun.objects.create(
+        kind="scan",
+        subject_kind="customer",
+        created_by=compliance,
+        created_by_name="carl",
+        state="running",
+        started_at=heard - timedelta(minutes=1),
+        heartbeat_at=heard,
+        sealed=seal([SECRET]),
+        results={"k": {"status": "scanned", "rowsFound": 1}},
+    )
+
+
+def test_a_run_whose_worker_stopped_is_failed_and_its_seal_emptied(shop, compliance, officer):
+    from privacy.tasks import sweep_runs
+
+    dead, alive = stale_run(compliance, 10), stale_run(compliance, 1)
+    assert sweep_runs() == 1
+    dead.refresh_from_db()
+    alive.refresh_from_db()
+    assert (dead.state, dead.sealed, alive.state) == ("failed", "", "running")
+    assert dead.error.startswith("Its worker stopped: nothing heard from it since ")
+    assert dead.error.endswith("Start the scan again.")
+    assert dead.results == {"k": {"status": "scanned", "rowsFound": 1}}
+    assert alive.sealed != ""
+    entry = AuditEntry.objects.filter(reference=str(dead.pk)).get()
+    assert (entry.outcome, entry.detail["by"]) == ("failed", "sweep")
+    # The worker coming back later records nothing over it.
+    assert not actions._finish(dead, "done", {}, "")
+    assert sweep_runs() == 0
+
+
+def test_a_run_page_read_after_its_worker_stopped_says_so(shop, compliance, officer):
+    """No beat scheduler runs in the embedded set-up: reading the run fails it."""
+    run = stale_run(compliance, 10)
+    body = officer.get(f"/api/v1/privacy/runs/{run.pk}").json()
+    assert body["state"] == "failed" and "Its worker stopped" in body["error"]
+    run.refresh_from_db()
+    assert run.sealed == ""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_working_run_renews_its_heartbeat(compliance, fake_spark, settings):
+    """The heartbeat thread writes through its own connection, so the test commits."""
+    settings.PRIVACY_RUN_HEARTBEAT_SECONDS = 0.01
+    beats = []
+
+    def slow(run, plan_path, result_path, values, progress, api_key):
+        for _ in range(50):
+            time.sleep(0.01)
+            beats.append(PrivacyRun.objects.get(pk=run.pk).heartbeat_at)
+        result_path.write_text(json.dumps({"datasets": []}))
+
+    run = PrivacyRun.objects.create(
+        kind="scan",
+        subject_kind="customer",
+        created_by=compliance,
+        created_by_name="carl",
+        sealed=seal([SECRET]),
+        targets=[{"key": "k", "runnable": True, "location": "/x", "format": "csv", "columns": []}],
+    )
+    with mock.patch.object(actions, "_execute", slow):
+        actions.run_privacy_job(str(run.id))
+    run.refresh_from_db()
+    assert run.state == "done"
+    assert len(set(beats)) > 1
 
 
 def test_it_makes_an_ordered_erasure_plan_and_exports_it(shop, officer):
