@@ -336,7 +336,7 @@ CELERY_BEAT_SCHEDULE["ops-notify-stale"] = {
 }
 CELERY_BEAT_SCHEDULE["ops-record-slis"] = {
     "task": "ops.record_slis",
-    "schedule": 24 * 3600.0,
+    "schedule": 3600.0,
 }
 CELERY_BEAT_SCHEDULE["graph-compact-lineage-detail"] = {
     "task": "graph.tasks.compact_lineage_detail",

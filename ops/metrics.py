@@ -83,6 +83,7 @@ class DatabaseFigures(Collector):
         from graph import revision, snapshot
         from graph.models import GraphRevisionLog
         from ingest.models import EventState, RawEvent
+        from ops.models import SliSample
 
         up = GaugeMetricFamily("lineage_database_up", "Whether the scrape could read the database")
         try:
@@ -98,6 +99,8 @@ class DatabaseFigures(Collector):
                 at=Min("received_at")
             )["at"]
             current = revision.current()
+            latest = SliSample.objects.order_by("-day").values_list("day", flat=True).first()
+            measured = list(SliSample.objects.filter(day=latest)) if latest else []
             held = {name: s["revision"] for name, s in snapshot.stats()["snapshots"].items()}
             committed = dict(
                 GraphRevisionLog.objects.filter(revision__in=set(held.values())).values_list(
@@ -146,6 +149,26 @@ class DatabaseFigures(Collector):
                 ages.add_metric([name], max((now - committed[value]).total_seconds(), 0.0))
         yield revisions
         yield ages
+        values = GaugeMetricFamily(
+            "lineage_sli",
+            "The lineage's service level indicators, as last measured (see /api/v1/slis)",
+            labels=["indicator"],
+        )
+        targets = GaugeMetricFamily(
+            "lineage_sli_target", "Each indicator's target", labels=["indicator"]
+        )
+        for sample in measured:
+            if sample.value is not None:  # nothing judged: no value
+                values.add_metric([sample.name], sample.value)
+            targets.add_metric([sample.name], sample.target)
+        yield values
+        yield targets
+        if measured:
+            yield GaugeMetricFamily(
+                "lineage_sli_measured_timestamp_seconds",
+                "When the indicators were last measured (Unix time)",
+                value=max(s.measured_at for s in measured).timestamp(),
+            )
 
 
 _database = CollectorRegistry()

@@ -6,15 +6,18 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.utils import timezone
 
 
 class SliSample(models.Model):
-    """An indicator's value on a day, over the whole catalog (the Health page's trends)."""
+    """An indicator's value on a day, over the whole catalog (the Health page's trends): the
+    last of the day's hourly measures. ``/metrics`` shows the latest as gauges."""
 
     day = models.DateField()
     name = models.CharField(max_length=32)
     value = models.FloatField(null=True)
     target = models.FloatField()
+    measured_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["day", "name"], name="sli_sample_day")]

@@ -402,7 +402,8 @@ TREND_DAYS = 30
 
 
 def record_today(now: datetime | None = None) -> list[SliSample]:
-    """Store today's value of each indicator over the whole catalog (again: replaced)."""
+    """Store today's value of each indicator over the whole catalog (again: replaced; the
+    scheduled task measures every hour, so the day keeps its last measure)."""
     now = now or timezone.now()
     day = timezone.localdate(now)
     kept = []
@@ -410,7 +411,7 @@ def record_today(now: datetime | None = None) -> list[SliSample]:
         sample, _ = SliSample.objects.update_or_create(
             day=day,
             name=indicator.name,
-            defaults={"value": indicator.value, "target": indicator.target},
+            defaults={"value": indicator.value, "target": indicator.target, "measured_at": now},
         )
         kept.append(sample)
     return kept

@@ -12,7 +12,8 @@ from ops.models import Delivery
 
 @shared_task(name="ops.record_slis", ignore_result=True)
 def record_slis() -> dict[str, float | None]:
-    """Keep today's value of each indicator (scheduled daily): the Health page's trends."""
+    """Measure each indicator and keep it as today's (scheduled hourly): the Health page's
+    trends and the ``lineage_sli`` gauges the alert rules read."""
     return {sample.name: sample.value for sample in slis.record_today()}
 
 

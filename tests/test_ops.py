@@ -3,6 +3,7 @@ them. (A real database and broker outage: tests/integration/test_ops_outage.py.)
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import json
 import socket
@@ -161,3 +162,70 @@ def test_an_event_that_fails_for_good_is_counted_as_a_dead_letter(
         == 1
     )
     assert total(after, "lineage_dead_letters") == 1
+
+
+def exported_names(client: Any) -> set[str]:
+    """The metric families /metrics declares and the samples it carries (a labelled counter
+    nobody incremented has no sample yet)."""
+    response = client.get("/metrics")
+    names = set()
+    for family in text_string_to_metric_families(response.content.decode()):
+        names.add(family.name)
+        names.update(sample.name for sample in family.samples)
+    return names
+
+
+def test_the_measured_indicators_are_gauges_against_their_targets(api, viewer):
+    from ops import slis
+
+    measured = {s.name: s for s in slis.record_today()}
+    samples = scrape(api(viewer))
+    for name in ("coverage", "ingestionLag", "deadLetters"):
+        labels = (("indicator", name),)
+        assert samples[("lineage_sli_target", labels)] == measured[name].target
+        if measured[name].value is None:  # nothing judged yet
+            assert ("lineage_sli", labels) not in samples
+        else:
+            assert samples[("lineage_sli", labels)] == measured[name].value
+    stamp = samples[("lineage_sli_measured_timestamp_seconds", ())]
+    assert stamp == measured["coverage"].measured_at.timestamp()
+
+
+def test_every_alert_rule_parses_reads_exported_metrics_and_links_its_runbook(api, viewer, client):
+    import promql_parser
+    import yaml
+    from django.core.management import call_command
+
+    from ops import slis
+    from ops.alerts import ALERTS
+
+    slis.record_today()
+    names = exported_names(api(viewer))
+    client.force_login(viewer)
+    runbooks = client.get("/health/runbooks").content.decode()
+    for alert in ALERTS:
+        expr = promql_parser.parse(alert.expr)
+        selectors: list[str] = []
+        promql_parser.walk(
+            expr,
+            lambda node: (
+                selectors.append(node.name)  # noqa: B023
+                if isinstance(node, promql_parser.VectorSelector)
+                else None
+            ),
+        )
+        assert selectors, alert.name
+        for name in selectors:
+            family = name.removesuffix("_total").removesuffix("_bucket")
+            assert name in names or family in names, (alert.name, name)
+        assert f'id="{alert.runbook}"' in runbooks, alert.name
+        assert alert.severity in ("page", "ticket")
+    out = io.StringIO()
+    call_command("alert_rules", base_url="https://lineage.example.com/", stdout=out)
+    (group,) = yaml.safe_load(out.getvalue())["groups"]
+    assert [rule["alert"] for rule in group["rules"]] == [a.name for a in ALERTS]
+    lag = next(r for r in group["rules"] if r["alert"] == "LineageIngestionLagHigh")
+    assert lag["for"] == "10m" and lag["labels"] == {"severity": "page"}
+    assert lag["annotations"]["runbook_url"] == (
+        "https://lineage.example.com/health/runbooks#ingestion-lag"
+    )
