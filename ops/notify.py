@@ -249,46 +249,74 @@ def _node_names(datasets: Iterable[int], jobs: Iterable[int]) -> dict[tuple[str,
     return names
 
 
+# A schema version that arrives after a newer one (a retried or replayed event) is told if
+# it began within this; an archive loaded after the present brings changes long past.
+LATE_SCHEMA_WINDOW = timedelta(days=7)
+
+
+def _schema_changes(before: DatasetVersion, after: DatasetVersion) -> dict[str, str]:
+    """The columns of ``before`` that ``after`` removes or retypes."""
+    old = {str(f.get("name")): str(f.get("type") or "") for f in before.fields or []}
+    new = {str(f.get("name")): str(f.get("type") or "") for f in after.fields or []}
+    return {
+        name: "removed" if name not in new else f"retyped {kind or '?'} → {new[name]}"
+        for name, kind in old.items()
+        if name not in new or (kind and new[name] and new[name] != kind)
+    }
+
+
 def schema_notices(versions: list[str]) -> list[Notice]:
     """Tell the owners of a dataset whose new schema removes or retypes columns that column
-    lineage reads, and the owners of the datasets reading them: once per schema version,
-    and only while it is the dataset's current one."""
+    lineage reads, and the owners of the datasets reading them: once per schema version.
+
+    A version that arrived late (a newer one was there already) is told with the time it
+    held, if it began within LATE_SCHEMA_WINDOW; so is what the newer one changes after
+    it that was not told before."""
     if not Subscription.objects.filter(active=True).exists():
         return []
     notices = []
+    horizon = timezone.now() - LATE_SCHEMA_WINDOW
     for version in DatasetVersion.objects.filter(version__in=versions).select_related(
         "dataset__namespace"
     ):
-        previous = (
-            DatasetVersion.objects.filter(
-                dataset_id=version.dataset_id, created_at__lt=version.created_at
-            )
-            .order_by("-created_at")
-            .first()
-        )
-        newer = DatasetVersion.objects.filter(
-            dataset_id=version.dataset_id, created_at__gt=version.created_at
-        )
-        if previous is None or newer.exists():
+        same = DatasetVersion.objects.filter(dataset_id=version.dataset_id)
+        previous = same.filter(created_at__lt=version.created_at).order_by("-created_at").first()
+        following = same.filter(created_at__gt=version.created_at).order_by("created_at").first()
+        if previous is None or (following is not None and version.created_at < horizon):
             continue
-        before = {str(f.get("name")): str(f.get("type") or "") for f in previous.fields or []}
-        after = {str(f.get("name")): str(f.get("type") or "") for f in version.fields or []}
-        changed = {
-            name: "removed" if name not in after else f"retyped {kind or '?'} → {after[name]}"
-            for name, kind in before.items()
-            if name not in after or (kind and after[name] and after[name] != kind)
-        }
+        until = None if following is None else following.created_at
+        changed = _schema_changes(previous, version)
         if changed:
-            notices += _schema_notice(version, changed)
+            notices += _schema_notice(version, changed, until=until)
+        if following is not None:
+            told = _schema_changes(previous, following)
+            after = {
+                name: how
+                for name, how in _schema_changes(version, following).items()
+                if told.get(name) != how
+            }
+            if after:
+                following.dataset = version.dataset
+                notices += _schema_notice(following, after, after_version=version)
     return notices
 
 
-def _schema_notice(version: DatasetVersion, changed: dict[str, str]) -> list[Notice]:
+def _schema_notice(
+    version: DatasetVersion,
+    changed: dict[str, str],
+    until: datetime | None = None,
+    after_version: DatasetVersion | None = None,
+) -> list[Notice]:
+    """One notice of ``changed`` columns of ``version`` to the readers downstream; ``until``
+    a late version's end (it held only then), ``after_version`` the late version that a
+    newer one now follows."""
     dataset = version.dataset
     readers = ColumnEdge.objects.filter(
         source_field__dataset_id=dataset.pk,
         source_field__name__in=list(changed),
     ).filter(Q(valid_to__isnull=True) | Q(valid_to__gte=version.created_at))
+    if until is not None:
+        readers = readers.filter(valid_from__lt=until)
     reached: dict[int, dict[str, Any]] = {}
     for column, job_ns, job, target_id, target_ns, target, target_field in readers.values_list(
         "source_field__name",
@@ -312,13 +340,21 @@ def _schema_notice(version: DatasetVersion, changed: dict[str, str]) -> list[Not
     if not reached:
         return []  # nothing downstream reads those columns
     what = ", ".join(f"{name} {how}" for name, how in sorted(changed.items()))
+    key = f"schema:{version.version}"
+    extra: dict[str, Any] = {"changedDataset": dataset.node_id, "changes": changed}
+    if until is not None:
+        what += f" (from {version.created_at:%Y-%m-%d %H:%M} until {until:%Y-%m-%d %H:%M} UTC, told late)"
+        extra |= {"from": version.created_at.isoformat(), "until": until.isoformat()}
+    if after_version is not None:
+        key += f":after:{after_version.version}"
+        what += f" (after a version of {after_version.created_at:%Y-%m-%d %H:%M} UTC told late)"
     return publish(
         NoticeKind.SCHEMA,
-        f"schema:{version.version}",
+        key,
         f"{dataset.name}: {what}"[:255],
         {dataset.pk: {"changed": changed}, **reached},
         link=page_url(dataset),
-        extra={"changedDataset": dataset.node_id, "changes": changed},
+        extra=extra,
     )
 
 

@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+import time_machine
 from django.core import mail
 from django.utils import timezone
 
@@ -273,6 +274,64 @@ def test_a_schema_dropping_a_column_read_downstream_tells_its_readers(
         )
     )
     assert len(hook.received) == 1
+
+
+def test_a_schema_version_arriving_late_is_told_with_the_time_it_held(
+    hook, django_capture_on_commit_callbacks
+):
+    from catalog.models import Namespace
+
+    def load(*events: dict[str, Any]) -> None:
+        with django_capture_on_commit_callbacks(execute=True):
+            actions.ingest_event_dicts(list(events), inline=True)
+
+    def write(n: int, when: str, *fields: str | tuple[str, str]) -> dict[str, Any]:
+        orders = dataset("orders", schema=schema(*fields))
+        return run_event("COMPLETE", run_id(n), when, job="load", outputs=[orders])
+
+    with time_machine.travel("2026-03-04T00:00:00Z"):
+        orders = dataset("orders", schema=schema("id", "amount"))
+        total = dataset(
+            "totals",
+            schema=schema("amount"),
+            columnLineage=columns({"amount": [("orders", "amount")]}),
+        )
+        load(
+            write(1, at(1), "id", "amount"),
+            run_event("COMPLETE", run_id(2), at(1, 1), job="sum", inputs=[orders], outputs=[total]),
+            write(3, at(3), "id", "amount"),
+        )
+        Subscription.objects.create(
+            name="analysts", namespace=Namespace.objects.get(name=PG), webhook_url=hook.url
+        )
+        assert hook.received == []
+        # A retried run of the 2nd, arriving after the 3rd's: amount was missing from then on.
+        load(write(4, at(2), "id"))
+        (sent,) = hook.received
+        assert sent["body"]["title"] == (
+            "orders: amount removed (from 2026-03-02 00:00 until 2026-03-03 00:00 UTC, told late)"
+        )
+        assert (sent["body"]["from"], sent["body"]["until"]) == (
+            "2026-03-02T00:00:00+00:00",
+            "2026-03-03T00:00:00+00:00",
+        )
+        assert [d["name"] for d in sent["body"]["datasets"]] == ["orders", "totals"]
+        # The 3rd now follows a version without amount: it adds it back, which tells nobody.
+        # A version later than the 3rd, retyped, after a late one that retyped it otherwise:
+        load(write(5, at(3, 12), ("id", "string"), ("amount", "decimal")))
+        load(write(6, at(3, 6), ("id", "string"), ("amount", "double")))
+        titles = [r["body"]["title"] for r in hook.received[1:]]
+        assert titles == [
+            "orders: amount retyped string → decimal",
+            "orders: amount retyped string → double "
+            "(from 2026-03-03 06:00 until 2026-03-03 12:00 UTC, told late)",
+            "orders: amount retyped double → decimal "
+            "(after a version of 2026-03-03 06:00 UTC told late)",
+        ]
+    # History loaded long after it happened is not told.
+    with time_machine.travel("2026-04-01T00:00:00Z"):
+        load(write(7, at(2, 12), "id"))
+    assert len(hook.received) == 4
 
 
 def test_a_delivery_whose_task_was_lost_is_sent_by_the_sweep(chain, hook, settings):
