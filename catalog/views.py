@@ -56,6 +56,7 @@ from catalog.models import (
     SubjectKind,
 )
 from catalog.params import optional_instant
+from ingest import sql_queries
 
 T = TypeVar("T")
 read_required = permission_required(auth.READ_LINEAGE, raise_exception=True)
@@ -570,6 +571,9 @@ def dataset_detail(request: HttpRequest) -> HttpResponse:
         "nav": "datasets",
         "editable": as_of is None,
     }
+    names = [(dataset.namespace.name, dataset.name)]
+    names += [(a.namespace.name, a.name) for a in dataset.aliases.select_related("namespace")]
+    context["readers"] = sql_queries.readers_of(names, as_of=as_of)
     versions = queries.latest_versions(dataset, limit=21, as_of=as_of)
     context["versions"] = version_rows(versions)[:20]
     context["version_choices"] = versions

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Count, Max, Min, Q, Sum
 
 from catalog.api import iso
 from ingest.models import DatasetRead, SqlLogProblem, SqlLogState, SqlLogUpload
@@ -48,13 +50,39 @@ def status_summary(uploads: int = 10, problems: int = 50) -> SqlLogSummary:
     return SqlLogSummary(recent, latest, active)
 
 
-def reads_of(namespace: str, name: str, limit: int = 50) -> list[DatasetRead]:
-    """Who read a dataset, newest first (plain SELECTs from query logs)."""
-    return list(
-        DatasetRead.objects.filter(Q(namespace=namespace) & Q(name=name)).order_by("-last_at")[
-            :limit
-        ]
+@dataclass(frozen=True)
+class Reader:
+    """Someone who read a dataset with plain SELECTs, per the query logs."""
+
+    reader: str
+    reads: int
+    statements: int
+    first_at: datetime
+    last_at: datetime
+
+
+def readers_of(
+    names: Iterable[tuple[str, str]], as_of: datetime | None = None, limit: int = 20
+) -> list[Reader]:
+    """Who read a dataset under any of its ``names`` (namespace, name), the latest first;
+    as of an instant, the days of reads that had all passed by then."""
+    named = Q()
+    for namespace, name in names:
+        named |= Q(namespace=namespace, name=name)
+    reads = DatasetRead.objects.filter(named)
+    if as_of is not None:
+        reads = reads.filter(last_at__lte=as_of)
+    rows = (
+        reads.values("reader")
+        .annotate(
+            reads=Sum("count"),
+            statements=Count("fingerprint", distinct=True),
+            first=Min("first_at"),
+            last=Max("last_at"),
+        )
+        .order_by("-last", "reader")[:limit]
     )
+    return [Reader(r["reader"], r["reads"], r["statements"], r["first"], r["last"]) for r in rows]
 
 
 def upload_json(log: SqlLogUpload, problems: int = 100) -> dict[str, Any]:

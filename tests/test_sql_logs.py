@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlencode
@@ -101,6 +102,31 @@ def test_it_records_selects_as_reads_not_edges():
     reads = {(r.name, r.reader, r.count) for r in DatasetRead.objects.all()}
     assert reads == {("shop.public.customers", "analyst", 1), ("shop.public.orders", "analyst", 1)}
     assert not TableEdge.objects.filter(dataset__name="shop.public.customers").exists()
+
+
+def test_the_dataset_page_shows_who_read_it(client, viewer):
+    ingest("warehouse.csv")
+    client.force_login(viewer)
+    read = DatasetRead.objects.get(name="shop.public.customers")
+    customers = Dataset.objects.create(
+        namespace=Namespace.objects.get_or_create(name=read.namespace)[0],
+        name=read.name,
+        first_seen=datetime(2000, 1, 1, tzinfo=UTC),
+    )
+    page = client.get(
+        "/datasets/show", {"namespace": customers.namespace.name, "name": customers.name}
+    ).content.decode()
+    section = page[page.index('id="readers-h"') : page.index('id="history-h"')]
+    cells = [c.strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", section, re.S)]
+    assert cells[:3] == ["analyst", "1", "1"]
+    assert cells[4] == f"{read.last_at:%Y-%m-%d %H:%M}"
+    # As of an instant before the read: nobody yet.
+    before = read.first_at.replace(year=read.first_at.year - 1).isoformat()
+    earlier = client.get(
+        "/datasets/show",
+        {"namespace": customers.namespace.name, "name": customers.name, "asOf": before},
+    ).content.decode()
+    assert "No one read it in the SQL query logs loaded by then." in earlier
 
 
 def test_it_is_harmless_to_ingest_a_log_twice():
