@@ -158,13 +158,6 @@ def has_perm(user: Any, perm: str) -> bool:
     return bool(user.is_superuser or perm in grants(user).perms)
 
 
-def has_role(user: Any, *roles: str) -> bool:
-    """Whether the user is in one of the named role groups (superusers count as admin)."""
-    if not (user and user.is_authenticated and user.is_active):
-        return False
-    return not grants(user).roles.isdisjoint(roles)
-
-
 def role_names(user: Any) -> list[str]:
     if not (user and user.is_authenticated):
         return []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from catalog.exports import csv_text
-from graph.queries import GraphEdge, Impact, LineageGraph, TaintImpact
+from graph.queries import GraphEdge, Impact, LineageGraph
 
 IMPACT_COLUMNS = (
     "distance",
@@ -63,14 +63,6 @@ def lineage_csv(graph: LineageGraph) -> str:
             )
         )
     return csv_text(("origin", "origin_type", "destination", "destination_type"), rows)
-
-
-def taint_csv(impact: TaintImpact) -> str:
-    rows = [
-        ("dataset", d.node_id, d.distance, "", "; ".join(o.name for o in d.dataset.owners))
-        for d in impact.datasets
-    ] + [("rerun", j.node_id, j.distance, j.order, "") for j in impact.jobs_to_rerun]
-    return csv_text(("kind", "node_id", "distance", "rerun_order", "owners"), rows)
 
 
 # Label characters Mermaid shows as they are; every other one is written as Mermaid's

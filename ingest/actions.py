@@ -366,11 +366,6 @@ class Publisher:
 _publisher = Publisher(lambda ids: send_tasks(ids))
 
 
-def flush_published(timeout: float = 5.0) -> bool:
-    """Wait for the background publisher to hand everything to the broker."""
-    return _publisher.flush(timeout)
-
-
 # -- claiming and processing --------------------------------------------------------------
 
 
