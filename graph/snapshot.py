@@ -276,23 +276,9 @@ class Snapshot:
         """A mask over job ids: the jobs that have written datasets and write none now."""
         found = self._memo.get("now")
         if found is None:
-            found = self._memo["now"] = self._retired_mask()
+            now = TimeFilter()
+            found = self._memo["now"] = self._retired_under(self._layers(now), now)
         return found
-
-    def _retired_mask(self) -> BoolArray:
-        wrote, writing = [], []
-        for layer, store in ((0, self.base), (1, self.overlay)):
-            if store.size == 0:
-                continue
-            outputs = store.cols["out"] == 1
-            if layer == 0:
-                outputs &= self.alive
-            wrote.append(store.cols["job"][outputs])
-            writing.append(store.cols["job"][outputs & (store.cols["vt"] == OPEN)])
-        retired = np.setdiff1d(np.concatenate(wrote or [EMPTY]), np.concatenate(writing or [EMPTY]))
-        mask = np.zeros(self.size_of("job", retired), dtype=np.bool_)
-        mask[retired] = True
-        return mask
 
     def retired_jobs(self, jobs: IntArray, tf: TimeFilter) -> IntArray:
         """The ``jobs`` that had written a dataset by ``tf``'s instant (ever, for a window
@@ -366,14 +352,7 @@ class Snapshot:
     def all_valid(self, tf: TimeFilter) -> list[tuple[int, IntArray]]:
         """(layer, positions) of every edge valid under ``tf`` (without a retired job's
         reads, as ``expand``)."""
-        layers = []
-        for layer, store in ((0, self.base), (1, self.overlay)):
-            if store.size == 0:
-                continue
-            keep = tf.mask(store.cols["vf"], store.cols["vt"])
-            if layer == 0:
-                keep &= self.alive
-            layers.append((layer, store, keep))
+        layers = self._layers(tf)
         # At any time ever, every job that wrote did write: none is retired (the slider's
         # instants ask this on every answer).
         ever = not tf.current and tf.hi is None and tf.lo <= np.iinfo(np.int64).min
@@ -387,6 +366,18 @@ class Snapshot:
                 reads[~known] = False
                 layers[index] = (layer, store, keep & ~reads)
         return [(layer, np.flatnonzero(keep)) for layer, _, keep in layers]
+
+    def _layers(self, tf: TimeFilter) -> list[tuple[int, EdgeStore, BoolArray]]:
+        """Each store holding edges, with the mask of its edges valid under ``tf``."""
+        layers = []
+        for layer, store in ((0, self.base), (1, self.overlay)):
+            if store.size == 0:
+                continue
+            keep = tf.mask(store.cols["vf"], store.cols["vt"])
+            if layer == 0:
+                keep &= self.alive
+            layers.append((layer, store, keep))
+        return layers
 
     def _retired_under(
         self, layers: list[tuple[int, EdgeStore, BoolArray]], tf: TimeFilter
@@ -402,7 +393,7 @@ class Snapshot:
                 store.cols["job"][outputs & by_then.mask(store.cols["vf"], store.cols["vt"])]
             )
             writing.append(store.cols["job"][outputs & keep])
-        retired = np.setdiff1d(np.concatenate(wrote), np.concatenate(writing))
+        retired = np.setdiff1d(np.concatenate(wrote or [EMPTY]), np.concatenate(writing or [EMPTY]))
         mask = np.zeros(self.size_of("job", retired), dtype=np.bool_)
         mask[retired] = True
         return mask
