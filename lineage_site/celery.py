@@ -11,6 +11,11 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lineage_site.settings")
 
 app = Celery("lineage_site")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+if not app.conf.broker_url:
+    # No broker: tasks run in-process (CELERY_TASK_ALWAYS_EAGER), but Celery still opens a
+    # producer for each; kombu's in-memory transport keeps it off the network (the default
+    # would be AMQP on localhost, with a warning at every start).
+    app.conf.broker_url = "memory://localhost/"
 app.autodiscover_tasks()
 
 

@@ -86,3 +86,19 @@ def test_a_malformed_number_in_the_environment_is_named():
     assert "GRAPH_DOCUMENTS_INTERVAL must be at least 1, got 0" in result.stderr
     result = run_manage("check", GRAPH_DOCUMENTS_INTERVAL="5")
     assert result.returncode == 0, result.stderr
+
+
+def test_without_a_broker_tasks_run_here_off_the_network(tmp_path):
+    """Celery opens a producer even for in-process tasks: on kombu's memory transport,
+    without the warning (and the AMQP address) its default brought to every start."""
+    code = (
+        "from lineage_site import dispatch; from lineage_site.celery import app; "
+        "print(app.conf.task_always_eager, app.connection_for_write().transport_cls); "
+        "dispatch.send('privacy.sweep_runs', [])"
+    )
+    result = run_manage("migrate", "-v0", LINEAGE_DATA_DIR=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    result = run_manage("shell", "--no-imports", "-c", code, LINEAGE_DATA_DIR=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "memory"]
+    assert "No hostname was supplied" not in result.stderr
