@@ -307,7 +307,7 @@ GRAPH_NODE_DIRECTORY = env_bool("GRAPH_NODE_DIRECTORY", True)
 GRAPH_WARM_ON_START = env_bool("GRAPH_WARM_ON_START", True)
 # Work that would hold up a request goes to a background thread: reading the node
 # directory again after the change log lost track, folding a lineage snapshot's grown
-# overlay into a new base. Off (the tests), the request that notices reads the directory
+# overlay into a new base. Off, the request that notices reads the directory
 # itself, and overlays are not folded.
 GRAPH_BACKGROUND_REBUILD = env_bool("GRAPH_BACKGROUND_REBUILD", True)
 # PostgreSQL: this often, the host's node document file is written again once many nodes

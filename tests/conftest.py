@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlparse
@@ -187,13 +188,20 @@ def _isolated_data_dir(
     tmp_path_factory: pytest.TempPathFactory, settings: Any, request: pytest.FixtureRequest
 ) -> Iterator[None]:
     settings.DATA_DIR = tmp_path_factory.mktemp("data")
-    # The node directory is not read again by a background thread: a test sees the
-    # directory its own requests built.
-    settings.GRAPH_BACKGROUND_REBUILD = False
     if "_django_db_helper" in request.fixturenames or request.node.get_closest_marker("django_db"):
         request.getfixturevalue("_django_db_helper")  # the test's database, open to it
         _forget_flushed_changes()
     yield
+    _wait_for_background_rebuilds()
+
+
+def _wait_for_background_rebuilds() -> None:
+    """The lineage's background rebuilds (GRAPH_BACKGROUND_REBUILD, on as in production)
+    end within the test that started them, while its database is still open to them."""
+    for thread in threading.enumerate():
+        name = thread.name
+        if name == "node-directory" or (name.startswith("lineage-") and name.endswith("-rebuild")):
+            thread.join(timeout=60)
 
 
 def _forget_flushed_changes() -> None:
