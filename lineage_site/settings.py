@@ -322,6 +322,12 @@ CELERY_BEAT_SCHEDULE["graph-render-node-documents"] = {
 # is failed, its sealed identifier values emptied, by the sweep (and when its page is read).
 PRIVACY_RUN_HEARTBEAT_SECONDS = env_int("PRIVACY_RUN_HEARTBEAT_SECONDS", 30, minimum=1)
 PRIVACY_RUN_STALE_SECONDS = env_int("PRIVACY_RUN_STALE_SECONDS", 300, minimum=1)
+if PRIVACY_RUN_STALE_SECONDS < 3 * PRIVACY_RUN_HEARTBEAT_SECONDS:
+    raise ImproperlyConfigured(
+        f"PRIVACY_RUN_STALE_SECONDS ({PRIVACY_RUN_STALE_SECONDS}) must be at least three "
+        f"PRIVACY_RUN_HEARTBEAT_SECONDS ({PRIVACY_RUN_HEARTBEAT_SECONDS}): a live run "
+        "missing a beat or two would be failed"
+    )
 CELERY_BEAT_SCHEDULE["privacy-sweep-runs"] = {
     "task": "privacy.sweep_runs",
     "schedule": 60.0,

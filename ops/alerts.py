@@ -25,16 +25,18 @@ class Alert:
 
 
 def _sli_missed(indicator: str) -> str:
+    # Every web host exports the same database gauges: one series per indicator first.
     return (
-        f'lineage_sli{{indicator="{indicator}"}}'
-        f' < on(indicator) lineage_sli_target{{indicator="{indicator}"}}'
+        f'max by (indicator) (lineage_sli{{indicator="{indicator}"}})'
+        f' < on(indicator) max by (indicator) (lineage_sli_target{{indicator="{indicator}"}})'
     )
 
 
 ALERTS = (
     Alert(
         "LineageDatabaseDown",
-        "lineage_database_up == 0",
+        # A scrape by token needs the database, so the gauge may be missing rather than 0.
+        "max(lineage_database_up) == 0 or absent(lineage_database_up)",
         "2m",
         "page",
         "Lineage Explorer cannot read its database",
@@ -51,7 +53,7 @@ ALERTS = (
     ),
     Alert(
         "LineageIngestionBacklog",
-        "lineage_ingestion_oldest_waiting_seconds > 300",
+        "max(lineage_ingestion_oldest_waiting_seconds) > 300",
         "5m",
         "page",
         "An OpenLineage event has waited over 5 minutes to be normalised",
@@ -59,7 +61,7 @@ ALERTS = (
     ),
     Alert(
         "LineageDeadLetters",
-        "lineage_dead_letters > 0",
+        "max(lineage_dead_letters) > 0",
         "15m",
         "ticket",
         "OpenLineage events failed for good and wait for a replay",
@@ -91,8 +93,9 @@ ALERTS = (
     ),
     Alert(
         "LineageSlisNotMeasured",
-        "time() - lineage_sli_measured_timestamp_seconds > 3 * 3600",
-        "30m",
+        "time() - max(lineage_sli_measured_timestamp_seconds) > 3 * 3600"
+        " or absent(lineage_sli_measured_timestamp_seconds)",
+        "75m",
         "ticket",
         "The indicators have not been measured for 3 hours (is Celery beat running?)",
         "stale-lineage",

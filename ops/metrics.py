@@ -60,6 +60,10 @@ INGESTION_LAG = Histogram(
 SPARK_JOBS = Counter(
     "lineage_spark_jobs", "Spark jobs (subject scans, erasures) finished", ["kind", "outcome"]
 )
+# Every series from 0, so that a rate or increase sees the first job of each kind end.
+for _kind in ("scan", "dry_run", "apply"):
+    for _outcome in ("done", "failed"):
+        SPARK_JOBS.labels(_kind, _outcome)
 SPARK_SECONDS = Histogram(
     "lineage_spark_job_duration_seconds",
     "Time a Spark job ran, from its start to its end",

@@ -269,26 +269,30 @@ def schema_notices(versions: list[str]) -> list[Notice]:
     """Tell the owners of a dataset whose new schema removes or retypes columns that column
     lineage reads, and the owners of the datasets reading them: once per schema version.
 
-    A version that arrived late (a newer one was there already) is told with the time it
+    A version that arrived late (a newer one was stored before it) is told with the time it
     held, if it began within LATE_SCHEMA_WINDOW; so is what the newer one changes after
-    it that was not told before."""
+    it that was not told before. Versions that arrive together are told in their order."""
     if not Subscription.objects.filter(active=True).exists():
         return []
     notices = []
     horizon = timezone.now() - LATE_SCHEMA_WINDOW
-    for version in DatasetVersion.objects.filter(version__in=versions).select_related(
-        "dataset__namespace"
+    arrived = {str(v) for v in versions}
+    for version in (
+        DatasetVersion.objects.filter(version__in=versions)
+        .select_related("dataset__namespace")
+        .order_by("created_at")
     ):
         same = DatasetVersion.objects.filter(dataset_id=version.dataset_id)
         previous = same.filter(created_at__lt=version.created_at).order_by("-created_at").first()
         following = same.filter(created_at__gt=version.created_at).order_by("created_at").first()
-        if previous is None or (following is not None and version.created_at < horizon):
+        late = following is not None and str(following.version) not in arrived
+        if previous is None or (late and version.created_at < horizon):
             continue
-        until = None if following is None else following.created_at
+        until = following.created_at if late and following is not None else None
         changed = _schema_changes(previous, version)
         if changed:
             notices += _schema_notice(version, changed, until=until)
-        if following is not None:
+        if late and following is not None:
             told = _schema_changes(previous, following)
             after = {
                 name: how

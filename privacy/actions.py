@@ -22,6 +22,7 @@ from uuid import UUID
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db import DatabaseError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 
@@ -516,6 +517,9 @@ def _heartbeat(run_id: str) -> Iterator[None]:
         thread.join()
 
 
+WORKER_STOPPED = "Its worker stopped"
+
+
 def current_run(run: PrivacyRun) -> PrivacyRun:
     """``run`` as its page shows it: failed if its worker stopped (the sweep needs a beat
     scheduler, which the embedded set-up has not)."""
@@ -530,21 +534,29 @@ def abandon_stale_runs(run: PrivacyRun | None = None) -> int:
     is abandoned. Their sealed values are emptied; the audit and the metrics record the
     failure. Returns how many."""
     cutoff = timezone.now() - timedelta(seconds=settings.PRIVACY_RUN_STALE_SECONDS)
-    stale = PrivacyRun.objects.filter(state=RunState.RUNNING, heartbeat_at__lt=cutoff)
+    # A run claimed by a worker of a release before heartbeats has none: judged by its start.
+    stale = PrivacyRun.objects.filter(state=RunState.RUNNING).filter(
+        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff)
+    )
     if run is not None:
         stale = stale.filter(pk=run.pk)
     failed = 0
     for found in stale:
-        heard = found.heartbeat_at
+        heard = found.heartbeat_at or found.started_at
         assert heard is not None
         kind = "scan" if found.kind == RunKind.SCAN else "erasure"
         message = (
-            f"Its worker stopped: nothing heard from it since {heard:%Y-%m-%d %H:%M:%S} UTC. "
+            f"{WORKER_STOPPED}: nothing heard from it since {heard:%Y-%m-%d %H:%M:%S} UTC. "
             f"Start the {kind} again."
         )
         # Only if no heartbeat came meanwhile: a live worker keeps its run.
         failed += _finish(
-            found, RunState.FAILED, dict(found.results), message, by="sweep", heartbeat_at=heard
+            found,
+            RunState.FAILED,
+            dict(found.results),
+            message,
+            by="sweep",
+            heartbeat_at=found.heartbeat_at,
         )
     return failed
 
@@ -612,7 +624,9 @@ def run_privacy_job(run_id: str) -> None:
 
             def progress(done: int, total: int, result: dict[str, Any]) -> None:
                 results[result["key"]] = result
-                PrivacyRun.objects.filter(pk=run_id).update(progress_done=done, results=results)
+                PrivacyRun.objects.filter(pk=run_id, state=RunState.RUNNING).update(
+                    progress_done=done, results=results
+                )
 
             api_key = None
             if run.kind == RunKind.APPLY and run.lineage_url and lineage_transport_factory is None:
@@ -697,10 +711,14 @@ def _finish(
         changes["progress_done"] = run.progress_total
     ended = PrivacyRun.objects.filter(pk=run.pk, state=RunState.RUNNING, **unless_changed)
     if not ended.update(**changes):
-        log.warning(
-            "privacy run %s had ended already: its %s outcome is not recorded", run.pk, state
+        # The sweep gave the run up while its worker was still at it: the worker's real
+        # outcome replaces the sweep's guess (and is audited too); anything else stands.
+        swept = PrivacyRun.objects.filter(
+            pk=run.pk, state=RunState.FAILED, error__startswith=WORKER_STOPPED
         )
-        return False
+        if by != "worker" or not swept.update(**changes):
+            log.warning("privacy run %s had ended already: its %s is not recorded", run.pk, state)
+            return False
     metrics.SPARK_JOBS.labels(run.kind, state).inc()
     if run.started_at is not None:
         ran = (changes["finished_at"] - run.started_at).total_seconds()

@@ -188,6 +188,12 @@ def _isolated_data_dir(
     tmp_path_factory: pytest.TempPathFactory, settings: Any, request: pytest.FixtureRequest
 ) -> Iterator[None]:
     settings.DATA_DIR = tmp_path_factory.mktemp("data")
+    # The lineage's background rebuilds run as in production on PostgreSQL. SQLite's
+    # in-memory test database is one shared cache, whose table locks a rebuild's reads
+    # would hold against the test's writes (no busy timeout applies to them).
+    settings.GRAPH_BACKGROUND_REBUILD = settings.DATABASES["default"]["ENGINE"] != (
+        "django.db.backends.sqlite3"
+    )
     if "_django_db_helper" in request.fixturenames or request.node.get_closest_marker("django_db"):
         request.getfixturevalue("_django_db_helper")  # the test's database, open to it
         _forget_flushed_changes()

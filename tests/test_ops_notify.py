@@ -299,7 +299,7 @@ def test_a_schema_version_arriving_late_is_told_with_the_time_it_held(
         load(
             write(1, at(1), "id", "amount"),
             run_event("COMPLETE", run_id(2), at(1, 1), job="sum", inputs=[orders], outputs=[total]),
-            write(3, at(3), "id", "amount"),
+            write(3, at(3), ("id", "bigint"), "amount"),
         )
         Subscription.objects.create(
             name="analysts", namespace=Namespace.objects.get(name=PG), webhook_url=hook.url
@@ -316,22 +316,27 @@ def test_a_schema_version_arriving_late_is_told_with_the_time_it_held(
             "2026-03-03T00:00:00+00:00",
         )
         assert [d["name"] for d in sent["body"]["datasets"]] == ["orders", "totals"]
-        # The 3rd now follows a version without amount: it adds it back, which tells nobody.
+        # The 3rd now follows a version without amount: it adds it back and retypes id as it
+        # did before, which tells nobody.
         # A version later than the 3rd, retyped, after a late one that retyped it otherwise:
         load(write(5, at(3, 12), ("id", "string"), ("amount", "decimal")))
         load(write(6, at(3, 6), ("id", "string"), ("amount", "double")))
         titles = [r["body"]["title"] for r in hook.received[1:]]
         assert titles == [
-            "orders: amount retyped string → decimal",
-            "orders: amount retyped string → double "
+            "orders: amount retyped string → decimal, id retyped bigint → string",
+            "orders: amount retyped string → double, id retyped bigint → string "
             "(from 2026-03-03 06:00 until 2026-03-03 12:00 UTC, told late)",
             "orders: amount retyped double → decimal "
             "(after a version of 2026-03-03 06:00 UTC told late)",
         ]
+        # Two versions arriving together, in order: each told once, neither late.
+        load(write(8, at(4), "id", "amount"), write(9, at(4, 1), "id"))
+        titles = [r["body"]["title"] for r in hook.received[4:]]
+        assert titles == ["orders: amount retyped decimal → string", "orders: amount removed"]
     # History loaded long after it happened is not told.
     with time_machine.travel("2026-04-01T00:00:00Z"):
         load(write(7, at(2, 12), "id"))
-    assert len(hook.received) == 4
+    assert len(hook.received) == 6
 
 
 def test_a_delivery_whose_task_was_lost_is_sent_by_the_sweep(chain, hook, settings):

@@ -315,8 +315,17 @@ def test_a_run_whose_worker_stopped_is_failed_and_its_seal_emptied(shop, complia
     assert alive.sealed != ""
     entry = AuditEntry.objects.filter(reference=str(dead.pk)).get()
     assert (entry.outcome, entry.detail["by"]) == ("failed", "sweep")
-    # The worker coming back later records nothing over it.
-    assert not actions._finish(dead, "done", {}, "")
+    # A worker that was only slow, coming back, records its real outcome over the sweep's.
+    assert actions._finish(dead, "done", {"k": {"status": "scanned", "rowsFound": 2}}, "")
+    dead.refresh_from_db()
+    assert (dead.state, dead.error, dead.results["k"]["rowsFound"]) == ("done", "", 2)
+    outcomes = AuditEntry.objects.filter(reference=str(dead.pk)).order_by("pk")
+    assert [(e.outcome, e.detail["by"]) for e in outcomes] == [
+        ("failed", "sweep"),
+        ("ok", "worker"),
+    ]
+    # Nothing else ends a run twice.
+    assert not actions._finish(dead, "failed", {}, "again")
     assert sweep_runs() == 0
 
 

@@ -102,3 +102,11 @@ def test_without_a_broker_tasks_run_here_off_the_network(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "memory"]
     assert "No hostname was supplied" not in result.stderr
+
+
+def test_a_run_must_miss_several_heartbeats_before_it_is_given_up():
+    result = run_manage("check", PRIVACY_RUN_STALE_SECONDS="60")
+    assert result.returncode != 0
+    assert "PRIVACY_RUN_STALE_SECONDS (60) must be at least three" in result.stderr
+    ok = run_manage("check", PRIVACY_RUN_STALE_SECONDS="60", PRIVACY_RUN_HEARTBEAT_SECONDS="20")
+    assert ok.returncode == 0, ok.stderr

@@ -126,7 +126,7 @@ def test_the_dataset_page_shows_who_read_it(client, viewer):
         "/datasets/show",
         {"namespace": customers.namespace.name, "name": customers.name, "asOf": before},
     ).content.decode()
-    assert "No one read it in the SQL query logs loaded by then." in earlier
+    assert "No one read it in the SQL query logs before then." in earlier
 
 
 def test_it_is_harmless_to_ingest_a_log_twice():
