@@ -33,6 +33,15 @@ SQL_LOG = "sql_logs/spark_sql_queries.jsonl"
 SPOOL = "lineage-spool.ndjson"
 CATALOG_TEMPLATE = Path(__file__).with_name("catalog.template.yaml")
 SCHEMAS = ("staging", "marts", "reports")
+# An analyst's own queries each morning, run on Spark and logged as theirs: plain SELECTs,
+# which the app shows as reads of the tables (not as lineage).
+ANALYST = "ana.lytics"
+ANALYST_AT = day_time(9, 0)
+ANALYST_QUERIES = (
+    "SELECT country, SUM(revenue) AS revenue\nFROM marts.daily_revenue\n"
+    "GROUP BY country\nORDER BY revenue DESC",
+    "SELECT customer_id, country\nFROM staging.customers\nWHERE country = 'DE'\nLIMIT 50",
+)
 
 
 @dataclass
@@ -122,6 +131,7 @@ def run_demo(
                     progress(summary.jobs_run, planned, data.simulated_day(day).isoformat(), job)
 
             run_day(spark, emitter, root, day_number, seed, step)
+            analyst_reads(spark, emitter, day_number)
             summary.days.append(data.simulated_day(day_number).isoformat())
     finally:
         emitter.close()
@@ -129,6 +139,14 @@ def run_demo(
     summary.events_spooled = emitter.transport.stats.spooled
     summary.seconds = round(time.monotonic() - started, 2)
     return summary
+
+
+def analyst_reads(spark: Any, emitter: LineageEmitter, day_number: int) -> None:
+    """Run the analyst's morning queries on Spark and log them under the analyst's name."""
+    at = datetime.combine(data.simulated_day(day_number), ANALYST_AT, tzinfo=UTC)
+    for statement in ANALYST_QUERIES:
+        spark.sql(statement).collect()
+        emitter.log_query(statement, at, ANALYST)
 
 
 def planned_runs(days: Sequence[int]) -> int:

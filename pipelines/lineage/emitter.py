@@ -224,20 +224,29 @@ class LineageEmitter:
         raise ValueError(f"table {table} has no location")
 
     def log_sql(self, statement: str, run: JobRun, moment: datetime, status: str) -> None:
-        """Append a statement to the SQL query log (JSON Lines) when one is configured."""
+        """Append a job's statement to the SQL query log (JSON Lines) when one is configured."""
+        query_id = uuid.uuid5(uuid.UUID(run.run_id), f"{len(run.statements)}:{statement}")
+        self._log_record(statement, moment, status, self.config.sql_user, query_id)
+
+    def log_query(self, statement: str, moment: datetime, user: str) -> None:
+        """Append a statement someone ran by hand (no job, no lineage event) to the log."""
+        query_id = uuid.uuid5(uuid.NAMESPACE_URL, f"{user}:{facets.iso_utc(moment)}:{statement}")
+        self._log_record(statement, moment, "success", user, query_id)
+
+    def _log_record(
+        self, statement: str, moment: datetime, status: str, user: str, query_id: uuid.UUID
+    ) -> None:
         if not self.config.sql_log_path:
             return
         catalog = self.spark.catalog
         record = {
             "query": statement,
             "start_time": facets.iso_utc(moment),
-            "user": self.config.sql_user,
+            "user": user,
             "database": catalog.currentCatalog(),
             "schema": catalog.currentDatabase(),
             "dialect": facets.SQL_DIALECT,
-            "query_id": str(
-                uuid.uuid5(uuid.UUID(run.run_id), f"{len(run.statements)}:{statement}")
-            ),
+            "query_id": str(query_id),
             "status": status,
         }
         path = Path(self.config.sql_log_path)

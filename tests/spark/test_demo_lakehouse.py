@@ -142,9 +142,15 @@ def test_it_writes_a_sql_query_log_of_the_spark_sql_it_ran(demo: dict[str, Any])
         == [
             "INSERT OVERWRITE TABLE marts.daily_revenue",
             "INSERT OVERWRITE TABLE reports.top_customers",
+            # The analyst's morning queries, run on Spark after the nightly batch.
+            "SELECT country, SUM(revenue) AS revenue",
+            "SELECT customer_id, country",
         ]
         * 2
     )
+    by_analyst = [r for r in records if r["query"].startswith("SELECT")]
+    assert {r["user"] for r in by_analyst} == {runner.ANALYST}
+    assert by_analyst[0]["start_time"] == f"{DAY1}T09:00:00.000Z"
     assert {r["dialect"] for r in records} == {"spark"}
     assert {r["status"] for r in records} == {"success"}
     assert records[0]["start_time"].startswith(DAY1)
