@@ -1328,6 +1328,18 @@ def in_use_now() -> IntArray:
     return np.unique(np.concatenate(parts)).astype(np.int64) if parts else snapshot.EMPTY
 
 
+def written_now() -> tuple[IntArray, IntArray]:
+    """The (dataset, job) pairs of the output edges valid now, from the edge snapshot."""
+    snap = snapshot.table()
+    datasets, jobs = [snapshot.EMPTY], [snapshot.EMPTY]
+    for layer, pos in snap.all_valid(TimeFilter()):
+        cols = snap.store(layer).cols
+        out = pos[cols["out"][pos] == 1]
+        datasets.append(cols["ds"][out])
+        jobs.append(cols["job"][out])
+    return np.concatenate(datasets).astype(np.int64), np.concatenate(jobs).astype(np.int64)
+
+
 def untouched(*, limit: int = 100) -> DatasetPage:
     """Datasets no job reads or writes now (a final output a job still writes is in use;
     a read by a retired job, one that wrote datasets and writes none now, does not count)."""

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections import defaultdict
+import threading
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -44,9 +45,11 @@ from catalog.models import (
     DatasetField,
     DatasetOwnership,
     LifecycleState,
+    Namespace,
 )
 from graph import queries as graph_queries
-from graph.models import Direction, Run, RunState, TableEdge
+from graph import revision as rev
+from graph.models import Run, RunState
 from ingest.models import EventState, RawEvent
 from ops.models import SliSample
 
@@ -149,42 +152,70 @@ def _share(good: int, judged: int) -> float | None:
 IntArray = npt.NDArray[np.int64]
 
 
+def lacking_stewardship() -> Q:
+    """Holding personal data without an owner, a retention policy or a PII review."""
+    unowned = ~Exists(DatasetOwnership.objects.filter(dataset=OuterRef("pk")))
+    return Q(pk__in=personal_datasets()) & (
+        Q(retention_policy__isnull=True) | Q(sensitivity="") | Q(unowned)
+    )
+
+
 @dataclass(frozen=True)
 class DatasetFacts:
-    """The ids of the scope's datasets, of those holding personal data, and of those among
-    them lacking an owner, a retention policy or a PII review: one scan of the datasets
-    for coverage and completeness."""
+    """One scan of the scope's datasets for coverage and completeness: their ids, how many
+    hold personal data, and per namespace how many of those lack stewardship."""
 
     judged: IntArray
-    personal: IntArray
-    lacking: IntArray
+    personal: int
+    lacking: Counter[int]
 
 
 def dataset_facts(scope: Scope) -> DatasetFacts:
-    personal = Q(pk__in=personal_datasets())
-    lacking = personal & (
-        Q(retention_policy__isnull=True)
-        | Q(sensitivity="")
-        | ~Exists(DatasetOwnership.objects.filter(dataset=OuterRef("pk")))
-    )
+    personal, lacking = Q(pk__in=personal_datasets()), lacking_stewardship()
     datasets = scope.datasets().order_by()
     if connection.vendor == "postgresql":
-        # Three arrays in one row: 100,000 rows through Python took 40 ms more.
+        # Arrays in one row: 100,000 rows through Python took 40 ms more.
         found = datasets.aggregate(
             judged=ArrayAgg("pk", default=[]),
-            personal=ArrayAgg("pk", filter=personal, default=[]),
-            lacking=ArrayAgg("pk", filter=lacking, default=[]),
+            personal=Count("pk", filter=personal),
+            lacking=ArrayAgg("namespace_id", filter=lacking, default=[]),
         )
         return DatasetFacts(
-            *(np.array(found[key], dtype=np.int64) for key in ("judged", "personal", "lacking"))
+            np.array(found["judged"], dtype=np.int64), found["personal"], Counter(found["lacking"])
         )
-    rows = datasets.values_list(
-        "pk",
-        ExpressionWrapper(personal, output_field=BooleanField()),
-        ExpressionWrapper(lacking, output_field=BooleanField()),
+    rows = list(
+        datasets.values_list(
+            "pk",
+            "namespace_id",
+            ExpressionWrapper(personal, output_field=BooleanField()),
+            ExpressionWrapper(lacking, output_field=BooleanField()),
+        )
     )
-    keys = np.array(list(rows), dtype=np.int64).reshape(-1, 3)
-    return DatasetFacts(keys[:, 0], keys[keys[:, 1] == 1, 0], keys[keys[:, 2] == 1, 0])
+    return DatasetFacts(
+        np.array([row[0] for row in rows], dtype=np.int64),
+        sum(1 for row in rows if row[2]),
+        Counter(namespace for _, namespace, _, short in rows if short),
+    )
+
+
+def page_by_name(found: QuerySet[Dataset], counts: Counter[int], page: slice) -> list[Dataset]:
+    """The ``page`` of ``found`` in (namespace name, name) order, given how many of them each
+    namespace holds: read namespace by namespace along the (namespace, name) index, so a
+    page costs what it shows (sorting 23,000 misses to show fifty took 50 ms)."""
+    rows: list[Dataset] = []
+    seen = 0
+    for namespace in (
+        Namespace.objects.filter(pk__in=counts).order_by("name").values_list("pk", flat=True)
+    ):
+        if seen >= page.stop:
+            break
+        held = counts[namespace]
+        if seen + held > page.start:
+            first = max(page.start - seen, 0)
+            last = min(page.stop - seen, held)
+            rows.extend(found.filter(namespace_id=namespace).order_by("name")[first:last])
+        seen += held
+    return rows
 
 
 def coverage(scope: Scope, page: slice, facts: DatasetFacts | None = None) -> Indicator:
@@ -215,114 +246,193 @@ def finished_runs() -> QuerySet[Run]:
     return Run.objects.filter(state=RunState.COMPLETED, ended_at__isnull=False)
 
 
-def timed_jobs() -> QuerySet[Run, Any]:
-    """The jobs with at least two finished runs, which have a usual interval."""
-    return (
-        finished_runs()
-        .order_by()
-        .values("job_id")
-        .annotate(runs=Count("pk"))
-        .filter(runs__gte=2)
-        .values("job_id")
-    )
-
-
-def cadences(job_ids: QuerySet[Any, Any]) -> dict[int, tuple[datetime, timedelta]]:
-    """Per job of ``job_ids`` with at least two finished runs: when its last one ended, and
-    its usual interval (the median gap between the starts of its last CADENCE_RUNS runs)."""
+def cadences(job_ids: list[int] | None) -> dict[int, tuple[datetime, timedelta]]:
+    """Per job of ``job_ids`` (every job when None) with at least two finished runs: when
+    its last one ended, and its usual interval (the median gap between the starts of its
+    last CADENCE_RUNS runs)."""
+    runs = finished_runs()
+    if job_ids is not None:
+        runs = runs.filter(job_id__in=job_ids)
     ranked = (
-        finished_runs()
-        .filter(job_id__in=job_ids)
-        .annotate(
+        runs.annotate(
             rank=Window(RowNumber(), partition_by=F("job_id"), order_by=F("created_at").desc())
         )
         .filter(rank__lte=CADENCE_RUNS)
         .values_list("job_id", "created_at", "ended_at", "rank")
     )
-    runs: dict[int, list[tuple[datetime, datetime]]] = defaultdict(list)
+    found: dict[int, list[tuple[datetime, datetime]]] = defaultdict(list)
     for job_id, created, ended, rank in ranked:
         if rank <= CADENCE_RUNS and ended is not None:
-            runs[job_id].append((created, ended))
+            found[job_id].append((created, ended))
     out = {}
-    for job_id, found in runs.items():
-        if len(found) < 2:
+    for job_id, last in found.items():
+        if len(last) < 2:
             continue
-        starts = sorted(created for created, _ in found)
+        starts = sorted(created for created, _ in last)
         gaps = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(starts)]
-        out[job_id] = (max(ended for _, ended in found), timedelta(seconds=statistics.median(gaps)))
+        out[job_id] = (max(ended for _, ended in last), timedelta(seconds=statistics.median(gaps)))
     return out
 
 
-def judged_freshness(
-    scope: Scope, now: datetime
-) -> dict[int, tuple[timedelta, timedelta, datetime]]:
-    """Per dataset of the scope written by a job that ran at least twice: how long since it
-    was last written, its writers' usual interval, and when it was last written."""
-    writes = TableEdge.objects.filter(
-        valid_to__isnull=True,
-        direction=Direction.OUTPUT,
-        dataset__in=scope.datasets(),
-        job_id__in=timed_jobs(),
-    )
-    writers: dict[int, set[int]] = defaultdict(set)
-    for dataset_id, job_id in writes.values_list("dataset_id", "job_id"):
-        writers[dataset_id].add(job_id)
-    known = cadences(writes.values("job_id")) if writers else {}
-    judged = {}
-    for dataset_id, jobs in writers.items():
-        timed = [known[job] for job in jobs if job in known]
-        if timed:
-            last = max(ended for ended, _ in timed)
-            judged[dataset_id] = (now - last, min(interval for _, interval in timed), last)
-    return judged
+FloatArray = npt.NDArray[np.float64]
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+# More jobs changed than this since the last look: every job's cadence is read again.
+CADENCE_SYNC_LIMIT = 20_000
 
 
-def is_stale(age: timedelta, interval: timedelta) -> bool:
-    return age > FRESHNESS_FACTOR * interval + FRESHNESS_GRACE
+@dataclass
+class Cadences:
+    """Every job's cadence, indexed by job pk, as of one revision of the change log: when
+    its last finished run ended (microseconds since the epoch) and its usual interval in
+    seconds (NaN for a job with fewer than two finished runs).
+
+    The change log records every change to a job's runs, so a look reads again only the
+    jobs changed since the last one: reading every job's runs took 1.5 s at 50,000 jobs
+    with ten runs each. The arrays are replaced, never written in place, so an answer
+    keeps the pair it was given."""
+
+    revision: rev.Revision | None = None
+    last_end: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    interval: FloatArray = field(default_factory=lambda: np.zeros(0))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def sync(self) -> tuple[IntArray, FloatArray]:
+        current = rev.current()
+        with self.lock:
+            if self.revision != current:
+                changed = self._changed_since(self.revision, current)
+                if changed is None:
+                    self.last_end, self.interval = np.zeros(0, dtype=np.int64), np.zeros(0)
+                if changed != []:
+                    self._store(changed or [], cadences(changed))
+                self.revision = current
+            return self.last_end, self.interval
+
+    @staticmethod
+    def _changed_since(known: rev.Revision | None, current: rev.Revision) -> list[int] | None:
+        """The jobs whose runs changed from ``known`` to ``current``; None when the change
+        log cannot say."""
+        if known is None or current.value < known.value or not rev.on_timeline(known):
+            return None
+        changes = rev.changes_between(
+            known.value, current.value, (rev.Kind.JOB,), CADENCE_SYNC_LIMIT
+        )
+        if changes is None or any(kind == rev.Kind.RESET for kind, _ in changes):
+            return None
+        return sorted({job for _, job in changes if job is not None})
+
+    def _store(self, changed: list[int], found: dict[int, tuple[datetime, timedelta]]) -> None:
+        size = max([self.interval.size - 1, *changed, *found]) + 1
+        last_end = np.zeros(size, dtype=np.int64)
+        interval = np.full(size, np.nan)
+        last_end[: self.last_end.size] = self.last_end
+        interval[: self.interval.size] = self.interval
+        last_end[changed], interval[changed] = 0, np.nan
+        for job, (ended, usual) in found.items():
+            last_end[job] = (ended - EPOCH) // MICROSECOND
+            interval[job] = usual.total_seconds()
+        self.last_end, self.interval = last_end, interval
+
+
+_cadences = Cadences()
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """The scope's datasets written now by a job with a usual interval, each with its
+    last write (microseconds since the epoch), how long ago that was and the smallest
+    usual interval of its writers (seconds)."""
+
+    datasets: IntArray
+    last: IntArray
+    age: FloatArray
+    interval: FloatArray
+
+    @property
+    def stale(self) -> npt.NDArray[np.bool_]:
+        limit = FRESHNESS_FACTOR * self.interval + FRESHNESS_GRACE.total_seconds()
+        return self.age > limit
+
+
+def judged_freshness(judged: IntArray, now: datetime) -> Freshness:
+    """Freshness of the datasets ``judged`` written now by a job that ran at least twice."""
+    datasets, jobs = graph_queries.written_now()
+    last_end, interval = _cadences.sync()
+    keep = np.isin(datasets, judged) & (jobs < interval.size)
+    datasets, jobs = datasets[keep], jobs[keep]
+    timed = ~np.isnan(interval[jobs])
+    datasets, jobs = datasets[timed], jobs[timed]
+    order = np.argsort(datasets, kind="stable")
+    datasets, jobs = datasets[order], jobs[order]
+    shown, first = np.unique(datasets, return_index=True)
+    if not shown.size:
+        return Freshness(shown, shown, np.zeros(0), np.zeros(0))
+    last = np.maximum.reduceat(last_end[jobs], first)
+    usual = np.minimum.reduceat(interval[jobs], first)
+    age = ((now - EPOCH) // MICROSECOND - last) / 1e6
+    return Freshness(shown, last, age, usual)
+
+
+def _when(microseconds: int) -> datetime:
+    return EPOCH + timedelta(microseconds=int(microseconds))
 
 
 def stale_datasets(scope: Scope, now: datetime) -> dict[int, tuple[timedelta, timedelta, datetime]]:
-    return {d: found for d, found in judged_freshness(scope, now).items() if is_stale(*found[:2])}
+    """Per stale dataset of the scope: how long since it was last written, its writers'
+    usual interval, and when it was last written."""
+    found = judged_freshness(dataset_facts(scope).judged, now)
+    return {
+        int(found.datasets[i]): (
+            timedelta(seconds=float(found.age[i])),
+            timedelta(seconds=float(found.interval[i])),
+            _when(found.last[i]),
+        )
+        for i in np.flatnonzero(found.stale)
+    }
 
 
-def freshness(scope: Scope, page: slice, now: datetime) -> Indicator:
-    judged = judged_freshness(scope, now)
-    stale = {d: found for d, found in judged.items() if is_stale(*found[:2])}
-    chosen = sorted(stale, key=lambda d: (-(stale[d][0] / stale[d][1]), d))[page]
-    shown = Dataset.objects.select_related("namespace").in_bulk(chosen)
+def freshness(
+    scope: Scope, page: slice, now: datetime, facts: DatasetFacts | None = None
+) -> Indicator:
+    found = judged_freshness((facts or dataset_facts(scope)).judged, now)
+    stale = np.flatnonzero(found.stale)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        overdue = found.age[stale] / found.interval[stale]
+    chosen = stale[np.lexsort((found.datasets[stale], -overdue))][page]
+    shown = Dataset.objects.select_related("namespace").in_bulk(found.datasets[chosen].tolist())
     return Indicator(
         "freshness",
-        _share(len(judged) - len(stale), len(judged)),
+        _share(int(found.datasets.size - stale.size), int(found.datasets.size)),
         settings.SLI_FRESHNESS_TARGET,
         True,
         "share",
         "Datasets written within twice their job's usual interval (datasets whose jobs "
         "ran at least twice)",
-        len(judged),
-        len(stale),
+        int(found.datasets.size),
+        int(stale.size),
         [
             dataset_row(
-                shown[d],
-                ageSeconds=round(stale[d][0].total_seconds()),
-                usualIntervalSeconds=round(stale[d][1].total_seconds()),
+                shown[int(found.datasets[i])],
+                ageSeconds=round(float(found.age[i])),
+                usualIntervalSeconds=round(float(found.interval[i])),
             )
-            for d in chosen
-            if d in shown
+            for i in chosen
+            if int(found.datasets[i]) in shown
         ],
     )
 
 
 def completeness(scope: Scope, page: slice, facts: DatasetFacts | None = None) -> Indicator:
-    # The misses of the page by their keys: sorting them in the query that finds them took
-    # 110-170 ms.
     facts = facts or dataset_facts(scope)
-    judged, missing = int(facts.personal.size), int(facts.lacking.size)
-    rows = (
-        Dataset.objects.filter(pk__any_of=facts.lacking.tolist())
+    judged, missing = facts.personal, sum(facts.lacking.values())
+    found = (
+        scope.datasets()
+        .filter(lacking_stewardship())
         .select_related("namespace")
         .prefetch_related("ownerships")
-        .order_by("namespace__name", "name")[page]
     )
+    rows = page_by_name(found, facts.lacking, page)
 
     def absent(d: Dataset) -> list[str]:
         gaps = []
@@ -422,7 +532,7 @@ def indicators(
     facts = dataset_facts(scope)
     build: dict[str, Callable[[], Indicator]] = {
         "coverage": lambda: coverage(scope, page, facts),
-        "freshness": lambda: freshness(scope, page, now),
+        "freshness": lambda: freshness(scope, page, now, facts),
         "completeness": lambda: completeness(scope, page, facts),
         "ingestionLag": lambda: ingestion_lag(scope, page, now),
         "deadLetters": lambda: dead_letters(scope, page),

@@ -181,3 +181,99 @@ def test_the_daily_task_keeps_a_trend_the_page_draws(world, client, viewer):
     text = client.get("/health/").content.decode()
     assert text.count('<svg class="sparkline"') == len(slis.NAMES)
     assert "Coverage over the last 2 days" in text
+
+
+def test_completeness_misses_page_through_namespaces_in_name_order():
+    """Misses are read namespace by namespace; every page, including those that cross from
+    one namespace to the next, is the page of all misses sorted by namespace and name."""
+    g = LineageBuilder()
+    team = Owner.objects.create(name="team-b")
+    names = {"b://lake": 7, "a://warehouse": 5, "c://mart": 4}
+    for namespace, count in names.items():
+        for n in range(count):
+            ds = g.dataset(f"t{(n * 7) % count}_{n}", fields=("email",), namespace=namespace)
+            DatasetField.objects.filter(dataset=ds).update(pii_category=PiiCategory.EMAIL)
+            if n % 3 == 0:  # looked after: not a miss
+                DatasetOwnership.objects.create(dataset=ds, owner=team)
+                ds.sensitivity = Sensitivity.RESTRICTED
+                ds.retention_policy = RetentionPolicy.objects.get_or_create(
+                    name="year", duration=timedelta(days=365), action=RetentionAction.DELETE
+                )[0]
+                ds.save()
+    expected = sorted(
+        (d.namespace.name, d.name)
+        for d in slis.Scope().datasets().filter(slis.lacking_stewardship())
+    )
+    assert len(expected) == sum(count - (count + 2) // 3 for count in names.values())
+    for offset in range(len(expected) + 1):
+        for limit in (1, 3, 20):
+            found = by_name(slis.indicators(slis.Scope(), offset=offset, limit=limit))
+            completeness = found["completeness"]
+            assert completeness.missing == len(expected)
+            shown = [(m["namespace"], m["name"]) for m in completeness.misses]
+            assert shown == expected[offset : offset + limit]
+    narrowed = by_name(slis.indicators(slis.Scope(namespace="c://mart"), limit=10))
+    assert [m["name"] for m in narrowed["completeness"].misses] == [
+        name for ns, name in expected if ns == "c://mart"
+    ]
+
+
+def cadence_table(arrays: tuple[Any, Any]) -> dict[int, tuple[int, float]]:
+    last_end, interval = arrays
+    return {
+        job: (int(last_end[job]), float(interval[job]))
+        for job in range(interval.size)
+        if interval[job] == interval[job]
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_job_cadences_kept_from_the_change_log_match_a_reading_from_scratch():
+    """A process keeps every job's cadence and reads again only the jobs whose runs the
+    change log shows changed: after any sequence of runs started, finished, failed, moved
+    or deleted (and a change log that cannot say what changed), it holds what a reading
+    of every run from scratch gives. Each change commits on its own, so it is its own
+    revision on PostgreSQL too."""
+    import random
+
+    from django.db import transaction
+
+    from graph import revision
+    from graph.models import Run
+
+    rng = random.Random(7)
+    g = LineageBuilder()
+    g.datasets("a", "b", "c", "d")
+    names = ["j0", "j1", "j2", "j3"]
+    for n, name in enumerate(names):
+        g.job(name, reads=["a"], writes=[["b", "c", "d", "a"][n]])
+    kept = slis.Cadences()
+    base = timezone.now() - timedelta(days=30)
+    for step in range(60):
+        runs = list(Run.objects.order_by("pk"))
+        move = rng.choice(["start"] * 4 + ["finish", "finish", "fail", "shift", "delete", "reset"])
+        with transaction.atomic():
+            if move == "start" or not runs:
+                g.run(
+                    rng.choice(names),
+                    state=rng.choice([RunState.RUNNING, RunState.COMPLETED]),
+                    at=base + timedelta(hours=rng.randrange(600)),
+                )
+            elif move == "finish":
+                Run.objects.filter(pk=rng.choice(runs).pk).update(
+                    state=RunState.COMPLETED, ended_at=base + timedelta(hours=rng.randrange(600))
+                )
+            elif move == "fail":
+                Run.objects.filter(pk=rng.choice(runs).pk).update(state=RunState.FAILED)
+            elif move == "shift":
+                Run.objects.filter(pk=rng.choice(runs).pk).update(
+                    created_at=base + timedelta(minutes=rng.randrange(36000))
+                )
+            elif move == "delete":
+                rng.choice(runs).delete()
+            else:
+                revision.mark_reset()
+        if step % 3 == 0 or move == "reset":
+            assert cadence_table(kept.sync()) == cadence_table(slis.Cadences().sync()), step
+    assert cadence_table(kept.sync()) == cadence_table(slis.Cadences().sync())
+    assert len(cadence_table(kept.sync())) >= 2
