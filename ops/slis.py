@@ -218,17 +218,33 @@ def page_by_name(found: QuerySet[Dataset], counts: Counter[int], page: slice) ->
     return rows
 
 
+# SQLite takes at most 32,766 parameters in a statement.
+CHUNK = 5000
+
+
+def page_of(ids: IntArray, page: slice) -> list[Dataset]:
+    """The ``page`` of the datasets ``ids`` in (namespace name, name) order."""
+    datasets = Dataset.objects.select_related("namespace")
+    if connection.vendor == "postgresql":
+        return list(
+            datasets.filter(pk__any_of=ids.tolist()).order_by("namespace__name", "name")[page]
+        )
+    keys: list[tuple[str, str, int]] = []
+    for start in range(0, ids.size, CHUNK):
+        chunk = ids[start : start + CHUNK].tolist()
+        keys += Dataset.objects.filter(pk__in=chunk).values_list("namespace__name", "name", "pk")
+    chosen = [pk for _, _, pk in sorted(keys)[page]]
+    found = datasets.in_bulk(chosen)
+    return [found[pk] for pk in chosen if pk in found]
+
+
 def coverage(scope: Scope, page: slice, facts: DatasetFacts | None = None) -> Indicator:
     """The datasets of the scope a job reads or writes now, told by the lineage snapshot
     (an anti-join of 100,000 datasets with their edges took 130-290 ms)."""
     judged = (facts or dataset_facts(scope)).judged
     without = np.setdiff1d(judged, graph_queries.in_use_now(), assume_unique=True)
     total, missing = int(judged.size), int(without.size)
-    rows = (
-        Dataset.objects.filter(pk__any_of=without.tolist())
-        .select_related("namespace")
-        .order_by("namespace__name", "name")[page]
-    )
+    rows = page_of(without, page)
     return Indicator(
         "coverage",
         _share(total - missing, total),

@@ -183,9 +183,11 @@ def test_the_daily_task_keeps_a_trend_the_page_draws(world, client, viewer):
     assert "Coverage over the last 2 days" in text
 
 
-def test_completeness_misses_page_through_namespaces_in_name_order():
-    """Misses are read namespace by namespace; every page, including those that cross from
-    one namespace to the next, is the page of all misses sorted by namespace and name."""
+def test_misses_page_through_namespaces_in_name_order(monkeypatch):
+    """Completeness misses are read namespace by namespace, coverage misses (on SQLite) by
+    chunks of ids: every page, including those that cross from one namespace to the next,
+    is the page of all misses sorted by namespace and name."""
+    monkeypatch.setattr(slis, "CHUNK", 3)
     g = LineageBuilder()
     team = Owner.objects.create(name="team-b")
     names = {"b://lake": 7, "a://warehouse": 5, "c://mart": 4}
@@ -205,6 +207,7 @@ def test_completeness_misses_page_through_namespaces_in_name_order():
         for d in slis.Scope().datasets().filter(slis.lacking_stewardship())
     )
     assert len(expected) == sum(count - (count + 2) // 3 for count in names.values())
+    everything = sorted((d.namespace.name, d.name) for d in slis.Scope().datasets())
     for offset in range(len(expected) + 1):
         for limit in (1, 3, 20):
             found = by_name(slis.indicators(slis.Scope(), offset=offset, limit=limit))
@@ -212,6 +215,9 @@ def test_completeness_misses_page_through_namespaces_in_name_order():
             assert completeness.missing == len(expected)
             shown = [(m["namespace"], m["name"]) for m in completeness.misses]
             assert shown == expected[offset : offset + limit]
+            # No job touches any of them: every dataset misses coverage.
+            uncovered = [(m["namespace"], m["name"]) for m in found["coverage"].misses]
+            assert uncovered == everything[offset : offset + limit]
     narrowed = by_name(slis.indicators(slis.Scope(namespace="c://mart"), limit=10))
     assert [m["name"] for m in narrowed["completeness"].misses] == [
         name for ns, name in expected if ns == "c://mart"
