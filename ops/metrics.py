@@ -31,6 +31,8 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from privacy.models import RunKind, RunState
+
 REQUESTS = Counter(
     "lineage_http_requests", "HTTP requests answered, per view", ["view", "method", "status"]
 )
@@ -61,9 +63,9 @@ SPARK_JOBS = Counter(
     "lineage_spark_jobs", "Spark jobs (subject scans, erasures) finished", ["kind", "outcome"]
 )
 # Every series from 0, so that a rate or increase sees the first job of each kind end.
-for _kind in ("scan", "dry_run", "apply"):
-    for _outcome in ("done", "failed"):
-        SPARK_JOBS.labels(_kind, _outcome)
+for _kind in RunKind:
+    for _outcome in (RunState.DONE, RunState.FAILED):
+        SPARK_JOBS.labels(_kind.value, _outcome.value)
 SPARK_SECONDS = Histogram(
     "lineage_spark_job_duration_seconds",
     "Time a Spark job ran, from its start to its end",
