@@ -447,9 +447,6 @@ class ColumnGraph:
     truncated: bool = False
     cut: Cut = Cut()
 
-    def inputs_of(self, node_id: str) -> tuple[ColumnLink, ...]:
-        return tuple(e for e in self.edges if e.destination == node_id)
-
 
 def _field_roots(node: ResolvedNode, as_of: datetime | None) -> IntArray:
     if isinstance(node.id, FieldNodeId):

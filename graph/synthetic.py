@@ -122,22 +122,6 @@ class Generated:
     ce_to: IntArray
     stats: dict[str, int] = field(default_factory=dict)
 
-    def field_names_of(self, dataset: int) -> list[str]:
-        cols = self.config.columns
-        names = list(self.field_name[:cols])
-        if dataset in self._subject_ds:
-            names[0] = "customer_id"
-            names[1] = "email"
-        return names
-
-    @property
-    def _subject_ds(self) -> set[int]:
-        cached = getattr(self, "_subject_cache", None)
-        if cached is None:
-            cached = set((self.subject_fields // self.config.columns).tolist())
-            object.__setattr__(self, "_subject_cache", cached)
-        return cached
-
 
 def _us(moment: datetime) -> int:
     return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
