@@ -16,10 +16,13 @@ would cut a longer value down to one that matches. Other values (and
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, cast
 
 from django.db import connection
-from django.db.models import Field, ForeignObject
+from django.db.models import Field, ForeignObject, Model, Q
+from django.db.models.expressions import RawSQL
 from django.db.models.lookups import In
 
 
@@ -71,3 +74,42 @@ def where_in(column: str, values: list[int]) -> tuple[str, list[Any]]:
     if connection.vendor == "postgresql":
         return f"{column} = ANY(%s::bigint[])", ["{" + ",".join(map(str, values)) + "}"]
     return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)
+
+
+def in_windows(
+    model: type[Model],
+    key: str,
+    time: str,
+    windows: Mapping[int, tuple[datetime, datetime | None]],
+    flag: str = "",
+) -> Q:
+    """The rows of ``model`` whose ``time`` lies in the window [start, end] of their ``key``
+    (end None: no end), and, given a boolean ``flag`` field, whose flag is set; for a
+    non-empty ``windows``. On PostgreSQL one range per window of the (key, time) index
+    (partial on the flag, if any); elsewhere the span of all the windows, a superset the
+    caller narrows."""
+    starts = [start for start, _ in windows.values()]
+    ends = [end for _, end in windows.values()]
+    span = Q(**{f"{key}__any_of": list(windows), f"{time}__gte": min(starts)})
+    if flag:
+        span &= Q(**{flag: True})
+    if None not in ends:
+        span &= Q(**{f"{time}__lte": max(end for end in ends if end is not None)})
+    if connection.vendor != "postgresql":
+        return span
+    meta = model._meta
+    column, at, *flagged = (
+        cast("Field[Any, Any]", meta.get_field(name)).column for name in (key, time, flag) if name
+    )
+    # Names from the model's own metadata; every value is a parameter. LATERAL with OFFSET
+    # 0 (not merged into a join): one index range per window, where a join may read the
+    # whole table.
+    rows = RawSQL(  # noqa: S611
+        f"SELECT r.id FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[]) "
+        f"AS w(k, lo, hi) CROSS JOIN LATERAL (SELECT o.{meta.pk.column} AS id "
+        f"FROM {meta.db_table} o WHERE o.{column} = w.k AND o.{at} >= w.lo "
+        f"AND o.{at} <= coalesce(w.hi, 'infinity'){''.join(f' AND o.{f}' for f in flagged)} "
+        "OFFSET 0) r",
+        [list(windows), starts, ends],
+    )
+    return Q(pk__in=rows)

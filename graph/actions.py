@@ -41,6 +41,7 @@ from django.db.models import Model, Q
 from django.utils import timezone
 
 from catalog import bulk
+from catalog.lookups import in_windows
 from catalog.models import DatasetField, DatasetVersion
 from catalog.params import instant_from_iso
 from graph import propagation
@@ -641,10 +642,10 @@ def _replay_windows(
     earliest = min(since for since, _, _ in windows.values())
     ends = [end for _, _, end in windows.values()]
     latest = None if None in ends else max(e for e in ends if e is not None)
-    upto = {} if latest is None else {"ended_at__lte": latest}
     runs = []
+    spans = {job_id: (since, end) for job_id, (since, _, end) in windows.items()}
     for row in Run.objects.filter(
-        job_id__any_of=job_ids, edges_applied=True, ended_at__gte=earliest, **upto
+        in_windows(Run, "job", "ended_at", spans, flag="edges_applied")
     ).values_list("pk", "job_id", "run_uuid", "ended_at", "column_lineage"):
         since, _, end = windows[row[1]]
         if row[3] is not None and row[3] >= since and (end is None or row[3] <= end):

@@ -48,6 +48,7 @@ from django.utils import timezone
 
 from catalog import actions as catalog_actions
 from catalog import bulk
+from catalog.lookups import in_windows
 from catalog.models import (
     ChangeRecord,
     ChangeSource,
@@ -598,10 +599,9 @@ class _Batch:
         upto: dict[int, datetime | None] = _nearest(SchemaObservation, "at", seen_last, after=True)
         start = min(since.values())
         window: dict[int, list[tuple[datetime, str, uuid.UUID]]] = defaultdict(list)
-        ends = list(upto.values())
-        bound = {} if None in ends else {"at__lte": max(e for e in ends if e is not None)}
+        windows = {d: (since[d], upto[d]) for d in ids}
         for d, at, h, run in SchemaObservation.objects.filter(
-            dataset_id__any_of=ids, at__gte=start, **bound
+            in_windows(SchemaObservation, "dataset", "at", windows)
         ).values_list("dataset_id", "at", "schema_hash", "run_uuid"):
             end = upto[d]
             if at >= since[d] and (end is None or at <= end):
