@@ -121,7 +121,7 @@ def add_run_history(per_job: int) -> None:
               error_stack, facets, edges_applied, created_at, updated_at, job_id,
               column_lineage, facet_times)
             SELECT gen_random_uuid(), 'COMPLETED', t, t + interval '5 minutes', '', '', '{}',
-              true, t, t, j.id, '{}', '{}'
+              false, t, t, j.id, '{}', '{}'
             FROM graph_job j, generate_series(1, %s) k,
             LATERAL (SELECT now() - k * (CASE j.id %% 3 WHEN 0 THEN interval '1 hour'
               WHEN 1 THEN interval '1 day' ELSE interval '7 days' END)

@@ -84,10 +84,11 @@ def in_windows(
     flag: str = "",
 ) -> Q:
     """The rows of ``model`` whose ``time`` lies in the window [start, end] of their ``key``
-    (end None: no end), and, given a boolean ``flag`` field, whose flag is set; for a
-    non-empty ``windows``. On PostgreSQL one range per window of the (key, time) index
-    (partial on the flag, if any); elsewhere the span of all the windows, a superset the
-    caller narrows."""
+    (end None: no end), and, given a boolean ``flag`` field, whose flag is set. On
+    PostgreSQL one range per window of the (key, time) index (partial on the flag, if
+    any); elsewhere the span of all the windows, a superset the caller narrows."""
+    if not windows:
+        return Q(pk__in=[])
     starts = [start for start, _ in windows.values()]
     ends = [end for _, end in windows.values()]
     span = Q(**{f"{key}__any_of": list(windows), f"{time}__gte": min(starts)})
@@ -97,19 +98,22 @@ def in_windows(
         span &= Q(**{f"{time}__lte": max(end for end in ends if end is not None)})
     if connection.vendor != "postgresql":
         return span
-    meta = model._meta
+    meta, quote = model._meta, connection.ops.quote_name
+    table, pk = quote(meta.db_table), quote(meta.pk.column)
     column, at, *flagged = (
-        cast("Field[Any, Any]", meta.get_field(name)).column for name in (key, time, flag) if name
+        quote(cast("Field[Any, Any]", meta.get_field(name)).column)
+        for name in (key, time, flag)
+        if name
     )
-    # Names from the model's own metadata; every value is a parameter. LATERAL with OFFSET
-    # 0 (not merged into a join): one index range per window, where a join may read the
-    # whole table.
+    # Quoted names from the model's own metadata; every value is a parameter. LATERAL with
+    # OFFSET 0 (not merged into a join): one index range per window, where a join may read
+    # the whole table.
     rows = RawSQL(  # noqa: S611
         f"SELECT r.id FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[]) "
-        f"AS w(k, lo, hi) CROSS JOIN LATERAL (SELECT o.{meta.pk.column} AS id "
-        f"FROM {meta.db_table} o WHERE o.{column} = w.k AND o.{at} >= w.lo "
+        f"AS w(k, lo, hi) CROSS JOIN LATERAL (SELECT o.{pk} AS id FROM {table} o "
+        f"WHERE o.{column} = w.k AND o.{at} >= w.lo "
         f"AND o.{at} <= coalesce(w.hi, 'infinity'){''.join(f' AND o.{f}' for f in flagged)} "
         "OFFSET 0) r",
-        [list(windows), starts, ends],
+        ["{" + ",".join(map(str, windows)) + "}", starts, ends],
     )
     return Q(pk__in=rows)

@@ -268,7 +268,7 @@ def cadences(job_ids: list[int] | None) -> dict[int, tuple[datetime, timedelta]]
     last CADENCE_RUNS runs)."""
     runs = finished_runs()
     if job_ids is not None:
-        runs = runs.filter(job_id__in=job_ids)
+        runs = runs.filter(job_id__any_of=job_ids)
     ranked = (
         runs.annotate(
             rank=Window(RowNumber(), partition_by=F("job_id"), order_by=F("created_at").desc())
@@ -303,10 +303,11 @@ class Cadences:
     its last finished run ended (microseconds since the epoch) and its usual interval in
     seconds (NaN for a job with fewer than two finished runs).
 
-    The change log records every change to a job's runs, so a look reads again only the
-    jobs changed since the last one: reading every job's runs took 1.5 s at 50,000 jobs
-    with ten runs each. The arrays are replaced, never written in place, so an answer
-    keeps the pair it was given."""
+    The change log records every run written, with its job, so a look reads again only
+    the jobs changed since the last one: reading every job's runs took 1.5 s at 50,000
+    jobs with ten runs each (paid at a process's first look, after a reset, and when more
+    than CADENCE_SYNC_LIMIT jobs changed). The arrays are replaced, never written in
+    place, so an answer keeps the pair it was given."""
 
     revision: rev.Revision | None = None
     last_end: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -314,16 +315,24 @@ class Cadences:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def sync(self) -> tuple[IntArray, FloatArray]:
-        current = rev.current()
         with self.lock:
-            if self.revision != current:
-                changed = self._changed_since(self.revision, current)
-                if changed is None:
-                    self.last_end, self.interval = np.zeros(0, dtype=np.int64), np.zeros(0)
-                if changed != []:
-                    self._store(changed or [], cadences(changed))
+            current, known = rev.current(), self.revision
+            if known == current or self._newer(known, current):
+                return self.last_end, self.interval
+            changed = self._changed_since(known, current)
+            if changed is None:
+                self._replace(current, [], cadences(None), start=True)
+            elif changed:
+                self._replace(current, changed, cadences(changed))
+            else:
                 self.revision = current
             return self.last_end, self.interval
+
+    @staticmethod
+    def _newer(known: rev.Revision | None, current: rev.Revision) -> bool:
+        """Whether ``known`` is a later revision of the same timeline than ``current`` (a
+        request that pinned its revision before another one's look): kept as it is."""
+        return known is not None and current.value < known.value and rev.on_timeline(known)
 
     @staticmethod
     def _changed_since(known: rev.Revision | None, current: rev.Revision) -> list[int] | None:
@@ -338,17 +347,26 @@ class Cadences:
             return None
         return sorted({job for _, job in changes if job is not None})
 
-    def _store(self, changed: list[int], found: dict[int, tuple[datetime, timedelta]]) -> None:
-        size = max([self.interval.size - 1, *changed, *found]) + 1
+    def _replace(
+        self,
+        current: rev.Revision,
+        changed: list[int],
+        found: dict[int, tuple[datetime, timedelta]],
+        start: bool = False,
+    ) -> None:
+        """New arrays and their revision, together: a read that fails leaves both as they
+        were."""
+        kept = 0 if start else self.interval.size
+        size = max([kept - 1, *changed, *found]) + 1
         last_end = np.zeros(size, dtype=np.int64)
         interval = np.full(size, np.nan)
-        last_end[: self.last_end.size] = self.last_end
-        interval[: self.interval.size] = self.interval
+        last_end[:kept] = self.last_end[:kept]
+        interval[:kept] = self.interval[:kept]
         last_end[changed], interval[changed] = 0, np.nan
         for job, (ended, usual) in found.items():
             last_end[job] = (ended - EPOCH) // MICROSECOND
             interval[job] = usual.total_seconds()
-        self.last_end, self.interval = last_end, interval
+        self.last_end, self.interval, self.revision = last_end, interval, current
 
 
 _cadences = Cadences()
@@ -397,7 +415,8 @@ def _when(microseconds: int) -> datetime:
 def stale_datasets(scope: Scope, now: datetime) -> dict[int, tuple[timedelta, timedelta, datetime]]:
     """Per stale dataset of the scope: how long since it was last written, its writers'
     usual interval, and when it was last written."""
-    found = judged_freshness(dataset_facts(scope).judged, now)
+    judged = np.array(scope.datasets().values_list("pk", flat=True), dtype=np.int64)
+    found = judged_freshness(judged, now)
     return {
         int(found.datasets[i]): (
             timedelta(seconds=float(found.age[i])),

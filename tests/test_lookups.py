@@ -66,3 +66,44 @@ def test_any_of_never_matches_a_name_longer_than_the_column_holds():
 )
 def test_array_literal_covers_ints_uuids_and_strings_of_their_own_columns(values, column, literal):
     assert array_literal(values, column) == literal
+
+
+def test_in_windows_holds_every_row_in_its_own_window_and_no_other():
+    """Each job's runs in its own [start, end] (end None: open), the flag set: exactly the
+    rows a per-row check keeps (on PostgreSQL; elsewhere a superset of them)."""
+    from datetime import UTC, datetime, timedelta
+
+    from django.db import connection
+
+    from catalog.lookups import in_windows
+    from graph.models import Run
+    from tests.graph_builders import LineageBuilder
+
+    g = LineageBuilder()
+    g.datasets("a", "b")
+    for name in ("j0", "j1", "j2"):
+        g.job(name, reads=["a"], writes=["b"])
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    for n in range(30):
+        run = g.run(f"j{n % 3}", at=t0 + timedelta(hours=n))
+        Run.objects.filter(pk=run.pk).update(edges_applied=n % 4 != 0)
+    jobs = {name: g.jobs[name].pk for name in ("j0", "j1", "j2")}
+    windows = {
+        jobs["j0"]: (t0 + timedelta(hours=3), t0 + timedelta(hours=12)),
+        jobs["j1"]: (t0 + timedelta(hours=10), None),
+        jobs["j2"]: (t0 + timedelta(hours=29), t0 + timedelta(hours=29)),
+    }
+
+    def within(run: Run) -> bool:
+        start, end = windows[run.job_id]
+        return start <= run.ended_at and (end is None or run.ended_at <= end)
+
+    found = set(
+        Run.objects.filter(in_windows(Run, "job", "ended_at", windows, flag="edges_applied"))
+    )
+    wanted = {run for run in Run.objects.filter(edges_applied=True) if within(run)}
+    assert wanted and wanted <= found
+    if connection.vendor == "postgresql":
+        assert found == wanted
+    assert {r for r in found if within(r) and r.edges_applied} == wanted
+    assert not Run.objects.filter(in_windows(Run, "job", "ended_at", {})).exists()
