@@ -1316,25 +1316,30 @@ def orphans(
     return _dataset_page(qs, as_of, limit, offset)
 
 
-def in_use_now() -> IntArray:
-    """The datasets a job reads or writes now, from the edge snapshot (a read by a retired
-    job, one that wrote datasets and writes none now, does not count): the coverage
-    indicator's rule, and the complement of ``untouched``."""
+def _edges_now(*names: str) -> list[IntArray]:
+    """Columns ``names`` of the table edges valid now, from the edge snapshot (a read by a
+    retired job, one that wrote datasets and writes none now, is not valid)."""
     snap = snapshot.table()
-    parts = [snap.store(layer).cols["ds"][pos] for layer, pos in snap.all_valid(TimeFilter())]
-    return np.unique(np.concatenate(parts)).astype(np.int64) if parts else snapshot.EMPTY
+    parts = [
+        [snap.store(layer).cols[name][pos] for name in names]
+        for layer, pos in snap.all_valid(TimeFilter())
+    ]
+    return [
+        np.concatenate([snapshot.EMPTY, *(part[n] for part in parts)]).astype(np.int64)
+        for n in range(len(names))
+    ]
+
+
+def in_use_now() -> IntArray:
+    """The datasets a job reads or writes now: the coverage indicator's rule, and the
+    complement of ``untouched``."""
+    return np.unique(_edges_now("ds")[0])
 
 
 def written_now() -> tuple[IntArray, IntArray]:
-    """The (dataset, job) pairs of the output edges valid now, from the edge snapshot."""
-    snap = snapshot.table()
-    datasets, jobs = [snapshot.EMPTY], [snapshot.EMPTY]
-    for layer, pos in snap.all_valid(TimeFilter()):
-        cols = snap.store(layer).cols
-        out = pos[cols["out"][pos] == 1]
-        datasets.append(cols["ds"][out])
-        jobs.append(cols["job"][out])
-    return np.concatenate(datasets).astype(np.int64), np.concatenate(jobs).astype(np.int64)
+    """The (dataset, job) pairs of the output edges valid now."""
+    datasets, jobs, out = _edges_now("ds", "job", "out")
+    return datasets[out == 1], jobs[out == 1]
 
 
 def untouched(*, limit: int = 100) -> DatasetPage:
