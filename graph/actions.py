@@ -399,7 +399,20 @@ def _replay_points(
         return min(times) if times else None
 
     moved.sort(key=lambda item: (earliest(item[1], item[2]) or _NEVER, str(item[0].run_uuid)))
+    inside = _changing_nothing(
+        [
+            (run, after)
+            for run, old, after in moved
+            if old is None
+            and after is not None
+            and after.ended_at is not None
+            and (end := jobs[run.job_id].timeline_end) is not None
+            and after.ended_at < end
+        ]
+    )
     for run, old, after in moved:
+        if run.pk in inside:
+            continue
         job = jobs[run.job_id]
         if (
             old is None
@@ -417,6 +430,71 @@ def _replay_points(
         if at is not None:
             latest = max(s.ended_at for s in (old, after) if s is not None and s.ended_at)
             widen(since, run.job_id, at, latest)
+
+
+def _changing_nothing(runs: list[tuple[Run, _Step]]) -> set[int]:
+    """The runs, each joining its job's timeline before its end, whose step changes no edge.
+
+    The stored intervals are the replay of the timeline. A step at instant t closes the open
+    edges it does not name and opens those it names that are not open. So where none of the
+    job's stored intervals begins or ends at t, the edges open just before t are the ones
+    open at t; if they are exactly the step's datasets and column mappings, and every open
+    mapping's target is among its outputs, the step closes and opens nothing, and every
+    interval stands as stored (a run inserted between runs like it, as a late run of a
+    scheduled job is). Its job needs no replay.
+    """
+    if not runs:
+        return set()
+    job_ids = {run.job_id for run, _ in runs}
+    first = min(step.ended_at for _, step in runs if step.ended_at is not None)
+    last = max(step.ended_at for _, step in runs if step.ended_at is not None)
+    reaching = (Q(valid_to__isnull=True) | Q(valid_to__gte=first)) & Q(valid_from__lte=last)
+    tables: dict[int, list[tuple[TableKey, datetime, datetime | None]]] = defaultdict(list)
+    for job_id, dataset_id, direction, valid_from, valid_to in TableEdge.objects.filter(
+        reaching, job_id__any_of=job_ids
+    ).values_list("job_id", "dataset_id", "direction", "valid_from", "valid_to"):
+        tables[job_id].append(((dataset_id, str(direction)), valid_from, valid_to))
+    columns: dict[int, list[tuple[ColumnKey, datetime, datetime | None]]] = defaultdict(list)
+    for job_id, *key, valid_from, valid_to in ColumnEdge.objects.filter(
+        reaching, job_id__any_of=job_ids
+    ).values_list(
+        "job_id",
+        "source_field_id",
+        "target_dataset_id",
+        "target_field_id",
+        "transformation_type",
+        "transformation_subtype",
+        "valid_from",
+        "valid_to",
+    ):
+        columns[job_id].append((tuple(key), valid_from, valid_to))  # type: ignore[arg-type]
+
+    def open_at(rows: list[tuple[Any, datetime, datetime | None]], at: datetime) -> set[Any] | None:
+        """The keys open at ``at``; None where an interval begins or ends there."""
+        keys = set()
+        for key, valid_from, valid_to in rows:
+            if valid_from == at or valid_to == at:
+                return None
+            if valid_from < at and (valid_to is None or valid_to > at):
+                keys.add(key)
+        return keys
+
+    unchanged = set()
+    for run, step in runs:
+        at = step.ended_at
+        assert at is not None
+        io = {(int(d), str(direction)) for d, direction in step.io}
+        outputs = {d for d, direction in io if direction == Direction.OUTPUT}
+        open_tables = open_at(tables[run.job_id], at)
+        open_columns = open_at(columns[run.job_id], at)
+        if (
+            open_tables == io
+            and open_columns is not None
+            and open_columns == set(lineage_edges(run.column_lineage or {}))
+            and all(key[1] in outputs for key in open_columns)
+        ):
+            unchanged.add(run.pk)
+    return unchanged
 
 
 def widen(spans: dict[int, Span], job_id: int, first: datetime, last: datetime) -> None:

@@ -363,6 +363,56 @@ def test_it_moves_the_timeline_end_without_a_replay_when_a_run_repeats_the_last_
     assert [(e[8].day, e[9].day if e[9] else None) for e in x_from_a] == [(1, 6), (7, None)]
 
 
+def late_repeats() -> list[list[dict[str, Any]]]:
+    """A scheduled job's runs, in time order, one list of events per run: runs 6 and 7 end
+    at the same instant, run 6 also reading c."""
+
+    def same(n: int, day: int) -> list[dict[str, Any]]:
+        return completed(n, day, [dataset("a"), dataset("b")], [out({"x": [("a", "x")]})])
+
+    return [
+        same(1, 1),
+        same(2, 2),
+        same(3, 3),
+        same(4, 4),
+        completed(6, 5, [dataset("a"), dataset("b"), dataset("c")], [out({"x": [("a", "x")]})]),
+        same(7, 5),
+        same(8, 6),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("late", "replays"),
+    [
+        # Runs 1, 6 (reads c too) and 7 (back again) replay as they come; run 3, late,
+        # repeats the runs around it: it changes no edge and replays nothing.
+        ([2], [1, 0, 0, 1, 1, 0, 0]),
+        # Run 7, late, repeats them too, but at the instant run 6 began reading c, which
+        # run 7 does not read: its job replays (c's edge, opened there, closes at once).
+        ([5], [1, 0, 0, 0, 1, 1, 1]),
+    ],
+)
+def test_a_late_run_that_changes_no_edge_replays_nothing(monkeypatch, late, replays):
+    from graph import actions as graph_actions
+
+    runs = late_repeats()
+    replayed: list[bool] = []
+    recompute = graph_actions.recompute_jobs
+
+    def counting(since, jobs):
+        replayed.append(bool(since))
+        return recompute(since, jobs)
+
+    expected = state_after([e for run in runs for e in run], [2] * len(runs))
+    monkeypatch.setattr(graph_actions, "recompute_jobs", counting)
+    arrival = [run for n, run in enumerate(runs) if n not in late] + [runs[n] for n in late]
+    got = state_after([e for run in arrival for e in run], [2] * len(runs))
+    assert got == expected
+    assert [int(r) for r in replayed] == replays, replayed
+    c_edges = [e for e in got["table_edges"] if e[1] == "c"]
+    assert c_edges == []  # run 7 closes, at the instant it opened, what run 6 began reading
+
+
 def long_history() -> list[dict[str, Any]]:
     """Two jobs run hourly for a day, mostly the same lineage: an input's schema changes and
     changes back, a mapping changes for a while, an input is dropped and comes back."""
