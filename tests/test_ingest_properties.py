@@ -14,7 +14,16 @@ from catalog.models import Dataset, DatasetField, DatasetOwnership, DatasetVersi
 from graph.models import ColumnEdge, Job, Run, RunDataset, TableEdge
 from ingest.events import parse_event
 from ingest.normalizer import normalize
-from tests.ingest_builders import at, columns, dataset, drop, run_event, run_id, schema
+from tests.ingest_builders import (
+    at,
+    columns,
+    dataset,
+    dataset_event,
+    drop,
+    run_event,
+    run_id,
+    schema,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -411,6 +420,23 @@ def test_a_late_run_that_changes_no_edge_replays_nothing(monkeypatch, late, repl
     assert [int(r) for r in replayed] == replays, replayed
     c_edges = [e for e in got["table_edges"] if e[1] == "c"]
     assert c_edges == []  # run 7 closes, at the instant it opened, what run 6 began reading
+
+
+@pytest.mark.parametrize("first", [("x",), ("x", "y")])
+def test_a_late_sighting_of_the_schema_before_it_at_the_instant_of_another_schema(first):
+    """The late sighting repeats the schema seen an hour before, but another schema was seen
+    at its very instant: whichever of the two sorts last there, the versions come out as
+    when all arrive in time (either order of the two schemas is tried)."""
+    other = ("x", "y") if first == ("x",) else ("x",)
+    events = [
+        dataset_event(at(1, 1), dataset("a", schema=schema(*first))),
+        dataset_event(at(1, 2), dataset("a", schema=schema(*other))),
+        dataset_event(at(1, 2), dataset("a", schema=schema(*first))),
+        dataset_event(at(1, 3), dataset("a", schema=schema(*other))),
+    ]
+    expected = state_after(events, [len(events)])
+    late = [events[0], events[1], events[3], events[2]]
+    assert state_after(late, [1, 1, 1, 1]) == expected
 
 
 def long_history() -> list[dict[str, Any]]:
