@@ -74,11 +74,14 @@ def latest_versions(
     versions = dataset.versions.all()
     if as_of is not None:
         versions = versions.filter(created_at__lte=as_of)
-    return list(versions.order_by("-created_at")[:limit])
+    return list(versions.order_by("-created_at", "-schema_hash")[:limit])
 
 
 def version_as_of(dataset: Dataset, as_of: datetime) -> DatasetVersion | None:
-    return dataset.versions.filter(created_at__lte=as_of).order_by("-created_at").first()
+    """The version in force at ``as_of``: of two starting at one instant, the one the versions'
+    timeline (schema sightings by time, then digest) puts last."""
+    versions = dataset.versions.filter(created_at__lte=as_of)
+    return versions.order_by("-created_at", "-schema_hash").first()
 
 
 # What the history's filter shows: edits by people (stewards, catalog imports), what

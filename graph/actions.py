@@ -436,12 +436,12 @@ def _changing_nothing(runs: list[tuple[Run, _Step]]) -> set[int]:
     """The runs, each joining its job's timeline before its end, whose step changes no edge.
 
     The stored intervals are the replay of the timeline. A step at instant t closes the open
-    edges it does not name and opens those it names that are not open. So where none of the
-    job's stored intervals begins or ends at t, the edges open just before t are the ones
-    open at t; if they are exactly the step's datasets and column mappings, and every open
-    mapping's target is among its outputs, the step closes and opens nothing, and every
-    interval stands as stored (a run inserted between runs like it, as a late run of a
-    scheduled job is). Its job needs no replay.
+    edges it does not name and opens those it names that are not open (a run's mappings
+    target its outputs). Where none of the job's stored intervals begins at t, the edges
+    open across t are the ones open just before it; if they are exactly the step's datasets
+    and column mappings, the step opens nothing and closes only what an interval ending at
+    t shows closed there already. Every interval stands as stored (a run inserted between
+    runs like it, as a late run of a scheduled job is): its job needs no replay.
     """
     if not runs:
         return set()
@@ -470,10 +470,10 @@ def _changing_nothing(runs: list[tuple[Run, _Step]]) -> set[int]:
         columns[job_id].append((tuple(key), valid_from, valid_to))  # type: ignore[arg-type]
 
     def open_at(rows: list[tuple[Any, datetime, datetime | None]], at: datetime) -> set[Any] | None:
-        """The keys open at ``at``; None where an interval begins or ends there."""
+        """The keys open across ``at``; None where an interval begins there."""
         keys = set()
         for key, valid_from, valid_to in rows:
-            if valid_from == at or valid_to == at:
+            if valid_from == at:
                 return None
             if valid_from < at and (valid_to is None or valid_to > at):
                 keys.add(key)
@@ -484,14 +484,12 @@ def _changing_nothing(runs: list[tuple[Run, _Step]]) -> set[int]:
         at = step.ended_at
         assert at is not None
         io = {(int(d), str(direction)) for d, direction in step.io}
-        outputs = {d for d, direction in io if direction == Direction.OUTPUT}
         open_tables = open_at(tables[run.job_id], at)
         open_columns = open_at(columns[run.job_id], at)
         if (
             open_tables == io
             and open_columns is not None
             and open_columns == set(lineage_edges(run.column_lineage or {}))
-            and all(key[1] in outputs for key in open_columns)
         ):
             unchanged.add(run.pk)
     return unchanged

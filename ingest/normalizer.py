@@ -357,7 +357,7 @@ class _Batch:
             return
         latest = (
             DatasetVersion.objects.filter(dataset_id=OuterRef("pk"))
-            .order_by("-created_at", "-pk")
+            .order_by("-created_at", "-schema_hash")  # as the versions' timeline orders them
             .values("pk")[:1]
         )
         pairs = dict(

@@ -142,7 +142,7 @@ def get_run(run_uuid: UUID) -> Run | None:
 
 
 def dataset_versions(dataset: Dataset) -> QuerySet[DatasetVersion]:
-    return DatasetVersion.objects.filter(dataset=dataset).order_by("-created_at", "-id")
+    return DatasetVersion.objects.filter(dataset=dataset).order_by("-created_at", "-schema_hash")
 
 
 def runs_by_uuid(uuids: set[UUID]) -> dict[UUID, Run]:

@@ -49,6 +49,7 @@ from catalog.models import (
 )
 from graph import queries as graph_queries
 from graph import revision as rev
+from graph.details import CHUNK
 from graph.models import Run, RunState
 from ingest.models import EventState, RawEvent
 from ops.models import SliSample
@@ -216,10 +217,6 @@ def page_by_name(found: QuerySet[Dataset], counts: Counter[int], page: slice) ->
             rows.extend(found.filter(namespace_id=namespace).order_by("name")[first:last])
         seen += held
     return rows
-
-
-# SQLite takes at most 32,766 parameters in a statement.
-CHUNK = 5000
 
 
 def page_of(ids: IntArray, page: slice) -> list[Dataset]:
