@@ -457,17 +457,8 @@ def _changing_nothing(runs: list[tuple[Run, _Step]]) -> set[int]:
     columns: dict[int, list[tuple[ColumnKey, datetime, datetime | None]]] = defaultdict(list)
     for job_id, *key, valid_from, valid_to in ColumnEdge.objects.filter(
         reaching, job_id__any_of=job_ids
-    ).values_list(
-        "job_id",
-        "source_field_id",
-        "target_dataset_id",
-        "target_field_id",
-        "transformation_type",
-        "transformation_subtype",
-        "valid_from",
-        "valid_to",
-    ):
-        columns[job_id].append((tuple(key), valid_from, valid_to))  # type: ignore[arg-type]
+    ).values_list(*COLUMN_EDGE_FIELDS[:6], "valid_from", "valid_to"):  # the key's fields
+        columns[job_id].append((tuple(key), valid_from, valid_to))
 
     def open_at(rows: list[tuple[Any, datetime, datetime | None]], at: datetime) -> set[Any] | None:
         """The keys open across ``at``; None where an interval begins there."""
