@@ -457,10 +457,9 @@ def test_a_late_sighting_after_an_instant_of_two_schemas(first):
 def test_a_late_sighting_of_an_unchanged_schema_reads_no_sightings_after_it(monkeypatch):
     """Hourly sightings of one schema, one of them late: on PostgreSQL its dataset's versions
     are not derived again (no window of sightings is read), and they are as in time order."""
-    from ingest import normalizer
+    from catalog.lookups import in_windows as read
 
     windows: list[Any] = []
-    read = normalizer.in_windows
 
     def counting(model, *args, **kwargs):
         windows.append(model)
@@ -468,7 +467,7 @@ def test_a_late_sighting_of_an_unchanged_schema_reads_no_sightings_after_it(monk
 
     events = [dataset_event(at(1, hour), dataset("a", schema=schema("x"))) for hour in range(6)]
     expected = state_after(events, [1] * len(events))
-    monkeypatch.setattr(normalizer, "in_windows", counting)
+    monkeypatch.setattr("ingest.normalizer.in_windows", counting)
     late = [*events[:2], *events[3:], events[2]]
     assert state_after(late, [1] * len(events)) == expected
     # The first sighting starts the only version; on PostgreSQL none after it is replayed.
