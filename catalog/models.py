@@ -324,6 +324,12 @@ class DerivedVersion(models.Model):
         return f"{self.name} v{self.version}"
 
 
+# Newest first, as the versions' timeline orders them: of two versions starting at one
+# instant, the one of the larger schema digest is in force after it (schema sightings sort
+# by time, then digest).
+NEWEST_VERSION_FIRST = ("-created_at", "-schema_hash")
+
+
 class DatasetVersion(models.Model):
     """One state of a dataset's schema, effective from ``created_at`` (event time)."""
 

@@ -13,6 +13,7 @@ from catalog import naming
 from catalog.actions import owners_value, tags_value
 from catalog.flags import NO_FLAG, FieldFlag, field_flags
 from catalog.models import (
+    NEWEST_VERSION_FIRST,
     ChangeRecord,
     ChangeSource,
     Dataset,
@@ -74,14 +75,12 @@ def latest_versions(
     versions = dataset.versions.all()
     if as_of is not None:
         versions = versions.filter(created_at__lte=as_of)
-    return list(versions.order_by("-created_at", "-schema_hash")[:limit])
+    return list(versions.order_by(*NEWEST_VERSION_FIRST)[:limit])
 
 
 def version_as_of(dataset: Dataset, as_of: datetime) -> DatasetVersion | None:
-    """The version in force at ``as_of``: of two starting at one instant, the one the versions'
-    timeline (schema sightings by time, then digest) puts last."""
-    versions = dataset.versions.filter(created_at__lte=as_of)
-    return versions.order_by("-created_at", "-schema_hash").first()
+    """The version in force at ``as_of``."""
+    return dataset.versions.filter(created_at__lte=as_of).order_by(*NEWEST_VERSION_FIRST).first()
 
 
 # What the history's filter shows: edits by people (stewards, catalog imports), what

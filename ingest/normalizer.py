@@ -50,6 +50,7 @@ from catalog import actions as catalog_actions
 from catalog import bulk
 from catalog.lookups import in_windows
 from catalog.models import (
+    NEWEST_VERSION_FIRST,
     ChangeRecord,
     ChangeSource,
     Dataset,
@@ -357,7 +358,7 @@ class _Batch:
             return
         latest = (
             DatasetVersion.objects.filter(dataset_id=OuterRef("pk"))
-            .order_by("-created_at", "-schema_hash")  # as the versions' timeline orders them
+            .order_by(*NEWEST_VERSION_FIRST)
             .values("pk")[:1]
         )
         pairs = dict(

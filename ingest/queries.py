@@ -10,7 +10,7 @@ from uuid import UUID
 from django.db.models import Count, Min, Prefetch, Q, QuerySet
 from django.utils import timezone
 
-from catalog.models import Dataset, DatasetVersion
+from catalog.models import NEWEST_VERSION_FIRST, Dataset, DatasetVersion
 from graph.models import Job, Run, RunDataset, TableEdge
 from ingest.models import EventState, RawEvent
 
@@ -142,7 +142,7 @@ def get_run(run_uuid: UUID) -> Run | None:
 
 
 def dataset_versions(dataset: Dataset) -> QuerySet[DatasetVersion]:
-    return DatasetVersion.objects.filter(dataset=dataset).order_by("-created_at", "-schema_hash")
+    return DatasetVersion.objects.filter(dataset=dataset).order_by(*NEWEST_VERSION_FIRST)
 
 
 def runs_by_uuid(uuids: set[UUID]) -> dict[UUID, Run]:
