@@ -30,6 +30,8 @@ from django.db.models import F, Field, Q
 from django.utils import timezone
 
 from catalog import bulk, pgsql
+from catalog.models import Namespace
+from graph.models import Job, Run
 from ingest import queries
 from ingest.events import EventError, ParsedEvent, parse_event
 from ingest.models import EventState, RawEvent
@@ -88,23 +90,36 @@ def raw_event_for(
 
 
 def store_events(
-    events: list[ParsedEvent], source: str, enqueue: bool = True, processed: bool = False
+    events: list[ParsedEvent],
+    source: str,
+    enqueue: bool = True,
+    processed: bool = False,
+    refuse_reused_runs: bool = False,
 ) -> StoreResult:
     """Store events verbatim (each fingerprint once) and queue their processing on commit.
 
     ``processed`` stores them as done: for a caller normalising them in the same
-    transaction (nothing to claim, nothing to queue).
+    transaction (nothing to claim, nothing to queue). ``refuse_reused_runs`` raises the
+    first event's error of ``reused_run_ids`` instead of storing anything; for one event
+    on PostgreSQL the check is part of the insert's statement (one round trip a POST).
     """
     result = StoreResult()
     if not events:
         return result
     unique = list({e.fingerprint: e for e in events}.values())
+    postgres = connection.vendor == "postgresql"
+    checked_on_insert = refuse_reused_runs and postgres and len(unique) == 1
+    if refuse_reused_runs and not checked_on_insert:
+        for error in reused_run_ids(unique).values():
+            raise error
     now = timezone.now()
     # One INSERT is atomic by itself: no transaction round trips around it.
-    single = connection.vendor == "postgresql" and len(unique) <= COPY_MIN_ROWS
+    single = postgres and len(unique) <= COPY_MIN_ROWS
     with contextlib.nullcontext() if single else transaction.atomic():
         rows = [raw_event_for(e, source, now, processed) for e in unique]
-        if connection.vendor == "postgresql":
+        if checked_on_insert:
+            result.stored = _insert_unless_run_reused(rows[0], unique[0])
+        elif postgres:
             result.stored = _insert_new(rows)
         else:
             result.stored = _insert_new_portably(rows)
@@ -134,13 +149,17 @@ def reused_run_ids(events: list[ParsedEvent]) -> dict[int, EventError]:
         job = (event.job_namespace, event.job_name)
         owner = owners.setdefault(event.run_uuid, job)
         if owner != job:
-            errors[index] = EventError(
-                f"run.runId {event.run_uuid} belongs to job {owner[0]}:{owner[1]}, "
-                f"not {job[0]}:{job[1]}",
-                "run.runId",
-                409,
-            )
+            errors[index] = _reused_run(event, owner)
     return errors
+
+
+def _reused_run(event: ParsedEvent, owner: tuple[str, str]) -> EventError:
+    return EventError(
+        f"run.runId {event.run_uuid} belongs to job {owner[0]}:{owner[1]}, "
+        f"not {event.job_namespace}:{event.job_name}",
+        "run.runId",
+        409,
+    )
 
 
 # Above this many events a store goes through COPY.
@@ -196,6 +215,43 @@ def _insert_new(rows: list[tuple[Any, ...]]) -> dict[str, int]:
             [value for row in rows for value in row],
         )
         return {fingerprint: pk for fingerprint, pk in cursor.fetchall()}
+
+
+def _insert_unless_run_reused(row: tuple[Any, ...], event: ParsedEvent) -> dict[str, int]:
+    """``_insert_new`` of one event, in the statement that reads who owns its run: the row
+    is inserted only if no other job does, else the owner's EventError (409) is raised."""
+    if event.run_uuid is None or not event.job_name:
+        return _insert_new([row])
+    with pgsql.bound_cursor() as cursor:
+        cursor.execute(
+            _INSERT_UNLESS_RUN_REUSED,
+            [event.run_uuid, *row, event.job_namespace, event.job_name],
+        )
+        stored = {}
+        for fingerprint, pk, namespace, job in cursor.fetchall():
+            if fingerprint is not None:
+                stored[fingerprint] = pk
+            elif (namespace, job) != (event.job_namespace, event.job_name):
+                raise _reused_run(event, (namespace, job))
+        return stored
+
+
+_INSERT_UNLESS_RUN_REUSED = f"""
+WITH owner AS (
+    SELECT namespace.name AS namespace, job.name AS job
+    FROM {Run._meta.db_table} run
+    JOIN {Job._meta.db_table} job ON job.id = run.job_id
+    JOIN {Namespace._meta.db_table} namespace ON namespace.id = job.namespace_id
+    WHERE run.run_uuid = %s
+), stored AS (
+    INSERT INTO {RawEvent._meta.db_table} ({_INSERT_COLUMNS})
+    SELECT {", ".join(["%s"] * len(INSERT_FIELDS))}
+    WHERE NOT EXISTS (SELECT FROM owner WHERE (owner.namespace, owner.job) <> (%s, %s))
+    ON CONFLICT (fingerprint) DO NOTHING RETURNING fingerprint, id
+)
+SELECT fingerprint, id, NULL, NULL FROM stored
+UNION ALL SELECT NULL, NULL, namespace, job FROM owner
+"""
 
 
 def _insert_new_portably(rows: list[tuple[Any, ...]]) -> dict[str, int]:

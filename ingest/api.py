@@ -119,11 +119,9 @@ class LineageView(PlainJsonNegotiation, APIView):
         body = read_json_body(request)
         try:
             event = parse_event(body)
-            for error in actions.reused_run_ids([event]).values():
-                raise error
+            result = actions.store_events([event], source="api", refuse_reused_runs=True)
         except EventError as exc:
             raise _api_error(exc) from exc
-        result = actions.store_events([event], source="api")
         return Response(
             {
                 "status": result.status(event.fingerprint),

@@ -197,6 +197,21 @@ def test_it_refuses_a_run_id_that_belongs_to_another_job(post):
     assert RawEvent.objects.count() == 1
 
 
+def test_a_run_id_is_checked_against_its_jobs_namespace_too(post):
+    start = run_event("START", run_id(1), at(1), job="etl.orders", job_ns="spark")
+    assert post(start).status_code == 201
+    assert post(start).json()["status"] == "duplicate"
+    complete = run_event("COMPLETE", run_id(1), at(2), job="etl.orders", job_ns="spark")
+    assert post(complete).json()["status"] == "stored"
+    response = post(run_event("COMPLETE", run_id(1), at(2), job="etl.orders", job_ns="airflow"))
+    assert response.status_code == 409, response.content
+    assert response.json()["error"] == (
+        f"run.runId {run_id(1)} belongs to job spark:etl.orders, not airflow:etl.orders"
+    )
+    assert RawEvent.objects.count() == 2
+    assert post(event(2, job="etl.other")).status_code == 201
+
+
 def test_a_batch_refuses_a_reused_run_id_alone(post):
     response = post(
         [event(1, job="a"), event(1, job="b"), event(2, job="b")], path="/api/v1/lineage/batch"
