@@ -1,11 +1,11 @@
 """PostgreSQL specifics: statements with server-side binding, commits that need not wait.
 
 Django's psycopg cursor quotes every parameter into the statement text on the
-client: long text lists cost about a microsecond a character, and a statement
-whose text changes with its parameters is planned anew each time. Bound
-parameters go as they are, and a statement of fixed text is prepared by the
-driver after a few runs on the (persistent) connection, so PostgreSQL stops
-planning it. Only for statements that run on every request.
+client: long text lists cost about a microsecond a character. Bound parameters go
+as they are. Django's connections prepare nothing (psycopg's ``prepare_threshold``
+is None), so a statement is planned on every run unless it goes through
+``execute_prepared``: only for statements of fixed text that run on every request
+and whose planning showed in a benchmark.
 
 Normalising transactions commit without waiting for the disk (``relax_commit``):
 what they write is derived from raw events that were stored durably first.
@@ -13,7 +13,7 @@ what they write is derived from raw events that were stored durably first.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -32,6 +32,23 @@ def bound_cursor(
     db.ensure_connection()
     with db.wrap_database_errors, psycopg.Cursor(db.connection) as cursor:
         yield cursor
+
+
+def execute_prepared(
+    cursor: psycopg.Cursor[tuple[Any, ...]], sql: str, params: Sequence[Any]
+) -> None:
+    """Run a statement of fixed text as a prepared statement of its connection: planned
+    once per connection (until a rollback, which makes psycopg deallocate them all).
+
+    Preparing stays off for everything else on the connection, Django's own queries
+    included: psycopg would otherwise count and keep the text of each of them.
+    """
+    connection = cursor.connection
+    threshold, connection.prepare_threshold = connection.prepare_threshold, 0
+    try:
+        cursor.execute(sql, params, prepare=True)
+    finally:
+        connection.prepare_threshold = threshold
 
 
 def relax_commit() -> None:

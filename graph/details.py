@@ -228,8 +228,7 @@ def _ts(value: Any) -> datetime | None:
 
 
 def _rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    # On PostgreSQL the statements here have fixed text (ids go as one array): bound, they
-    # are prepared once per connection instead of planned on every request.
+    # On PostgreSQL the ids go bound, as one array, instead of quoted into the text.
     scope = bound_cursor() if connection.vendor == "postgresql" else connection.cursor()
     with scope as cursor:
         cursor.execute(sql, list(params))

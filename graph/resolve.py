@@ -1,5 +1,5 @@
 """Node ids resolved to their database rows: the in-process directory first
-(graph/directory.py), then one prepared statement over every split of the id."""
+(graph/directory.py), then one statement over every split of the id."""
 
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ def _from_directory(kind: str, candidates: list[tuple[str, str]]) -> ResolvedNod
 
 def _pg_named(table: str, candidates: list[tuple[str, str]]) -> list[tuple[Any, ...]]:
     """Rows (pk, namespace, name) of ``table`` matching any (namespace, name) pair: one
-    statement of fixed text, prepared once per connection."""
+    statement, the pairs bound as two arrays."""
     with bound_cursor() as cursor:
         cursor.execute(
             f"SELECT r.id, n.name, r.name FROM unnest(%s::text[], %s::text[]) AS c(ns, name) "
@@ -185,7 +185,7 @@ def _pg_named(table: str, candidates: list[tuple[str, str]]) -> list[tuple[Any, 
 
 
 def _pg_field(raw: str, candidates: list[tuple[str, str]]) -> ResolvedNode:
-    """A field id resolved in one prepared statement over every (namespace, dataset, field)
+    """A field id resolved in one statement over every (namespace, dataset, field)
     split; the longest namespace wins, then the longest dataset name."""
     triples = [
         (ns, tail[:i], tail[i + 1 :])

@@ -324,7 +324,7 @@ def current(using: str = "default") -> Revision:
 def _read(using: str) -> Revision:
     connection = connections[using]
     _fire_pending(connection)
-    # Every request runs this: bound, the driver prepares it once per connection.
+    # Every request runs this: on the driver's cursor, without Django's wrapping.
     scope = bound_cursor(connection) if connection.vendor == "postgresql" else connection.cursor()
     with scope as cursor:
         cursor.execute("SELECT value, token FROM graph_revision WHERE id = 1")

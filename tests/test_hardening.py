@@ -6,6 +6,7 @@ every endpoint and page; these tests pin the behaviour each one must show.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
@@ -13,6 +14,7 @@ import json
 import logging
 
 import pytest
+from django.db import transaction
 
 from catalog.exports import csv_text
 from graph.exports import mermaid, mermaid_label
@@ -210,6 +212,18 @@ def test_a_run_id_is_checked_against_its_jobs_namespace_too(post):
     )
     assert RawEvent.objects.count() == 2
     assert post(event(2, job="etl.other")).status_code == 201
+
+
+def test_the_door_answers_alike_around_rolled_back_work_on_its_connection(post):
+    # The single-event insert is a prepared statement of the connection (PostgreSQL): work
+    # rolled back in between, where it was prepared or after, must not lose it.
+    for n in range(3):
+        with contextlib.suppress(RuntimeError), transaction.atomic():
+            assert post(event(10 + n, job="etl.orders")).status_code == 201
+            raise RuntimeError("rolled back")
+        assert post(event(n, job="etl.orders")).json()["status"] == "stored"
+        assert post(event(n, job="etl.other")).status_code == 409
+    assert RawEvent.objects.count() == 3
 
 
 def test_a_batch_refuses_a_reused_run_id_alone(post):
