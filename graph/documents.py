@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import zstandard
 from django.conf import settings
 from django.db import connection
 
@@ -137,6 +138,7 @@ def _write(
         texts: dict[tuple[str, str], Path] = {}
         rendered = {DATASET: 0, JOB: 0}
         copied = 0
+        extra: dict[str, np.ndarray] = {}
         for kind, model, render in (
             (DATASET, Dataset, render_datasets),
             (JOB, Job, render_jobs),
@@ -147,14 +149,26 @@ def _write(
             written: list[int] = []
             sizes: dict[str, list[int]] = {column: [] for column in docfile.COLUMNS}
             handles = {column: open(file, "wb") for column, file in files.items()}  # noqa: SIM115
+            # The file before's dictionaries, so its documents are copied as they are; a full
+            # pass trains new ones on its first batch.
+            dictionaries = (
+                {}
+                if previous is None
+                else {c: previous.dictionaries[(kind, c)] for c in docfile.PACKED}
+            )
+            packers = None
             try:
                 for start in range(0, len(all_pks), batch):
                     chunk = all_pks[start : start + batch]
                     documents = _copied(previous, kind, chunk, changed)
                     copied += len(documents)
-                    fresh = render([pk for pk in chunk if pk not in documents])
+                    fresh = _columns(kind, render([pk for pk in chunk if pk not in documents]))
                     rendered[kind] += len(fresh)
-                    documents.update(_columns(kind, fresh))
+                    if packers is None:
+                        if not dictionaries:
+                            dictionaries = _trained(fresh)
+                        packers = {c: docfile.compressor(d) for c, d in dictionaries.items()}
+                    documents.update(_packed(fresh, packers))
                     for pk in sorted(documents):
                         written.append(pk)
                         for column, text in zip(docfile.COLUMNS, documents[pk], strict=True):
@@ -166,8 +180,13 @@ def _write(
             pks[kind] = np.asarray(written, dtype=np.int64)
             for column in docfile.COLUMNS:
                 lengths[(kind, column)] = np.asarray(sizes[column], dtype=np.int64)
+            for column in docfile.PACKED:
+                dictionary = dictionaries.get(column, b"")
+                name = docfile.DICTIONARY.format(kind=kind, column=column)
+                extra[name] = np.frombuffer(dictionary, dtype=np.uint8)
         # The node directory, read now (at ``current`` or later), is part of the base.
         arrays, meta = directory.build().arrays()
+        arrays.update(extra)
         target = scratch / "file"
         with open(target, "wb") as out:
             docfile.assemble(out, current, pks, lengths, texts, arrays, {"directory": meta})
@@ -195,8 +214,30 @@ def _copied(
     if previous is None or trusted is None:
         return {}
     part, found, at = trusted
-    columns = [previous.slices(part, at, column) for column in docfile.COLUMNS]
+    columns = [previous.slices(part, at, column, packed=True) for column in docfile.COLUMNS]
     return dict(zip(found, zip(*columns, strict=True), strict=True))
+
+
+_AT = {column: docfile.COLUMNS.index(column) for column in docfile.PACKED}
+
+
+def _trained(documents: dict[int, Columns]) -> dict[str, bytes]:
+    """A dictionary for each packed column, trained on these documents."""
+    return {c: docfile.train([d[at] for d in documents.values()]) for c, at in _AT.items()}
+
+
+def _packed(
+    documents: dict[int, Columns], packers: dict[str, zstandard.ZstdCompressor]
+) -> dict[int, Columns]:
+    """The documents with their packed columns compressed (an empty text stays empty)."""
+    out = {}
+    for pk, columns in documents.items():
+        texts = list(columns)
+        for column, at in _AT.items():
+            if texts[at]:
+                texts[at] = packers[column].compress(texts[at])
+        out[pk] = tuple(texts)
+    return out
 
 
 def _columns(kind: str, entries: dict[int, Entry]) -> dict[int, Columns]:

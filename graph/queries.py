@@ -181,10 +181,6 @@ class LineageGraph:
     def node(self, node_id: str) -> GraphNode | None:
         return next((n for n in self.nodes if n.node_id == node_id), None)
 
-    @property
-    def node_ids(self) -> set[str]:
-        return {n.node_id for n in self.nodes}
-
 
 # --- table lineage -----------------------------------------------------------------------
 
@@ -1428,10 +1424,6 @@ class TaintImpact:
     truncated: bool = False
     cut: Cut = Cut()
 
-    @property
-    def at_risk_ids(self) -> frozenset[str]:
-        return frozenset(d.node_id for d in self.datasets)
-
 
 def taint_info(taint: Taint) -> TaintInfo:
     return TaintInfo(
@@ -1571,12 +1563,6 @@ class Strength(IntEnum):
     AGGREGATION = snapshot.STRENGTH_AGGREGATION
     TRANSFORMATION = snapshot.STRENGTH_TRANSFORMATION
     IDENTITY = snapshot.STRENGTH_IDENTITY
-
-    @property
-    def holds_rows(self) -> bool:
-        """DIRECT identity or transformation (masked or not): the rows still belong to the
-        subject. Aggregation and indirect lineage only contributed."""
-        return self >= Strength.TRANSFORMATION
 
 
 @dataclass(frozen=True, slots=True)

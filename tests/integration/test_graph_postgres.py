@@ -216,6 +216,53 @@ def test_the_file_holds_every_node_as_rendering_gives_it(settings):
     assert all(entry.info is not None for entry in served.values())
 
 
+def test_compressed_documents_read_back_as_rendered_through_follow_up_passes(steward):
+    from graph import docfile, documents, nodedata
+    from graph.details import info_json
+    from graph.models import Job
+    from graph.nodecache import DATASET, JOB
+
+    call_command("generate_lineage", datasets=300, no_progress=True, seed=11)
+    datasets = sorted(Dataset.objects.values_list("pk", flat=True))
+    jobs = sorted(Job.objects.values_list("pk", flat=True))
+
+    def assert_as_rendered() -> int:
+        mapped = docfile.get()
+        text = 0
+        for kind, pks, render in (
+            (DATASET, datasets, nodedata.render_datasets),
+            (JOB, jobs, nodedata.render_jobs),
+        ):
+            fresh = render(pks)
+            found = mapped.lookup(kind, pks, 0, {}, info=True)
+            assert found == {
+                pk: (e.namespace, e.name, e.data, info_json(e.info)) for pk, e in fresh.items()
+            }
+            spliced = mapped.spliced(kind, pks, 0, {}, ("data",))["data"]
+            assert spliced == {pk: e.data.encode() for pk, e in fresh.items()}
+            text += sum(len(e.data.encode()) + len(info_json(e.info)) for e in fresh.values())
+        return text
+
+    first = documents.render_documents(full=True)
+    assert first.full and first.datasets == 300
+    text = assert_as_rendered()
+    # Node documents repeat their keys and shapes: the file holds them in far less room.
+    parts = docfile.get().parts.values()
+    stored = sum(int(p.offsets[c][-1]) for p in parts for c in docfile.PACKED)
+    assert stored < text / 4
+    # A follow-up pass keeps the dictionaries: what it copies and what it renders agree.
+    describe(steward, Dataset.objects.get(pk=datasets[7]), "Copied from the CRM, nightly")
+    follow_up = documents.render_documents()
+    assert (follow_up.full, follow_up.datasets, follow_up.copied) == (
+        False,
+        1,
+        len(datasets) + len(jobs) - 1,
+    )
+    assert_as_rendered()
+    described = docfile.get().lookup(DATASET, [datasets[7]], 0, {})[datasets[7]]
+    assert "Copied from the CRM" in described[2]
+
+
 def test_a_process_renders_only_the_nodes_changed_since_the_file(steward):
     from graph import documents
     from graph.nodecache import DATASET, JOB, NodeCache
