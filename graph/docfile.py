@@ -204,16 +204,21 @@ class DocFile:
         horizon: int,
         changed: dict[tuple[str, int], int],
         info: bool = False,
+        data: bool = True,
     ) -> dict[int, Document]:
         """The trusted documents of these nodes by pk (as :meth:`trusted`). With ``info``,
-        only those that carry a summary; without, the summary is left out ("")."""
+        only those that carry a summary; without, the summary is left out (""); without
+        ``data``, so is the data."""
         trusted = self.trusted(kind, pks, horizon, changed, info)
         if trusted is None:
             return {}
         part, found, at = trusted
         columns = [
-            [text.decode() for text in self.slices(part, at, column)] for column in COLUMNS[:3]
+            [text.decode() for text in self.slices(part, at, column)]
+            for column in COLUMNS[: 3 if data else 2]
         ]
+        if not data:
+            columns.append([""] * len(found))
         columns.append(
             [text.decode() for text in self.slices(part, at, "info")] if info else [""] * len(found)
         )

@@ -42,7 +42,8 @@ CHANGED_LIMIT = 200_000
 class Entry:
     namespace: str
     name: str
-    # The node's Marquez ``data`` as JSON text.
+    # The node's Marquez ``data`` as JSON text ("" when read from the host's document file
+    # for its summary alone).
     data: str
     # A small summary object (graph.details.DatasetInfo with personal fields only, or JobInfo).
     info: Any
@@ -170,19 +171,23 @@ class NodeCache:
     ) -> dict[int, Entry]:
         """Entries by pk; misses are taken from the host's document file or rendered by
         ``render`` in one call, and kept. With ``info``, every entry has its summary
-        object (read from the document's summary when it has one)."""
+        object (read from the document's summary when it has one), and its data only if
+        it was rendered here; without, every entry has its data."""
         self.sync()
         found, missing = self._get(kind, pks)
-        if info:
-            lacking = [pk for pk, entry in found.items() if entry.info is None]
-            for pk in lacking:
-                del found[pk]
-            missing += lacking
+        lacking = [
+            pk for pk, entry in found.items() if (entry.info is None if info else not entry.data)
+        ]
+        for pk in lacking:
+            del found[pk]
+        missing += lacking
         if not missing:
             return found
         mapped = self.document_file()
         if mapped is not None:
-            documents = mapped.lookup(kind, missing, self.horizon, self.changed, info)
+            documents = mapped.lookup(
+                kind, missing, self.horizon, self.changed, info, data=not info
+            )
             if documents:
                 read = {pk: _entry(kind, *document) for pk, document in documents.items()}
                 found.update(read)

@@ -211,9 +211,16 @@ def test_the_file_holds_every_node_as_rendering_gives_it(settings):
             assert (texts["quoted"][pk], texts["named"][pk]) == expected
     # A new process takes every node from the file: nothing rendered.
     calls: list[list[int]] = []
-    served = NodeCache(100).entries(DATASET, datasets, rendered_by(calls), info=True)
+    process = NodeCache(100)
+    served = process.entries(DATASET, datasets, rendered_by(calls), info=True)
     assert calls == [] and set(served) == set(datasets)
     assert all(entry.info is not None for entry in served.values())
+    # Read for their summaries, they still give their data when it is asked for.
+    fresh = nodedata.render_datasets(datasets)
+    shown = process.entries(DATASET, datasets, rendered_by(calls))
+    assert calls == [] and {pk: e.data for pk, e in shown.items()} == {
+        pk: e.data for pk, e in fresh.items()
+    }
 
 
 def test_compressed_documents_read_back_as_rendered_through_follow_up_passes(steward):
