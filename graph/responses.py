@@ -127,7 +127,8 @@ class ResponseCache:
         return zstandard.ZstdDecompressor().decompress(entry.body)
 
     def put(self, key: Hashable, body: bytes, datasets: IntArray, jobs: IntArray) -> None:
-        packed = zstandard.ZstdCompressor(level=1).compress(body)
+        # A copy: the compressor's own result keeps the room of an incompressible body.
+        packed = bytes(memoryview(zstandard.ZstdCompressor(level=1).compress(body)))
         entry = Cached(packed, rev.current(), datasets, jobs)
         with self.lock:
             self._insert(key, entry)
