@@ -22,8 +22,8 @@ kept in its node cache, the small overlay on the file.
 A node's rendered data and summary are kept compressed, each document on its own, with a
 zstd dictionary per kind and column trained on the documents of the pass that wrote the
 file first (later passes keep it, and copy the unchanged documents as they are): node
-documents repeat the same keys and shapes, so at 100,000 datasets the two columns take
-32 MB instead of 249, and reading one back costs one to two microseconds.
+documents repeat the same keys and shapes, so at 100,000 generated datasets the two
+columns take 34 MB instead of 249, and reading one back costs about three microseconds.
 """
 
 from __future__ import annotations
