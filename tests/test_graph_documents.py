@@ -105,3 +105,38 @@ def test_node_summaries_read_back_from_their_text_as_they_were_written():
         assert dataset_info_from_json(info_json(summary)) == summary
     for run in (job, replace(job, latest_run=None, parent_name=None)):
         assert job_info_from_json(info_json(run)) == run
+
+
+def test_a_file_without_the_dictionaries_of_its_compressed_columns_is_not_read(tmp_path):
+    import numpy as np
+
+    from graph import docfile, revision
+
+    def write(extra: dict[str, np.ndarray]) -> docfile.DocFile:
+        kind = revision.Kind.DATASET
+        none = np.zeros(0, dtype=np.int64)
+        texts = {}
+        for column in docfile.COLUMNS:
+            texts[(kind, column)] = tmp_path / column
+            texts[(kind, column)].write_bytes(b"")
+        path = tmp_path / "file.docs"
+        with open(path, "wb") as out:
+            docfile.assemble(
+                out,
+                revision.Revision(1, "t"),
+                {kind: none},
+                {(kind, column): none for column in docfile.COLUMNS},
+                texts,
+                extra,
+                {},
+            )
+        return docfile.DocFile(path)
+
+    with pytest.raises(docfile.CorruptFile, match="the data column has no dictionary"):
+        write({})
+    empty = np.zeros(0, dtype=np.uint8)
+    dictionaries = {
+        docfile.DICTIONARY.format(kind=revision.Kind.DATASET, column=column): empty
+        for column in docfile.PACKED
+    }
+    assert write(dictionaries).documents == 0
