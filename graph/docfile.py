@@ -185,7 +185,12 @@ class DocFile:
         if packed or column not in PACKED:
             return texts
         unpack = self._decompressor(part.kind, column).decompress
-        return [unpack(text) if text else text for text in texts]
+        try:
+            return [unpack(text) if text else text for text in texts]
+        except zstandard.ZstdError as exc:
+            # Each document carries its checksum: damaged bytes never reach an answer.
+            kind = "dataset" if part.kind == rev.Kind.DATASET else "job"
+            raise CorruptFile(f"{self.path}: a {kind}'s {column} is damaged ({exc})") from exc
 
     def _decompressor(self, kind: str, column: str) -> zstandard.ZstdDecompressor:
         held: dict[tuple[str, str], zstandard.ZstdDecompressor] | None
@@ -213,15 +218,18 @@ class DocFile:
         if trusted is None:
             return {}
         part, found, at = trusted
-        columns = [
-            [text.decode() for text in self.slices(part, at, column)]
-            for column in COLUMNS[: 3 if data else 2]
-        ]
+        try:
+            columns = [
+                [text.decode() for text in self.slices(part, at, column)]
+                for column in COLUMNS[: 3 if data else 2]
+            ]
+            summaries = self.slices(part, at, "info") if info else []
+        except CorruptFile as exc:
+            refuse(self, exc)
+            return {}
         if not data:
             columns.append([""] * len(found))
-        columns.append(
-            [text.decode() for text in self.slices(part, at, "info")] if info else [""] * len(found)
-        )
+        columns.append([text.decode() for text in summaries] if info else [""] * len(found))
         return dict(zip(found, zip(*columns, strict=True), strict=True))
 
     def spliced(
@@ -238,10 +246,14 @@ class DocFile:
         if trusted is None:
             return {column: {} for column in columns}
         part, found, at = trusted
-        return {
-            column: dict(zip(found, self.slices(part, at, column), strict=True))
-            for column in columns
-        }
+        try:
+            return {
+                column: dict(zip(found, self.slices(part, at, column), strict=True))
+                for column in columns
+            }
+        except CorruptFile as exc:
+            refuse(self, exc)
+            return {column: {} for column in columns}
 
 
 def _stamp(path: Path, status: os.stat_result) -> tuple[str, int, int, int]:
@@ -409,9 +421,11 @@ def assemble(
 def compressor(dictionary: bytes) -> zstandard.ZstdCompressor:
     """What packs a column's documents, with its dictionary (``b""``: none)."""
     if not dictionary:
-        return zstandard.ZstdCompressor()
+        return zstandard.ZstdCompressor(write_checksum=True)
     return zstandard.ZstdCompressor(
-        dict_data=zstandard.ZstdCompressionDict(dictionary), write_dict_id=False
+        dict_data=zstandard.ZstdCompressionDict(dictionary),
+        write_dict_id=False,
+        write_checksum=True,
     )
 
 
@@ -516,6 +530,22 @@ def warm() -> bool:
         return False
     found.prefault()
     return True
+
+
+def refuse(found: DocFile, exc: CorruptFile) -> None:
+    """Stop using ``found``, whose bytes turned out damaged, and move it aside (to
+    ``.damaged``, for a look) when it is still the host's: every process renders its nodes
+    itself until the next scheduled pass, finding no file, writes one in full."""
+    log.error("node document file no longer used: %s", exc)
+    with _state.lock:
+        if _state.file is not found:
+            return
+        _state.file = None
+        try:
+            if _stamp(found.path, found.path.stat()) == _state.stamp:
+                os.replace(found.path, found.path.with_suffix(".damaged"))
+        except OSError:  # gone or replaced already
+            pass
 
 
 def reset() -> None:

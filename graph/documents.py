@@ -92,7 +92,12 @@ def render_documents(full: bool = False, batch: int = BATCH, at_least: int = 1) 
                 )
         else:
             previous = changed = None
-        counts = _write(path, current, previous, changed or {}, batch)
+        try:
+            counts = _write(path, current, previous, changed or {}, batch)
+        except docfile.CorruptFile as exc:
+            log.error("node document file before not used: %s", exc)
+            previous = None
+            counts = _write(path, current, None, {}, batch)
         docfile.current()  # this process, too, maps the new file now
         seconds = time.perf_counter() - started
         result = PassResult(previous is None, current.value, *counts, seconds=round(seconds, 3))
@@ -215,6 +220,8 @@ def _copied(
         return {}
     part, found, at = trusted
     columns = [previous.slices(part, at, column, packed=True) for column in docfile.COLUMNS]
+    for column in docfile.PACKED:
+        previous.slices(part, at, column)  # damaged bytes are not carried on (CorruptFile)
     return dict(zip(found, zip(*columns, strict=True), strict=True))
 
 

@@ -8,6 +8,7 @@ import os
 import threading
 import time
 
+import numpy as np
 import pytest
 from django.core.management import call_command
 from django.db import connection, connections, transaction
@@ -485,6 +486,60 @@ def test_an_unreadable_file_is_not_used_and_the_next_pass_writes_it_whole(caplog
     path.write_bytes(whole[: len(whole) // 2])
     with pytest.raises(docfile.CorruptFile, match="past the end of the file"):
         docfile.DocFile(path)
+
+
+def test_damaged_document_bytes_never_reach_an_answer_and_the_file_is_written_again(
+    steward, settings, caplog
+):
+    from graph import docfile, documents, nodecache, responses
+    from graph.api import lineage_body
+    from graph.nodecache import DATASET
+
+    g = LineageBuilder()
+    g.chain("a", "b", "c")
+    root = resolve_node_id(g.id("a"))
+
+    def damage(pk: int) -> None:
+        """Flip a byte in the middle of the node's compressed data, on disk."""
+        mapped = docfile.current()
+        part = mapped.parts[DATASET]
+        at = int(np.searchsorted(part.pks, pk))
+        lo, hi = part.offsets["data"][at : at + 2].tolist()
+        where = part.starts["data"] + (lo + hi) // 2
+        with open(mapped.path, "r+b") as handle:
+            handle.seek(where)
+            byte = handle.read(1)[0]
+            handle.seek(where)
+            handle.write(bytes([byte ^ 0x55]))
+
+    def body() -> bytes:
+        nodecache.cache.clear()
+        responses.cache.clear()
+        with revision.pinned():
+            return lineage_body(queries.table_answer(root, depth=5))
+
+    assert documents.render_documents().full
+    path = docfile.file_path()
+    whole = body()
+    damage(g.ds["b"].pk)
+    # The document's checksum fails: the process stops using the file, moved aside.
+    assert body() == whole
+    assert "node document file no longer used" in caplog.text
+    assert "a dataset's data is damaged" in caplog.text
+    assert not path.exists() and path.with_suffix(".damaged").exists()
+    assert docfile.get() is None
+    # The scheduled pass finds no file and writes it whole.
+    assert documents.render_documents(at_least=documents.REWRITE_AFTER).full
+    assert body() == whole
+    # A follow-up pass does not carry damaged bytes on: it renders everything again.
+    damage(g.ds["c"].pk)
+    describe(steward, g.ds["a"], "Raw")
+    assert documents.render_documents().full
+    assert "node document file before not used" in caplog.text
+    served = body()
+    assert b'"description":"Raw"' in served
+    settings.GRAPH_SHARED_NODE_DATA = False
+    assert body() == served
 
 
 def test_the_node_directory_is_mapped_from_the_file_and_answers_as_the_database(steward):
