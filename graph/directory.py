@@ -65,6 +65,12 @@ FIELD_HEADER = np.dtype(
 )
 
 
+def narrow(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``values`` as int32 when they all fit, as ids and positions do: half the room."""
+    small = values.size == 0 or (values.min() >= -(2**31) and values.max() < 2**31)
+    return values.astype(np.int32 if small else np.int64)
+
+
 def name_hash(namespace: int, name: str) -> int:
     """A hash of (namespace pk, name), the same in every process (an index key)."""
     digest = hashlib.blake2b(b"%d\0%s" % (namespace, name.encode()), digest_size=8).digest()
@@ -94,12 +100,12 @@ class Names:
         hashes = np.asarray([name_hash(ns, name) for _, ns, name in rows], dtype=np.int64)
         order = np.argsort(hashes, kind="stable")
         return cls(
-            np.asarray([pk for pk, _, _ in rows], dtype=np.int64),
-            np.asarray([ns for _, ns, _ in rows], dtype=np.int64),
-            at,
+            narrow(np.asarray([pk for pk, _, _ in rows], dtype=np.int64)),
+            narrow(np.asarray([ns for _, ns, _ in rows], dtype=np.int64)),
+            narrow(at),
             memoryview(b"".join(encoded)),
             hashes[order],
-            order.astype(np.int64),
+            narrow(order),
         )
 
     def pk(self, namespace: int, name: str) -> int | None:
@@ -188,6 +194,7 @@ class Directory:
     jobs: Names
     subject_kinds: dict[int, str]
     # Fields ordered by (dataset, id); ``by_id`` orders them by id (``ids`` = f_id[by_id]).
+    # Ids and positions are int32 while they fit (graph.directory.narrow).
     f_id: IntArray
     f_ds: IntArray
     f_sk: IntArray
@@ -325,7 +332,7 @@ class Directory:
         else:
             moment = to_us(as_of)
             alive = (self.f_first[start:end] <= moment) & (removed > moment)
-        return np.sort(self.f_id[start:end][alive])
+        return np.sort(self.f_id[start:end][alive]).astype(np.int64)
 
     def field_rows(self, pks: list[int]) -> dict[int, FieldRow]:
         """(dataset pk, namespace, dataset, field, type, subject kind) of the fields found
@@ -611,9 +618,8 @@ def build() -> Directory:
     f_ds = table["ds"].astype(np.int64)
     order = np.lexsort((f_id, f_ds))
     # Names and types stay in id order in their byte strings: only the offsets move.
-    narrow = np.int32 if max(len(names), len(types)) < 2**31 else np.int64
-    name_lo, name_hi = name_at[:-1][order].astype(narrow), name_at[1:][order].astype(narrow)
-    type_lo, type_hi = type_at[:-1][order].astype(narrow), type_at[1:][order].astype(narrow)
+    name_lo, name_hi = narrow(name_at[:-1][order]), narrow(name_at[1:][order])
+    type_lo, type_hi = narrow(type_at[:-1][order]), narrow(type_at[1:][order])
     f_id, f_ds = f_id[order], f_ds[order]
     first = table["first"].astype(np.int64)[order] + PG_EPOCH_OFFSET_US
     removed = table["removed"].astype(np.int64)[order]
@@ -630,9 +636,9 @@ def build() -> Directory:
         datasets=datasets,
         jobs=jobs,
         subject_kinds=subject_kinds,
-        f_id=f_id,
-        f_ds=f_ds,
-        f_sk=table["sk"].astype(np.int64)[order],
+        f_id=narrow(f_id),
+        f_ds=narrow(f_ds),
+        f_sk=narrow(table["sk"][order]),
         f_first=first,
         f_removed=removed,
         name_lo=name_lo,
@@ -641,10 +647,10 @@ def build() -> Directory:
         type_hi=type_hi,
         names=memoryview(names),
         types=memoryview(types),
-        ids=f_id[by_id],
-        by_id=by_id,
-        ds_pks=ds_pks.astype(np.int64),
-        ds_start=np.append(starts, f_id.size).astype(np.int64),
+        ids=narrow(f_id[by_id]),
+        by_id=narrow(by_id),
+        ds_pks=narrow(ds_pks),
+        ds_start=narrow(np.append(starts, f_id.size)),
         changed_pks=changed_pks,
         changed_at=changed_at,
         run_jobs=run_jobs,
