@@ -71,6 +71,20 @@ def narrow(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return values.astype(np.int32 if small else np.int64)
 
 
+def rows_of(
+    sorted_values: npt.NDArray[Any], wanted: IntArray
+) -> tuple[IntArray, npt.NDArray[np.bool_]]:
+    """Where each wanted value is in ``sorted_values``, and whether it is there. The wanted
+    values are cast to the array's type (numpy would otherwise copy a narrowed array whole
+    to int64 for every search: 8 MB for a million fields)."""
+    if sorted_values.size == 0:
+        return np.zeros(wanted.size, dtype=np.int64), np.zeros(wanted.size, dtype=bool)
+    limits = np.iinfo(sorted_values.dtype)
+    needles = np.clip(wanted, limits.min, limits.max).astype(sorted_values.dtype)
+    at = np.minimum(np.searchsorted(sorted_values, needles), sorted_values.size - 1)
+    return at, sorted_values[at] == wanted
+
+
 def name_hash(namespace: int, name: str) -> int:
     """A hash of (namespace pk, name), the same in every process (an index key)."""
     digest = hashlib.blake2b(b"%d\0%s" % (namespace, name.encode()), digest_size=8).digest()
@@ -127,8 +141,7 @@ class Names:
         if not pks or self.pks.size == 0:
             return [], []
         wanted = np.asarray(pks, dtype=np.int64)
-        at = np.minimum(np.searchsorted(self.pks, wanted), self.pks.size - 1)
-        hit = self.pks[at] == wanted
+        at, hit = rows_of(self.pks, wanted)
         return wanted[hit].tolist(), at[hit].tolist()
 
     def keys(self, pks: list[int]) -> dict[int, tuple[int, str]]:
@@ -299,10 +312,10 @@ class Directory:
     # --- fields -----------------------------------------------------------------------
 
     def _span(self, dataset_pk: int) -> tuple[int, int]:
-        at = int(np.searchsorted(self.ds_pks, dataset_pk))
-        if at >= self.ds_pks.size or int(self.ds_pks[at]) != dataset_pk:
+        at, hit = rows_of(self.ds_pks, np.asarray([dataset_pk], dtype=np.int64))
+        if not hit[0]:
             return 0, 0
-        return int(self.ds_start[at]), int(self.ds_start[at + 1])
+        return int(self.ds_start[at[0]]), int(self.ds_start[at[0] + 1])
 
     def _name(self, row: int) -> str:
         return str(self.names[int(self.name_lo[row]) : int(self.name_hi[row])], "utf-8")
@@ -340,8 +353,7 @@ class Directory:
         if not pks or self.ids.size == 0 or not self.trusted():
             return {}
         wanted = np.asarray(pks, dtype=np.int64)
-        at = np.minimum(np.searchsorted(self.ids, wanted), self.ids.size - 1)
-        hit = self.ids[at] == wanted
+        at, hit = rows_of(self.ids, wanted)
         rows = self.by_id[at[hit]].tolist()
         found = wanted[hit].tolist()
         datasets = self.f_ds[rows].tolist()
@@ -378,18 +390,10 @@ class Directory:
             unknown = [pk for pk in pks if pk not in kept]
         return np.asarray(found, dtype=np.int64), unknown
 
-    @staticmethod
-    def _rows_of(sorted_pks: IntArray, wanted: IntArray) -> tuple[IntArray, npt.NDArray[np.bool_]]:
-        """Where each wanted pk is in ``sorted_pks``, and whether it is there."""
-        if sorted_pks.size == 0:
-            return np.zeros(wanted.size, dtype=np.int64), np.zeros(wanted.size, dtype=bool)
-        at = np.minimum(np.searchsorted(sorted_pks, wanted), sorted_pks.size - 1)
-        return at, sorted_pks[at] == wanted
-
     def changed_since(self, pks: list[int], as_of: datetime) -> tuple[set[int], list[int]]:
         """(datasets whose shown data changed after ``as_of``, datasets it cannot tell)."""
         known, unknown = self._split_trusted(DATASET, pks)
-        at, found = self._rows_of(self.changed_pks, known)
+        at, found = rows_of(self.changed_pks, known)
         changed = found & (self.changed_at[at] > to_us(as_of)) if found.any() else found
         return set(known[changed].tolist()), unknown
 
@@ -399,7 +403,7 @@ class Directory:
         untrusted, or some earlier run)."""
         moment = to_us(as_of)
         known, unknown = self._split_trusted(JOB, pks)
-        at, ran = self._rows_of(self.run_jobs, known)
+        at, ran = rows_of(self.run_jobs, known)
         if ran.any():
             none = ~ran | (moment < self.run_first[at])
             shown = (
