@@ -3,8 +3,8 @@ rendered data) that the host's document file cannot give, and field rows.
 
 The host's document file (graph/docfile.py) holds every dataset and job as of the
 revision it was written at; this cache keeps what the process rendered itself (nodes
-changed since the file, or every node where there is no file) and what it read from the
-file, keyed by (kind, pk), bounded LRU. It follows the change log (graph/revision.py):
+changed since the file, or every node where there is no file), keyed by (kind, pk),
+bounded LRU. It follows the change log (graph/revision.py):
 the revision triggers log every change to a dataset, its fields, owners and tags, or a
 job, and :meth:`NodeCache.sync` drops the changed entries and remembers the revision of
 each node's last change, or starts over (a new epoch) when the log cannot say.
@@ -169,18 +169,14 @@ class NodeCache:
     def entries(
         self, kind: str, pks: Iterable[int], render: Render, info: bool = False
     ) -> dict[int, Entry]:
-        """Entries by pk; misses are taken from the host's document file or rendered by
-        ``render`` in one call, and kept. With ``info``, every entry has its summary
-        object (read from the document's summary when it has one), and its data only if
-        it was rendered here; without, every entry has its data."""
+        """Entries by pk: kept ones, then the host's document file's, and the rest rendered
+        by ``render`` in one call and kept. With ``info``, every entry has its summary
+        object, and its data only if it was rendered; without, every entry has its data.
+        What the file gives is not kept: it holds every document for all the host's
+        processes, and a process keeping its reads (summaries parsed into objects) grew
+        by tens of megabytes after a few impact answers."""
         self.sync()
         found, missing = self._get(kind, pks)
-        lacking = [
-            pk for pk, entry in found.items() if (entry.info is None if info else not entry.data)
-        ]
-        for pk in lacking:
-            del found[pk]
-        missing += lacking
         if not missing:
             return found
         mapped = self.document_file()
@@ -191,7 +187,6 @@ class NodeCache:
             if documents:
                 read = {pk: _entry(kind, *document) for pk, document in documents.items()}
                 found.update(read)
-                self._put(kind, read)
                 self.file_hits += len(read)
                 missing = [pk for pk in missing if pk not in read]
         if missing:
