@@ -192,20 +192,18 @@ def nearest(kinds: IntArray, pks: IntArray, dists: IntArray, limit: int) -> tupl
     return order[:limit], True
 
 
-def mask_of(size: int, members: IntArray) -> npt.NDArray[np.bool_]:
-    mask = np.zeros(max(size, int(members.max()) + 1 if members.size else 0), dtype=bool)
-    mask[members] = True
-    return mask
-
-
-def _inside(values: IntArray, mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
-    inside = values < mask.size
-    inside[inside] = mask[values[inside]]
-    return inside
+def _inside(values: IntArray, members: IntArray) -> npt.NDArray[np.bool_]:
+    """Whether each value is among ``members`` (sorted, distinct): a search, where a mask
+    over the node space would allocate a megabyte for every column answer."""
+    if members.size == 0:
+        return np.zeros(values.size, dtype=bool)
+    at = np.minimum(np.searchsorted(members, values), members.size - 1)
+    found: npt.NDArray[np.bool_] = members[at] == values
+    return found
 
 
 def _hidden_counts(
-    batch: EdgeBatch, included: npt.NDArray[np.bool_], distinct: bool
+    batch: EdgeBatch, included: IntArray, distinct: bool
 ) -> dict[int, int]:
     """For each source node, how many distinct neighbours in ``batch`` are not included
     (``distinct`` False: the batch holds each pair once)."""
@@ -234,26 +232,25 @@ class TableEdges:
 
 
 def table_edges(snap: Snapshot, ds: IntArray, jobs: IntArray, tf: TimeFilter) -> TableEdges:
-    ds_mask = mask_of(snap.size_of("ds", ds), ds)
-    job_mask = mask_of(snap.size_of("job", jobs), jobs)
+    ds_set, job_set = distinct(ds.astype(np.int64)), distinct(jobs.astype(np.int64))
     reads = snap.expand("ds_down", ds, tf)  # src dataset, dst job
     writes = snap.expand("ds_up", ds, tf)  # src dataset, dst job (job wrote it)
-    keep_r = _inside(reads.dst.astype(np.int64), job_mask)
-    keep_w = _inside(writes.dst.astype(np.int64), job_mask)
+    keep_r = _inside(reads.dst.astype(np.int64), job_set)
+    keep_w = _inside(writes.dst.astype(np.int64), job_set)
     # One open edge per (job, dataset, direction) (a unique constraint): only intervals
     # from the past can repeat a pair.
-    distinct = not tf.current
-    read_pairs = _pairs(reads.src[keep_r], reads.dst[keep_r], distinct)
-    write_pairs = _pairs(writes.dst[keep_w], writes.src[keep_w], distinct)
+    dedupe = not tf.current
+    read_pairs = _pairs(reads.src[keep_r], reads.dst[keep_r], dedupe)
+    write_pairs = _pairs(writes.dst[keep_w], writes.src[keep_w], dedupe)
     return TableEdges(
         read_ds=read_pairs[0],
         read_job=read_pairs[1],
         write_job=write_pairs[0],
         write_ds=write_pairs[1],
-        hidden_up_ds=_hidden_counts(writes, job_mask, distinct),
-        hidden_down_ds=_hidden_counts(reads, job_mask, distinct),
-        hidden_up_job=_hidden_counts(snap.expand("job_up", jobs, tf), ds_mask, distinct),
-        hidden_down_job=_hidden_counts(snap.expand("job_down", jobs, tf), ds_mask, distinct),
+        hidden_up_ds=_hidden_counts(writes, job_set, dedupe),
+        hidden_down_ds=_hidden_counts(reads, job_set, dedupe),
+        hidden_up_job=_hidden_counts(snap.expand("job_up", jobs, tf), ds_set, dedupe),
+        hidden_down_job=_hidden_counts(snap.expand("job_down", jobs, tf), ds_set, dedupe),
     )
 
 
@@ -296,9 +293,9 @@ class ColumnEdges:
 
 
 def column_edges(snap: Snapshot, fields: IntArray, tf: TimeFilter) -> ColumnEdges:
-    field_mask = mask_of(snap.size_of("field", fields), fields)
+    field_set = distinct(fields.astype(np.int64))
     down = snap.expand("down", fields, tf)
-    keep = _inside(down.dst.astype(np.int64), field_mask)
+    keep = _inside(down.dst.astype(np.int64), field_set)
     batch = down.take(keep)
     return ColumnEdges(
         src=batch.src.astype(np.int64),
@@ -309,8 +306,8 @@ def column_edges(snap: Snapshot, fields: IntArray, tf: TimeFilter) -> ColumnEdge
         mask=snap.column("mask", batch).astype(np.int64),
         edge_id=snap.column("id", batch).astype(np.int64),
         described=snap.column("described", batch).astype(np.int64),
-        hidden_up=_hidden_counts(snap.expand("up", fields, tf), field_mask, True),
-        hidden_down=_hidden_counts(down, field_mask, True),
+        hidden_up=_hidden_counts(snap.expand("up", fields, tf), field_set, True),
+        hidden_down=_hidden_counts(down, field_set, True),
     )
 
 
