@@ -43,7 +43,7 @@ from graph import docfile
 from graph import revision as rev
 from graph.details import DATASET_ATTRIBUTES, FIELD_ATTRIBUTES
 from graph.nodecache import DATASET, JOB, FieldRow, cache
-from graph.snapshot import OPEN, PG_EPOCH_OFFSET_US, _time_us, to_us
+from graph.snapshot import OPEN, PG_EPOCH_OFFSET_US, _time_us, rows_of, to_us
 
 log = logging.getLogger(__name__)
 
@@ -69,20 +69,6 @@ def narrow(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """``values`` as int32 when they all fit, as ids and positions do: half the room."""
     small = values.size == 0 or (values.min() >= -(2**31) and values.max() < 2**31)
     return values.astype(np.int32 if small else np.int64)
-
-
-def rows_of(
-    sorted_values: npt.NDArray[Any], wanted: IntArray
-) -> tuple[IntArray, npt.NDArray[np.bool_]]:
-    """Where each wanted value is in ``sorted_values``, and whether it is there. The wanted
-    values are cast to the array's type (numpy would otherwise copy a narrowed array whole
-    to int64 for every search: 8 MB for a million fields)."""
-    if sorted_values.size == 0:
-        return np.zeros(wanted.size, dtype=np.int64), np.zeros(wanted.size, dtype=bool)
-    limits = np.iinfo(sorted_values.dtype)
-    needles = np.clip(wanted, limits.min, limits.max).astype(sorted_values.dtype)
-    at = np.minimum(np.searchsorted(sorted_values, needles), sorted_values.size - 1)
-    return at, sorted_values[at] == wanted
 
 
 def name_hash(namespace: int, name: str) -> int:

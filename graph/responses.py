@@ -72,8 +72,7 @@ def _edge_endpoints(edge_ids: list[int]) -> tuple[set[int], set[int]] | None:
         ids = store.cols["id"]
         if ids.size == 0 or wanted.size == 0:
             continue
-        at = np.minimum(np.searchsorted(ids, wanted), ids.size - 1)
-        hit = ids[at] == wanted
+        at, hit = snapshot.rows_of(ids, wanted)
         jobs.update(store.cols["job"][at[hit]].tolist())
         datasets.update(store.cols["ds"][at[hit]].tolist())
         found |= hit

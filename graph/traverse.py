@@ -202,9 +202,7 @@ def _inside(values: IntArray, members: IntArray) -> npt.NDArray[np.bool_]:
     return found
 
 
-def _hidden_counts(
-    batch: EdgeBatch, included: IntArray, distinct: bool
-) -> dict[int, int]:
+def _hidden_counts(batch: EdgeBatch, included: IntArray, distinct: bool) -> dict[int, int]:
     """For each source node, how many distinct neighbours in ``batch`` are not included
     (``distinct`` False: the batch holds each pair once)."""
     dst = batch.dst.astype(np.int64)
