@@ -10,7 +10,6 @@ Large answers are cut at ``maxNodes`` (default 2,000): the response says
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -45,7 +44,7 @@ from catalog.schema import (
     node_id_parameter,
     paging_parameters,
 )
-from graph import exports, nodedata, queries, responses, revision, schema
+from graph import queries, render, responses, revision, schema
 from graph.models import Taint
 from graph.nodedata import iso
 from graph.nodeids import (
@@ -157,10 +156,6 @@ def _json(body: str | bytes, status: int = 200) -> HttpResponse:
     return HttpResponse(body, content_type="application/json", status=status)
 
 
-def cut_json(cut: queries.Cut) -> dict[str, int]:
-    return {"datasets": cut.datasets, "jobs": cut.jobs, "fields": cut.fields}
-
-
 COMMON_PARAMETERS = [
     int_parameter("depth", 0, queries.MAX_DEPTH, "jobs away from the node, default 20"),
     instant_parameter("asOf", description="the graph as it was then"),
@@ -169,114 +164,6 @@ COMMON_PARAMETERS = [
 
 
 # --- table lineage -----------------------------------------------------------------------
-
-
-# Distances and hidden-edge counts as JSON text, for the small ones a body is full of.
-_NUMBERS = {n: b"%d" % n for n in range(1024)}
-
-
-def lineage_body(answer: queries.TableAnswer) -> bytes:
-    """Marquez's ``{"graph": [...]}`` for ``answer``, as UTF-8.
-
-    Built as bytes straight from the traversal's arrays: node data and escaped
-    ids come pre-rendered from the host's document file (copied once, out of the
-    map) or, for small answers, the node cache and the node directory, and the
-    body's pieces are joined once. A 2,000-node answer costs a few
-    joins per node rather than a JSON encoding of 20,000 nested objects, and its
-    megabytes are copied three times, not seven.
-    """
-    sel, edges = answer.sel, answer.edges
-    is_ds = sel.kinds == queries.KIND_DS
-    ds_ids, ds_names, job_ids, ds_data, job_data = nodedata.lineage_nodes(
-        sel.pks[is_ds].tolist(), sel.pks[~is_ds].tolist(), answer.as_of
-    )
-    # Edge texts under both their ends (and each job's inputs and outputs), in the order
-    # Marquez lists them. Edges run between nodes shown; an edge to a node with no id
-    # (gone since the traversal) is left out.
-    ds_in: dict[int, list[bytes]] = defaultdict(list)
-    ds_out: dict[int, list[bytes]] = defaultdict(list)
-    job_in: dict[int, list[bytes]] = defaultdict(list)
-    job_out: dict[int, list[bytes]] = defaultdict(list)
-    inputs: dict[int, list[bytes]] = defaultdict(list)
-    outputs: dict[int, list[bytes]] = defaultdict(list)
-    for ds, job in zip(edges.read_ds.tolist(), edges.read_job.tolist(), strict=True):
-        origin, destination = ds_ids.get(ds), job_ids.get(job)
-        if origin is not None and destination is not None:
-            pair = b'{"origin":%s,"destination":%s}' % (origin, destination)
-            ds_out[ds].append(pair)
-            job_in[job].append(pair)
-            inputs[job].append(ds_names[ds])
-    for job, ds in zip(edges.write_job.tolist(), edges.write_ds.tolist(), strict=True):
-        origin, destination = job_ids.get(job), ds_ids.get(ds)
-        if origin is not None and destination is not None:
-            pair = b'{"origin":%s,"destination":%s}' % (origin, destination)
-            job_out[job].append(pair)
-            ds_in[ds].append(pair)
-            outputs[job].append(ds_names[ds])
-    hidden_ds = (edges.hidden_up_ds, edges.hidden_down_ds)
-    hidden_job = (edges.hidden_up_job, edges.hidden_down_job)
-    sides = {side: name.encode() for side, name in queries.SIDE_NAMES.items()}
-    none: tuple[bytes, ...] = ()
-    # The body's pieces, joined once at the end: a node's data is copied only then.
-    parts = [b'{"graph":[']
-    opening = b'{"id":'
-    for kind, pk, distance, side in zip(
-        sel.kinds.tolist(), sel.pks.tolist(), sel.dists.tolist(), sel.sides.tolist(), strict=True
-    ):
-        if kind == queries.KIND_DS:
-            quoted = ds_ids.get(pk)
-            if quoted is None:
-                continue
-            parts += (opening, quoted, b',"type":"DATASET","data":', ds_data.get(pk, b"null"))
-            in_edges, out_edges = ds_in.get(pk, none), ds_out.get(pk, none)
-            up, down = hidden_ds[0].get(pk, 0), hidden_ds[1].get(pk, 0)
-        else:
-            quoted = job_ids.get(pk)
-            if quoted is None:
-                continue
-            parts += (opening, quoted, b',"type":"JOB","data":')
-            job = job_data.get(pk)
-            if job is None:
-                parts.append(b"null")
-            else:
-                # JobData lists the job's inputs and outputs among the nodes shown.
-                parts += (
-                    job[:-1],
-                    b',"inputs":[',
-                    b",".join(inputs.get(pk, none)),
-                    b'],"outputs":[',
-                    b",".join(outputs.get(pk, none)),
-                    b"]}",
-                )
-            in_edges, out_edges = job_in.get(pk, none), job_out.get(pk, none)
-            up, down = hidden_job[0].get(pk, 0), hidden_job[1].get(pk, 0)
-        parts += (
-            b',"inEdges":[',
-            b",".join(in_edges),
-            b'],"outEdges":[',
-            b",".join(out_edges),
-            b'],"distance":',
-            _NUMBERS.get(distance) or b"%d" % distance,
-            b',"side":"',
-            sides[side],
-            b'","hiddenInEdges":',
-            _NUMBERS.get(up) or b"%d" % up,
-            b',"hiddenOutEdges":',
-            _NUMBERS.get(down) or b"%d" % down,
-            b"}",
-        )
-        opening = b',{"id":'
-    meta = {
-        "root": answer.root,
-        "direction": answer.direction,
-        "depth": answer.depth,
-        "asOf": iso(answer.as_of),
-        "maxNodes": answer.max_nodes,
-        "truncated": answer.sel.truncated,
-        "cut": cut_json(answer.sel.cut),
-    }
-    parts += (b"],", _dumps(meta)[1:].encode())
-    return b"".join(parts)
 
 
 def lineage_json(params: Mapping[str, str]) -> bytes:
@@ -291,16 +178,16 @@ def lineage_json(params: Mapping[str, str]) -> bytes:
     if (cached := responses.cache.get(key)) is not None:
         return cached
     started = responses.building()
-    answer = queries.table_answer(
+    graph = queries.lineage(
         node,
         depth=depth,
         as_of=as_of,
         direction=direction,  # type: ignore[arg-type]
         max_nodes=max_nodes,
     )
-    body = lineage_body(answer)
+    body = render.lineage_json(graph)
     if responses.worth_keeping(started):
-        responses.cache.put(key, body, *answer.reached)
+        responses.cache.put(key, body, *graph.reached)
     return body
 
 
@@ -330,107 +217,52 @@ class LineageView(GraphView):
         fmt = params.get("format") or "json"
         if fmt == "json":
             return _json(lineage_json(params))
-        answer = queries.table_answer(
+        graph = queries.lineage(
             node_param(params),
             depth=_depth(params),
             as_of=optional_instant(params),
             direction=choice_param(params, "direction", "both", DIRECTIONS),  # type: ignore[arg-type]
             max_nodes=_max_nodes(params),
         )
-        graph = queries.lineage_graph(answer, details=False)
-        if fmt == "csv":
-            return _text(exports.lineage_csv(graph), "text/csv", "lineage.csv")
-        return _text(exports.lineage_mermaid(graph), "text/vnd.mermaid")
+        return _text_answer(graph, fmt)
 
 
 # --- column lineage ----------------------------------------------------------------------
 
 
-def column_body(graph: queries.ColumnGraph) -> str:
-    inputs: dict[str, list[queries.ColumnLink]] = defaultdict(list)
-    outputs: dict[str, list[queries.ColumnLink]] = defaultdict(list)
-    for link in graph.edges:
-        inputs[link.destination].append(link)
-        outputs[link.origin].append(link)
-    by_id = {n.node_id: n for n in graph.nodes}
-    nodes = []
-    for node in graph.nodes:
-        own = inputs[node.node_id]
-        input_fields = []
-        for link in own:
-            source = by_id[link.origin]
-            input_fields.append(
-                {
-                    "namespace": source.namespace,
-                    "dataset": source.dataset,
-                    "field": source.field,
-                    "transformationDescription": link.description or None,
-                    "transformationType": link.transformation_type,
-                    "transformationSubtype": link.transformation_subtype or None,
-                    "masking": link.masking,
-                    "job": link.job,
-                }
-            )
-        first = own[0] if own else None
-        nodes.append(
-            {
-                "id": node.node_id,
-                "type": "DATASET_FIELD",
-                "data": {
-                    "namespace": node.namespace,
-                    "dataset": node.dataset,
-                    "field": node.field,
-                    "fieldType": node.field_type or None,
-                    "transformationDescription": (first.description or None) if first else None,
-                    "transformationType": first.transformation_type if first else None,
-                    "inputFields": input_fields,
-                    "subjectKind": node.subject_kind,
-                },
-                "inEdges": [{"origin": e.origin, "destination": e.destination} for e in own],
-                "outEdges": [
-                    {"origin": e.origin, "destination": e.destination}
-                    for e in outputs[node.node_id]
-                ],
-                "distance": node.distance,
-                "side": node.side,
-                "hiddenInEdges": node.hidden_upstream,
-                "hiddenOutEdges": node.hidden_downstream,
-            }
-        )
-    return _dumps(
-        {
-            "graph": nodes,
-            "root": graph.root,
-            "depth": graph.depth,
-            "withDownstream": graph.with_downstream,
-            "asOf": iso(graph.as_of),
-            "maxNodes": graph.max_nodes,
-            "truncated": graph.truncated,
-            "cut": cut_json(graph.cut),
-        }
-    )
+def _text_answer(graph: queries.LineageGraph, fmt: str) -> HttpResponse:
+    """A lineage answer as CSV (an attachment) or Mermaid text."""
+    if fmt == "csv":
+        name = "column-lineage.csv" if graph.level == "column" else "lineage.csv"
+        return _text(render.lineage_csv(graph), "text/csv", name)
+    return _text(render.lineage_mermaid(graph), "text/vnd.mermaid")
 
 
-def column_lineage_json(params: Mapping[str, str]) -> bytes:
-    """The JSON body of ``GET /api/v1/column-lineage`` for ``params`` (ApiError for bad ones)."""
+def column_graph(params: Mapping[str, str]) -> queries.LineageGraph:
+    """The column-level answer ``GET /api/v1/column-lineage`` asks for (ApiError for bad
+    parameters)."""
     node = node_param(params)
     if not isinstance(node.id, FieldNodeId | DatasetNodeId):
         raise ApiError("Column lineage needs a datasetField:… or dataset:… id", "nodeId")
-    graph = queries.column_lineage(
+    return queries.column_lineage(
         node,
         depth=_depth(params),
         as_of=optional_instant(params),
         with_downstream=bool_param(params, "withDownstream", False),
         max_nodes=_max_nodes(params),
     )
-    return column_body(graph).encode()
 
 
 class ColumnLineageView(GraphView):
     permission_classes = [CanReadLineage]
+    renderer_classes = [JSONRenderer, CsvRenderer, MermaidRenderer]
 
     @extend_schema(
-        responses={200: schema.COLUMN_LINEAGE},
+        responses={
+            200: schema.COLUMN_LINEAGE,
+            (200, "text/csv"): OpenApiTypes.STR,
+            (200, "text/vnd.mermaid"): OpenApiTypes.STR,
+        },
         summary="Column-level lineage of a field (or every field of a dataset)",
         operation_id="getColumnLineage",
         parameters=[
@@ -439,11 +271,14 @@ class ColumnLineageView(GraphView):
             ),
             node_id_parameter(kinds=("datasetField", "dataset")),
             OpenApiParameter("withDownstream", bool, description="also downstream (false)"),
+            OpenApiParameter("format", str, enum=["json", "csv", "mermaid"]),
             *COMMON_PARAMETERS,
         ],
     )
     def get(self, request: Request) -> HttpResponse:
-        return _json(column_lineage_json(request.query_params))
+        graph = column_graph(request.query_params)
+        fmt = request.query_params.get("format") or "json"
+        return _json(render.lineage_json(graph)) if fmt == "json" else _text_answer(graph, fmt)
 
 
 # --- impact and root cause ---------------------------------------------------------------
@@ -490,7 +325,7 @@ def impact_json(impact: queries.Impact) -> dict[str, Any]:
         "depth": impact.depth,
         "asOf": iso(impact.as_of),
         "truncated": impact.truncated,
-        "cut": cut_json(impact.cut),
+        "cut": render.cut_json(impact.cut),
         "datasets": [
             {
                 "nodeId": item.node_id,
@@ -554,9 +389,9 @@ class ImpactView(GraphView):
         started = responses.building()
         impact = queries.impact(node, depth=depth, as_of=as_of, max_nodes=max_nodes)
         if fmt == "csv":
-            return _text(exports.impact_csv(impact), "text/csv", "impact.csv")
+            return _text(render.impact_csv(impact), "text/csv", "impact.csv")
         if fmt == "mermaid":
-            return _text(exports.impact_mermaid(impact), "text/vnd.mermaid")
+            return _text(render.impact_mermaid(impact), "text/vnd.mermaid")
         body = _dumps(impact_json(impact)).encode()
         if impact.level == "table" and responses.worth_keeping(started):
             responses.cache.put(key, body, *impact.reached)
@@ -601,7 +436,7 @@ class RootCauseView(GraphView):
             "failures": [j.node_id for j in result.failures],
             "suspects": list(result.suspects),
             "truncated": result.graph.truncated,
-            "cut": cut_json(result.graph.cut),
+            "cut": render.cut_json(result.graph.cut),
         }
         edges = [{"origin": e.origin, "destination": e.destination} for e in result.graph.edges]
         graph = [
@@ -843,7 +678,7 @@ def at_risk_json(impact: queries.TaintImpact) -> dict[str, Any]:
         ],
         "owners": [owner_json(o) for o in impact.owners],
         "truncated": impact.truncated,
-        "cut": cut_json(impact.cut),
+        "cut": render.cut_json(impact.cut),
     }
 
 

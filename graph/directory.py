@@ -28,10 +28,9 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -48,7 +47,6 @@ from graph.snapshot import OPEN, PG_EPOCH_OFFSET_US, _time_us, rows_of, to_us
 log = logging.getLogger(__name__)
 
 IntArray = npt.NDArray[np.int64]
-T = TypeVar("T")
 PG_CHUNK_IDS = 250_000
 # Per field: id, dataset, subject kind (or -1), first seen, removed (or +infinity) as int8,
 # then the byte lengths of its name and type as int4.
@@ -228,9 +226,6 @@ class Directory:
     mapped: bool = False
     # Whether its revision is on the change log's timeline, by the node cache's epoch.
     on_timeline: dict[int, bool] = field(default_factory=dict)
-    # Texts rendered from nodes' names (their ids as JSON, say), by (what, kind), then pk:
-    # names never change in a directory, so they last as long as it does.
-    texts: dict[tuple[str, str], dict[int, Any]] = field(default_factory=dict)
 
     # --- trust ------------------------------------------------------------------------
 
@@ -267,25 +262,6 @@ class Directory:
         ns = self.namespace_ids.get(namespace)
         pk = None if ns is None else self.jobs.pk(ns, name)
         return pk if pk is not None and self.trusts(JOB, pk) else None
-
-    def node_texts(
-        self, kind: str, pks: list[int], what: str, render: Callable[[str, str], T]
-    ) -> dict[int, T]:
-        """``render(namespace, name)`` of the trusted datasets (``kind`` DATASET) or jobs
-        found, rendered once per node and kept under ``what``."""
-        known, _ = self._split_trusted(kind, pks)
-        texts = self.texts.setdefault((what, kind), {})
-        out: dict[int, T] = {}
-        missing = []
-        for pk in known.tolist():
-            text = texts.get(pk)
-            if text is None:
-                missing.append(pk)
-            else:
-                out[pk] = text
-        for pk, (ns, name) in self._names(kind).keys(missing).items():
-            out[pk] = texts[pk] = render(self.namespaces[ns], name)
-        return out
 
     def node_names(self, kind: str, pks: list[int]) -> dict[int, tuple[str, str]]:
         """(namespace, name) of the trusted datasets (``kind`` DATASET) or jobs found."""

@@ -54,11 +54,10 @@ from graph import revision as rev
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"LXDOCS04"
+MAGIC = b"LXDOCS05"
 KINDS = (rev.Kind.DATASET, rev.Kind.JOB)
-# Besides a node's document and summary, a lineage body splices in its id as a JSON
-# string ("quoted") and, for a dataset, its {"namespace", "name"} object ("named").
-COLUMNS = ("namespace", "name", "data", "info", "quoted", "named")
+# A node's name, its document (node data) and its summary (graph.details' info).
+COLUMNS = ("namespace", "name", "data", "info")
 # The columns kept compressed, document by document (an empty text stays empty).
 PACKED = ("data", "info")
 # Where a column's dictionary is among the file's arrays.

@@ -24,7 +24,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +40,7 @@ from graph import revision as rev
 from graph.details import info_json
 from graph.models import Job
 from graph.nodecache import DATASET, JOB, SYNC_LIMIT, Entry, node_changes
-from graph.nodedata import dataset_texts, job_text, render_datasets, render_jobs
+from graph.nodedata import render_datasets, render_jobs
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ def _write(
                     chunk = all_pks[start : start + batch]
                     documents = _copied(previous, kind, chunk, changed)
                     copied += len(documents)
-                    fresh = _columns(kind, render([pk for pk in chunk if pk not in documents]))
+                    fresh = _columns(render([pk for pk in chunk if pk not in documents]))
                     rendered[kind] += len(fresh)
                     if packers is None:
                         if not dictionaries:
@@ -247,20 +247,14 @@ def _packed(
     return out
 
 
-def _columns(kind: str, entries: dict[int, Entry]) -> dict[int, Columns]:
+def _columns(entries: dict[int, Entry]) -> dict[int, Columns]:
     """Every column (graph.docfile.COLUMNS) of freshly rendered documents."""
-    texts: Callable[[str, str], tuple[bytes, bytes]] = (
-        dataset_texts if kind == DATASET else (lambda ns, name: (job_text(ns, name), b""))
-    )
-    out: dict[int, Columns] = {}
-    for pk, entry in entries.items():
-        quoted, named = texts(entry.namespace, entry.name)
-        out[pk] = (
+    return {
+        pk: (
             entry.namespace.encode(),
             entry.name.encode(),
             entry.data.encode(),
             b"" if entry.info is None else info_json(entry.info).encode(),
-            quoted,
-            named,
         )
-    return out
+        for pk, entry in entries.items()
+    }

@@ -10,10 +10,10 @@ appended to its cached text.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from graph import details, directory
 from graph.details import (
@@ -26,7 +26,6 @@ from graph.details import (
     load_jobs,
 )
 from graph.nodecache import DATASET, JOB, Entry, FieldRow, Render, cache
-from graph.nodeids import DATASET_PREFIX, JOB_PREFIX
 
 T = TypeVar("T")
 
@@ -135,91 +134,28 @@ def render_jobs(pks: list[int]) -> dict[int, Entry]:
     }
 
 
-def _plain(text: str) -> bool:
-    """Whether ``text`` is printable ASCII without quotes or backslashes: the same text as
-    a JSON string's contents."""
-    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
-
-
-def dataset_texts(namespace: str, name: str) -> tuple[bytes, bytes]:
-    """A dataset's id as a JSON string, and its ``{"namespace", "name"}`` object (UTF-8)."""
-    node_id = f"{DATASET_PREFIX}{namespace}:{name}"
-    if _plain(node_id):
-        # Both parts of a plain id are plain too; plain ids skip the encoder.
-        quoted, named = f'"{node_id}"', f'{{"namespace":"{namespace}","name":"{name}"}}'
-    else:
-        quoted = json.dumps(node_id)
-        named = f'{{"namespace":{json.dumps(namespace)},"name":{json.dumps(name)}}}'
-    return quoted.encode(), named.encode()
-
-
-def job_text(namespace: str, name: str) -> bytes:
-    """A job's id as a JSON string (UTF-8)."""
-    node_id = f"{JOB_PREFIX}{namespace}:{name}"
-    return (f'"{node_id}"' if _plain(node_id) else json.dumps(node_id)).encode()
-
-
-class LineageNodes(NamedTuple):
-    """What a lineage body splices in for its nodes, by pk: each dataset's id as a JSON
-    string and its ``{"namespace", "name"}`` object, each job's id as a JSON string, and
-    their node ``data`` (:func:`dataset_json`, :func:`job_json`)."""
-
-    ds_ids: dict[int, bytes]
-    ds_names: dict[int, bytes]
-    job_ids: dict[int, bytes]
-    ds_data: dict[int, bytes]
-    job_data: dict[int, bytes]
-
-
-def lineage_nodes(
+def lineage_data(
     ds_pks: Iterable[int], job_pks: Iterable[int], as_of: datetime | None
-) -> LineageNodes:
-    """Ids and node data of these datasets and jobs; nodes found nowhere are left out.
+) -> tuple[dict[int, bytes], dict[int, bytes]]:
+    """Node data (UTF-8 JSON) of these datasets and jobs by pk, as of ``as_of``; nodes
+    found nowhere are left out.
 
     They come from the host's document file, one look per kind, and are not kept: the
     file already holds them for every process. The rest (nodes changed since it was
-    written) come from the node directory, the node cache and, as of a past instant,
-    the history.
+    written) come from the node cache and, as of a past instant, the history.
     """
     datasets = sorted({int(pk) for pk in ds_pks})
     jobs = sorted({int(pk) for pk in job_pks})
-    ds_file = cache.file_columns(DATASET, datasets, ("quoted", "named", "data"))
-    job_file = cache.file_columns(JOB, jobs, ("quoted", "data"))
-    ds_ids, ds_names, job_ids = ds_file["quoted"], ds_file["named"], job_file["quoted"]
-    for pk, (quoted, named) in _render_ids(DATASET, datasets, ds_ids, dataset_texts).items():
-        ds_ids[pk], ds_names[pk] = quoted, named
-    job_ids.update(_render_ids(JOB, jobs, job_ids, job_text))
-    if len(ds_ids) < len(datasets):
-        datasets = [pk for pk in datasets if pk in ds_ids]
-    if len(job_ids) < len(jobs):
-        jobs = [pk for pk in jobs if pk in job_ids]
+    ds_found = cache.file_columns(DATASET, datasets, ("data",))["data"]
+    job_found = cache.file_columns(JOB, jobs, ("data",))["data"]
     changed = set() if as_of is None else changed_datasets(datasets, as_of)
-    current = [pk for pk in datasets if pk not in changed]
-    ds_found, job_found = ds_file["data"], job_file["data"]
     for pk in changed:
         ds_found.pop(pk, None)
-    return LineageNodes(
-        ds_ids,
-        ds_names,
-        job_ids,
+    current = [pk for pk in datasets if pk not in changed]
+    return (
         _dataset_json(current, changed, as_of, ds_found),
         job_json(jobs, as_of, job_found),
     )
-
-
-def _render_ids(
-    kind: str, pks: list[int], ids: dict[int, bytes], render: Callable[[str, str], T]
-) -> dict[int, T]:
-    """``render`` of the nodes whose id is not among ``ids`` (those the document file
-    gave); nodes found nowhere are dropped from ``ids``."""
-    rest = _rest(pks, ids)
-    if not rest:
-        return {}
-    rendered = node_texts(kind, rest, "lineage", render)
-    for pk in rest:
-        if pk not in rendered:
-            ids.pop(pk, None)
-    return rendered
 
 
 def _rest(pks: list[int], found: dict[int, bytes]) -> list[int]:
@@ -365,21 +301,6 @@ def _names(kind: str, pks: Iterable[int], render: Render) -> dict[int, tuple[str
     if rest:
         entries = cache.entries(kind, rest, render)
         out.update({pk: (e.namespace, e.name) for pk, e in entries.items()})
-    return out
-
-
-def node_texts(
-    kind: str, pks: Iterable[int], what: str, render: Callable[[str, str], T]
-) -> dict[int, T]:
-    """``render(namespace, name)`` of each dataset (``kind`` DATASET) or job found, by pk:
-    kept with the node directory under ``what``, rendered from their names for the rest."""
-    wanted = sorted({int(pk) for pk in pks})
-    found = directory.get()
-    out = found.node_texts(kind, wanted, what, render) if found is not None else {}
-    rest = [pk for pk in wanted if pk not in out]
-    if rest:
-        names = _names(kind, rest, render_datasets if kind == DATASET else render_jobs)
-        out.update({pk: render(*name) for pk, name in names.items()})
     return out
 
 

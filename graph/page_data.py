@@ -30,19 +30,16 @@ from django.db.models import (
 from django.urls import reverse
 
 from catalog.errors import ApiError
-from catalog.flags import FLAG_ATTRIBUTES, flags_as_of
 from catalog.models import (
     PERSONAL_DATA,
-    ChangeRecord,
     Dataset,
     DatasetField,
-    LifecycleState,
     Namespace,
     Owner,
     Tag,
 )
-from graph import nodeids, queries, resolve
-from graph.details import DatasetInfo, JobInfo
+from graph import nodeids, queries, render, resolve
+from graph.details import JobInfo
 from graph.models import Job, Taint
 
 LIST_FILTERS = ("q", "namespace", "platform", "owner", "retention", "pii")
@@ -195,242 +192,37 @@ def _iso(value: datetime | None) -> str | None:
 # --- taint -----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Risk:
-    """Node ids of datasets marked bad and of datasets and jobs downstream of them."""
-
-    tainted: frozenset[str] = frozenset()
-    at_risk: frozenset[str] = frozenset()
-
-
-def current_risk() -> Risk:
+def current_risk() -> render.Risk:
     """Active taints and what they put at risk (nothing to compute when none is active)."""
     if not Taint.objects.filter(cleared_at__isnull=True).exists():
-        return Risk()
+        return render.Risk()
     report = queries.taint_impact()
     tainted = frozenset(t.dataset for t in report.taints if t.active)
     at_risk = {d.node_id for d in report.datasets} | {j.node_id for j in report.jobs_to_rerun}
-    return Risk(tainted, frozenset(at_risk - tainted))
+    return render.Risk(tainted, frozenset(at_risk - tainted))
 
 
 # --- the explorer's JSON ---------------------------------------------------
 
 
-CHUNK = 2000
-
-
-def _chunks(pks: list[int]) -> list[list[int]]:
-    return [pks[i : i + CHUNK] for i in range(0, len(pks), CHUNK)]
-
-
-def personal_data_flags(pks: list[int], as_of: datetime | None) -> dict[int, dict[str, bool]]:
-    """For each dataset: whether a field holds personal data, whether one identifies a subject,
-    whether it is dropped — all as they were at ``as_of`` (fields that existed then, with the
-    flags they showed then, declared or propagated: catalog.flags), or now."""
-    flags: dict[int, dict[str, bool]] = {}
-    for chunk in _chunks(pks):
-        if as_of is None:
-            rows = (
-                DatasetField.objects.filter(
-                    PERSONAL_DATA, removed_at__isnull=True, dataset_id__any_of=chunk
-                )
-                .order_by()
-                .values_list("dataset_id", "subject_kind_id")
-            )
-            personal = [(dataset_pk, subject is not None) for dataset_pk, subject in rows]
-        else:
-            personal = _personal_then(chunk, as_of)
-        for dataset_pk, subject in personal:
-            entry = flags.setdefault(dataset_pk, {"pii": True, "subject": False})
-            entry["subject"] = entry["subject"] or subject
-        dropped = Dataset.objects.filter(pk__any_of=chunk, lifecycle_state=LifecycleState.DROPPED)
-        if as_of is not None:
-            dropped = dropped.filter(dropped_at__lte=as_of)
-        for dataset_pk in dropped.values_list("pk", flat=True):
-            flags.setdefault(dataset_pk, {"pii": False, "subject": False})["dropped"] = True
-    return flags
-
-
-def _personal_then(pks: list[int], as_of: datetime) -> list[tuple[int, bool]]:
-    """(dataset, identifies a subject) for each field of these datasets that held personal
-    data at ``as_of``. Only fields that might have are asked of catalog.flags: flagged now,
-    re-flagged since, or ever reached by propagation."""
-    exists = Q(first_seen__lte=as_of) & (Q(removed_at__isnull=True) | Q(removed_at__gt=as_of))
-    changed = set(
-        ChangeRecord.objects.filter(
-            dataset_id__any_of=pks, attribute__in=FLAG_ATTRIBUTES, at__gt=as_of
-        ).values_list("dataset_id", "field_name")
-    )
-    alive = DatasetField.objects.filter(exists, dataset_id__any_of=pks).order_by()
-    maybe = dict(
-        alive.filter(PERSONAL_DATA | Q(propagated_flags__isnull=False)).values_list(
-            "pk", "dataset_id"
+def _drawing(
+    root: NodeRef, level: str, direction: str, depth: int, as_of: datetime | None, limit: int
+) -> queries.LineageGraph:
+    if level == "column":
+        return queries.column_lineage(
+            root.resolved,
+            depth=depth,
+            as_of=as_of,
+            with_downstream=direction != "upstream",
+            max_nodes=limit,
         )
-    )
-    if changed:
-        for pk, dataset_pk, name in alive.filter(
-            dataset_id__any_of=sorted({ds for ds, _ in changed})
-        ).values_list("pk", "dataset_id", "name"):
-            if (dataset_pk, name) in changed:
-                maybe[pk] = dataset_pk
-    then = flags_as_of(sorted(maybe), as_of)
-    return [
-        (maybe[pk], flag.subject_kind is not None) for pk, flag in then.items() if flag.personal
-    ]
-
-
-def latest_run_states(pks: list[int]) -> dict[int, str]:
-    states: dict[int, str] = {}
-    for chunk in _chunks(pks):
-        states.update(
-            Job.objects.filter(pk__any_of=chunk, latest_run__isnull=False).values_list(
-                "pk", "latest_run__state"
-            )
-        )
-    return states
-
-
-def _dataset_flags(info: DatasetInfo | None) -> dict[str, Any]:
-    if info is None:
-        return {"pii": False, "subject": False, "dropped": False}
-    return {
-        "pii": info.has_pii,
-        "subject": any(f.subject_kind for f in info.fields),
-        "dropped": info.lifecycle_state == LifecycleState.DROPPED,
-    }
-
-
-def _visible_degrees(edges: list[tuple[str, str]]) -> tuple[dict[str, int], dict[str, int]]:
-    ins: dict[str, int] = defaultdict(int)
-    outs: dict[str, int] = defaultdict(int)
-    for source, target in set(edges):
-        outs[source] += 1
-        ins[target] += 1
-    return ins, outs
-
-
-def _table_view(
-    root: NodeRef,
-    direction: str,
-    depth: int,
-    as_of: datetime | None,
-    limit: int,
-    risk: Risk,
-) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], bool]:
-    graph = queries.lineage(
+    return queries.lineage(
         root.resolved,
         depth=depth,
         as_of=as_of,
         direction=direction,  # type: ignore[arg-type]
         max_nodes=limit,
-        details=False,
     )
-    flags = personal_data_flags([n.pk for n in graph.nodes if n.kind == "DATASET"], as_of)
-    states = latest_run_states([n.pk for n in graph.nodes if n.kind == "JOB"])
-    no_flags = {"pii": False, "subject": False}
-    pairs = [(e.origin, e.destination) for e in graph.edges]
-    ins, outs = _visible_degrees(pairs)
-    nodes: dict[str, dict[str, Any]] = {}
-    for n in graph.nodes:
-        signed = -n.distance if n.side == "upstream" else n.distance
-        node: dict[str, Any] = {
-            "id": n.node_id,
-            "kind": "dataset" if n.kind == "DATASET" else "job",
-            "label": n.name,
-            "namespace": n.namespace,
-            "name": n.name,
-            "distance": signed,
-            # Total neighbours valid then: those drawn plus those left out.
-            "degIn": ins.get(n.node_id, 0) + n.hidden_upstream,
-            "degOut": outs.get(n.node_id, 0) + n.hidden_downstream,
-            "tainted": n.node_id in risk.tainted,
-            "atRisk": n.node_id in risk.at_risk,
-        }
-        if n.kind == "DATASET":
-            node.update({"dropped": False, **flags.get(n.pk, no_flags)})
-        else:
-            node["state"] = states.get(n.pk, "")
-        nodes[n.node_id] = node
-    edges = {
-        f"{a}->{b}": {"id": f"{a}->{b}", "source": a, "target": b} for a, b in dict.fromkeys(pairs)
-    }
-    return nodes, edges, graph.truncated
-
-
-def _column_view(
-    root: NodeRef,
-    direction: str,
-    depth: int,
-    as_of: datetime | None,
-    limit: int,
-    risk: Risk,
-) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], bool]:
-    graph = queries.column_lineage(
-        root.resolved,
-        depth=depth,
-        as_of=as_of,
-        with_downstream=direction != "upstream",
-        max_nodes=limit,
-    )
-    kept = [n for n in graph.nodes if not (direction == "downstream" and n.side == "upstream")]
-    kept_ids = {n.node_id for n in kept}
-    links = [e for e in graph.edges if e.origin in kept_ids and e.destination in kept_ids]
-    datasets = queries.load_datasets({n.dataset_pk for n in kept}, as_of)
-    field_info = {f.pk: f for info in datasets.values() for f in info.fields}
-    ins, outs = _visible_degrees([(e.origin, e.destination) for e in links])
-    nodes: dict[str, dict[str, Any]] = {}
-    for info in datasets.values():
-        nodes[info.node_id] = {
-            "id": info.node_id,
-            "kind": "dataset",
-            "compound": True,
-            "label": info.name,
-            "namespace": info.namespace,
-            "name": info.name,
-            "tainted": info.node_id in risk.tainted,
-            "atRisk": info.node_id in risk.at_risk,
-            **_dataset_flags(info),
-        }
-    for n in kept:
-        f = field_info.get(n.pk)
-        parent = nodeids.dataset_node_id(n.namespace, n.dataset)
-        nodes[n.node_id] = {
-            "id": n.node_id,
-            "kind": "field",
-            "label": n.field,
-            "namespace": n.namespace,
-            "name": n.dataset,
-            "field": n.field,
-            "parent": parent,
-            "distance": -n.distance if n.side == "upstream" else n.distance,
-            "pii": bool(f and f.pii_category),
-            "piiCategory": f.pii_category if f else "",
-            "subject": n.subject_kind,
-            "propagated": bool(f and f.flag_source == "propagated"),
-            "degIn": ins.get(n.node_id, 0) + n.hidden_upstream,
-            "degOut": outs.get(n.node_id, 0) + n.hidden_downstream,
-            "tainted": parent in risk.tainted,
-            "atRisk": parent in risk.at_risk,
-        }
-    personal = {n.node_id for n in kept if nodes[n.node_id]["pii"] or nodes[n.node_id]["subject"]}
-    edges: dict[str, dict[str, Any]] = {}
-    for e in links:
-        edge_id = f"{e.origin}->{e.destination}"
-        if edge_id in edges:
-            continue
-        subtype = e.transformation_subtype
-        edges[edge_id] = {
-            "id": edge_id,
-            "source": e.origin,
-            "target": e.destination,
-            "transformation": f"{e.transformation_type}/{subtype}"
-            if subtype
-            else e.transformation_type,
-            "masking": e.masking,
-            "job": e.job,
-            "pii": e.origin in personal,
-        }
-    return nodes, edges, graph.truncated
 
 
 def build_view(
@@ -444,11 +236,13 @@ def build_view(
 ) -> dict[str, Any]:
     """The explorer's drawing data; with ``compare``, the union of both instants, diff-marked."""
     risk = current_risk()
-    view = _column_view if level == "column" else _table_view
-    nodes, edges, truncated = view(root, direction, depth, as_of, limit, risk)
+    graph = _drawing(root, level, direction, depth, as_of, limit)
+    nodes, edges = render.explorer_drawing(graph, risk, direction)
+    truncated = graph.truncated
     if compare is not None:
-        old_nodes, old_edges, old_truncated = view(root, direction, depth, compare, limit, risk)
-        truncated = truncated or old_truncated
+        then = _drawing(root, level, direction, depth, compare, limit)
+        old_nodes, old_edges = render.explorer_drawing(then, risk, direction)
+        truncated = truncated or then.truncated
         for node_id, node in nodes.items():
             node["diff"] = "same" if node_id in old_nodes else "added"
         for node_id, node in old_nodes.items():
@@ -634,7 +428,6 @@ def lineage_summary(
         as_of=as_of,
         direction="both",
         max_nodes=limit,
-        details=False,
     )
     near_jobs = sorted(
         (n for n in graph.nodes if n.kind == "JOB" and n.distance == 1), key=lambda n: n.name

@@ -58,9 +58,6 @@ __all__ = [
     "MAX_NODES_LIMIT",
     "AtRiskDataset",
     "ColumnDiffEdge",
-    "ColumnGraph",
-    "ColumnLink",
-    "ColumnNode",
     "Cut",
     "DatasetInfo",
     "DatasetPage",
@@ -85,7 +82,6 @@ __all__ = [
     "RootCause",
     "RunInfo",
     "Strength",
-    "TableAnswer",
     "TaintImpact",
     "TaintInfo",
     "UpstreamJob",
@@ -96,13 +92,11 @@ __all__ = [
     "find_path",
     "impact",
     "lineage",
-    "lineage_graph",
     "load_datasets",
     "load_jobs",
     "orphans",
     "root_cause",
     "sources",
-    "table_answer",
     "taint_impact",
     "taint_info",
 ]
@@ -133,15 +127,16 @@ class Cut:
 
 @dataclass(frozen=True, slots=True)
 class GraphNode:
-    """A dataset or job in a table-level answer.
+    """A dataset, job or field in a lineage answer.
 
-    ``distance`` is in jobs from the root; ``hidden_upstream`` /
-    ``hidden_downstream`` count valid neighbours not in the answer (for
-    "expand" affordances). ``dataset`` / ``job`` carry the details when loaded.
+    ``name`` is the dataset's or job's name (a field's dataset's); ``field`` a field's
+    name. ``distance`` is in jobs from the root; ``hidden_upstream`` /
+    ``hidden_downstream`` count valid neighbours not in the answer (for "expand"
+    affordances).
     """
 
     node_id: str
-    kind: Literal["DATASET", "JOB"]
+    kind: Literal["DATASET", "JOB", "DATASET_FIELD"]
     pk: int
     namespace: str
     name: str
@@ -149,20 +144,34 @@ class GraphNode:
     side: Side
     hidden_upstream: int = 0
     hidden_downstream: int = 0
-    dataset: DatasetInfo | None = None
-    job: JobInfo | None = None
+    field: str = ""
+    dataset_pk: int = 0
+    field_type: str = ""
+    subject_kind: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class GraphEdge:
-    """A directed edge between two node ids: data flows from origin to destination."""
+    """A directed edge between two node ids: data flows from origin to destination.
+
+    Between fields, through ``job`` (a job node id, or None), with its transformation.
+    """
 
     origin: str
     destination: str
+    job: str | None = None
+    transformation_type: str = ""
+    transformation_subtype: str = ""
+    masking: bool = False
+    description: str = ""
 
 
 @dataclass(frozen=True)
 class LineageGraph:
+    """A table-level (datasets and jobs) or column-level (fields) lineage answer:
+    what graph/render.py draws as JSON, CSV, Mermaid and the explorer's data."""
+
+    level: Literal["table", "column"]
     root: str
     direction: DirectionName
     depth: int
@@ -173,7 +182,7 @@ class LineageGraph:
     truncated: bool = False
     cut: Cut = Cut()
     # Every dataset and job pk the traversal reached, before the cap (sorted arrays):
-    # what a change must touch to change this answer.
+    # what a change must touch to change a table-level answer.
     reached: tuple[IntArray, IntArray] = field(
         default=(snapshot.EMPTY, snapshot.EMPTY), repr=False, compare=False
     )
@@ -251,30 +260,14 @@ def _select(
     return _Selection(k[chosen], p[chosen], d[chosen], s[chosen], truncated, cut)
 
 
-@dataclass(frozen=True)
-class TableAnswer:
-    """What a table-level traversal chose, still as arrays: the JSON endpoint renders it
-    directly (graph/api.py); :func:`lineage_graph` turns it into a LineageGraph."""
-
-    root: str
-    direction: DirectionName
-    depth: int
-    as_of: datetime | None
-    max_nodes: int
-    sel: _Selection
-    edges: traverse.TableEdges
-    # Every dataset and job pk the traversal reached, before the cap (sorted arrays).
-    reached: tuple[IntArray, IntArray]
-
-
-def table_answer(
+def lineage(
     node: ResolvedNode,
     *,
     depth: int,
     as_of: datetime | None = None,
     direction: DirectionName = "both",
     max_nodes: int = DEFAULT_MAX_NODES,
-) -> TableAnswer:
+) -> LineageGraph:
     """Table-level lineage around ``node``: datasets and jobs within ``depth`` jobs.
 
     ``both`` is the upstream closure plus the downstream closure (each
@@ -292,90 +285,33 @@ def table_answer(
             (SIDE_DOWN, traverse.table_reach(snap, "down", depth, tf, roots_ds, roots_job))
         )
     sel = _select(reaches, roots_ds, roots_job, max_nodes)
-    ds_pks = sel.pks[sel.kinds == KIND_DS]
-    job_pks = sel.pks[sel.kinds == KIND_JOB]
-    reached = (
-        traverse.distinct(np.concatenate([roots_ds, *(r.ds for _, r in reaches)])),
-        traverse.distinct(np.concatenate([roots_job, *(r.job for _, r in reaches)])),
-    )
-    return TableAnswer(
-        root=str(node),
-        direction=direction,
-        depth=depth,
-        as_of=as_of,
-        max_nodes=max_nodes,
-        sel=sel,
-        edges=traverse.table_edges(snap, ds_pks, job_pks, tf),
-        reached=reached,
-    )
-
-
-def lineage(
-    node: ResolvedNode,
-    *,
-    depth: int,
-    as_of: datetime | None = None,
-    direction: DirectionName = "both",
-    max_nodes: int = DEFAULT_MAX_NODES,
-    details: bool = True,
-) -> LineageGraph:
-    """:func:`table_answer` as a LineageGraph (with each node's details when ``details``)."""
-    answer = table_answer(node, depth=depth, as_of=as_of, direction=direction, max_nodes=max_nodes)
-    return lineage_graph(answer, details)
-
-
-def lineage_graph(answer: TableAnswer, details: bool = True) -> LineageGraph:
-    sel, edges, as_of = answer.sel, answer.edges, answer.as_of
-    ds_pks = sel.pks[sel.kinds == KIND_DS].tolist()
-    job_pks = sel.pks[sel.kinds == KIND_JOB].tolist()
-    datasets: dict[int, DatasetInfo] = {}
-    jobs: dict[int, JobInfo] = {}
-    if details:
-        datasets = load_datasets(ds_pks, as_of)
-        jobs = load_jobs(job_pks, as_of)
-        ds_names = {pk: (d.namespace, d.name) for pk, d in datasets.items()}
-        job_names = {pk: (j.namespace, j.name) for pk, j in jobs.items()}
-    else:
-        ds_names = nodedata.dataset_names(ds_pks)
-        job_names = nodedata.job_names(job_pks)
+    is_ds = sel.kinds == KIND_DS
+    edges = traverse.table_edges(snap, sel.pks[is_ds], sel.pks[~is_ds], tf)
+    ds_names = nodedata.dataset_names(sel.pks[is_ds].tolist())
+    job_names = nodedata.job_names(sel.pks[~is_ds].tolist())
     ds_ids = {pk: dataset_node_id(*name) for pk, name in ds_names.items()}
     job_ids = {pk: job_node_id(*name) for pk, name in job_names.items()}
     nodes = []
+    # Nodes gone since the traversal (no name any more) are left out, with their edges.
     for kind, pk, dist, side in zip(
         sel.kinds.tolist(), sel.pks.tolist(), sel.dists.tolist(), sel.sides.tolist(), strict=True
     ):
         if kind == KIND_DS:
-            if pk not in ds_names:
-                continue
-            nodes.append(
-                GraphNode(
-                    node_id=ds_ids[pk],
-                    kind="DATASET",
-                    pk=pk,
-                    namespace=ds_names[pk][0],
-                    name=ds_names[pk][1],
-                    distance=dist,
-                    side=SIDE_NAMES[side],
-                    hidden_upstream=edges.hidden_up_ds.get(pk, 0),
-                    hidden_downstream=edges.hidden_down_ds.get(pk, 0),
-                    dataset=datasets.get(pk),
-                )
-            )
+            names, ids, hidden = ds_names, ds_ids, (edges.hidden_up_ds, edges.hidden_down_ds)
         else:
-            if pk not in job_names:
-                continue
+            names, ids, hidden = job_names, job_ids, (edges.hidden_up_job, edges.hidden_down_job)
+        if pk in names:
             nodes.append(
                 GraphNode(
-                    node_id=job_ids[pk],
-                    kind="JOB",
+                    node_id=ids[pk],
+                    kind="DATASET" if kind == KIND_DS else "JOB",
                     pk=pk,
-                    namespace=job_names[pk][0],
-                    name=job_names[pk][1],
+                    namespace=names[pk][0],
+                    name=names[pk][1],
                     distance=dist,
                     side=SIDE_NAMES[side],
-                    hidden_upstream=edges.hidden_up_job.get(pk, 0),
-                    hidden_downstream=edges.hidden_down_job.get(pk, 0),
-                    job=jobs.get(pk),
+                    hidden_upstream=hidden[0].get(pk, 0),
+                    hidden_downstream=hidden[1].get(pk, 0),
                 )
             )
     links = []
@@ -386,62 +322,24 @@ def lineage_graph(answer: TableAnswer, details: bool = True) -> LineageGraph:
         if ds in ds_ids and job in job_ids:
             links.append(GraphEdge(job_ids[job], ds_ids[ds]))
     return LineageGraph(
-        root=answer.root,
-        direction=answer.direction,
-        depth=answer.depth,
+        level="table",
+        root=str(node),
+        direction=direction,
+        depth=depth,
         as_of=as_of,
-        max_nodes=answer.max_nodes,
+        max_nodes=max_nodes,
         nodes=tuple(nodes),
         edges=tuple(links),
         truncated=sel.truncated,
         cut=sel.cut,
-        reached=answer.reached,
+        reached=(
+            traverse.distinct(np.concatenate([roots_ds, *(r.ds for _, r in reaches)])),
+            traverse.distinct(np.concatenate([roots_job, *(r.job for _, r in reaches)])),
+        ),
     )
 
 
 # --- column lineage ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ColumnNode:
-    node_id: str
-    pk: int
-    dataset_pk: int
-    namespace: str
-    dataset: str
-    field: str
-    field_type: str
-    distance: int
-    side: Side
-    subject_kind: str | None = None
-    hidden_upstream: int = 0
-    hidden_downstream: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class ColumnLink:
-    """origin field → destination field through ``job`` (a job node id, or None)."""
-
-    origin: str
-    destination: str
-    job: str | None
-    transformation_type: str
-    transformation_subtype: str
-    masking: bool
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class ColumnGraph:
-    root: str
-    depth: int
-    as_of: datetime | None
-    with_downstream: bool
-    max_nodes: int
-    nodes: tuple[ColumnNode, ...]
-    edges: tuple[ColumnLink, ...]
-    truncated: bool = False
-    cut: Cut = Cut()
 
 
 def _field_roots(node: ResolvedNode, as_of: datetime | None) -> IntArray:
@@ -470,7 +368,7 @@ def column_lineage(
     as_of: datetime | None = None,
     with_downstream: bool = False,
     max_nodes: int = DEFAULT_MAX_NODES,
-) -> ColumnGraph:
+) -> LineageGraph:
     """Field-level lineage: upstream fields of ``node`` (a field, or every field of a
     dataset) within ``depth`` edges, plus downstream ones when ``with_downstream``."""
     snap = snapshot.columns()
@@ -496,12 +394,13 @@ def column_lineage(
     info = nodedata.field_rows(pks.tolist())
     ids = {pk: field_node_id(row[1], row[2], row[3]) for pk, row in info.items()}
     nodes = tuple(
-        ColumnNode(
+        GraphNode(
             node_id=ids[pk],
+            kind="DATASET_FIELD",
             pk=pk,
             dataset_pk=info[pk][0],
             namespace=info[pk][1],
-            dataset=info[pk][2],
+            name=info[pk][2],
             field=info[pk][3],
             field_type=info[pk][4],
             distance=dist,
@@ -519,7 +418,7 @@ def column_lineage(
     }
     descriptions = edge_descriptions(links.edge_id[links.described == 1].tolist())
     edges = tuple(
-        ColumnLink(
+        GraphEdge(
             origin=ids[src],
             destination=ids[tgt],
             job=job_ids.get(job),
@@ -540,11 +439,12 @@ def column_lineage(
         )
         if src in ids and tgt in ids
     )
-    return ColumnGraph(
+    return LineageGraph(
+        level="column",
         root=str(node),
+        direction="both" if with_downstream else "upstream",
         depth=depth,
         as_of=as_of,
-        with_downstream=with_downstream,
         max_nodes=max_nodes,
         nodes=nodes,
         edges=edges,
@@ -644,7 +544,6 @@ def impact(
         as_of=as_of,
         direction="downstream",
         max_nodes=max_nodes + 1,
-        details=False,
     )
     truncated, cut = graph.truncated, graph.cut
     nodes = [n for n in graph.nodes if n.side != "root"]
@@ -834,9 +733,7 @@ def root_cause(
     max_nodes: int = DEFAULT_MAX_NODES,
 ) -> RootCause:
     """Upstream lineage with each producing job's latest run state; failures first."""
-    graph = lineage(
-        node, depth=depth, as_of=as_of, direction="upstream", max_nodes=max_nodes, details=False
-    )
+    graph = lineage(node, depth=depth, as_of=as_of, direction="upstream", max_nodes=max_nodes)
     infos = nodedata.job_infos((n.pk for n in graph.nodes if n.kind == "JOB"), as_of)
     outputs: dict[str, list[str]] = defaultdict(list)
     downstream: dict[str, list[str]] = defaultdict(list)

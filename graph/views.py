@@ -35,9 +35,10 @@ from catalog.errors import ApiError, error_response
 from catalog.models import Dataset, Namespace, RetentionPolicy
 from catalog.params import choice_param, int_param, optional_instant
 from catalog.views import cached, filtered_datasets, platforms
-from graph import exports, queries
 from graph import page_data as data
+from graph import queries
 from graph.models import Job, Run, RunDataset, TableEdge, Taint
+from graph.render import impact_csv, impact_mermaid
 from graph.taint import TaintError, clear_taint, mark_tainted
 
 read_required = permission_required(auth.READ_LINEAGE, raise_exception=True)
@@ -513,11 +514,11 @@ def impact_export(request: HttpRequest) -> HttpResponse:
     stem = slugify(start.label)[:80] or "impact"
     if fmt == "mermaid":
         response = HttpResponse(
-            exports.impact_mermaid(result), content_type="text/vnd.mermaid; charset=utf-8"
+            impact_mermaid(result), content_type="text/vnd.mermaid; charset=utf-8"
         )
         response["Content-Disposition"] = f'attachment; filename="impact-{stem}.mmd"'
         return response
-    response = HttpResponse(exports.impact_csv(result), content_type="text/csv; charset=utf-8")
+    response = HttpResponse(impact_csv(result), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="impact-{stem}.csv"'
     return response
 

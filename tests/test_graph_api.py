@@ -96,13 +96,12 @@ def test_a_node_gone_between_the_walk_and_the_body_is_left_out_with_its_edges(
     from graph import nodedata
 
     gone = shop.ds["mart.daily"].pk
-    texts = nodedata.node_texts
+    names = nodedata.dataset_names
 
-    def without_gone(kind, pks, what, render):
-        found = texts(kind, pks, what, render)
-        return {pk: text for pk, text in found.items() if (kind, pk) != (nodecache.DATASET, gone)}
+    def without_gone(pks):
+        return {pk: name for pk, name in names(pks).items() if pk != gone}
 
-    monkeypatch.setattr(nodedata, "node_texts", without_gone)
+    monkeypatch.setattr(nodedata, "dataset_names", without_gone)
     response = api(viewer).get(url("lineage", nodeId=shop.id("clean.orders"), depth=5))
     assert response.status_code == 200, response.content
     nodes = {n["id"]: n for n in response.json()["graph"]}
@@ -141,6 +140,34 @@ def test_it_exports_lineage_as_csv_and_mermaid(api, viewer, shop):
     mermaid = client.get(url("lineage", nodeId=shop.id("clean.orders"), format="mermaid"))
     text = mermaid.content.decode()
     assert text.startswith("flowchart LR") and '[("clean.orders")]' in text and "-->" in text
+
+
+def test_it_exports_column_lineage_as_csv_and_mermaid(api, viewer, shop):
+    client = api(viewer)
+    params = {"nodeId": shop.id("mart.daily.total"), "depth": 5}
+    csv = client.get(url("column-lineage", format="csv", **params))
+    assert csv.status_code == 200 and csv["Content-Type"].startswith("text/csv")
+    assert 'filename="column-lineage.csv"' in csv["Content-Disposition"]
+    lines = csv.content.decode().splitlines()
+    assert lines[0] == (
+        "origin,origin_type,destination,destination_type,"
+        "job,transformation_type,transformation_subtype,masking,description"
+    )
+    assert (
+        f"{shop.id('clean.orders.amount')},DATASET_FIELD,{shop.id('mart.daily.total')},"
+        f"DATASET_FIELD,{shop.id('job:report')},DIRECT,AGGREGATION,false,"
+    ) in lines
+    assert len(lines) == 3  # raw → clean → mart
+    mermaid = client.get(url("column-lineage", format="mermaid", **params))
+    assert mermaid["Content-Type"].startswith("text/vnd.mermaid")
+    text = mermaid.content.decode()
+    assert text.startswith("flowchart LR") and '["mart.daily.total"]' in text
+    assert text.count("-->") == 2
+    # The JSON answer is the same graph.
+    body = client.get(url("column-lineage", **params)).json()
+    assert sum(len(n["inEdges"]) for n in body["graph"]) == 2
+    bad = client.get(url("column-lineage", format="xml", **params))
+    assert bad.status_code == 400 and bad.json()["field"] == "format"
 
 
 def test_it_answers_column_lineage_in_marquez_shape(api, viewer, shop):

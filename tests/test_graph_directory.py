@@ -65,14 +65,10 @@ def test_it_names_nodes_and_fields_as_the_database_does(g, settings):
     assert directory.stats()["directory"]["fields"] == len(field_pks)
 
 
-def _name(namespace: str, name: str) -> str:
-    return name
-
-
 def test_nodes_changed_after_it_was_read_come_from_the_database(g):
     assert directory.get() is not None
     raw = g.ds["raw.orders"].pk
-    assert nodedata.node_texts(DATASET, [raw], "test", _name) == {raw: "raw.orders"}
+    assert nodedata.dataset_names([raw]) == {raw: (NS, "raw.orders")}
     email = g.field("raw.orders.email")
     DatasetField.objects.filter(pk=email.pk).update(name="e_mail")
     late = g.dataset("late.orders", fields=("id",))
@@ -90,9 +86,9 @@ def test_nodes_changed_after_it_was_read_come_from_the_database(g):
     assert found is not None
     assert found.dataset_pk(g.ns.name, "raw.orders") is None  # changed: its field was renamed
     assert found.job_pk(g.jobs_ns.name, "clean") == g.jobs["clean"].pk
-    # Texts kept from a node's names are not used once it changed.
+    # A node's names are not taken from the directory once it changed.
     Dataset.objects.filter(pk=raw).update(name="raw.orders_v2")
-    assert nodedata.node_texts(DATASET, [raw], "test", _name) == {raw: "raw.orders_v2"}
+    assert nodedata.dataset_names([raw]) == {raw: (NS, "raw.orders_v2")}
 
 
 def test_a_new_namespace_that_captures_an_id_is_seen_at_once():
@@ -181,9 +177,6 @@ def test_a_directory_held_past_the_end_of_its_epoch_trusts_nothing(g):
     orders = g.ds["clean.orders"].pk
     assert found.runs_at([load], T3) == ([], [load], [])
     assert found.node_names(DATASET, [orders]) == {orders: (NS, "clean.orders")}
-    assert found.node_texts(DATASET, [orders], "test", lambda ns, name: name) == {
-        orders: "clean.orders"
-    }
     # Something changed, and the cache lost track of changes (here: cleared), so its
     # change log no longer reaches back to the directory's revision.
     g.dataset("elsewhere")
@@ -191,7 +184,6 @@ def test_a_directory_held_past_the_end_of_its_epoch_trusts_nothing(g):
     nodecache.cache.sync()
     assert found.runs_at([load], T3) == ([], [], [load])
     assert found.node_names(DATASET, [orders]) == {}
-    assert found.node_texts(DATASET, [orders], "test", lambda ns, name: name) == {}
     assert found.dataset_pk(NS, "clean.orders") is None
 
 

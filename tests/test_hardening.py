@@ -17,7 +17,7 @@ import pytest
 from django.db import transaction
 
 from catalog.exports import csv_text
-from graph.exports import mermaid, mermaid_label
+from graph.render import mermaid, mermaid_label
 from ingest.models import RawEvent
 from tests.ingest_builders import PG, at, dataset, run_event, run_id, schema
 

@@ -203,13 +203,6 @@ def test_the_file_holds_every_node_as_rendering_gives_it(settings):
         assert found == {
             pk: (e.namespace, e.name, e.data, info_json(e.info)) for pk, e in fresh.items()
         }
-        texts = mapped.spliced(kind, pks, 0, {}, ("quoted", "named"))
-        for pk, entry in fresh.items():
-            if kind == DATASET:
-                expected = nodedata.dataset_texts(entry.namespace, entry.name)
-            else:
-                expected = (nodedata.job_text(entry.namespace, entry.name), b"")
-            assert (texts["quoted"][pk], texts["named"][pk]) == expected
     # A new process takes every node from the file: nothing rendered.
     calls: list[list[int]] = []
     process = NodeCache(100)
@@ -432,7 +425,7 @@ def test_only_one_pass_runs_at_a_time():
 
 def test_a_lineage_answer_from_the_file_is_the_answer_rendered_afresh(steward, settings):
     from graph import documents, nodecache, responses
-    from graph.api import lineage_body
+    from graph.render import lineage_json
 
     g = LineageBuilder()
     g.chain("a", "b", "c")
@@ -449,7 +442,7 @@ def test_a_lineage_answer_from_the_file_is_the_answer_rendered_afresh(steward, s
         responses.cache.clear()
         with revision.pinned():
             return [
-                lineage_body(queries.table_answer(root, depth=5, as_of=as_of))
+                lineage_json(queries.lineage(root, depth=5, as_of=as_of))
                 for as_of in (None, T1, T2)
             ]
 
@@ -492,8 +485,8 @@ def test_damaged_document_bytes_never_reach_an_answer_and_the_file_is_written_ag
     steward, settings, caplog
 ):
     from graph import docfile, documents, nodecache, responses
-    from graph.api import lineage_body
     from graph.nodecache import DATASET
+    from graph.render import lineage_json
 
     g = LineageBuilder()
     g.chain("a", "b", "c")
@@ -516,7 +509,7 @@ def test_damaged_document_bytes_never_reach_an_answer_and_the_file_is_written_ag
         nodecache.cache.clear()
         responses.cache.clear()
         with revision.pinned():
-            return lineage_body(queries.table_answer(root, depth=5))
+            return lineage_json(queries.lineage(root, depth=5))
 
     assert documents.render_documents().full
     path = docfile.file_path()

@@ -1,0 +1,496 @@
+"""The one renderer of lineage answers.
+
+Table and column lineage come out of graph.queries as one shape, a LineageGraph;
+this module draws it for every reader: Marquez's ``{"graph": [...]}`` JSON for
+the API (:func:`lineage_json`), CSV and Mermaid text (also of impact answers),
+and the explorer's drawing data (:func:`explorer_drawing`).
+
+The JSON is joined from bytes once: a dataset's or job's node ``data`` comes
+pre-rendered from the node store (graph/nodedata.py) and is spliced in, so a
+2,000-node answer costs a few joins per node rather than a JSON encoding of
+20,000 nested objects.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+
+from catalog.exports import csv_text
+from catalog.flags import FLAG_ATTRIBUTES, flags_as_of
+from catalog.models import PERSONAL_DATA, ChangeRecord, Dataset, DatasetField, LifecycleState
+from graph import nodedata
+from graph.details import load_datasets
+from graph.models import Job
+from graph.nodeids import dataset_node_id
+from graph.queries import Cut, GraphEdge, GraphNode, Impact, LineageGraph
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def quoted(text: str) -> bytes:
+    """``text`` as a JSON string (UTF-8), as ``json.dumps`` writes it."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return b'"%s"' % text.encode()
+    return json.dumps(text).encode()
+
+
+def cut_json(cut: Cut) -> dict[str, int]:
+    return {"datasets": cut.datasets, "jobs": cut.jobs, "fields": cut.fields}
+
+
+# --- JSON ---------------------------------------------------------------------------------
+
+# Distances and hidden-edge counts as JSON text, for the small ones a body is full of.
+_NUMBERS = {n: b"%d" % n for n in range(1024)}
+
+
+def _number(n: int) -> bytes:
+    return _NUMBERS.get(n) or b"%d" % n
+
+
+def lineage_json(graph: LineageGraph) -> bytes:
+    """Marquez's ``{"graph": [...]}`` for ``graph``, as UTF-8: each node with its
+    ``data``, in and out edges, distance, side and hidden-edge counts, then the
+    answer's parameters."""
+    ids = {n.node_id: quoted(n.node_id) for n in graph.nodes}
+    ins: dict[str, list[bytes]] = defaultdict(list)
+    outs: dict[str, list[bytes]] = defaultdict(list)
+    for edge in graph.edges:
+        pair = b'{"origin":%s,"destination":%s}' % (ids[edge.origin], ids[edge.destination])
+        outs[edge.origin].append(pair)
+        ins[edge.destination].append(pair)
+    if graph.level == "table":
+        data = _table_data(graph, ins, outs)
+        meta: dict[str, Any] = {"root": graph.root, "direction": graph.direction}
+    else:
+        data = _column_data(graph)
+        meta = {"root": graph.root}
+    meta |= {"depth": graph.depth}
+    if graph.level == "column":
+        meta["withDownstream"] = graph.direction != "upstream"
+    meta |= {
+        "asOf": nodedata.iso(graph.as_of),
+        "maxNodes": graph.max_nodes,
+        "truncated": graph.truncated,
+        "cut": cut_json(graph.cut),
+    }
+    none: list[bytes] = []
+    parts = [b'{"graph":[']
+    opening = b'{"id":'
+    for node in graph.nodes:
+        key = node.node_id
+        parts += (
+            opening,
+            ids[key],
+            b',"type":"%s","data":' % node.kind.encode(),
+            data.get(key, b"null"),
+            b',"inEdges":[',
+            b",".join(ins.get(key, none)),
+            b'],"outEdges":[',
+            b",".join(outs.get(key, none)),
+            b'],"distance":',
+            _number(node.distance),
+            b',"side":"%s","hiddenInEdges":' % node.side.encode(),
+            _number(node.hidden_upstream),
+            b',"hiddenOutEdges":',
+            _number(node.hidden_downstream),
+            b"}",
+        )
+        opening = b',{"id":'
+    parts += (b"],", _dumps(meta)[1:].encode())
+    return b"".join(parts)
+
+
+def _table_data(
+    graph: LineageGraph, ins: dict[str, list[bytes]], outs: dict[str, list[bytes]]
+) -> dict[str, bytes]:
+    """Each node's ``data`` by node id: the store's DatasetData and JobData, a job's
+    with the ``{"namespace", "name"}`` of its inputs and outputs among the nodes shown."""
+    datasets = [n for n in graph.nodes if n.kind == "DATASET"]
+    jobs = [n for n in graph.nodes if n.kind == "JOB"]
+    ds_data, job_data = nodedata.lineage_data(
+        [n.pk for n in datasets], [n.pk for n in jobs], graph.as_of
+    )
+    data = {n.node_id: ds_data[n.pk] for n in datasets if n.pk in ds_data}
+    if not jobs:
+        return data
+    named = {
+        n.node_id: b'{"namespace":%s,"name":%s}' % (quoted(n.namespace), quoted(n.name))
+        for n in datasets
+    }
+    inputs: dict[str, list[bytes]] = defaultdict(list)
+    outputs: dict[str, list[bytes]] = defaultdict(list)
+    for edge in graph.edges:
+        if edge.origin in named:
+            inputs[edge.destination].append(named[edge.origin])
+        else:
+            outputs[edge.origin].append(named[edge.destination])
+    for n in jobs:
+        text = job_data.get(n.pk)
+        if text is not None:
+            data[n.node_id] = b'%s,"inputs":[%s],"outputs":[%s]}' % (
+                text[:-1],
+                b",".join(inputs.get(n.node_id, ())),
+                b",".join(outputs.get(n.node_id, ())),
+            )
+    return data
+
+
+def _column_data(graph: LineageGraph) -> dict[str, bytes]:
+    """Each field's ``data``: its dataset, type and subject kind, and the fields it is
+    made from, with how."""
+    by_id = {n.node_id: n for n in graph.nodes}
+    made_from: dict[str, list[GraphEdge]] = defaultdict(list)
+    for edge in graph.edges:
+        made_from[edge.destination].append(edge)
+    data = {}
+    for node in graph.nodes:
+        own = made_from.get(node.node_id, [])
+        first = own[0] if own else None
+        data[node.node_id] = _dumps(
+            {
+                "namespace": node.namespace,
+                "dataset": node.name,
+                "field": node.field,
+                "fieldType": node.field_type or None,
+                "transformationDescription": (first.description or None) if first else None,
+                "transformationType": first.transformation_type if first else None,
+                "inputFields": [
+                    {
+                        "namespace": by_id[link.origin].namespace,
+                        "dataset": by_id[link.origin].name,
+                        "field": by_id[link.origin].field,
+                        "transformationDescription": link.description or None,
+                        "transformationType": link.transformation_type,
+                        "transformationSubtype": link.transformation_subtype or None,
+                        "masking": link.masking,
+                        "job": link.job,
+                    }
+                    for link in own
+                ],
+                "subjectKind": node.subject_kind,
+            }
+        ).encode()
+    return data
+
+
+# --- CSV and Mermaid ------------------------------------------------------------------------
+
+IMPACT_COLUMNS = (
+    "distance",
+    "node_id",
+    "namespace",
+    "name",
+    "owners",
+    "pii_fields",
+    "retention_policy",
+    "retention_days",
+    "retention_action",
+    "impacted_fields",
+    "via_jobs",
+)
+EDGE_COLUMNS = ("origin", "origin_type", "destination", "destination_type")
+# Column-level answers also say through which job, and how, a field is made from another.
+FIELD_EDGE_COLUMNS = (
+    *EDGE_COLUMNS,
+    "job",
+    "transformation_type",
+    "transformation_subtype",
+    "masking",
+    "description",
+)
+
+
+def impact_csv(impact: Impact) -> str:
+    """One row per impacted dataset, nearest first, with who to notify."""
+    return csv_text(
+        IMPACT_COLUMNS,
+        (
+            (
+                item.distance,
+                item.node_id,
+                item.dataset.namespace,
+                item.dataset.name,
+                "; ".join(o.name for o in item.dataset.owners),
+                "; ".join(
+                    f"{f.name} ({f.pii_category or f.subject_kind})"
+                    for f in item.dataset.pii_fields
+                ),
+                item.dataset.retention.name if item.dataset.retention else "",
+                item.dataset.retention.duration_days if item.dataset.retention else "",
+                item.dataset.retention.action if item.dataset.retention else "",
+                "; ".join(item.fields),
+                "; ".join(item.via_jobs),
+            )
+            for item in impact.datasets
+        ),
+    )
+
+
+def lineage_csv(graph: LineageGraph) -> str:
+    """The edge list: origin, destination and the kind of each end (and, between
+    fields, the job and the transformation)."""
+    kinds = {n.node_id: n.kind for n in graph.nodes}
+    rows: list[tuple[object, ...]] = []
+    for edge in graph.edges:
+        row: tuple[object, ...] = (
+            edge.origin,
+            kinds.get(edge.origin, ""),
+            edge.destination,
+            kinds.get(edge.destination, ""),
+        )
+        if graph.level == "column":
+            row += (
+                edge.job or "",
+                edge.transformation_type,
+                edge.transformation_subtype,
+                "true" if edge.masking else "false",
+                edge.description,
+            )
+        rows.append(row)
+    return csv_text(FIELD_EDGE_COLUMNS if graph.level == "column" else EDGE_COLUMNS, rows)
+
+
+# Label characters Mermaid shows as they are; every other one is written as Mermaid's
+# entity code ``#<decimal>;`` (its documented escape), so that no name can close a label,
+# start a line (a ``%%{init}%%`` directive, a new node) or carry markup.
+_MERMAID_PLAIN = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _-./:,@=+()$!?*'"
+)
+
+
+def mermaid_label(label: str) -> str:
+    """``label`` as the text of a quoted Mermaid label."""
+    return "".join(c if c in _MERMAID_PLAIN else f"#{ord(c)};" for c in label)
+
+
+def mermaid(nodes: Iterable[tuple[str, str, str]], edges: Iterable[GraphEdge]) -> str:
+    """A left-to-right Mermaid flowchart: datasets as cylinders, jobs rounded, fields boxed.
+
+    ``nodes`` are (node id, kind, label) with kind DATASET, JOB or DATASET_FIELD.
+    """
+    lines = ["flowchart LR"]
+    keys: dict[str, str] = {}
+    shapes = {"JOB": '("{}")', "DATASET": '[("{}")]', "DATASET_FIELD": '["{}"]'}
+    for node_id, kind, label in nodes:
+        if node_id not in keys:
+            keys[node_id] = f"n{len(keys)}"
+            lines.append(f"  {keys[node_id]}{shapes[kind].format(mermaid_label(label))}")
+    for edge in edges:
+        if edge.origin in keys and edge.destination in keys:
+            lines.append(f"  {keys[edge.origin]} --> {keys[edge.destination]}")
+    return "\n".join(lines) + "\n"
+
+
+def _label(node: GraphNode) -> str:
+    return f"{node.name}.{node.field}" if node.kind == "DATASET_FIELD" else node.name
+
+
+def lineage_mermaid(graph: LineageGraph) -> str:
+    """Datasets and jobs, or fields labelled ``dataset.field``."""
+    return mermaid(((n.node_id, n.kind, _label(n)) for n in graph.nodes), graph.edges)
+
+
+def _fallback(node_id: str) -> tuple[str, str, str]:
+    kind, _, rest = node_id.partition(":")
+    kinds = {"job": "JOB", "datasetField": "DATASET_FIELD"}
+    return node_id, kinds.get(kind, "DATASET"), rest
+
+
+def impact_mermaid(impact: Impact) -> str:
+    known = {d.node_id: (d.node_id, "DATASET", d.dataset.name) for d in impact.datasets}
+    known.update({j.node_id: (j.node_id, "JOB", j.job.name) for j in impact.jobs})
+    ids = [impact.root]
+    for edge in impact.edges:
+        ids += [edge.origin, edge.destination]
+    ids += list(known)
+    return mermaid((known.get(i) or _fallback(i) for i in ids), impact.edges)
+
+
+# --- the explorer's drawing -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Risk:
+    """Node ids of datasets marked bad and of datasets and jobs downstream of them."""
+
+    tainted: frozenset[str] = frozenset()
+    at_risk: frozenset[str] = frozenset()
+
+
+Drawn = dict[str, dict[str, Any]]
+CHUNK = 2000
+
+
+def _chunks(pks: list[int]) -> list[list[int]]:
+    return [pks[i : i + CHUNK] for i in range(0, len(pks), CHUNK)]
+
+
+def personal_data_flags(pks: list[int], as_of: datetime | None) -> dict[int, dict[str, bool]]:
+    """For each dataset: whether a field holds personal data, whether one identifies a subject,
+    whether it is dropped — all as they were at ``as_of`` (fields that existed then, with the
+    flags they showed then, declared or propagated: catalog.flags), or now."""
+    flags: dict[int, dict[str, bool]] = {}
+    for chunk in _chunks(pks):
+        if as_of is None:
+            rows = (
+                DatasetField.objects.filter(
+                    PERSONAL_DATA, removed_at__isnull=True, dataset_id__any_of=chunk
+                )
+                .order_by()
+                .values_list("dataset_id", "subject_kind_id")
+            )
+            personal = [(dataset_pk, subject is not None) for dataset_pk, subject in rows]
+        else:
+            personal = _personal_then(chunk, as_of)
+        for dataset_pk, subject in personal:
+            entry = flags.setdefault(dataset_pk, {"pii": True, "subject": False})
+            entry["subject"] = entry["subject"] or subject
+        dropped = Dataset.objects.filter(pk__any_of=chunk, lifecycle_state=LifecycleState.DROPPED)
+        if as_of is not None:
+            dropped = dropped.filter(dropped_at__lte=as_of)
+        for dataset_pk in dropped.values_list("pk", flat=True):
+            flags.setdefault(dataset_pk, {"pii": False, "subject": False})["dropped"] = True
+    return flags
+
+
+def _personal_then(pks: list[int], as_of: datetime) -> list[tuple[int, bool]]:
+    """(dataset, identifies a subject) for each field of these datasets that held personal
+    data at ``as_of``. Only fields that might have are asked of catalog.flags: flagged now,
+    re-flagged since, or ever reached by propagation."""
+    exists = Q(first_seen__lte=as_of) & (Q(removed_at__isnull=True) | Q(removed_at__gt=as_of))
+    changed = set(
+        ChangeRecord.objects.filter(
+            dataset_id__any_of=pks, attribute__in=FLAG_ATTRIBUTES, at__gt=as_of
+        ).values_list("dataset_id", "field_name")
+    )
+    alive = DatasetField.objects.filter(exists, dataset_id__any_of=pks).order_by()
+    maybe = dict(
+        alive.filter(PERSONAL_DATA | Q(propagated_flags__isnull=False)).values_list(
+            "pk", "dataset_id"
+        )
+    )
+    if changed:
+        for pk, dataset_pk, name in alive.filter(
+            dataset_id__any_of=sorted({ds for ds, _ in changed})
+        ).values_list("pk", "dataset_id", "name"):
+            if (dataset_pk, name) in changed:
+                maybe[pk] = dataset_pk
+    then = flags_as_of(sorted(maybe), as_of)
+    return [
+        (maybe[pk], flag.subject_kind is not None) for pk, flag in then.items() if flag.personal
+    ]
+
+
+def latest_run_states(pks: list[int]) -> dict[int, str]:
+    states: dict[int, str] = {}
+    for chunk in _chunks(pks):
+        states.update(
+            Job.objects.filter(pk__any_of=chunk, latest_run__isnull=False).values_list(
+                "pk", "latest_run__state"
+            )
+        )
+    return states
+
+
+def _degrees(edges: Sequence[GraphEdge]) -> tuple[dict[str, int], dict[str, int]]:
+    """Edges drawn into and out of each node (one per pair of nodes)."""
+    ins: dict[str, int] = defaultdict(int)
+    outs: dict[str, int] = defaultdict(int)
+    for source, target in {(e.origin, e.destination) for e in edges}:
+        outs[source] += 1
+        ins[target] += 1
+    return ins, outs
+
+
+def explorer_drawing(graph: LineageGraph, risk: Risk, direction: str) -> tuple[Drawn, Drawn]:
+    """The explorer's nodes and edges by id: each node's signed distance (upstream
+    negative), neighbours valid then (drawn plus hidden), personal-data, taint and run
+    marks; at column level, fields inside their datasets, and only the fields on the
+    ``direction`` asked for (the traversal goes both ways or upstream)."""
+    nodes = [n for n in graph.nodes if not (direction == "downstream" and n.side == "upstream")]
+    kept = {n.node_id for n in nodes}
+    edges = [e for e in graph.edges if e.origin in kept and e.destination in kept]
+    ins, outs = _degrees(edges)
+    drawn: Drawn = {}
+    if graph.level == "column":
+        # Fields are drawn inside their datasets, with the flags they showed then.
+        datasets = load_datasets({n.dataset_pk for n in nodes}, graph.as_of)
+        fields = {f.pk: f for info in datasets.values() for f in info.fields}
+        for info in datasets.values():
+            drawn[info.node_id] = {
+                "id": info.node_id,
+                "kind": "dataset",
+                "compound": True,
+                "label": info.name,
+                "namespace": info.namespace,
+                "name": info.name,
+                "tainted": info.node_id in risk.tainted,
+                "atRisk": info.node_id in risk.at_risk,
+                "pii": info.has_pii,
+                "subject": any(f.subject_kind for f in info.fields),
+                "dropped": info.lifecycle_state == LifecycleState.DROPPED,
+            }
+    else:
+        flags = personal_data_flags([n.pk for n in nodes if n.kind == "DATASET"], graph.as_of)
+        states = latest_run_states([n.pk for n in nodes if n.kind == "JOB"])
+    for n in nodes:
+        node: dict[str, Any] = {
+            "id": n.node_id,
+            "kind": {"DATASET": "dataset", "JOB": "job"}.get(n.kind, "field"),
+            "label": n.field or n.name,
+            "namespace": n.namespace,
+            "name": n.name,
+            "distance": -n.distance if n.side == "upstream" else n.distance,
+            # Total neighbours valid then: those drawn plus those left out.
+            "degIn": ins.get(n.node_id, 0) + n.hidden_upstream,
+            "degOut": outs.get(n.node_id, 0) + n.hidden_downstream,
+        }
+        if n.kind == "DATASET_FIELD":
+            f = fields.get(n.pk)
+            parent = dataset_node_id(n.namespace, n.name)
+            node |= {
+                "field": n.field,
+                "parent": parent,
+                "pii": bool(f and f.pii_category),
+                "piiCategory": f.pii_category if f else "",
+                "subject": n.subject_kind,
+                "propagated": bool(f and f.flag_source == "propagated"),
+            }
+        else:
+            parent = n.node_id
+            if n.kind == "DATASET":
+                node |= {"dropped": False, **flags.get(n.pk, {"pii": False, "subject": False})}
+            else:
+                node["state"] = states.get(n.pk, "")
+        node |= {"tainted": parent in risk.tainted, "atRisk": parent in risk.at_risk}
+        drawn[n.node_id] = node
+    personal = {
+        key for key, n in drawn.items() if n["kind"] == "field" and (n["pii"] or n["subject"])
+    }
+    lines: Drawn = {}
+    for e in edges:
+        edge_id = f"{e.origin}->{e.destination}"
+        if edge_id in lines:
+            continue
+        lines[edge_id] = {"id": edge_id, "source": e.origin, "target": e.destination}
+        if graph.level == "column":
+            subtype = e.transformation_subtype
+            lines[edge_id] |= {
+                "transformation": f"{e.transformation_type}/{subtype}"
+                if subtype
+                else e.transformation_type,
+                "masking": e.masking,
+                "job": e.job,
+                "pii": e.origin in personal,
+            }
+    return drawn, lines
