@@ -265,11 +265,25 @@ class Directory:
 
     def node_names(self, kind: str, pks: list[int]) -> dict[int, tuple[str, str]]:
         """(namespace, name) of the trusted datasets (``kind`` DATASET) or jobs found."""
-        known, _ = self._split_trusted(kind, pks)
-        return {
-            pk: (self.namespaces[ns], name)
-            for pk, (ns, name) in self._names(kind).keys(known.tolist()).items()
-        }
+        names = self._names(kind)
+        if not pks or not self.trusted() or names.pks.size == 0:
+            return {}
+        wanted = np.asarray(pks, dtype=np.int64)
+        rows, hit = rows_of(names.pks, wanted)
+        rows = rows[hit]
+        changed, revision, text, spaces = cache.changed, self.revision, names.text, self.namespaces
+        out = {}
+        # As :meth:`trusts`, for each of them.
+        for pk, ns, lo, hi in zip(
+            wanted[hit].tolist(),
+            names.ns[rows].tolist(),
+            names.at[rows].tolist(),
+            names.at[rows + 1].tolist(),
+            strict=True,
+        ):
+            if not changed or changed.get((kind, pk), 0) <= revision:
+                out[pk] = (spaces[ns], str(text[lo:hi], "utf-8"))
+        return out
 
     # --- fields -----------------------------------------------------------------------
 

@@ -205,17 +205,19 @@ def current_risk() -> render.Risk:
 # --- the explorer's JSON ---------------------------------------------------
 
 
-def _drawing(
+def drawing(
     root: NodeRef, level: str, direction: str, depth: int, as_of: datetime | None, limit: int
 ) -> queries.LineageGraph:
+    """The lineage answer the explorer draws (and exports) for this state."""
     if level == "column":
-        return queries.column_lineage(
+        graph = queries.column_lineage(
             root.resolved,
             depth=depth,
             as_of=as_of,
             with_downstream=direction != "upstream",
             max_nodes=limit,
         )
+        return render.on_side(graph, direction)
     return queries.lineage(
         root.resolved,
         depth=depth,
@@ -236,12 +238,12 @@ def build_view(
 ) -> dict[str, Any]:
     """The explorer's drawing data; with ``compare``, the union of both instants, diff-marked."""
     risk = current_risk()
-    graph = _drawing(root, level, direction, depth, as_of, limit)
-    nodes, edges = render.explorer_drawing(graph, risk, direction)
+    graph = drawing(root, level, direction, depth, as_of, limit)
+    nodes, edges = render.explorer_drawing(graph, risk)
     truncated = graph.truncated
     if compare is not None:
-        then = _drawing(root, level, direction, depth, compare, limit)
-        old_nodes, old_edges = render.explorer_drawing(then, risk, direction)
+        then = drawing(root, level, direction, depth, compare, limit)
+        old_nodes, old_edges = render.explorer_drawing(then, risk)
         truncated = truncated or then.truncated
         for node_id, node in nodes.items():
             node["diff"] = "same" if node_id in old_nodes else "added"

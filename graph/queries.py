@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import IntEnum
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -107,6 +107,7 @@ MAX_NODES_LIMIT = 20_000
 MAX_DEPTH = 1000
 DirectionName = Literal["upstream", "downstream", "both"]
 Side = Literal["root", "upstream", "downstream"]
+NodeKind = Literal["DATASET", "JOB", "DATASET_FIELD"]
 KIND_DS, KIND_JOB = 0, 1
 SIDE_ROOT, SIDE_UP, SIDE_DOWN = 0, 1, 2
 SIDE_NAMES: dict[int, Side] = {SIDE_ROOT: "root", SIDE_UP: "upstream", SIDE_DOWN: "downstream"}
@@ -136,7 +137,7 @@ class GraphNode:
     """
 
     node_id: str
-    kind: Literal["DATASET", "JOB", "DATASET_FIELD"]
+    kind: NodeKind
     pk: int
     namespace: str
     name: str
@@ -292,26 +293,28 @@ def lineage(
     ds_ids = {pk: dataset_node_id(*name) for pk, name in ds_names.items()}
     job_ids = {pk: job_node_id(*name) for pk, name in job_names.items()}
     nodes = []
+    of_kind: tuple[tuple[NodeKind, Any, Any, Any, Any], ...] = (
+        ("DATASET", ds_names, ds_ids, edges.hidden_up_ds, edges.hidden_down_ds),
+        ("JOB", job_names, job_ids, edges.hidden_up_job, edges.hidden_down_job),
+    )
     # Nodes gone since the traversal (no name any more) are left out, with their edges.
     for kind, pk, dist, side in zip(
         sel.kinds.tolist(), sel.pks.tolist(), sel.dists.tolist(), sel.sides.tolist(), strict=True
     ):
-        if kind == KIND_DS:
-            names, ids, hidden = ds_names, ds_ids, (edges.hidden_up_ds, edges.hidden_down_ds)
-        else:
-            names, ids, hidden = job_names, job_ids, (edges.hidden_up_job, edges.hidden_down_job)
-        if pk in names:
+        label, names, ids, up, down = of_kind[kind]
+        name = names.get(pk)
+        if name is not None:
             nodes.append(
                 GraphNode(
-                    node_id=ids[pk],
-                    kind="DATASET" if kind == KIND_DS else "JOB",
-                    pk=pk,
-                    namespace=names[pk][0],
-                    name=names[pk][1],
-                    distance=dist,
-                    side=SIDE_NAMES[side],
-                    hidden_upstream=hidden[0].get(pk, 0),
-                    hidden_downstream=hidden[1].get(pk, 0),
+                    ids[pk],
+                    label,
+                    pk,
+                    name[0],
+                    name[1],
+                    dist,
+                    SIDE_NAMES[side],
+                    up.get(pk, 0),
+                    down.get(pk, 0),
                 )
             )
     links = []

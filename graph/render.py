@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -53,8 +53,13 @@ def cut_json(cut: Cut) -> dict[str, int]:
 _NUMBERS = {n: b"%d" % n for n in range(1024)}
 
 
-def _number(n: int) -> bytes:
-    return _NUMBERS.get(n) or b"%d" % n
+_TYPES = {
+    kind: b',"type":"%s","data":' % kind.encode() for kind in ("DATASET", "JOB", "DATASET_FIELD")
+}
+_SIDES = {
+    side: b',"side":"%s","hiddenInEdges":' % side.encode()
+    for side in ("root", "upstream", "downstream")
+}
 
 
 def lineage_json(graph: LineageGraph) -> bytes:
@@ -91,18 +96,18 @@ def lineage_json(graph: LineageGraph) -> bytes:
         parts += (
             opening,
             ids[key],
-            b',"type":"%s","data":' % node.kind.encode(),
+            _TYPES[node.kind],
             data.get(key, b"null"),
             b',"inEdges":[',
             b",".join(ins.get(key, none)),
             b'],"outEdges":[',
             b",".join(outs.get(key, none)),
             b'],"distance":',
-            _number(node.distance),
-            b',"side":"%s","hiddenInEdges":' % node.side.encode(),
-            _number(node.hidden_upstream),
+            _NUMBERS.get(node.distance) or b"%d" % node.distance,
+            _SIDES[node.side],
+            _NUMBERS.get(node.hidden_upstream) or b"%d" % node.hidden_upstream,
             b',"hiddenOutEdges":',
-            _number(node.hidden_downstream),
+            _NUMBERS.get(node.hidden_downstream) or b"%d" % node.hidden_downstream,
             b"}",
         )
         opening = b',{"id":'
@@ -123,8 +128,9 @@ def _table_data(
     data = {n.node_id: ds_data[n.pk] for n in datasets if n.pk in ds_data}
     if not jobs:
         return data
+    namespaces = {ns: quoted(ns) for ns in {n.namespace for n in datasets}}
     named = {
-        n.node_id: b'{"namespace":%s,"name":%s}' % (quoted(n.namespace), quoted(n.name))
+        n.node_id: b'{"namespace":%s,"name":%s}' % (namespaces[n.namespace], quoted(n.name))
         for n in datasets
     }
     inputs: dict[str, list[bytes]] = defaultdict(list)
@@ -412,14 +418,22 @@ def _degrees(edges: Sequence[GraphEdge]) -> tuple[dict[str, int], dict[str, int]
     return ins, outs
 
 
-def explorer_drawing(graph: LineageGraph, risk: Risk, direction: str) -> tuple[Drawn, Drawn]:
+def on_side(graph: LineageGraph, direction: str) -> LineageGraph:
+    """``graph`` without what lies upstream of its root when only ``downstream`` is asked
+    for (a column-level traversal goes upstream, or both ways)."""
+    if direction != "downstream":
+        return graph
+    nodes = tuple(n for n in graph.nodes if n.side != "upstream")
+    kept = {n.node_id for n in nodes}
+    edges = tuple(e for e in graph.edges if e.origin in kept and e.destination in kept)
+    return replace(graph, nodes=nodes, edges=edges)
+
+
+def explorer_drawing(graph: LineageGraph, risk: Risk) -> tuple[Drawn, Drawn]:
     """The explorer's nodes and edges by id: each node's signed distance (upstream
     negative), neighbours valid then (drawn plus hidden), personal-data, taint and run
-    marks; at column level, fields inside their datasets, and only the fields on the
-    ``direction`` asked for (the traversal goes both ways or upstream)."""
-    nodes = [n for n in graph.nodes if not (direction == "downstream" and n.side == "upstream")]
-    kept = {n.node_id for n in nodes}
-    edges = [e for e in graph.edges if e.origin in kept and e.destination in kept]
+    marks; at column level, fields inside their datasets."""
+    nodes, edges = graph.nodes, graph.edges
     ins, outs = _degrees(edges)
     drawn: Drawn = {}
     if graph.level == "column":

@@ -27,6 +27,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("runs/<uuid:run_id>", views.run_detail, name="run-detail"),
     path("graph/", views.explorer, name="graph-explorer"),
     path("graph/data", views.explorer_json, name="graph-data"),
+    path("graph/export", views.explorer_export, name="graph-export"),
     path("impact/", views.impact, name="impact"),
     path("impact/export", views.impact_export, name="impact-export"),
     path("root-cause/", views.root_cause, name="root-cause"),

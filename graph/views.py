@@ -38,7 +38,7 @@ from catalog.views import cached, filtered_datasets, platforms
 from graph import page_data as data
 from graph import queries
 from graph.models import Job, Run, RunDataset, TableEdge, Taint
-from graph.render import impact_csv, impact_mermaid
+from graph.render import impact_csv, impact_mermaid, lineage_csv, lineage_mermaid
 from graph.taint import TaintError, clear_taint, mark_tainted
 
 read_required = permission_required(auth.READ_LINEAGE, raise_exception=True)
@@ -351,6 +351,7 @@ def explorer(request: HttpRequest) -> HttpResponse:
                 "dataUrl": reverse("graph-data"),
                 "pageUrl": reverse("graph-explorer"),
                 "impactUrl": reverse("impact"),
+                "exportUrl": reverse("graph-export"),
                 "node": state.node.id,
                 "level": state.level,
                 "direction": state.direction,
@@ -520,6 +521,34 @@ def impact_export(request: HttpRequest) -> HttpResponse:
         return response
     response = HttpResponse(impact_csv(result), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="impact-{stem}.csv"'
+    return response
+
+
+@login_required
+@read_required
+@require_GET
+def explorer_export(request: HttpRequest) -> HttpResponse:
+    """The graph the explorer draws for this state (before any node is expanded), as its
+    edge list in CSV (``format=csv``) or a Mermaid flowchart (``format=mermaid``)."""
+    try:
+        state = parse_state(request.GET)
+        fmt = choice_param(request.GET, "format", "csv", ("csv", "mermaid"))
+    except ApiError as exc:
+        return _json_error(PageError(exc.message, exc.field or ""))
+    except PageError as exc:
+        return _json_error(exc)
+    graph = data.drawing(
+        state.node, state.level, state.direction, state.depth, state.as_of, state.limit
+    )
+    stem = slugify(state.node.label)[:80] or "lineage"
+    if fmt == "mermaid":
+        response = HttpResponse(
+            lineage_mermaid(graph), content_type="text/vnd.mermaid; charset=utf-8"
+        )
+        response["Content-Disposition"] = f'attachment; filename="lineage-{stem}.mmd"'
+        return response
+    response = HttpResponse(lineage_csv(graph), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="lineage-{stem}.csv"'
     return response
 
 

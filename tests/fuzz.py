@@ -195,6 +195,7 @@ PAGES: dict[str, dict[str, tuple[str, ...]]] = {
         "GET": ("node", "level", "direction", "depth", "asOf", "compare", "limit", "focus")
     },
     "graph-data": {"GET": ("node", "level", "direction", "depth", "asOf", "compare", "limit")},
+    "graph-export": {"GET": ("node", "level", "direction", "depth", "asOf", "limit", "format")},
     "impact": {"GET": ("node", "depth", "asOf", "limit")},
     "impact-export": {"GET": ("node", "depth", "asOf", "format")},
     "root-cause": {"GET": ("node", "depth", "asOf", "limit")},

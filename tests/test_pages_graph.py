@@ -284,6 +284,40 @@ def test_it_draws_column_lineage_with_datasets_as_groups(shop, viewer):
     assert node(shop.raw) in parents and node(shop.raw) in ids
 
 
+def test_it_exports_the_drawn_graph_as_csv_and_mermaid(shop, viewer):
+    client = client_for(viewer)
+    params = {"node": node(shop.customers), "direction": "downstream", "depth": 5}
+    drawn = edge_pairs(data(client, **params))
+    response = client.get(f"/graph/export?{urlencode({**params, 'format': 'csv'})}")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    assert "attachment" in response["Content-Disposition"]
+    rows = list(csv.reader(io.StringIO(response.content.decode())))
+    assert rows[0] == ["origin", "origin_type", "destination", "destination_type"]
+    assert {(r[0], r[2]) for r in rows[1:]} == drawn
+    mermaid = client.get(f"/graph/export?{urlencode({**params, 'format': 'mermaid'})}")
+    text = mermaid.content.decode()
+    assert text.startswith("flowchart LR") and text.count("-->") == len(drawn)
+    # Column level, downstream only: the fields the explorer draws, and nothing upstream.
+    field = f"datasetField:{pb.SHOP}:shop.public.customers:email"
+    column = {"node": field, "level": "column", "direction": "downstream", "depth": 5}
+    drawn = edge_pairs(data(client, **column))
+    body = client.get(f"/graph/export?{urlencode({**column, 'format': 'csv'})}").content
+    rows = list(csv.reader(io.StringIO(body.decode())))
+    assert rows[0][4:] == [
+        "job",
+        "transformation_type",
+        "transformation_subtype",
+        "masking",
+        "description",
+    ]
+    assert drawn and {(r[0], r[2]) for r in rows[1:]} == drawn
+    assert all(r[1] == r[3] == "DATASET_FIELD" for r in rows[1:])
+    bad = client.get(f"/graph/export?{urlencode({**params, 'format': 'xml'})}")
+    assert bad.status_code == 400 and "format" in bad.content.decode()
+    unknown = client.get(f"/graph/export?{urlencode({'node': 'dataset:nope:x'})}")
+    assert unknown.status_code == 404
+
+
 def test_it_flags_tainted_and_at_risk_nodes(shop, viewer):
     Taint.objects.create(dataset=shop.raw, reason="bad load")
     body = data(client_for(viewer), node=node(shop.customers), direction="downstream", depth=5)

@@ -103,6 +103,7 @@ ACCESS: dict[str, dict[str, str | tuple[str, ...]]] = {
     "run-detail": {"GET": READ},
     "graph-explorer": {"GET": READ},
     "graph-data": {"GET": READ},
+    "graph-export": {"GET": READ},
     "impact": {"GET": READ},
     "impact-export": {"GET": READ},
     "root-cause": {"GET": READ},

@@ -1026,6 +1026,18 @@
     link.click();
     link.remove();
   });
+  // The answer for the state shown, from the server (what the API's CSV and Mermaid give).
+  ["csv", "mermaid"].forEach((format) => {
+    $("btn-" + format).addEventListener("click", () => {
+      const params = query({ compare: "", focus: "" });
+      params.set("limit", String(config.limit));
+      params.set("format", format);
+      const link = h("a", { href: config.exportUrl + "?" + params.toString(), download: "" });
+      document.body.append(link);
+      link.click();
+      link.remove();
+    });
+  });
 
   // Exposed for tests, benchmarks and the curious.
   window.lineageExplorer = {

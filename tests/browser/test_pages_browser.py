@@ -65,6 +65,15 @@ def test_it_goes_from_search_to_dataset_to_graph_to_impact_to_export(page_as, vi
     node_ids = page.evaluate("window.lineageExplorer.nodeIds()")
     assert f"dataset:{pb.LAKE}:lake/clean/customers" in node_ids
     shot(page, "4-graph")
+    # The drawn graph as the server's CSV: one row per edge drawn.
+    with page.expect_download() as download_info:
+        page.get_by_role("button", name="CSV", exact=True).click()
+    rows = Path(download_info.value.path()).read_text(encoding="utf-8").splitlines()
+    assert rows[0] == "origin,origin_type,destination,destination_type"
+    assert len(rows) - 1 == len(page.evaluate("window.lineageExplorer.edgeIds()"))
+    with page.expect_download() as download_info:
+        page.get_by_role("button", name="Mermaid", exact=True).click()
+    assert Path(download_info.value.path()).read_text(encoding="utf-8").startswith("flowchart LR")
 
     clean = f"dataset:{pb.LAKE}:lake/clean/customers"
     click_node(page, clean)
