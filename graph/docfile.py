@@ -213,23 +213,18 @@ class DocFile:
         """The trusted documents of these nodes by pk (as :meth:`trusted`). With ``info``,
         only those that carry a summary; without, the summary is left out (""); without
         ``data``, so is the data."""
-        trusted = self.trusted(kind, pks, horizon, changed, info)
-        if trusted is None:
-            return {}
-        part, found, at = trusted
-        try:
-            columns = [
-                [text.decode() for text in self.slices(part, at, column)]
-                for column in COLUMNS[: 3 if data else 2]
-            ]
-            summaries = self.slices(part, at, "info") if info else []
-        except CorruptFile as exc:
-            refuse(self, exc)
-            return {}
-        if not data:
-            columns.append([""] * len(found))
-        columns.append([text.decode() for text in summaries] if info else [""] * len(found))
-        return dict(zip(found, zip(*columns, strict=True), strict=True))
+        wanted = ("namespace", "name", *(("data",) if data else ()), *(("info",) if info else ()))
+        found = self.spliced(kind, pks, horizon, changed, wanted, info)
+        spaces, names, texts, summaries = (found.get(column, {}) for column in COLUMNS)
+        return {
+            pk: (
+                space.decode(),
+                names[pk].decode(),
+                texts.get(pk, b"").decode(),
+                summaries.get(pk, b"").decode(),
+            )
+            for pk, space in spaces.items()
+        }
 
     def spliced(
         self,
@@ -238,10 +233,11 @@ class DocFile:
         horizon: int,
         changed: dict[tuple[str, int], int],
         columns: tuple[str, ...],
+        info: bool = False,
     ) -> dict[str, dict[int, bytes]]:
         """Each of ``columns`` of the trusted documents of these nodes (as :meth:`trusted`),
         by pk, as UTF-8 copied out of the map: what a lineage answer splices in."""
-        trusted = self.trusted(kind, pks, horizon, changed)
+        trusted = self.trusted(kind, pks, horizon, changed, info)
         if trusted is None:
             return {column: {} for column in columns}
         part, found, at = trusted

@@ -75,7 +75,6 @@ __all__ = [
     "LineagePath",
     "OwnerInfo",
     "PathStep",
-    "ReachedDataset",
     "ReachedField",
     "RerunJob",
     "RetentionInfo",
@@ -1486,15 +1485,6 @@ class ReachedField:
     distance: int
 
 
-@dataclass(frozen=True, slots=True)
-class ReachedDataset:
-    """A dataset reached only through a dataset-level dependency (no target field)."""
-
-    dataset_id: int
-    via_field_id: int
-    via_job_id: int | None
-
-
 class FieldReach:
     """Fields reached downstream from seed fields, each by its strongest path.
 
@@ -1536,29 +1526,6 @@ class FieldReach:
         return ReachedField(
             int(a.field[i]), int(a.dataset[i]), Strength(int(a.strength[i])), int(a.dist[i])
         )
-
-    @property
-    def dataset_only(self) -> list[ReachedDataset]:
-        a = self._a
-        return [
-            ReachedDataset(ds, f, j if j >= 0 else None)
-            for ds, f, j in zip(
-                a.ds_only.tolist(),
-                a.ds_only_parent_field.tolist(),
-                a.ds_only_parent_job.tolist(),
-                strict=True,
-            )
-        ]
-
-    def strongest_by_dataset(self) -> dict[int, Strength]:
-        """For each dataset, the strongest reach among its fields (dataset-level: INDIRECT)."""
-        out: dict[int, Strength] = {}
-        for ds, s in zip(self._a.dataset.tolist(), self._a.strength.tolist(), strict=True):
-            if ds not in out or s > out[ds]:
-                out[ds] = Strength(s)
-        for ds in self._a.ds_only.tolist():
-            out.setdefault(ds, Strength.INDIRECT)
-        return out
 
     def _step(self, layer: int, pos: int, field_id: int | None, dataset_id: int) -> PathStep:
         store = self._snap.store(layer)

@@ -73,15 +73,13 @@ def lineage_json(graph: LineageGraph) -> bytes:
         pair = b'{"origin":%s,"destination":%s}' % (ids[edge.origin], ids[edge.destination])
         outs[edge.origin].append(pair)
         ins[edge.destination].append(pair)
+    meta: dict[str, Any] = {"root": graph.root}
     if graph.level == "table":
-        data = _table_data(graph, ins, outs)
-        meta: dict[str, Any] = {"root": graph.root, "direction": graph.direction}
+        data = _table_data(graph)
+        meta |= {"direction": graph.direction, "depth": graph.depth}
     else:
         data = _column_data(graph)
-        meta = {"root": graph.root}
-    meta |= {"depth": graph.depth}
-    if graph.level == "column":
-        meta["withDownstream"] = graph.direction != "upstream"
+        meta |= {"depth": graph.depth, "withDownstream": graph.direction != "upstream"}
     meta |= {
         "asOf": nodedata.iso(graph.as_of),
         "maxNodes": graph.max_nodes,
@@ -115,9 +113,7 @@ def lineage_json(graph: LineageGraph) -> bytes:
     return b"".join(parts)
 
 
-def _table_data(
-    graph: LineageGraph, ins: dict[str, list[bytes]], outs: dict[str, list[bytes]]
-) -> dict[str, bytes]:
+def _table_data(graph: LineageGraph) -> dict[str, bytes]:
     """Each node's ``data`` by node id: the store's DatasetData and JobData, a job's
     with the ``{"namespace", "name"}`` of its inputs and outputs among the nodes shown."""
     datasets = [n for n in graph.nodes if n.kind == "DATASET"]

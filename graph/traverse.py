@@ -202,14 +202,14 @@ def _inside(values: IntArray, members: IntArray) -> npt.NDArray[np.bool_]:
     return found
 
 
-def _hidden_counts(batch: EdgeBatch, included: IntArray, distinct: bool) -> dict[int, int]:
+def _hidden_counts(batch: EdgeBatch, included: IntArray, dedupe: bool) -> dict[int, int]:
     """For each source node, how many distinct neighbours in ``batch`` are not included
-    (``distinct`` False: the batch holds each pair once)."""
+    (``dedupe`` False: the batch holds each pair once)."""
     dst = batch.dst.astype(np.int64)
     outside = ~_inside(dst, included)
     if not outside.any():
         return {}
-    sources = unique_pairs(batch.src[outside], dst[outside])[0] if distinct else batch.src[outside]
+    sources = unique_pairs(batch.src[outside], dst[outside])[0] if dedupe else batch.src[outside]
     nodes, counts = distinct_counts(sources)
     return dict(zip(nodes.tolist(), counts.tolist(), strict=True))
 
