@@ -28,7 +28,6 @@ from catalog.models import (
     DatasetField,
     FlagSource,
     PiiCategory,
-    SubjectKind,
 )
 
 FLAG_ATTRIBUTES = ("pii_category", "subject_kind", "propagation_blocked")
@@ -103,39 +102,28 @@ def timelines(field_ids: Iterable[int]) -> dict[int, FieldTimeline]:
     """Each field's declarations and blocks over time, from the catalog's history (the
     propagation's own writes are not history: they are derived)."""
     ids = sorted(set(field_ids))
-    kinds = dict(SubjectKind.objects.values_list("pk", "name"))
     rows: dict[tuple[int, str], int] = {}
     current: dict[int, tuple[str, str | None, bool]] = {}
     # Read as plain rows: thousands of fields a search, each a few tuples, not model rows.
     with connection.cursor() as cursor:
         for chunk in chunks(ids):
-            where, params = where_in("id", list(chunk))
+            where, params = where_in("f.id", list(chunk))
             cursor.execute(
-                "SELECT id, dataset_id, name, pii_category, subject_kind_id, flag_source, "
-                f"propagation_blocked FROM catalog_datasetfield WHERE {where}",
+                "SELECT f.id, f.dataset_id, f.name, f.pii_category, k.name, f.flag_source, "
+                "f.propagation_blocked FROM catalog_datasetfield f "
+                f"LEFT JOIN catalog_subjectkind k ON k.id = f.subject_kind_id WHERE {where}",
                 params,
             )
-            for pk, dataset_id, name, pii_value, kind_id, source, blocked in cursor.fetchall():
+            for pk, dataset_id, name, pii_value, kind, source, blocked in cursor.fetchall():
                 rows[(dataset_id, name)] = pk
                 declared = source == FlagSource.DECLARED
                 current[pk] = (
                     pii_value if declared else "",
-                    kinds.get(kind_id) if declared else None,
+                    kind if declared else None,
                     bool(blocked),
                 )
     history: dict[tuple[int, str], list[tuple[datetime, Any, Any]]] = defaultdict(list)
-    # The datasets with flag history at all first (ids only): few, most fields have none.
-    datasets: set[int] = set()
-    with connection.cursor() as cursor:
-        for chunk in chunks(sorted({dataset_id for dataset_id, _ in rows})):
-            where, params = where_in("dataset_id", list(chunk))
-            cursor.execute(
-                f"SELECT DISTINCT dataset_id FROM catalog_changerecord WHERE {where} "
-                "AND attribute IN (%s, %s, %s) AND source <> %s",
-                [*params, *FLAG_ATTRIBUTES, ChangeSource.PROPAGATION.value],
-            )
-            datasets.update(row[0] for row in cursor.fetchall())
-    for chunk in chunks(sorted(datasets)):
+    for chunk in chunks(sorted({dataset_id for dataset_id, _ in rows})):
         records = (
             ChangeRecord.objects.filter(
                 dataset_id__any_of=list(chunk), attribute__in=FLAG_ATTRIBUTES
@@ -228,15 +216,18 @@ def field_flags(
     return {f.pk: _current(f, sources.get(f.pk, []), names) for f in fields}
 
 
-def flags_as_of(field_ids: Sequence[int], as_of: datetime) -> dict[int, FieldFlag]:
-    """The flag each of these fields showed at ``as_of``, naming the sources of propagated ones.
+def flags_as_of(
+    field_ids: Sequence[int], as_of: datetime, named: bool = True
+) -> dict[int, FieldFlag]:
+    """The flag each of these fields showed at ``as_of``, naming the sources of propagated
+    ones (without ``named``, their ``sources`` are left empty).
 
     A field propagation reached then was neither declared nor blocked then (``reach`` stops
     at both), so only the other fields' own history is read, and the sources'."""
     ids = sorted(set(field_ids))
     sources = _reached(ids, as_of)
     all_sources = {s for found in sources.values() for s, _ in found}
-    names = _names(all_sources)
+    names = _names(all_sources) if named else {}
     lines = timelines([*(pk for pk in ids if pk not in sources), *all_sources])
     declared = {
         s: (_value_at(lines[s].pii, as_of) or "", _value_at(lines[s].kind, as_of))

@@ -405,7 +405,7 @@ def _rewind(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, Dataset
     flagged = [f.pk for info in found.values() for f in info.fields if f.pk in ever]
     if not flagged:
         return found
-    flags = flags_as_of(flagged, as_of)
+    flags = flags_as_of(flagged, as_of, named=False)
     out = {}
     for ds_pk, info in found.items():
         new_fields = tuple(

@@ -387,7 +387,7 @@ def _personal_then(pks: list[int], as_of: datetime) -> list[tuple[int, bool]]:
         ).values_list("pk", "dataset_id", "name"):
             if (dataset_pk, name) in changed:
                 maybe[pk] = dataset_pk
-    then = flags_as_of(sorted(maybe), as_of)
+    then = flags_as_of(sorted(maybe), as_of, named=False)
     return [
         (maybe[pk], flag.subject_kind is not None) for pk, flag in then.items() if flag.personal
     ]
