@@ -494,6 +494,23 @@ def root_cause(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _export_state(request: HttpRequest, **defaults: Any) -> tuple[ViewState, str]:
+    """The state to export and ``format`` (csv or mermaid); PageError on bad input."""
+    try:
+        state = parse_state(request.GET, **defaults)
+        return state, choice_param(request.GET, "format", "csv", ("csv", "mermaid"))
+    except ApiError as exc:
+        raise PageError(exc.message, exc.field or "") from exc
+
+
+def _download(text: str, fmt: str, stem: str) -> HttpResponse:
+    """``text`` as an attachment: CSV, or a Mermaid flowchart (``.mmd``)."""
+    kind, suffix = ("text/vnd.mermaid", "mmd") if fmt == "mermaid" else ("text/csv", "csv")
+    response = HttpResponse(text, content_type=f"{kind}; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{stem}.{suffix}"'
+    return response
+
+
 @login_required
 @read_required
 @require_GET
@@ -504,24 +521,13 @@ def impact_export(request: HttpRequest) -> HttpResponse:
     API call agree.
     """
     try:
-        state = parse_state(request.GET, default_depth=MAX_DEPTH, default_direction="downstream")
-        fmt = choice_param(request.GET, "format", "csv", ("csv", "mermaid"))
-    except ApiError as exc:
-        return _json_error(PageError(exc.message, exc.field or ""))
+        state, fmt = _export_state(request, default_depth=MAX_DEPTH, default_direction="downstream")
     except PageError as exc:
         return _json_error(exc)
     start = data.impact_start(state.node, state.level)
     result = queries.impact(start.resolved, depth=state.depth, as_of=state.as_of)
-    stem = slugify(start.label)[:80] or "impact"
-    if fmt == "mermaid":
-        response = HttpResponse(
-            impact_mermaid(result), content_type="text/vnd.mermaid; charset=utf-8"
-        )
-        response["Content-Disposition"] = f'attachment; filename="impact-{stem}.mmd"'
-        return response
-    response = HttpResponse(impact_csv(result), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="impact-{stem}.csv"'
-    return response
+    text = impact_mermaid(result) if fmt == "mermaid" else impact_csv(result)
+    return _download(text, fmt, f"impact-{slugify(start.label)[:80] or 'impact'}")
 
 
 @login_required
@@ -531,25 +537,14 @@ def explorer_export(request: HttpRequest) -> HttpResponse:
     """The graph the explorer draws for this state (before any node is expanded), as its
     edge list in CSV (``format=csv``) or a Mermaid flowchart (``format=mermaid``)."""
     try:
-        state = parse_state(request.GET)
-        fmt = choice_param(request.GET, "format", "csv", ("csv", "mermaid"))
-    except ApiError as exc:
-        return _json_error(PageError(exc.message, exc.field or ""))
+        state, fmt = _export_state(request)
     except PageError as exc:
         return _json_error(exc)
     graph = data.drawing(
         state.node, state.level, state.direction, state.depth, state.as_of, state.limit
     )
-    stem = slugify(state.node.label)[:80] or "lineage"
-    if fmt == "mermaid":
-        response = HttpResponse(
-            lineage_mermaid(graph), content_type="text/vnd.mermaid; charset=utf-8"
-        )
-        response["Content-Disposition"] = f'attachment; filename="lineage-{stem}.mmd"'
-        return response
-    response = HttpResponse(lineage_csv(graph), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="lineage-{stem}.csv"'
-    return response
+    text = lineage_mermaid(graph) if fmt == "mermaid" else lineage_csv(graph)
+    return _download(text, fmt, f"lineage-{slugify(state.node.label)[:80] or 'lineage'}")
 
 
 # --- fragments for catalog pages ------------------------------------------
