@@ -214,7 +214,7 @@ class LineageView(GraphView):
     )
     def get(self, request: Request) -> HttpResponse:
         params = request.query_params
-        fmt = params.get("format") or "json"
+        fmt = request.accepted_renderer.format
         if fmt == "json":
             return _json(lineage_json(params))
         graph = queries.lineage(
@@ -277,7 +277,7 @@ class ColumnLineageView(GraphView):
     )
     def get(self, request: Request) -> HttpResponse:
         graph = column_graph(request.query_params)
-        fmt = request.query_params.get("format") or "json"
+        fmt = request.accepted_renderer.format
         return _json(render.lineage_json(graph)) if fmt == "json" else _text_answer(graph, fmt)
 
 

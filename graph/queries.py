@@ -129,10 +129,11 @@ class Cut:
 class GraphNode:
     """A dataset, job or field in a lineage answer.
 
-    ``name`` is the dataset's or job's name (a field's dataset's); ``field`` a field's
-    name. ``distance`` is in jobs from the root; ``hidden_upstream`` /
-    ``hidden_downstream`` count valid neighbours not in the answer (for "expand"
-    affordances).
+    ``name`` is the dataset's or job's name (a field's dataset's); ``field``,
+    ``dataset_pk``, ``field_type`` and ``subject_kind`` are a field's (empty otherwise).
+    ``distance`` is in jobs from the root (between fields, in edges);
+    ``hidden_upstream`` / ``hidden_downstream`` count valid neighbours not in the
+    answer (for "expand" affordances).
     """
 
     node_id: str

@@ -16,20 +16,15 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from django.db.models import Q
-
 from catalog.exports import csv_text
-from catalog.flags import FLAG_ATTRIBUTES, flags_as_of
-from catalog.models import PERSONAL_DATA, ChangeRecord, Dataset, DatasetField, LifecycleState
+from catalog.models import LifecycleState
 from graph import nodedata
-from graph.details import load_datasets
-from graph.models import Job
+from graph.details import DatasetInfo
 from graph.nodeids import dataset_node_id
-from graph.queries import Cut, GraphEdge, GraphNode, Impact, LineageGraph
+from graph.queries import Cut, GraphEdge, Impact, LineageGraph
 
 
 def _dumps(value: Any) -> str:
@@ -275,31 +270,52 @@ def mermaid_label(label: str) -> str:
     return "".join(c if c in _MERMAID_PLAIN else f"#{ord(c)};" for c in label)
 
 
-def mermaid(nodes: Iterable[tuple[str, str, str]], edges: Iterable[GraphEdge]) -> str:
+def mermaid(
+    nodes: Iterable[tuple[str, str, str]],
+    edges: Iterable[GraphEdge],
+    boxes: dict[str, str] | None = None,
+) -> str:
     """A left-to-right Mermaid flowchart: datasets as cylinders, jobs rounded, fields boxed.
 
-    ``nodes`` are (node id, kind, label) with kind DATASET, JOB or DATASET_FIELD.
+    ``nodes`` are (node id, kind, label) with kind DATASET, JOB or DATASET_FIELD;
+    ``boxes`` puts nodes in titled subgraphs (a field in its dataset's), by node id.
     """
+    shapes = {"JOB": '("{}")', "DATASET": '[("{}")]', "DATASET_FIELD": '["{}"]'}
     lines = ["flowchart LR"]
     keys: dict[str, str] = {}
-    shapes = {"JOB": '("{}")', "DATASET": '[("{}")]', "DATASET_FIELD": '["{}"]'}
+    boxed: dict[str, list[str]] = {}
     for node_id, kind, label in nodes:
-        if node_id not in keys:
-            keys[node_id] = f"n{len(keys)}"
-            lines.append(f"  {keys[node_id]}{shapes[kind].format(mermaid_label(label))}")
+        if node_id in keys:
+            continue
+        keys[node_id] = f"n{len(keys)}"
+        line = f"{keys[node_id]}{shapes[kind].format(mermaid_label(label))}"
+        title = boxes.get(node_id) if boxes else None
+        if title is None:
+            lines.append(f"  {line}")
+        else:
+            boxed.setdefault(title, []).append(line)
+    for i, (title, members) in enumerate(boxed.items()):
+        lines.append(f'  subgraph b{i} ["{mermaid_label(title)}"]')
+        lines += [f"    {line}" for line in members]
+        lines.append("  end")
+    drawn = set()
     for edge in edges:
-        if edge.origin in keys and edge.destination in keys:
-            lines.append(f"  {keys[edge.origin]} --> {keys[edge.destination]}")
+        pair = (keys.get(edge.origin), keys.get(edge.destination))
+        if None not in pair and pair not in drawn:
+            drawn.add(pair)
+            lines.append(f"  {pair[0]} --> {pair[1]}")
     return "\n".join(lines) + "\n"
 
 
-def _label(node: GraphNode) -> str:
-    return f"{node.name}.{node.field}" if node.kind == "DATASET_FIELD" else node.name
-
-
 def lineage_mermaid(graph: LineageGraph) -> str:
-    """Datasets and jobs, or fields labelled ``dataset.field``."""
-    return mermaid(((n.node_id, n.kind, _label(n)) for n in graph.nodes), graph.edges)
+    """Datasets and jobs, or fields inside a box per dataset (titled ``namespace:name``)."""
+    if graph.level == "table":
+        return mermaid(((n.node_id, n.kind, n.name) for n in graph.nodes), graph.edges)
+    return mermaid(
+        ((n.node_id, n.kind, n.field) for n in graph.nodes),
+        graph.edges,
+        {n.node_id: f"{n.namespace}:{n.name}" for n in graph.nodes},
+    )
 
 
 def _fallback(node_id: str) -> tuple[str, str, str]:
@@ -330,78 +346,6 @@ class Risk:
 
 
 Drawn = dict[str, dict[str, Any]]
-CHUNK = 2000
-
-
-def _chunks(pks: list[int]) -> list[list[int]]:
-    return [pks[i : i + CHUNK] for i in range(0, len(pks), CHUNK)]
-
-
-def personal_data_flags(pks: list[int], as_of: datetime | None) -> dict[int, dict[str, bool]]:
-    """For each dataset: whether a field holds personal data, whether one identifies a subject,
-    whether it is dropped — all as they were at ``as_of`` (fields that existed then, with the
-    flags they showed then, declared or propagated: catalog.flags), or now."""
-    flags: dict[int, dict[str, bool]] = {}
-    for chunk in _chunks(pks):
-        if as_of is None:
-            rows = (
-                DatasetField.objects.filter(
-                    PERSONAL_DATA, removed_at__isnull=True, dataset_id__any_of=chunk
-                )
-                .order_by()
-                .values_list("dataset_id", "subject_kind_id")
-            )
-            personal = [(dataset_pk, subject is not None) for dataset_pk, subject in rows]
-        else:
-            personal = _personal_then(chunk, as_of)
-        for dataset_pk, subject in personal:
-            entry = flags.setdefault(dataset_pk, {"pii": True, "subject": False})
-            entry["subject"] = entry["subject"] or subject
-        dropped = Dataset.objects.filter(pk__any_of=chunk, lifecycle_state=LifecycleState.DROPPED)
-        if as_of is not None:
-            dropped = dropped.filter(dropped_at__lte=as_of)
-        for dataset_pk in dropped.values_list("pk", flat=True):
-            flags.setdefault(dataset_pk, {"pii": False, "subject": False})["dropped"] = True
-    return flags
-
-
-def _personal_then(pks: list[int], as_of: datetime) -> list[tuple[int, bool]]:
-    """(dataset, identifies a subject) for each field of these datasets that held personal
-    data at ``as_of``. Only fields that might have are asked of catalog.flags: flagged now,
-    re-flagged since, or ever reached by propagation."""
-    exists = Q(first_seen__lte=as_of) & (Q(removed_at__isnull=True) | Q(removed_at__gt=as_of))
-    changed = set(
-        ChangeRecord.objects.filter(
-            dataset_id__any_of=pks, attribute__in=FLAG_ATTRIBUTES, at__gt=as_of
-        ).values_list("dataset_id", "field_name")
-    )
-    alive = DatasetField.objects.filter(exists, dataset_id__any_of=pks).order_by()
-    maybe = dict(
-        alive.filter(PERSONAL_DATA | Q(propagated_flags__isnull=False)).values_list(
-            "pk", "dataset_id"
-        )
-    )
-    if changed:
-        for pk, dataset_pk, name in alive.filter(
-            dataset_id__any_of=sorted({ds for ds, _ in changed})
-        ).values_list("pk", "dataset_id", "name"):
-            if (dataset_pk, name) in changed:
-                maybe[pk] = dataset_pk
-    then = flags_as_of(sorted(maybe), as_of, named=False)
-    return [
-        (maybe[pk], flag.subject_kind is not None) for pk, flag in then.items() if flag.personal
-    ]
-
-
-def latest_run_states(pks: list[int]) -> dict[int, str]:
-    states: dict[int, str] = {}
-    for chunk in _chunks(pks):
-        states.update(
-            Job.objects.filter(pk__any_of=chunk, latest_run__isnull=False).values_list(
-                "pk", "latest_run__state"
-            )
-        )
-    return states
 
 
 def _degrees(edges: Sequence[GraphEdge]) -> tuple[dict[str, int], dict[str, int]]:
@@ -425,16 +369,28 @@ def on_side(graph: LineageGraph, direction: str) -> LineageGraph:
     return replace(graph, nodes=nodes, edges=edges)
 
 
-def explorer_drawing(graph: LineageGraph, risk: Risk) -> tuple[Drawn, Drawn]:
+@dataclass(frozen=True)
+class Marks:
+    """What the explorer marks on the nodes of an answer, read from the catalog as of the
+    answer's instant: each dataset's personal-data and dropped flags and each job's
+    latest run state (table level), or the datasets of the fields shown, with their
+    fields (column level)."""
+
+    flags: dict[int, dict[str, bool]] = field(default_factory=dict)
+    states: dict[int, str] = field(default_factory=dict)
+    datasets: dict[int, DatasetInfo] = field(default_factory=dict)
+
+
+def explorer_drawing(graph: LineageGraph, risk: Risk, marks: Marks) -> tuple[Drawn, Drawn]:
     """The explorer's nodes and edges by id: each node's signed distance (upstream
     negative), neighbours valid then (drawn plus hidden), personal-data, taint and run
     marks; at column level, fields inside their datasets."""
     nodes, edges = graph.nodes, graph.edges
     ins, outs = _degrees(edges)
     drawn: Drawn = {}
+    datasets = marks.datasets
     if graph.level == "column":
         # Fields are drawn inside their datasets, with the flags they showed then.
-        datasets = load_datasets({n.dataset_pk for n in nodes}, graph.as_of)
         fields = {f.pk: f for info in datasets.values() for f in info.fields}
         for info in datasets.values():
             drawn[info.node_id] = {
@@ -450,9 +406,6 @@ def explorer_drawing(graph: LineageGraph, risk: Risk) -> tuple[Drawn, Drawn]:
                 "subject": any(f.subject_kind for f in info.fields),
                 "dropped": info.lifecycle_state == LifecycleState.DROPPED,
             }
-    else:
-        flags = personal_data_flags([n.pk for n in nodes if n.kind == "DATASET"], graph.as_of)
-        states = latest_run_states([n.pk for n in nodes if n.kind == "JOB"])
     for n in nodes:
         node: dict[str, Any] = {
             "id": n.node_id,
@@ -479,9 +432,10 @@ def explorer_drawing(graph: LineageGraph, risk: Risk) -> tuple[Drawn, Drawn]:
         else:
             parent = n.node_id
             if n.kind == "DATASET":
-                node |= {"dropped": False, **flags.get(n.pk, {"pii": False, "subject": False})}
+                flags = marks.flags.get(n.pk, {"pii": False, "subject": False})
+                node |= {"dropped": False, **flags}
             else:
-                node["state"] = states.get(n.pk, "")
+                node["state"] = marks.states.get(n.pk, "")
         node |= {"tainted": parent in risk.tainted, "atRisk": parent in risk.at_risk}
         drawn[n.node_id] = node
     personal = {

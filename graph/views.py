@@ -140,6 +140,8 @@ def parse_state(params: Any, default_depth: int = 3, default_direction: str = "b
         raise PageError(str(exc), "node", 404) from exc
     if level == "table" and node.kind == "field":
         node = node.dataset_ref()
+    if level == "column" and node.kind == "job":
+        raise PageError("Column level starts from a dataset or a column; a job has none.", "level")
     return ViewState(
         node=node,
         level=level,
@@ -535,7 +537,8 @@ def impact_export(request: HttpRequest) -> HttpResponse:
 @require_GET
 def explorer_export(request: HttpRequest) -> HttpResponse:
     """The graph the explorer draws for this state (before any node is expanded), as its
-    edge list in CSV (``format=csv``) or a Mermaid flowchart (``format=mermaid``)."""
+    edge list in CSV (``format=csv``; between fields, a row per job that makes one field
+    from another) or a Mermaid flowchart (``format=mermaid``)."""
     try:
         state, fmt = _export_state(request)
     except PageError as exc:

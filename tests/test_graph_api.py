@@ -161,13 +161,48 @@ def test_it_exports_column_lineage_as_csv_and_mermaid(api, viewer, shop):
     mermaid = client.get(url("column-lineage", format="mermaid", **params))
     assert mermaid["Content-Type"].startswith("text/vnd.mermaid")
     text = mermaid.content.decode()
-    assert text.startswith("flowchart LR") and '["mart.daily.total"]' in text
+    assert text.startswith("flowchart LR") and '["total"]' in text
+    assert f'subgraph b0 ["{NS}:' in text and text.count("  end") == 3  # a box per dataset
     assert text.count("-->") == 2
     # The JSON answer is the same graph.
     body = client.get(url("column-lineage", **params)).json()
     assert sum(len(n["inEdges"]) for n in body["graph"]) == 2
     bad = client.get(url("column-lineage", format="xml", **params))
     assert bad.status_code == 400 and bad.json()["field"] == "format"
+
+
+def test_it_escapes_names_in_every_format_at_both_levels(api, viewer):
+    g = LineageBuilder()
+    odd = 'q"ds\\é'
+    g.dataset("src", fields=("id",))
+    g.dataset(odd, fields=('f"é',))
+    g.job('j "1"', reads=["src"], writes=[odd], columns={f'{odd}.f"é': ["src.id"]})
+    client = api(viewer)
+    body = client.get(url("lineage", nodeId=g.id("src"), depth=5)).json()
+    ids = {n["id"] for n in body["graph"]}
+    assert ids == {g.id("src"), g.id('job:j "1"'), g.id(odd)}
+    job = next(n for n in body["graph"] if n["type"] == "JOB")
+    assert job["data"]["outputs"] == [{"namespace": g.ns.name, "name": odd}]
+    params = {"nodeId": g.id(f'{odd}.f"é'), "depth": 5}
+    column = client.get(url("column-lineage", **params)).json()
+    field = next(n for n in column["graph"] if n["id"] == g.id(f'{odd}.f"é'))
+    assert field["data"]["dataset"] == odd and field["data"]["field"] == 'f"é'
+    assert field["inEdges"] == [{"origin": g.id("src.id"), "destination": field["id"]}]
+    for path, query in (("lineage", {"nodeId": g.id("src")}), ("column-lineage", params)):
+        text = client.get(url(path, format="mermaid", **query)).content.decode()
+        quoted = [line for line in text.splitlines() if '"' in line]
+        assert all(line.count('"') == 2 for line in quoted), text
+        labels = [line.split('"')[1] for line in quoted]
+        # Every quote, backslash and letter beyond ASCII written as Mermaid's #code;
+        assert labels and all(label.isascii() and "\\" not in label for label in labels), text
+        assert "#34;" in text and "#233;" in text
+
+
+def test_it_answers_csv_to_a_client_that_accepts_only_csv(api, viewer, shop):
+    for path, node in (("lineage", "clean.orders"), ("column-lineage", "mart.daily.total")):
+        response = api(viewer).get(url(path, nodeId=shop.id(node)), HTTP_ACCEPT="text/csv")
+        assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+        assert response.content.decode().startswith("origin,origin_type,")
 
 
 def test_it_answers_column_lineage_in_marquez_shape(api, viewer, shop):

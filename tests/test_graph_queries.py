@@ -146,7 +146,10 @@ def test_it_caps_large_answers_at_the_nearest_nodes_and_counts_the_rest():
     assert not full.truncated and len(full.nodes) == 61
 
 
-def test_it_loads_node_details_in_a_fixed_number_of_queries(chain, django_assert_max_num_queries):
+def test_it_answers_with_node_details_in_a_fixed_number_of_queries(
+    chain, django_assert_max_num_queries
+):
+    """Traversal and the rendered answer, node data included, however many nodes."""
     for i in range(20):
         chain.dataset(f"wide{i}")
         chain.job(f"w{i}", reads=["a"], writes=[f"wide{i}"])

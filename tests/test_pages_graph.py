@@ -318,6 +318,17 @@ def test_it_exports_the_drawn_graph_as_csv_and_mermaid(shop, viewer):
     assert unknown.status_code == 404
 
 
+def test_it_refuses_column_level_from_a_job_on_every_graph_route(shop, viewer):
+    client = client_for(viewer)
+    params = {"node": "job:spark://etl:build_customer_360", "level": "column"}
+    for path in ("/graph/data", "/graph/export"):
+        response = client.get(f"{path}?{urlencode(params)}")
+        assert response.status_code == 400, path
+        assert "Column level starts from a dataset or a column" in response.content.decode()
+    page = client.get(f"/graph/?{urlencode(params)}")
+    assert page.status_code == 400 and "a job has none" in page.content.decode()
+
+
 def test_it_flags_tainted_and_at_risk_nodes(shop, viewer):
     Taint.objects.create(dataset=shop.raw, reason="bad load")
     body = data(client_for(viewer), node=node(shop.customers), direction="downstream", depth=5)
