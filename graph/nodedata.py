@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from graph import details, directory
 from graph.details import (
@@ -26,8 +26,6 @@ from graph.details import (
     load_jobs,
 )
 from graph.nodecache import DATASET, JOB, Entry, FieldRow, Render, cache
-
-T = TypeVar("T")
 
 
 def iso(moment: datetime | None) -> str | None:
