@@ -9,7 +9,6 @@ Large answers are cut at ``maxNodes`` (default 2,000): the response says
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -54,15 +53,12 @@ from graph.nodeids import (
     ResolvedNode,
     UnknownNodeId,
 )
+from graph.render import dumps as _dumps
 from graph.resolve import resolve_node_id
 from graph.taint import TaintError, clear_taint, mark_tainted
 
 DIRECTIONS = ("upstream", "downstream", "both")
 DEFAULT_DEPTH = 20
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), default=str)
 
 
 class _TextRenderer(BaseRenderer):
@@ -166,25 +162,25 @@ COMMON_PARAMETERS = [
 # --- table lineage -----------------------------------------------------------------------
 
 
+def _table_query(params: Mapping[str, str]) -> tuple[ResolvedNode, dict[str, Any]]:
+    """The node and the asking of ``GET /api/v1/lineage`` (ApiError for bad parameters)."""
+    return node_param(params), {
+        "depth": _depth(params),
+        "as_of": optional_instant(params),
+        "direction": choice_param(params, "direction", "both", DIRECTIONS),
+        "max_nodes": _max_nodes(params),
+    }
+
+
 def lineage_json(params: Mapping[str, str]) -> bytes:
     """The JSON body of ``GET /api/v1/lineage`` for ``params`` (ApiError for bad ones); large
     answers are kept until a change touches a node they reached (graph/responses.py)."""
-    node = node_param(params)
-    depth = _depth(params)
-    as_of = optional_instant(params)
-    direction = choice_param(params, "direction", "both", DIRECTIONS)
-    max_nodes = _max_nodes(params)
-    key = ("lineage", node.kind, node.pk, depth, as_of, direction, max_nodes)
+    node, asked = _table_query(params)
+    key = ("lineage", node.kind, node.pk, *asked.values())
     if (cached := responses.cache.get(key)) is not None:
         return cached
     started = responses.building()
-    graph = queries.lineage(
-        node,
-        depth=depth,
-        as_of=as_of,
-        direction=direction,  # type: ignore[arg-type]
-        max_nodes=max_nodes,
-    )
+    graph = queries.lineage(node, **asked)
     body = render.lineage_json(graph)
     if responses.worth_keeping(started):
         responses.cache.put(key, body, *graph.reached)
@@ -217,14 +213,8 @@ class LineageView(GraphView):
         fmt = request.accepted_renderer.format
         if fmt == "json":
             return _json(lineage_json(params))
-        graph = queries.lineage(
-            node_param(params),
-            depth=_depth(params),
-            as_of=optional_instant(params),
-            direction=choice_param(params, "direction", "both", DIRECTIONS),  # type: ignore[arg-type]
-            max_nodes=_max_nodes(params),
-        )
-        return _text_answer(graph, fmt)
+        node, asked = _table_query(params)
+        return _text_answer(queries.lineage(node, **asked), fmt)
 
 
 # --- column lineage ----------------------------------------------------------------------

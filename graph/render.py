@@ -27,7 +27,8 @@ from graph.nodeids import dataset_node_id
 from graph.queries import Cut, GraphEdge, Impact, LineageGraph
 
 
-def _dumps(value: Any) -> str:
+def dumps(value: Any) -> str:
+    """Compact JSON (what every lineage answer is written in)."""
     return json.dumps(value, separators=(",", ":"), default=str)
 
 
@@ -104,7 +105,7 @@ def lineage_json(graph: LineageGraph) -> bytes:
             b"}",
         )
         opening = b',{"id":'
-    parts += (b"],", _dumps(meta)[1:].encode())
+    parts += (b"],", dumps(meta)[1:].encode())
     return b"".join(parts)
 
 
@@ -153,7 +154,7 @@ def _column_data(graph: LineageGraph) -> dict[str, bytes]:
     for node in graph.nodes:
         own = made_from.get(node.node_id, [])
         first = own[0] if own else None
-        data[node.node_id] = _dumps(
+        data[node.node_id] = dumps(
             {
                 "namespace": node.namespace,
                 "dataset": node.name,
