@@ -171,6 +171,7 @@ ARRAYS = (
     "ds_start",
     "changed_pks",
     "changed_at",
+    "edited_at",
     "run_jobs",
     "run_first",
     "run_last",
@@ -210,9 +211,11 @@ class Directory:
     ds_pks: IntArray
     ds_start: IntArray
     # Datasets by pk with the last instant (µs) their shown data changed: a field added or
-    # removed, a steward-edited attribute changed, a propagated flag began or ended.
+    # removed, a steward-edited attribute changed, a propagated flag began or ended; and
+    # the last of these other than a propagated flag's (0 when none).
     changed_pks: IntArray
     changed_at: IntArray
+    edited_at: IntArray
     # Jobs with runs, by pk: when the first and the last run were created, and from when
     # the last one looks as it does now (its end and its state's time), in µs; whether the
     # last created is the job's latest run (the one its node data shows).
@@ -366,12 +369,19 @@ class Directory:
             unknown = [pk for pk in pks if pk not in kept]
         return np.asarray(found, dtype=np.int64), unknown
 
-    def changed_since(self, pks: list[int], as_of: datetime) -> tuple[set[int], list[int]]:
-        """(datasets whose shown data changed after ``as_of``, datasets it cannot tell)."""
+    def changed_since(
+        self, pks: list[int], as_of: datetime
+    ) -> tuple[set[int], set[int], list[int]]:
+        """(datasets whose shown data changed after ``as_of``, those of them whose only
+        changes since are propagated flags that began or ended, datasets it cannot tell)."""
         known, unknown = self._split_trusted(DATASET, pks)
         at, found = rows_of(self.changed_pks, known)
-        changed = found & (self.changed_at[at] > to_us(as_of)) if found.any() else found
-        return set(known[changed].tolist()), unknown
+        if not found.any():
+            return set(), set(), unknown
+        moment = to_us(as_of)
+        changed = found & (self.changed_at[at] > moment)
+        reflagged = changed & (self.edited_at[at] <= moment)
+        return set(known[changed].tolist()), set(known[reflagged].tolist()), unknown
 
     def runs_at(self, pks: list[int], as_of: datetime) -> tuple[list[int], list[int], list[int]]:
         """Jobs split by their run as of ``as_of`` (the last created by then, seen from
@@ -523,26 +533,44 @@ def _last_per_dataset(ds: IntArray, at: IntArray) -> tuple[IntArray, IntArray]:
     return ds[last], at[last]
 
 
-def _last_changes(ds: IntArray, first: IntArray, removed: IntArray) -> tuple[IntArray, IntArray]:
-    """Per dataset (sorted pks), the last field addition, removal, steward edit or start or
-    end of a propagated flag, in µs."""
+def _last_changes(
+    ds: IntArray, first: IntArray, removed: IntArray
+) -> tuple[IntArray, IntArray, IntArray]:
+    """Per dataset (sorted pks): the last field addition, removal, steward edit or start or
+    end of a propagated flag, and the last of these other than a flag's (0 when none), in
+    µs."""
     stamps = np.maximum(first, np.where(removed == OPEN, first, removed))
     with connections["default"].cursor() as cursor:
         attributes = list(DATASET_ATTRIBUTES + FIELD_ATTRIBUTES)
         cursor.execute(
             "SELECT dataset_id, max(at) FROM catalog_changerecord "
-            f"WHERE attribute IN ({', '.join(['%s'] * len(attributes))}) GROUP BY dataset_id "
-            "UNION ALL SELECT f.dataset_id, max(p.valid_from) FROM catalog_propagatedflag p "
-            "JOIN catalog_datasetfield f ON f.id = p.field_id GROUP BY f.dataset_id "
-            "UNION ALL SELECT f.dataset_id, max(p.valid_to) FROM catalog_propagatedflag p "
-            "JOIN catalog_datasetfield f ON f.id = p.field_id WHERE p.valid_to IS NOT NULL "
-            "GROUP BY f.dataset_id",
+            f"WHERE attribute IN ({', '.join(['%s'] * len(attributes))}) GROUP BY dataset_id",
             attributes,
         )
         edits = cursor.fetchall()
+        cursor.execute(
+            "SELECT f.dataset_id, max(p.valid_from), max(p.valid_to) "
+            "FROM catalog_propagatedflag p JOIN catalog_datasetfield f ON f.id = p.field_id "
+            "GROUP BY f.dataset_id"
+        )
+        flags = cursor.fetchall()
     edit_ds = np.asarray([int(pk) for pk, _ in edits], dtype=np.int64)
     edit_at = np.asarray([_time_us(at) for _, at in edits], dtype=np.int64)
-    return _last_per_dataset(np.concatenate([ds, edit_ds]), np.concatenate([stamps, edit_at]))
+    edited_pks, edited = _last_per_dataset(
+        np.concatenate([ds, edit_ds]), np.concatenate([stamps, edit_at])
+    )
+    flag_ds = np.asarray([int(pk) for pk, *_ in flags], dtype=np.int64)
+    flag_at = np.asarray(
+        [max(_time_us(t) for t in (began, ended) if t is not None) for _, began, ended in flags],
+        dtype=np.int64,
+    )
+    changed_pks, changed_at = _last_per_dataset(
+        np.concatenate([edited_pks, flag_ds]), np.concatenate([edited, flag_at])
+    )
+    if edited_pks.size == 0:
+        return changed_pks, changed_at, np.zeros_like(changed_at)
+    at, hit = rows_of(edited_pks, changed_pks)
+    return changed_pks, changed_at, np.where(hit, edited[at], 0)
 
 
 def _run_bounds() -> tuple[IntArray, IntArray, IntArray, IntArray, npt.NDArray[np.bool_]]:
@@ -606,7 +634,7 @@ def build() -> Directory:
     removed[removed != OPEN] += PG_EPOCH_OFFSET_US
     by_id = np.argsort(f_id, kind="stable")
     ds_pks, starts = np.unique(f_ds, return_index=True)
-    changed_pks, changed_at = _last_changes(f_ds, first, removed)
+    changed_pks, changed_at, edited_at = _last_changes(f_ds, first, removed)
     run_jobs, run_first, run_last, run_settled, run_shown = _run_bounds()
     return Directory(
         revision=read_at.value,
@@ -633,6 +661,7 @@ def build() -> Directory:
         ds_start=narrow(np.append(starts, f_id.size)),
         changed_pks=changed_pks,
         changed_at=changed_at,
+        edited_at=edited_at,
         run_jobs=run_jobs,
         run_first=run_first,
         run_last=run_last,

@@ -10,11 +10,13 @@ appended to its cached text.
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from catalog.flags import FieldFlag, flags_as_of
 from graph import details, directory
 from graph.details import (
     DatasetInfo,
@@ -146,12 +148,8 @@ def lineage_data(
     jobs = sorted({int(pk) for pk in job_pks})
     ds_found = cache.file_columns(DATASET, datasets, ("data",))["data"]
     job_found = cache.file_columns(JOB, jobs, ("data",))["data"]
-    changed = set() if as_of is None else changed_datasets(datasets, as_of)
-    for pk in changed:
-        ds_found.pop(pk, None)
-    current = [pk for pk in datasets if pk not in changed]
     return (
-        _dataset_json(current, changed, as_of, ds_found),
+        _dataset_json(datasets, as_of, ds_found),
         job_json(jobs, as_of, job_found),
     )
 
@@ -180,24 +178,57 @@ def dataset_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int,
 
     Current data comes from the host's document file or the node cache. As of a
     past instant, datasets whose fields or steward-edited attributes changed
-    since are rendered as they were; the others show their current data.
+    since are rendered as they were; those whose propagated flags alone changed show
+    their current data with the flags as they were; the others show their current data.
     """
-    wanted = sorted({int(pk) for pk in pks})
-    changed = set() if as_of is None else changed_datasets(wanted, as_of)
-    return _dataset_json([pk for pk in wanted if pk not in changed], changed, as_of)
+    return _dataset_json(sorted({int(pk) for pk in pks}), as_of)
 
 
 def _dataset_json(
-    unchanged: list[int],
-    changed: set[int],
-    as_of: datetime | None,
-    found: dict[int, bytes] | None = None,
+    wanted: list[int], as_of: datetime | None, found: dict[int, bytes] | None = None
 ) -> dict[int, bytes]:
-    out = _current_data(DATASET, unchanged, render_datasets, found)
-    if changed and as_of is not None:
+    if as_of is None:
+        return _current_data(DATASET, wanted, render_datasets, found)
+    changed, reflagged = changed_datasets(wanted, as_of)
+    rendered = changed - reflagged
+    if found:
+        for pk in rendered:
+            found.pop(pk, None)
+    out = _current_data(
+        DATASET, [pk for pk in wanted if pk not in rendered], render_datasets, found
+    )
+    out.update(_flags_then({pk: out[pk] for pk in reflagged if pk in out}, as_of))
+    if rendered:
         out.update(
-            {pk: e.data.encode() for pk, e in render_datasets(sorted(changed), as_of).items()}
+            {pk: e.data.encode() for pk, e in render_datasets(sorted(rendered), as_of).items()}
         )
+    return out
+
+
+def _flags_then(data: dict[int, bytes], as_of: datetime) -> dict[int, bytes]:
+    """These datasets' current data with their fields' personal-data flags as they were at
+    ``as_of``: for datasets whose only changes since are propagated flags, so that
+    everything else shows as it is now (three or four queries, not a full rendering's
+    seven)."""
+    then: dict[int, dict[str, FieldFlag]] = defaultdict(dict)
+    fields = details.flagged_fields(list(data)) if data else []
+    flags = flags_as_of([pk for pk, _, _ in fields], as_of, named=False) if fields else {}
+    for pk, ds_pk, name in fields:
+        if pk in flags:
+            then[ds_pk][name] = flags[pk]
+    out = {}
+    for ds_pk, text in data.items():
+        if ds_pk not in then:
+            out[ds_pk] = text
+            continue
+        doc = json.loads(text)
+        for shown in doc["fields"]:
+            flag = then[ds_pk].get(shown["name"])
+            if flag is not None:
+                shown["pii"] = flag.pii or None
+                shown["subjectKind"] = flag.subject_kind
+        doc["hasPii"] = any(f["pii"] or f["subjectKind"] is not None for f in doc["fields"])
+        out[ds_pk] = _dumps(doc).encode()
     return out
 
 
@@ -205,7 +236,7 @@ def dataset_infos(pks: Iterable[int], as_of: datetime | None = None) -> dict[int
     """Datasets with their personal-data fields only (what impact and taint lists show),
     from the node cache; as of a past instant, rewound where they changed since."""
     wanted = sorted({int(pk) for pk in pks})
-    changed = set() if as_of is None else changed_datasets(wanted, as_of)
+    changed = set() if as_of is None else changed_datasets(wanted, as_of)[0]
     current = cache.entries(
         DATASET, [pk for pk in wanted if pk not in changed], render_datasets, info=True
     )
@@ -277,16 +308,17 @@ def job_json(
     return out
 
 
-def changed_datasets(pks: list[int], as_of: datetime) -> set[int]:
-    """Datasets whose shown data differed at ``as_of``: from the node directory, the
-    database for what it cannot tell."""
+def changed_datasets(pks: list[int], as_of: datetime) -> tuple[set[int], set[int]]:
+    """(datasets whose shown data differed at ``as_of``, those of them whose propagated
+    flags alone changed since): from the node directory; the database tells the rest, all
+    taken as changed in full."""
     found = directory.get()
     if found is None:
-        return changed_since(pks, as_of)
-    changed, unknown = found.changed_since(pks, as_of)
+        return changed_since(pks, as_of), set()
+    changed, reflagged, unknown = found.changed_since(pks, as_of)
     if unknown:
         changed |= changed_since(unknown, as_of)
-    return changed
+    return changed, reflagged
 
 
 def _names(kind: str, pks: Iterable[int], render: Render) -> dict[int, tuple[str, str]]:

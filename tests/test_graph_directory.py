@@ -110,9 +110,10 @@ def test_it_tells_which_datasets_looked_different_in_the_past_as_the_database_do
     assert found is not None
     pks = sorted(d.pk for d in g.ds.values())
     for moment in (T0 - timedelta(days=1), T0, T1, T2 - timedelta(seconds=1), T2, T3):
-        changed, unknown = found.changed_since(pks, moment)
+        changed, reflagged, unknown = found.changed_since(pks, moment)
         assert not unknown
         assert changed == details.changed_since(pks, moment), moment
+        assert not reflagged, moment  # fields added and removed, no propagated flag
     for moment in (T0, T1, T3):
         roots = found.field_pks(added.pk, moment)
         assert roots is not None

@@ -25,7 +25,7 @@ from catalog.models import (
     PropagatedFlag,
     SubjectKind,
 )
-from graph import propagation
+from graph import directory, nodecache, nodedata, propagation
 from graph.models import ColumnEdge, Job
 from privacy.queries import Identifier, search_subject, subject_fields
 from tests.factories import dataset as make_dataset
@@ -347,6 +347,20 @@ def test_incremental_flags_equal_a_recomputation_now_and_as_of_any_instant(ops):
         # Subject search's fields as of a later instant are those it reads from now.
         now = {(f.id, f.pii_category, f.declared) for f in subject_fields(w.kind, None)}
         assert {(f.id, f.pii_category, f.declared) for f in subject_fields(w.kind, at(999))} == now
+        # Lineage answers as of then show each dataset as a rendering from the history
+        # does, read by a process that started after every change (so that its node
+        # directory tells which datasets changed since only by a propagated flag).
+        nodecache.cache.clear()
+        directory.reset()
+        try:
+            pks = [f.dataset_id for f in w.fields]
+            for hour in range(0, 64, 4):
+                rendered = nodedata.render_datasets(pks, at(hour))
+                expected = {pk: entry.data.encode() for pk, entry in rendered.items()}
+                assert nodedata.dataset_json(pks, at(hour)) == expected, hour
+        finally:
+            nodecache.cache.clear()
+            directory.reset()
         transaction.set_rollback(True)
 
 
@@ -654,7 +668,7 @@ def test_the_graph_shows_flags_as_they_were_at_an_instant(client, viewer):
 
 @pytest.mark.django_db(transaction=True)
 def test_past_flags_are_right_from_a_node_directory_read_after_they_changed(client, viewer):
-    from graph import details, directory, nodecache
+    from graph import details
 
     w = World(2)
     w.open(0, 1, "IDENTITY", False, at(5), None)
@@ -667,9 +681,11 @@ def test_past_flags_are_right_from_a_node_directory_read_after_they_changed(clie
     assert found is not None
     pks = sorted({f.dataset_id for f in w.fields})
     for hour in (4, 6, 9, 11, 13):
-        changed, unknown = found.changed_since(pks, at(hour))
+        changed, reflagged, unknown = found.changed_since(pks, at(hour))
         assert not unknown
         assert changed == details.changed_since(pks, at(hour)), hour
+        # The copy's dataset changed only by its propagated flag; the source was declared.
+        assert reflagged == changed - {w.fields[0].dataset_id}, hour
     client.force_login(viewer)
 
     def copy_flag(hour: int) -> tuple[bool, bool]:
