@@ -371,10 +371,22 @@ DATASET_ATTRIBUTES = ("description", "sensitivity", "retention_policy", "owners"
 FIELD_ATTRIBUTES = ("pii_category", "subject_kind", "sensitivity", "description")
 
 
+# Where copied fields changed what they show without a row of theirs changing: their source
+# was declared anew while the flag it propagated held (f: the copy, c: the declaration).
+SOURCES_REDECLARED = (
+    "FROM catalog_propagatedflag p "
+    "JOIN catalog_datasetfield f ON f.id = p.field_id "
+    "JOIN catalog_datasetfield s ON s.id = p.source_id "
+    "JOIN catalog_changerecord c ON c.dataset_id = s.dataset_id AND c.field_name = s.name "
+    "WHERE c.attribute IN ('pii_category', 'subject_kind') AND c.source <> 'propagation' "
+    "AND c.at >= p.valid_from AND (p.valid_to IS NULL OR c.at < p.valid_to)"
+)
+
+
 def changed_since(pks: list[int], as_of: datetime) -> set[int]:
     """Datasets whose shown data differed at ``as_of``: fields added or removed since,
-    steward-edited attributes changed since, or propagated flags that began or ended since
-    (one query)."""
+    steward-edited attributes changed since, propagated flags that began or ended since, or
+    whose sources were declared anew since while their flags held (one query)."""
     if not pks:
         return set()
     attributes = list(DATASET_ATTRIBUTES + FIELD_ATTRIBUTES)
@@ -391,8 +403,9 @@ def changed_since(pks: list[int], as_of: datetime) -> set[int]:
             f"AND at > %s AND attribute IN ({attr_marks}) "
             "UNION SELECT f.dataset_id FROM catalog_propagatedflag p "
             f"JOIN catalog_datasetfield f ON f.id = p.field_id WHERE f.{fields_in} "
-            "AND (p.valid_from > %s OR p.valid_to > %s)",
-            [*params, when, when, *more, when, *attributes, *params, when, when],
+            "AND (p.valid_from > %s OR p.valid_to > %s) "
+            f"UNION SELECT f.dataset_id {SOURCES_REDECLARED} AND f.{fields_in} AND c.at > %s",
+            [*params, when, when, *more, when, *attributes, *params, when, when, *params, when],
         )
         out.update(row[0] for row in rows)
     return out

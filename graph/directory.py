@@ -40,7 +40,7 @@ from django.db import DatabaseError, connections
 
 from graph import docfile
 from graph import revision as rev
-from graph.details import DATASET_ATTRIBUTES, FIELD_ATTRIBUTES
+from graph.details import DATASET_ATTRIBUTES, FIELD_ATTRIBUTES, SOURCES_REDECLARED
 from graph.nodecache import DATASET, JOB, FieldRow, cache
 from graph.snapshot import OPEN, PG_EPOCH_OFFSET_US, _time_us, rows_of, to_us
 
@@ -172,6 +172,7 @@ ARRAYS = (
     "changed_pks",
     "changed_at",
     "edited_at",
+    "flagged_rows",
     "run_jobs",
     "run_first",
     "run_last",
@@ -211,11 +212,14 @@ class Directory:
     ds_pks: IntArray
     ds_start: IntArray
     # Datasets by pk with the last instant (µs) their shown data changed: a field added or
-    # removed, a steward-edited attribute changed, a propagated flag began or ended; and
+    # removed, a steward-edited attribute changed, a propagated flag began or ended or its
+    # source was declared anew while it held; and
     # the last of these other than a propagated flag's (0 when none).
     changed_pks: IntArray
     changed_at: IntArray
     edited_at: IntArray
+    # The fields (their rows, ascending) that propagation ever flagged.
+    flagged_rows: IntArray
     # Jobs with runs, by pk: when the first and the last run were created, and from when
     # the last one looks as it does now (its end and its state's time), in µs; whether the
     # last created is the job's latest run (the one its node data shows).
@@ -383,6 +387,24 @@ class Directory:
         reflagged = changed & (self.edited_at[at] <= moment)
         return set(known[changed].tolist()), set(known[reflagged].tolist()), unknown
 
+    def flagged_fields(self, pks: list[int]) -> tuple[list[tuple[int, int, str]], list[int]]:
+        """((pk, dataset pk, name) of the current fields that propagation ever flagged, of
+        these datasets it trusts; the datasets it does not)."""
+        known, unknown = self._split_trusted(DATASET, pks)
+        at, hit = rows_of(self.ds_pks, known)
+        at = at[hit]
+        lo = np.searchsorted(self.flagged_rows, self.ds_start[at])
+        counts = np.searchsorted(self.flagged_rows, self.ds_start[at + 1]) - lo
+        total = int(counts.sum())
+        if total == 0:
+            return [], unknown
+        # The rows of every span, one after another.
+        starts = np.cumsum(counts) - counts
+        rows = self.flagged_rows[np.repeat(lo - starts, counts) + np.arange(total)]
+        rows = rows[self.f_removed[rows] == OPEN]
+        found = [(int(self.f_id[r]), int(self.f_ds[r]), self._name(r)) for r in rows.tolist()]
+        return found, unknown
+
     def runs_at(self, pks: list[int], as_of: datetime) -> tuple[list[int], list[int], list[int]]:
         """Jobs split by their run as of ``as_of`` (the last created by then, seen from
         then): (no run yet, the latest run exactly as shown now, jobs it cannot tell —
@@ -536,9 +558,9 @@ def _last_per_dataset(ds: IntArray, at: IntArray) -> tuple[IntArray, IntArray]:
 def _last_changes(
     ds: IntArray, first: IntArray, removed: IntArray
 ) -> tuple[IntArray, IntArray, IntArray]:
-    """Per dataset (sorted pks): the last field addition, removal, steward edit or start or
-    end of a propagated flag, and the last of these other than a flag's (0 when none), in
-    µs."""
+    """Per dataset (sorted pks): the last field addition, removal, steward edit, start or
+    end of a propagated flag or new declaration of its source while it held, and the last of
+    these other than a flag's (0 when none), in µs."""
     stamps = np.maximum(first, np.where(removed == OPEN, first, removed))
     with connections["default"].cursor() as cursor:
         attributes = list(DATASET_ATTRIBUTES + FIELD_ATTRIBUTES)
@@ -554,6 +576,10 @@ def _last_changes(
             "GROUP BY f.dataset_id"
         )
         flags = cursor.fetchall()
+        cursor.execute(
+            f"SELECT f.dataset_id, max(c.at), NULL {SOURCES_REDECLARED} GROUP BY f.dataset_id"
+        )
+        flags += cursor.fetchall()
     edit_ds = np.asarray([int(pk) for pk, _ in edits], dtype=np.int64)
     edit_at = np.asarray([_time_us(at) for _, at in edits], dtype=np.int64)
     edited_pks, edited = _last_per_dataset(
@@ -635,6 +661,10 @@ def build() -> Directory:
     by_id = np.argsort(f_id, kind="stable")
     ds_pks, starts = np.unique(f_ds, return_index=True)
     changed_pks, changed_at, edited_at = _last_changes(f_ds, first, removed)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT DISTINCT field_id FROM catalog_propagatedflag")
+        ever = np.asarray([pk for (pk,) in cursor.fetchall()], dtype=np.int64)
+    at, hit = rows_of(f_id[by_id], ever)
     run_jobs, run_first, run_last, run_settled, run_shown = _run_bounds()
     return Directory(
         revision=read_at.value,
@@ -662,6 +692,7 @@ def build() -> Directory:
         changed_pks=changed_pks,
         changed_at=changed_at,
         edited_at=edited_at,
+        flagged_rows=narrow(np.sort(by_id[at[hit]])),
         run_jobs=run_jobs,
         run_first=run_first,
         run_last=run_last,

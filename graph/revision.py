@@ -33,7 +33,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from catalog.pgsql import bound_cursor
 
-VERSION = "v5"
+VERSION = "v6"
 
 
 class Kind(StrEnum):
@@ -98,6 +98,13 @@ WATCHED = (
     ),
     # A steward's edit is recorded with the edit; as-of answers rewind datasets by these.
     Watch("catalog_changerecord", Kind.DATASET, "r.dataset_id"),
+    # Propagated flags as of past instants: a flag found for the past alone (lineage that
+    # arrived late) changes no field's row, yet changes what the dataset showed then.
+    Watch(
+        "catalog_propagatedflag",
+        Kind.DATASET,
+        "(SELECT f.dataset_id FROM catalog_datasetfield f WHERE f.id = r.field_id)",
+    ),
     Watch("graph_job", Kind.JOB, "r.id"),
     Watch("graph_run", Kind.JOB, "r.job_id"),
     # Renaming an owner, tag, policy or subject kind changes many datasets' data; a new
