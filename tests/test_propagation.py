@@ -687,7 +687,8 @@ def test_a_copy_shows_its_source_s_category_as_it_was_then(client, viewer):
         when = at(hour).isoformat().replace("+", "%2B")
         body = client.get(f"/api/v1/lineage?nodeId=dataset:pg://w:t1&asOf={when}").json()
         (node,) = [n for n in body["graph"] if n["id"] == "dataset:pg://w:t1"]
-        return node["data"]["fields"][0]["pii"]
+        pii: str | None = node["data"]["fields"][0]["pii"]
+        return pii
 
     assert [shown(hour) for hour in (1, 4, 8)] == [None, "email", "phone"]
 
