@@ -452,21 +452,6 @@ def _ever_flagged(found: dict[int, DatasetInfo]) -> set[int]:
     return out
 
 
-def flagged_fields(dataset_pks: Sequence[int]) -> list[tuple[int, int, str]]:
-    """(pk, dataset pk, name) of these datasets' current fields that propagation ever
-    flagged (one query)."""
-    out: list[tuple[int, int, str]] = []
-    for chunk in _chunks(sorted(dataset_pks)):
-        where, params = where_in("f.dataset_id", chunk)
-        out += _rows(
-            f"SELECT f.id, f.dataset_id, f.name FROM catalog_datasetfield f WHERE {where} "
-            "AND f.removed_at IS NULL AND EXISTS "
-            "(SELECT 1 FROM catalog_propagatedflag p WHERE p.field_id = f.id)",
-            params,
-        )
-    return out
-
-
 def _rewind_edits(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, DatasetInfo]:
     """Steward-edited attributes as they were at ``as_of``.
 

@@ -211,10 +211,10 @@ class Directory:
     # Datasets that have fields, sorted, and where their fields start (len + 1).
     ds_pks: IntArray
     ds_start: IntArray
-    # Datasets by pk with the last instant (µs) their shown data changed: a field added or
+    # Datasets by pk with the last instant (µs) their shown data changed (a field added or
     # removed, a steward-edited attribute changed, a propagated flag began or ended or its
-    # source was declared anew while it held; and
-    # the last of these other than a propagated flag's (0 when none).
+    # source was declared anew while it held), and the last such change that was not a
+    # propagated flag's (0 when none).
     changed_pks: IntArray
     changed_at: IntArray
     edited_at: IntArray
@@ -387,23 +387,24 @@ class Directory:
         reflagged = changed & (self.edited_at[at] <= moment)
         return set(known[changed].tolist()), set(known[reflagged].tolist()), unknown
 
-    def flagged_fields(self, pks: list[int]) -> tuple[list[tuple[int, int, str]], list[int]]:
-        """((pk, dataset pk, name) of the current fields that propagation ever flagged, of
-        these datasets it trusts; the datasets it does not)."""
-        known, unknown = self._split_trusted(DATASET, pks)
+    def flagged_fields(self, pks: list[int]) -> dict[int, list[tuple[int, str]]]:
+        """The current fields (pk, name) that propagation ever flagged, by dataset, of
+        those of these datasets it trusts that have any."""
+        known, _ = self._split_trusted(DATASET, pks)
         at, hit = rows_of(self.ds_pks, known)
         at = at[hit]
         lo = np.searchsorted(self.flagged_rows, self.ds_start[at])
         counts = np.searchsorted(self.flagged_rows, self.ds_start[at + 1]) - lo
         total = int(counts.sum())
         if total == 0:
-            return [], unknown
+            return {}
         # The rows of every span, one after another.
         starts = np.cumsum(counts) - counts
         rows = self.flagged_rows[np.repeat(lo - starts, counts) + np.arange(total)]
-        rows = rows[self.f_removed[rows] == OPEN]
-        found = [(int(self.f_id[r]), int(self.f_ds[r]), self._name(r)) for r in rows.tolist()]
-        return found, unknown
+        out: dict[int, list[tuple[int, str]]] = {}
+        for row in rows[self.f_removed[rows] == OPEN].tolist():
+            out.setdefault(int(self.f_ds[row]), []).append((int(self.f_id[row]), self._name(row)))
+        return out
 
     def runs_at(self, pks: list[int], as_of: datetime) -> tuple[list[int], list[int], list[int]]:
         """Jobs split by their run as of ``as_of`` (the last created by then, seen from
