@@ -377,7 +377,8 @@ class Directory:
         self, pks: list[int], as_of: datetime
     ) -> tuple[set[int], set[int], list[int]]:
         """(datasets whose shown data changed after ``as_of``, those of them whose only
-        changes since are propagated flags that began or ended, datasets it cannot tell)."""
+        changes since are propagated flags (begun, ended, or their source declared anew),
+        datasets it cannot tell)."""
         known, unknown = self._split_trusted(DATASET, pks)
         at, found = rows_of(self.changed_pks, known)
         if not found.any():
