@@ -276,8 +276,8 @@ def load_datasets(
 ) -> dict[int, DatasetInfo]:
     """Datasets by pk with fields, tags, owners and retention (at ``as_of`` when given).
 
-    ``fields="personal"`` loads only fields with a PII category or subject kind
-    (what impact lists need), ``"none"`` no fields. Five queries (six with
+    ``fields="personal"`` loads only fields with a PII category or subject kind (then,
+    with ``as_of``: what impact lists and subject search need), ``"none"`` no fields. Five queries (six with
     ``as_of``) for any number of datasets.
     """
     wanted = sorted({int(pk) for pk in pks})
@@ -311,7 +311,8 @@ def load_datasets(
             alive = "f.first_seen <= %s AND (f.removed_at IS NULL OR f.removed_at > %s)"
             params = [*params, _param(as_of), _param(as_of)]
         if fields == "personal":
-            alive += " AND (f.pii_category <> '' OR f.subject_kind_id IS NOT NULL)"
+            alive += f" AND ({PERSONAL_NOW}" + (")" if as_of is None else f" OR {PERSONAL_THEN})")
+            params += [] if as_of is None else [_param(as_of)]
         elif fields == "none":
             alive += " AND 1 = 0"
         field_rows_ += _rows(
@@ -364,7 +365,20 @@ def load_datasets(
         )
     if as_of is not None:
         found = _rewind(found, as_of)
+        if fields == "personal":
+            found = {pk: replace(info, fields=info.pii_fields) for pk, info in found.items()}
     return found
+
+
+# Fields flagged now, and (with the instant as a parameter) those whose flag may have
+# differed then: declared anew since, or ever flagged by propagation.
+PERSONAL_NOW = "f.pii_category <> '' OR f.subject_kind_id IS NOT NULL"
+PERSONAL_THEN = (
+    "EXISTS (SELECT 1 FROM catalog_propagatedflag p WHERE p.field_id = f.id) "
+    "OR EXISTS (SELECT 1 FROM catalog_changerecord c WHERE c.dataset_id = f.dataset_id "
+    "AND c.field_name = f.name AND c.attribute IN ('pii_category', 'subject_kind') "
+    "AND c.at > %s)"
+)
 
 
 DATASET_ATTRIBUTES = ("description", "sensitivity", "retention_policy", "owners", "tags")

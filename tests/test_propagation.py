@@ -811,3 +811,45 @@ def test_the_union_of_many_fields_leaves_out_sources_that_declared_nothing():
     assert found.field.tolist() == [1]
     assert found.with_kind("customer") == ([1], ["identifier"])
     assert union_kinds(fields, sources, {}).field.size == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_impact_as_of_lists_the_personal_fields_of_then_not_of_now(client, viewer):
+    """A copy flagged then and no longer now is listed with its flag as of then; a field
+    flagged only since is not."""
+    w = World(3)
+    w.declare(0, PiiCategory.EMAIL, at(1))
+    w.open(0, 1, "IDENTITY", False, at(2), None)
+    w.open(0, 2, "IDENTITY", False, at(2), None)
+    w.undeclare(0, at(6))
+    w.declare(2, PiiCategory.PHONE, at(7))
+    client.force_login(viewer)
+
+    def pii_fields(hour: int | None) -> dict[str, list[Any]]:
+        when = "" if hour is None else "&asOf=" + at(hour).isoformat().replace("+", "%2B")
+        body = client.get(f"/api/v1/lineage/impact?nodeId=datasetField:pg://w:t0:c{when}").json()
+        return {
+            d["name"]: [(f["name"], f["pii"]) for f in d["piiFields"]] for d in body["datasets"]
+        }
+
+    assert pii_fields(4) == {"t1": [("c", "email")], "t2": [("c", "email")]}
+    assert pii_fields(8) == {"t1": [], "t2": [("c", "phone")]}
+    assert pii_fields(None) == pii_fields(8)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_subject_search_as_of_shows_the_personal_fields_of_then():
+    from privacy import actions as privacy_actions
+
+    w = World(2)
+    w.declare(0, PiiCategory.IDENTIFIER, at(1))
+    w.open(0, 1, "IDENTITY", False, at(2), None)
+    w.undeclare(0, at(6))
+    request = privacy_actions.SubjectRequest.build(w.kind, [(None, None, "4242")], None)
+
+    def personal(hour: int) -> dict[str, list[tuple[str, str]]]:
+        found = search_subject(w.kind, request.identifiers, at(hour), None)
+        return {h.name: h.personal_fields for h in found.all_hits}
+
+    assert personal(4) == {"t0": [("c", "identifier")], "t1": [("c", "identifier")]}
+    assert personal(8) == {}
