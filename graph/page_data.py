@@ -30,18 +30,15 @@ from django.db.models import (
 from django.urls import reverse
 
 from catalog.errors import ApiError
-from catalog.flags import FLAG_ATTRIBUTES, flags_as_of
 from catalog.models import (
     PERSONAL_DATA,
-    ChangeRecord,
     Dataset,
     DatasetField,
-    LifecycleState,
     Namespace,
     Owner,
     Tag,
 )
-from graph import nodeids, queries, render, resolve
+from graph import nodedata, nodeids, queries, render, resolve
 from graph.details import JobInfo
 from graph.models import Job, Taint
 
@@ -208,89 +205,19 @@ def current_risk() -> render.Risk:
 # --- the explorer's JSON ---------------------------------------------------
 
 
-CHUNK = 2000
-
-
-def _chunks(pks: list[int]) -> list[list[int]]:
-    return [pks[i : i + CHUNK] for i in range(0, len(pks), CHUNK)]
-
-
-def personal_data_flags(pks: list[int], as_of: datetime | None) -> dict[int, dict[str, bool]]:
-    """For each dataset: whether a field holds personal data, whether one identifies a subject,
-    whether it is dropped — all as they were at ``as_of`` (fields that existed then, with the
-    flags they showed then, declared or propagated: catalog.flags), or now."""
-    flags: dict[int, dict[str, bool]] = {}
-    for chunk in _chunks(pks):
-        if as_of is None:
-            rows = (
-                DatasetField.objects.filter(
-                    PERSONAL_DATA, removed_at__isnull=True, dataset_id__any_of=chunk
-                )
-                .order_by()
-                .values_list("dataset_id", "subject_kind_id")
-            )
-            personal = [(dataset_pk, subject is not None) for dataset_pk, subject in rows]
-        else:
-            personal = _personal_then(chunk, as_of)
-        for dataset_pk, subject in personal:
-            entry = flags.setdefault(dataset_pk, {"pii": True, "subject": False})
-            entry["subject"] = entry["subject"] or subject
-        dropped = Dataset.objects.filter(pk__any_of=chunk, lifecycle_state=LifecycleState.DROPPED)
-        if as_of is not None:
-            dropped = dropped.filter(dropped_at__lte=as_of)
-        for dataset_pk in dropped.values_list("pk", flat=True):
-            flags.setdefault(dataset_pk, {"pii": False, "subject": False})["dropped"] = True
-    return flags
-
-
-def _personal_then(pks: list[int], as_of: datetime) -> list[tuple[int, bool]]:
-    """(dataset, identifies a subject) for each field of these datasets that held personal
-    data at ``as_of``. Only fields that might have are asked of catalog.flags: flagged now,
-    re-flagged since, or ever reached by propagation."""
-    exists = Q(first_seen__lte=as_of) & (Q(removed_at__isnull=True) | Q(removed_at__gt=as_of))
-    changed = set(
-        ChangeRecord.objects.filter(
-            dataset_id__any_of=pks, attribute__in=FLAG_ATTRIBUTES, at__gt=as_of
-        ).values_list("dataset_id", "field_name")
-    )
-    alive = DatasetField.objects.filter(exists, dataset_id__any_of=pks).order_by()
-    maybe = dict(
-        alive.filter(PERSONAL_DATA | Q(propagated_flags__isnull=False)).values_list(
-            "pk", "dataset_id"
-        )
-    )
-    if changed:
-        for pk, dataset_pk, name in alive.filter(
-            dataset_id__any_of=sorted({ds for ds, _ in changed})
-        ).values_list("pk", "dataset_id", "name"):
-            if (dataset_pk, name) in changed:
-                maybe[pk] = dataset_pk
-    then = flags_as_of(sorted(maybe), as_of, named=False)
-    return [
-        (maybe[pk], flag.subject_kind is not None) for pk, flag in then.items() if flag.personal
-    ]
-
-
-def latest_run_states(pks: list[int]) -> dict[int, str]:
-    states: dict[int, str] = {}
-    for chunk in _chunks(pks):
-        states.update(
-            Job.objects.filter(pk__any_of=chunk, latest_run__isnull=False).values_list(
-                "pk", "latest_run__state"
-            )
-        )
-    return states
-
-
 def marks(graph: queries.LineageGraph) -> render.Marks:
-    """The catalog's marks on the nodes of ``graph``, as of its instant."""
+    """The catalog's marks on the nodes of ``graph``, as of its instant: its datasets (with
+    every field at column level, the personal ones at table level) and its jobs, with the
+    run they had then."""
     if graph.level == "column":
         return render.Marks(
             datasets=queries.load_datasets({n.dataset_pk for n in graph.nodes}, graph.as_of)
         )
     return render.Marks(
-        flags=personal_data_flags([n.pk for n in graph.nodes if n.kind == "DATASET"], graph.as_of),
-        states=latest_run_states([n.pk for n in graph.nodes if n.kind == "JOB"]),
+        datasets=nodedata.dataset_infos(
+            [n.pk for n in graph.nodes if n.kind == "DATASET"], graph.as_of
+        ),
+        jobs=nodedata.job_infos([n.pk for n in graph.nodes if n.kind == "JOB"], graph.as_of),
     )
 
 

@@ -17,12 +17,13 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from catalog.exports import csv_text
 from catalog.models import LifecycleState
 from graph import nodedata
-from graph.details import DatasetInfo
+from graph.details import DatasetInfo, JobInfo
 from graph.nodeids import dataset_node_id
 from graph.queries import Cut, GraphEdge, Impact, LineageGraph
 
@@ -373,13 +374,24 @@ def on_side(graph: LineageGraph, direction: str) -> LineageGraph:
 @dataclass(frozen=True)
 class Marks:
     """What the explorer marks on the nodes of an answer, read from the catalog as of the
-    answer's instant: each dataset's personal-data and dropped flags and each job's
-    latest run state (table level), or the datasets of the fields shown, with their
-    fields (column level)."""
+    answer's instant: its datasets (their personal-data and dropped flags; at column level
+    also their fields) and its jobs (their latest run's state)."""
 
-    flags: dict[int, dict[str, bool]] = field(default_factory=dict)
-    states: dict[int, str] = field(default_factory=dict)
     datasets: dict[int, DatasetInfo] = field(default_factory=dict)
+    jobs: dict[int, JobInfo] = field(default_factory=dict)
+
+
+def _dataset_marks(info: DatasetInfo | None, as_of: datetime | None) -> dict[str, bool]:
+    if info is None:
+        return {"pii": False, "subject": False, "dropped": False}
+    dropped = info.lifecycle_state == LifecycleState.DROPPED and (
+        as_of is None or (info.dropped_at is not None and info.dropped_at <= as_of)
+    )
+    return {
+        "pii": info.has_pii,
+        "subject": any(f.subject_kind for f in info.fields),
+        "dropped": dropped,
+    }
 
 
 def explorer_drawing(graph: LineageGraph, risk: Risk, marks: Marks) -> tuple[Drawn, Drawn]:
@@ -403,9 +415,7 @@ def explorer_drawing(graph: LineageGraph, risk: Risk, marks: Marks) -> tuple[Dra
                 "name": info.name,
                 "tainted": info.node_id in risk.tainted,
                 "atRisk": info.node_id in risk.at_risk,
-                "pii": info.has_pii,
-                "subject": any(f.subject_kind for f in info.fields),
-                "dropped": info.lifecycle_state == LifecycleState.DROPPED,
+                **_dataset_marks(info, graph.as_of),
             }
     for n in nodes:
         node: dict[str, Any] = {
@@ -433,10 +443,10 @@ def explorer_drawing(graph: LineageGraph, risk: Risk, marks: Marks) -> tuple[Dra
         else:
             parent = n.node_id
             if n.kind == "DATASET":
-                flags = marks.flags.get(n.pk, {"pii": False, "subject": False})
-                node |= {"dropped": False, **flags}
+                node |= _dataset_marks(datasets.get(n.pk), graph.as_of)
             else:
-                node["state"] = marks.states.get(n.pk, "")
+                run = job.latest_run if (job := marks.jobs.get(n.pk)) else None
+                node["state"] = run.state if run else ""
         node |= {"tainted": parent in risk.tainted, "atRisk": parent in risk.at_risk}
         drawn[n.node_id] = node
     personal = {

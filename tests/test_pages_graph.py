@@ -193,6 +193,34 @@ def test_it_draws_the_table_graph_around_a_dataset(shop, viewer):
     assert by_id["job:spark://etl:ingest_customers"]["state"] == "FAILED"
 
 
+def test_it_marks_jobs_with_the_run_they_had_then(shop, viewer):
+    """ingest_customers last failed at T3; before, its last run had completed."""
+    client = client_for(viewer)
+
+    def ingest_state(**params: str) -> str:
+        body = data(client, node=node(shop.raw), depth=1, direction="upstream", **params)
+        return str({n["id"]: n for n in body["nodes"]}["job:spark://etl:ingest_customers"]["state"])
+
+    assert ingest_state() == "FAILED"
+    assert ingest_state(asOf="2025-03-15T00:00:00Z") == "COMPLETED"
+    assert ingest_state(asOf="2025-01-15T00:00:00Z") == ""  # no run yet
+
+
+def test_it_marks_a_dataset_dropped_only_from_its_drop_on_at_both_levels(shop, viewer):
+    from catalog.models import Dataset
+
+    Dataset.objects.filter(pk=shop.revenue.pk).update(lifecycle_state="DROPPED", dropped_at=pb.T3)
+    client = client_for(viewer)
+
+    def dropped(level: str, **params: str) -> bool:
+        body = data(client, node=node(shop.revenue), depth=1, level=level, **params)
+        return bool({n["id"]: n for n in body["nodes"]}[node(shop.revenue)]["dropped"])
+
+    for level in ("table", "column"):
+        assert dropped(level) is True
+        assert dropped(level, asOf="2025-03-15T00:00:00Z") is False, level
+
+
 def test_it_counts_hidden_neighbours(shop, viewer):
     body = data(client_for(viewer), node=node(shop.clean), depth=1, direction="downstream")
     by_id = {n["id"]: n for n in body["nodes"]}
