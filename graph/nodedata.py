@@ -109,7 +109,7 @@ def job_data(info: JobInfo) -> dict[str, Any]:
         "jobType": info.job_type or None,
         "integration": info.integration or None,
         # Last, so a run as of another instant can be spliced over it.
-        "latestRun": _run(run),
+        "latestRun": run_json(run),
     }
 
 
@@ -265,7 +265,7 @@ def runs_as_of(pks: list[int], as_of: datetime) -> tuple[set[int], dict[int, Run
     return set(shown), latest_runs(unknown, as_of) if unknown else {}
 
 
-def _run(run: RunInfo | None) -> dict[str, Any] | None:
+def run_json(run: RunInfo | None) -> dict[str, Any] | None:
     if run is None:
         return None
     return {
@@ -298,7 +298,7 @@ def job_json(
         cut = text.rfind(b',"latestRun":')
         head = text[:cut] if cut >= 0 else text[:-1]
         run = runs.get(pk)
-        shown_run = b"null" if run is None else _dumps(_run(run)).encode()
+        shown_run = b"null" if run is None else _dumps(run_json(run)).encode()
         out[pk] = b'%s,"latestRun":%s}' % (head, shown_run)
     return out
 

@@ -16,7 +16,6 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import IntEnum
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -75,19 +74,16 @@ __all__ = [
     "LineagePath",
     "OwnerInfo",
     "PathStep",
-    "ReachedField",
     "RerunJob",
     "RetentionInfo",
     "RootCause",
     "RunInfo",
-    "Strength",
     "TaintImpact",
     "TaintInfo",
     "UpstreamJob",
     "change_instants",
     "column_lineage",
     "diff",
-    "field_reach",
     "find_path",
     "impact",
     "lineage",
@@ -119,10 +115,6 @@ class Cut:
     datasets: int = 0
     jobs: int = 0
     fields: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.datasets + self.jobs + self.fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -510,12 +502,6 @@ class Impact:
     @property
     def pii_datasets(self) -> tuple[ImpactedDataset, ...]:
         return tuple(d for d in self.datasets if d.dataset.has_pii)
-
-    def by_distance(self) -> dict[int, list[ImpactedDataset]]:
-        groups: dict[int, list[ImpactedDataset]] = defaultdict(list)
-        for item in self.datasets:
-            groups[item.distance].append(item)
-        return dict(sorted(groups.items()))
 
 
 def _owners(datasets: Iterable[DatasetInfo]) -> tuple[OwnerInfo, ...]:
@@ -1456,15 +1442,6 @@ def _topological_jobs(
 # --- field reach (privacy subject search) ------------------------------------------------
 
 
-class Strength(IntEnum):
-    """How strongly a derived value is tied to its source row (weakest on a path wins)."""
-
-    INDIRECT = snapshot.STRENGTH_INDIRECT
-    AGGREGATION = snapshot.STRENGTH_AGGREGATION
-    TRANSFORMATION = snapshot.STRENGTH_TRANSFORMATION
-    IDENTITY = snapshot.STRENGTH_IDENTITY
-
-
 @dataclass(frozen=True, slots=True)
 class PathStep:
     """One step of an evidence path: the field (or, for a dataset-level dependency, the
@@ -1478,21 +1455,10 @@ class PathStep:
     masking: bool
 
 
-@dataclass(frozen=True, slots=True)
-class ReachedField:
-    field_id: int
-    dataset_id: int
-    strength: Strength
-    distance: int
-
-
 class FieldReach:
-    """Fields reached downstream from seed fields, each by its strongest path.
-
-    Built by :func:`field_reach`; ``fields`` lists every reached field (seeds
-    included, at distance 0 with strength IDENTITY); ``path(field_id)`` gives
-    the evidence from a seed to that field.
-    """
+    """The evidence of a ranked field reach (graph.traverse.ranked_field_reach: fields
+    reached downstream from seed fields, each by the path whose weakest transformation is
+    strongest): ``path(field_id)`` from a seed to that field."""
 
     def __init__(self, snap: snapshot.Snapshot, arrays: traverse.RankedReach) -> None:
         self._snap = snap
@@ -1501,32 +1467,6 @@ class FieldReach:
 
     def __len__(self) -> int:
         return int(self._a.field.size)
-
-    def __contains__(self, field_id: object) -> bool:
-        return field_id in self._index
-
-    @property
-    def fields(self) -> list[ReachedField]:
-        a = self._a
-        return [
-            ReachedField(f, d, Strength(s), dist)
-            for f, d, s, dist in zip(
-                a.field.tolist(),
-                a.dataset.tolist(),
-                a.strength.tolist(),
-                a.dist.tolist(),
-                strict=True,
-            )
-        ]
-
-    def get(self, field_id: int) -> ReachedField | None:
-        i = self._index.get(field_id)
-        if i is None:
-            return None
-        a = self._a
-        return ReachedField(
-            int(a.field[i]), int(a.dataset[i]), Strength(int(a.strength[i])), int(a.dist[i])
-        )
 
     def _step(self, layer: int, pos: int, field_id: int | None, dataset_id: int) -> PathStep:
         store = self._snap.store(layer)
@@ -1571,31 +1511,3 @@ class FieldReach:
             int(a.ds_only_parent_layer[i]), int(a.ds_only_parent_pos[i]), None, dataset_id
         )
         return (*head, last)
-
-
-def field_reach(
-    seed_fields: Iterable[int],
-    *,
-    as_of: datetime | None = None,
-    max_depth: int | None = None,
-) -> FieldReach:
-    """Follow column lineage downstream from many seed fields at once.
-
-    For each reached field: the path (fields and jobs) whose weakest
-    transformation is strongest, and that weakest transformation — IDENTITY or
-    TRANSFORMATION (the rows still hold the source's values, masked or not)
-    versus AGGREGATION or INDIRECT (the source only contributed). One
-    vectorised pass per strength level over the in-memory column snapshot.
-    """
-    seeds = sorted({int(pk) for pk in seed_fields})
-    snap = snapshot.columns()
-    seed_ds = dict(DatasetField.objects.filter(pk__in=seeds).values_list("pk", "dataset_id"))
-    seeds = [pk for pk in seeds if pk in seed_ds]
-    arrays = traverse.ranked_field_reach(
-        snap,
-        np.asarray(seeds, dtype=np.int64),
-        np.asarray([seed_ds[pk] for pk in seeds], dtype=np.int64),
-        TimeFilter.at(as_of),
-        max_depth,
-    )
-    return FieldReach(snap, arrays)

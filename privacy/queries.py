@@ -10,7 +10,7 @@ A search starts from the fields *declared* as identifying the subject kind
 * ``aggregate``: reached only through AGGREGATION or INDIRECT edges — the
   subject contributed, but no row is theirs.
 
-The traversal is the graph engine's ``field_reach`` (graph/queries.py): per
+The traversal is the graph engine's ``ranked_field_reach`` (graph/traverse.py): per
 reached field, the path whose weakest transformation is strongest. Each
 dataset carries that path (field by field, job by job) as its evidence.
 Dataset-level INDIRECT edges (a filter or join key shaping a whole output)

@@ -3,11 +3,19 @@ the privacy subject search (strongest path, weakest transformation, evidence, as
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import numpy as np
 import pytest
 
-from graph import queries
+from graph import queries, snapshot, traverse
 from graph.models import Direction, TransformationSubtype, TransformationType
-from graph.queries import Strength
+from graph.queries import FieldReach
+from graph.snapshot import STRENGTH_AGGREGATION as AGGREGATION
+from graph.snapshot import STRENGTH_IDENTITY as IDENTITY
+from graph.snapshot import STRENGTH_INDIRECT as INDIRECT
+from graph.snapshot import STRENGTH_TRANSFORMATION as TRANSFORMATION
+from graph.snapshot import TimeFilter
 from graph.taint import TaintError, clear_taint, mark_tainted
 from tests.graph_builders import T0, T1, T2, T3, LineageBuilder
 
@@ -154,34 +162,51 @@ def subject():
     return g
 
 
-def reach_of(g, *fields, **kw):
-    return queries.field_reach([g.field(f).pk for f in fields], **kw)
+class Reach(NamedTuple):
+    ranked: dict[int, tuple[int, int, int]]  # field pk: (strength, distance, dataset pk)
+    evidence: FieldReach
+
+
+def reach_of(g, *fields, as_of=None, max_depth=None) -> Reach:
+    """The privacy search's reach downstream of these seed fields."""
+    seeds = sorted((g.field(f) for f in fields), key=lambda f: f.pk)
+    snap = snapshot.columns()
+    a = traverse.ranked_field_reach(
+        snap,
+        np.asarray([f.pk for f in seeds], dtype=np.int64),
+        np.asarray([f.dataset_id for f in seeds], dtype=np.int64),
+        TimeFilter.at(as_of),
+        max_depth,
+    )
+    rows = zip(
+        a.field.tolist(), a.strength.tolist(), a.dist.tolist(), a.dataset.tolist(), strict=True
+    )
+    return Reach({f: (s, d, ds) for f, s, d, ds in rows}, FieldReach(snap, a))
 
 
 def test_reach_ranks_each_field_by_its_weakest_transformation(subject):
     reach = reach_of(subject, "crm.customers.id", "crm.customers.email")
-    by_field = {r.field_id: r for r in reach.fields}
     expect = {
-        "crm.customers.id": (Strength.IDENTITY, 0),
-        "crm.customers.email": (Strength.IDENTITY, 0),
-        "clean.customers.customer_id": (Strength.IDENTITY, 1),
-        "mart.profiles.customer_hash": (Strength.TRANSFORMATION, 2),
-        "report.daily.emails_per_day": (Strength.AGGREGATION, 1),
-        "orders.enriched.total": (Strength.INDIRECT, 2),
+        "crm.customers.id": (IDENTITY, 0),
+        "crm.customers.email": (IDENTITY, 0),
+        "clean.customers.customer_id": (IDENTITY, 1),
+        "mart.profiles.customer_hash": (TRANSFORMATION, 2),
+        "report.daily.emails_per_day": (AGGREGATION, 1),
+        "orders.enriched.total": (INDIRECT, 2),
     }
-    assert {subject.field(f).pk for f in expect} == set(by_field)
-    for spec, (strength, distance) in expect.items():
-        found = by_field[subject.field(spec).pk]
-        assert (found.strength, found.distance) == (strength, distance), spec
-    profiles = [r.strength for r in reach.fields if r.dataset_id == subject.ds["mart.profiles"].pk]
-    assert max(profiles) == Strength.TRANSFORMATION
+    assert {subject.field(f).pk for f in expect} == set(reach.ranked)
+    for spec, strength_distance in expect.items():
+        assert reach.ranked[subject.field(spec).pk][:2] == strength_distance, spec
+    profiles = subject.ds["mart.profiles"].pk
+    assert max(s for s, _, ds in reach.ranked.values() if ds == profiles) == TRANSFORMATION
     # The audit table depends on the email as a whole (a filter): reached as a dataset only.
     audit = subject.ds["audit"].pk
-    assert audit not in {r.dataset_id for r in reach.fields} and reach.dataset_path(audit)
+    assert audit not in {ds for _, _, ds in reach.ranked.values()}
+    assert reach.evidence.dataset_path(audit)
 
 
 def test_reach_gives_the_evidence_path_field_by_field(subject):
-    reach = reach_of(subject, "crm.customers.id")
+    reach = reach_of(subject, "crm.customers.id").evidence
     path = reach.path(subject.field("mart.profiles.customer_hash").pk)
     assert [s.field_id for s in path] == [
         subject.field("crm.customers.id").pk,
@@ -207,10 +232,10 @@ def test_reach_prefers_a_strong_path_over_a_short_weak_one():
     g.column("copy1", "s.k", "m.k")
     g.job("copy2", reads=["m"], writes=["t"])
     g.column("copy2", "m.k", "t.k")
-    reach = queries.field_reach([g.field("s.k").pk])
-    found = reach.get(g.field("t.k").pk)
-    assert found is not None and found.strength == Strength.IDENTITY and found.distance == 2
-    assert [s.job_id for s in reach.path(found.field_id)][1:] == [
+    reach = reach_of(g, "s.k")
+    target = g.field("t.k").pk
+    assert reach.ranked[target][:2] == (IDENTITY, 2)
+    assert [s.job_id for s in reach.evidence.path(target)][1:] == [
         g.jobs["copy1"].pk,
         g.jobs["copy2"].pk,
     ]
@@ -218,13 +243,12 @@ def test_reach_prefers_a_strong_path_over_a_short_weak_one():
 
 def test_reach_honours_as_of_and_depth(subject):
     legacy = subject.field("legacy.cust.cust").pk
-    assert legacy in reach_of(subject, "crm.customers.id", as_of=T1)
-    assert legacy not in reach_of(subject, "crm.customers.id", as_of=T3)
-    shallow = reach_of(subject, "crm.customers.id", max_depth=1)
+    assert legacy in reach_of(subject, "crm.customers.id", as_of=T1).ranked
+    assert legacy not in reach_of(subject, "crm.customers.id", as_of=T3).ranked
+    shallow = reach_of(subject, "crm.customers.id", max_depth=1).ranked
     assert subject.field("mart.profiles.customer_hash").pk not in shallow
     assert subject.field("clean.customers.customer_id").pk in shallow
 
 
 def test_reach_of_nothing_is_empty():
-    reach = queries.field_reach([])
-    assert len(reach) == 0 and reach.fields == []
+    assert reach_of(LineageBuilder()).ranked == {}
