@@ -368,6 +368,22 @@ def test_incremental_flags_equal_a_recomputation_now_and_as_of_any_instant(ops):
                 rendered = nodedata.render_datasets(pks, at(hour))
                 expected = {pk: entry.data.encode() for pk, entry in rendered.items()}
                 assert nodedata.dataset_json(pks, at(hour)) == expected, hour
+                # Impact lists and subject search name the fields personal then.
+                flags = field_flags(w.fields, as_of=at(hour))
+                personal = {
+                    f.dataset_id: [(f.name, flags[f.pk].pii, flags[f.pk].subject_kind)]
+                    if flags[f.pk].pii or flags[f.pk].subject_kind
+                    else []
+                    for f in w.fields
+                }
+                for found in (
+                    nodedata.dataset_infos(pks, at(hour)),
+                    details.load_datasets(pks, at(hour), "personal"),
+                ):
+                    assert {
+                        pk: [(f.name, f.pii_category, f.subject_kind) for f in info.pii_fields]
+                        for pk, info in found.items()
+                    } == personal, hour
         finally:
             nodecache.cache.clear()
             directory.reset()
