@@ -608,7 +608,8 @@ def _column_impact(
     for tgt, job in zip(links.tgt.tolist(), links.job.tolist(), strict=True):
         if job >= 0:
             job_dist[job] = min(job_dist.get(job, field_dist[tgt]), field_dist[tgt])
-    for src, job in zip(ds_batch.src.tolist(), snap.column("job", ds_batch).tolist(), strict=True):
+    ds_jobs = snap.column("job", ds_batch)
+    for src, job in zip(ds_batch.src.tolist(), ds_jobs.tolist(), strict=True):
         if job >= 0:
             d = field_dist[src] + 1
             job_dist[job] = min(job_dist.get(job, d), d)
@@ -619,31 +620,19 @@ def _column_impact(
     ds_ids = {pk: d.node_id for pk, d in details.items()}
     job_ids = {pk: j.node_id for pk, j in jobs.items()}
     edges: list[GraphEdge] = []
-    for src, tgt, job in zip(
-        links.src.tolist(), links.tgt.tolist(), links.job.tolist(), strict=True
+    for sources, targets, by_edge, shown in (
+        (links.src, links.tgt, links.job, field_ids),
+        (ds_batch.src, ds_batch.dst, ds_jobs, ds_ids),
     ):
-        if src in field_ids and tgt in field_ids:
-            if job in job_ids:
-                edges += [
-                    GraphEdge(field_ids[src], job_ids[job]),
-                    GraphEdge(job_ids[job], field_ids[tgt]),
-                ]
-            else:
-                edges.append(GraphEdge(field_ids[src], field_ids[tgt]))
-    for src, tds, job in zip(
-        ds_batch.src.tolist(),
-        ds_batch.dst.tolist(),
-        snap.column("job", ds_batch).tolist(),
-        strict=True,
-    ):
-        if src in field_ids and tds in ds_ids:
-            if job in job_ids:
-                edges += [
-                    GraphEdge(field_ids[src], job_ids[job]),
-                    GraphEdge(job_ids[job], ds_ids[tds]),
-                ]
-            else:
-                edges.append(GraphEdge(field_ids[src], ds_ids[tds]))
+        for src, tgt, job in zip(sources.tolist(), targets.tolist(), by_edge.tolist(), strict=True):
+            if src in field_ids and tgt in shown:
+                if job in job_ids:
+                    edges += [
+                        GraphEdge(field_ids[src], job_ids[job]),
+                        GraphEdge(job_ids[job], shown[tgt]),
+                    ]
+                else:
+                    edges.append(GraphEdge(field_ids[src], shown[tgt]))
     items = []
     for ds_pk in ds_pks:
         if ds_pk not in details:
@@ -904,6 +893,28 @@ def _exists_at(t: datetime, first: str, gone: str) -> Q:
     return Q(**{f"{first}__lte": t}) & (Q(**{f"{gone}__isnull": True}) | Q(**{f"{gone}__gt": t}))
 
 
+def _scope(
+    snap: snapshot.Snapshot,
+    node: ResolvedNode,
+    depth: int,
+    direction: DirectionName,
+    *filters: TimeFilter,
+) -> tuple[IntArray, IntArray]:
+    """The datasets and jobs within ``node``'s lineage (``depth``, ``direction``) under any
+    of ``filters``, the node itself included (sorted)."""
+    roots_ds, roots_job = _roots(node)
+    ds_parts, job_parts = [roots_ds], [roots_job]
+    ways: tuple[traverse.Way, ...] = ("up", "down")
+    if direction != "both":
+        ways = ("up",) if direction == "upstream" else ("down",)
+    for tf in filters:
+        for way in ways:
+            reach = traverse.table_reach(snap, way, depth, tf, roots_ds, roots_job)
+            ds_parts.append(reach.ds)
+            job_parts.append(reach.job)
+    return np.unique(np.concatenate(ds_parts)), np.unique(np.concatenate(job_parts))
+
+
 def diff(
     t1: datetime,
     t2: datetime,
@@ -923,19 +934,7 @@ def diff(
     scope_ds: IntArray | None = None
     scope_job: IntArray | None = None
     if node is not None:
-        roots_ds, roots_job = _roots(node)
-        ds_parts, job_parts = [], []
-        for tf in (tf1, tf2):
-            for way in ("up", "down"):
-                if (way == "up" and direction == "downstream") or (
-                    way == "down" and direction == "upstream"
-                ):
-                    continue
-                reach = traverse.table_reach(table_snap, way, depth, tf, roots_ds, roots_job)
-                ds_parts.append(reach.ds)
-                job_parts.append(reach.job)
-        scope_ds = np.unique(np.concatenate(ds_parts))
-        scope_job = np.unique(np.concatenate(job_parts))
+        scope_ds, scope_job = _scope(table_snap, node, depth, direction, tf1, tf2)
 
     cols = ("job", "ds", "out")
     k1, k2 = _valid_keys(table_snap, tf1, cols), _valid_keys(table_snap, tf2, cols)
@@ -1065,17 +1064,7 @@ def change_instants(
         columns = snapshot.columns()
         sources.append((columns, columns.all_valid(ever), "tds"))
     if node is not None:
-        roots_ds, roots_job = _roots(node)
-        ds_parts, job_parts = [roots_ds], [roots_job]
-        for way in ("up", "down"):
-            if (way == "up" and direction == "downstream") or (
-                way == "down" and direction == "upstream"
-            ):
-                continue
-            reach = traverse.table_reach(snap, way, depth, ever, roots_ds, roots_job)
-            ds_parts.append(reach.ds)
-            job_parts.append(reach.job)
-        ds_set, job_set = np.concatenate(ds_parts), np.concatenate(job_parts)
+        ds_set, job_set = _scope(snap, node, depth, direction, ever)
         sources = [
             (
                 source,
