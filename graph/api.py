@@ -608,18 +608,18 @@ class SourcesView(OrphansView):
 # --- taints ------------------------------------------------------------------------------
 
 
-def taint_json(info: queries.TaintInfo) -> dict[str, Any]:
+def taint_json(taint: Taint) -> dict[str, Any]:
     return {
-        "id": info.pk,
-        "dataset": info.dataset,
-        "reason": info.reason,
-        "windowStart": iso(info.window_start),
-        "windowEnd": iso(info.window_end),
-        "createdAt": iso(info.created_at),
-        "createdBy": info.created_by or None,
-        "clearedAt": iso(info.cleared_at),
-        "clearedBy": info.cleared_by or None,
-        "active": info.active,
+        "id": taint.pk,
+        "dataset": taint.dataset.node_id,
+        "reason": taint.reason,
+        "windowStart": iso(taint.window_start),
+        "windowEnd": iso(taint.window_end),
+        "createdAt": iso(taint.created_at),
+        "createdBy": taint.created_by.get_username() if taint.created_by else None,
+        "clearedAt": iso(taint.cleared_at),
+        "clearedBy": taint.cleared_by.get_username() if taint.cleared_by else None,
+        "active": taint.cleared_at is None,
     }
 
 
@@ -678,7 +678,7 @@ class TaintListView(GraphView):
         return _json(
             _dumps(
                 {
-                    "taints": [taint_json(queries.taint_info(t)) for t in listed],
+                    "taints": [taint_json(t) for t in listed],
                     "atRisk": at_risk_json(impact),
                 }
             )
@@ -713,7 +713,7 @@ class TaintListView(GraphView):
         taint = _taints().get(pk=taint.pk)
         impact = queries.taint_impact([taint])
         return Response(
-            {"taint": taint_json(queries.taint_info(taint)), "atRisk": at_risk_json(impact)},
+            {"taint": taint_json(taint), "atRisk": at_risk_json(impact)},
             status=201,
         )
 
@@ -736,13 +736,11 @@ class TaintDetailView(GraphView):
     def get(self, request: Request, taint_id: int) -> Response:
         taint = self._taint(taint_id)
         impact = queries.taint_impact([taint])
-        return Response(
-            {"taint": taint_json(queries.taint_info(taint)), "atRisk": at_risk_json(impact)}
-        )
+        return Response({"taint": taint_json(taint), "atRisk": at_risk_json(impact)})
 
     @extend_schema(
         responses={200: schema.CLEARED}, summary="Clear a taint", operation_id="clearTaint"
     )
     def delete(self, request: Request, taint_id: int) -> Response:
         taint = clear_taint(self._taint(taint_id), actor=request.user)
-        return Response({"taint": taint_json(queries.taint_info(taint))})
+        return Response({"taint": taint_json(taint)})

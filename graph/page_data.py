@@ -197,7 +197,7 @@ def current_risk() -> render.Risk:
     if not Taint.objects.filter(cleared_at__isnull=True).exists():
         return render.Risk()
     report = queries.taint_impact()
-    tainted = frozenset(t.dataset for t in report.taints if t.active)
+    tainted = frozenset(t.dataset.node_id for t in report.taints if t.cleared_at is None)
     at_risk = {d.node_id for d in report.datasets} | {j.node_id for j in report.jobs_to_rerun}
     return render.Risk(tainted, frozenset(at_risk - tainted))
 

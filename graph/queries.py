@@ -79,7 +79,6 @@ __all__ = [
     "RootCause",
     "RunInfo",
     "TaintImpact",
-    "TaintInfo",
     "UpstreamJob",
     "change_instants",
     "column_lineage",
@@ -93,7 +92,6 @@ __all__ = [
     "root_cause",
     "sources",
     "taint_impact",
-    "taint_info",
 ]
 
 T = TypeVar("T")
@@ -1247,23 +1245,6 @@ def sources(
 
 
 @dataclass(frozen=True, slots=True)
-class TaintInfo:
-    pk: int
-    dataset: str
-    reason: str
-    window_start: datetime | None
-    window_end: datetime | None
-    created_at: datetime
-    created_by: str
-    cleared_at: datetime | None
-    cleared_by: str
-
-    @property
-    def active(self) -> bool:
-        return self.cleared_at is None
-
-
-@dataclass(frozen=True, slots=True)
 class AtRiskDataset:
     dataset: DatasetInfo
     distance: int
@@ -1292,26 +1273,12 @@ class RerunJob:
 class TaintImpact:
     """Active taints, every dataset at risk from them, and the jobs to re-run in order."""
 
-    taints: tuple[TaintInfo, ...]
+    taints: tuple[Taint, ...]
     datasets: tuple[AtRiskDataset, ...]
     jobs_to_rerun: tuple[RerunJob, ...]
     owners: tuple[OwnerInfo, ...]
     truncated: bool = False
     cut: Cut = Cut()
-
-
-def taint_info(taint: Taint) -> TaintInfo:
-    return TaintInfo(
-        pk=taint.pk,
-        dataset=taint.dataset.node_id,
-        reason=taint.reason,
-        window_start=taint.window_start,
-        window_end=taint.window_end,
-        created_at=taint.created_at,
-        created_by=taint.created_by.get_username() if taint.created_by else "",
-        cleared_at=taint.cleared_at,
-        cleared_by=taint.cleared_by.get_username() if taint.cleared_by else "",
-    )
 
 
 def _taint_filter(taint: Taint) -> TimeFilter:
@@ -1370,7 +1337,7 @@ def taint_impact(
         if pk in details
     )
     return TaintImpact(
-        taints=tuple(taint_info(t) for t in taints),
+        taints=tuple(taints),
         datasets=datasets,
         jobs_to_rerun=tuple(
             RerunJob(jobs[pk], i + 1, job_best[pk], pk in cyclic)

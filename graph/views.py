@@ -86,14 +86,6 @@ def _iso(value: datetime | None) -> str:
     return value.isoformat().replace("+00:00", "Z") if value else ""
 
 
-def dataset_page_url(namespace: str, name: str) -> str:
-    return f"{reverse('dataset-detail')}?{urlencode({'namespace': namespace, 'name': name})}"
-
-
-def job_page_url(namespace: str, name: str) -> str:
-    return f"{reverse('job-detail')}?{urlencode({'namespace': namespace, 'name': name})}"
-
-
 @dataclass
 class ViewState:
     """The explorer's and impact view's state, as it travels in the query string."""
@@ -372,8 +364,8 @@ def explorer(request: HttpRequest) -> HttpResponse:
 
 def _node_page(node: data.NodeRef) -> str:
     if node.kind == "job":
-        return job_page_url(node.namespace, node.name)
-    return dataset_page_url(node.namespace, node.name)
+        return data.job_url(node.namespace, node.name)
+    return data.dataset_url(node.namespace, node.name)
 
 
 def _json_error(error: PageError) -> JsonResponse:
@@ -469,14 +461,14 @@ def root_cause(request: HttpRequest) -> HttpResponse:
                     "job": j.job,
                     "distance": j.distance,
                     "run": j.run,
-                    "url": job_page_url(j.job.namespace, j.job.name),
+                    "url": data.job_url(j.job.namespace, j.job.name),
                     "run_url": reverse("run-detail", args=[uuid.UUID(j.run.run_uuid)])
                     if j.run
                     else "",
                     "outputs": [
                         {
                             "name": names[o].name,
-                            "url": dataset_page_url(names[o].namespace, names[o].name),
+                            "url": data.dataset_url(names[o].namespace, names[o].name),
                         }
                         for o in j.outputs
                         if o in names
@@ -485,7 +477,7 @@ def root_cause(request: HttpRequest) -> HttpResponse:
                 for j in result.jobs
             ],
             "suspects": [
-                {"name": names[s].name, "url": dataset_page_url(names[s].namespace, names[s].name)}
+                {"name": names[s].name, "url": data.dataset_url(names[s].namespace, names[s].name)}
                 for s in result.suspects
                 if s in names
             ],
@@ -652,7 +644,7 @@ def _taint_context(request: HttpRequest, dataset: Dataset, **extra: Any) -> dict
         "at_risk": [d for d in impact.datasets if d.distance > 0] if impact else [],
         "may_taint": auth.has_perm(request.user, auth.TAINT_DATASET),
         "back": _same_site(request.GET.get("next"), request)
-        or dataset_page_url(dataset.namespace.name, dataset.name),
+        or data.dataset_url(dataset.namespace.name, dataset.name),
         **extra,
     }
 
@@ -696,7 +688,7 @@ def dataset_taints(request: HttpRequest) -> HttpResponse:
     except TaintError as exc:
         error, field = exc.message, exc.field
     else:
-        back = _same_site(request.GET.get("next"), request) or dataset_page_url(
+        back = _same_site(request.GET.get("next"), request) or data.dataset_url(
             dataset.namespace.name, dataset.name
         )
         messages.success(request, f"{dataset.name} is marked as tainted.")
@@ -715,7 +707,7 @@ def clear_taint_page(request: HttpRequest, taint_id: int) -> HttpResponse:
         raise Http404(f"No taint {taint_id}")
     clear_taint(taint, actor=request.user)
     dataset = taint.dataset
-    back = _same_site(request.POST.get("next"), request) or dataset_page_url(
+    back = _same_site(request.POST.get("next"), request) or data.dataset_url(
         dataset.namespace.name, dataset.name
     )
     messages.success(request, f"The taint on {dataset.name} is cleared.")
