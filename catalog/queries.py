@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Exists, OuterRef, Prefetch, QuerySet
 
 from catalog import naming
 from catalog.actions import owners_value, tags_value
@@ -21,9 +22,12 @@ from catalog.models import (
     DatasetField,
     DatasetOwnership,
     DatasetVersion,
+    LifecycleState,
     Namespace,
 )
-from graph.models import RunDataset
+from graph.models import Direction, RunDataset
+
+CHUNK = 5000
 
 DATASET_ATTRIBUTES = ("description", "sensitivity", "retention_policy", "owners", "tags")
 FIELD_ATTRIBUTES = ("pii_category", "subject_kind", "sensitivity", "description")
@@ -117,31 +121,63 @@ def value_as_of(records: list[ChangeRecord], as_of: datetime, current: Any) -> A
     return current
 
 
-# How lineage records that a dataset went away (a schema version with this lifecycle).
-CLOSED_LIFECYCLES = {"DROP": "Dropped", "RENAMED": "Renamed"}
+# How lineage records that a dataset went away (a schema version with this lifecycle),
+# and the dataset's state while it stays away.
+CLOSED_STATES = {"DROP": LifecycleState.DROPPED, "RENAMED": LifecycleState.RENAMED}
+
+
+def closing_versions(as_of: datetime) -> QuerySet[DatasetVersion]:
+    """The schema versions that keep datasets dropped or renamed away at ``as_of``.
+
+    The last schema version by then closed the dataset, and no run read or wrote it after
+    that, up to then: the rule ingestion applies to a dataset's current state. Only a
+    dataset closed at some time can be (its ``dropped_at`` is set); a dataset dropped and
+    written again is closed only in between.
+    """
+    later = DatasetVersion.objects.filter(
+        dataset=OuterRef("dataset"), created_at__gt=OuterRef("created_at"), created_at__lte=as_of
+    )
+    seen = RunDataset.objects.filter(
+        dataset=OuterRef("dataset"),
+        direction__in=[Direction.INPUT, Direction.OUTPUT],
+        event_time__gt=OuterRef("created_at"),
+        event_time__lte=as_of,
+    )
+    return (
+        DatasetVersion.objects.filter(
+            dataset__dropped_at__isnull=False,
+            lifecycle_state__in=CLOSED_STATES,
+            created_at__lte=as_of,
+        )
+        .exclude(Exists(later))
+        .exclude(Exists(seen))
+        .order_by()
+    )
+
+
+def closed_at(
+    as_of: datetime, among: Iterable[int] | None = None
+) -> dict[int, tuple[LifecycleState, datetime]]:
+    """Datasets dropped or renamed away at ``as_of`` (of ``among``, when given), with that
+    state and since when (closing_versions)."""
+    closing = closing_versions(as_of)
+    wanted = None if among is None else sorted({int(pk) for pk in among})
+    out: dict[int, tuple[LifecycleState, datetime]] = {}
+    for start in range(0, 1 if wanted is None else len(wanted), CHUNK):
+        rows = (
+            closing
+            if wanted is None
+            else closing.filter(dataset_id__any_of=wanted[start : start + CHUNK])
+        )
+        for pk, kind, since in rows.values_list("dataset_id", "lifecycle_state", "created_at"):
+            out[pk] = (CLOSED_STATES[kind], since)
+    return out
 
 
 def lifecycle_as_of(dataset: Dataset, as_of: datetime) -> tuple[str, datetime | None]:
-    """ "Active", "Dropped" or "Renamed" at ``as_of`` and since when. Lineage records a drop
-    or a rename as a schema version closing the dataset; a run reading or writing it after
-    that (or a later schema) means it was there again, as ingestion decides it today."""
-    closing = (
-        dataset.versions.filter(created_at__lte=as_of, lifecycle_state__in=CLOSED_LIFECYCLES)
-        .order_by("-created_at")
-        .first()
-    )
-    if closing is None:
-        return "Active", None
-    since = closing.created_at
-    seen_again = (
-        RunDataset.objects.filter(
-            dataset=dataset, event_time__gt=since, event_time__lte=as_of
-        ).exists()
-        or dataset.versions.filter(created_at__gt=since, created_at__lte=as_of).exists()
-    )
-    if seen_again:
-        return "Active", None
-    return CLOSED_LIFECYCLES[closing.lifecycle_state], since
+    """ "Active", "Dropped" or "Renamed" at ``as_of`` and since when (see closed_at)."""
+    state, since = closed_at(as_of, [dataset.pk]).get(dataset.pk, (None, None))
+    return ("Active", None) if state is None else (state.label, since)
 
 
 def dataset_lifecycle(dataset: Dataset, as_of: datetime | None) -> tuple[str, datetime | None]:

@@ -23,7 +23,8 @@ import numpy.typing as npt
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from catalog import naming
-from catalog.models import Dataset, DatasetField
+from catalog.models import Dataset, DatasetField, LifecycleState
+from catalog.queries import closing_versions
 from graph import directory, nodedata, snapshot, traverse
 from graph.details import (
     DatasetInfo,
@@ -891,6 +892,11 @@ def _exists_at(t: datetime, first: str, gone: str) -> Q:
     return Q(**{f"{first}__lte": t}) & (Q(**{f"{gone}__isnull": True}) | Q(**{f"{gone}__gt": t}))
 
 
+def _dataset_at(t: datetime) -> Q:
+    """Datasets seen by ``t`` and neither dropped nor renamed away then."""
+    return Q(first_seen__lte=t) & ~Q(pk__in=closing_versions(t).values("dataset_id"))
+
+
 def _scope(
     snap: snapshot.Snapshot,
     node: ResolvedNode,
@@ -954,10 +960,7 @@ def diff(
     if scope_ds is not None:
         datasets = datasets.filter(pk__in=scope_ds.tolist())
         fields = fields.filter(dataset_id__in=scope_ds.tolist())
-    ds_at1, ds_at2 = (
-        _exists_at(t1, "first_seen", "dropped_at"),
-        _exists_at(t2, "first_seen", "dropped_at"),
-    )
+    ds_at1, ds_at2 = _dataset_at(t1), _dataset_at(t2)
     f_at1, f_at2 = (
         _exists_at(t1, "first_seen", "removed_at"),
         _exists_at(t2, "first_seen", "removed_at"),
@@ -1162,9 +1165,9 @@ def _degree(batch: snapshot.EdgeBatch) -> dict[int, int]:
 def _existing(as_of: datetime | None, namespace: str | None) -> QuerySet[Dataset]:
     qs = Dataset.objects.filter(is_hidden=False)
     if as_of is None:
-        qs = qs.filter(dropped_at__isnull=True)
+        qs = qs.filter(lifecycle_state=LifecycleState.ACTIVE)
     else:
-        qs = qs.filter(_exists_at(as_of, "first_seen", "dropped_at"))
+        qs = qs.filter(_dataset_at(as_of))
     if namespace:
         qs = qs.filter(namespace__name=naming.canonical_namespace(namespace))
     return qs

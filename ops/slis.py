@@ -73,8 +73,8 @@ class Scope:
         # Conditions on other tables are EXISTS and IN subqueries: one row per dataset,
         # so counts need no DISTINCT.
         found = Dataset.objects.filter(
-            alias_of__isnull=True, dropped_at__isnull=True, is_hidden=False
-        ).exclude(lifecycle_state=LifecycleState.DROPPED)
+            alias_of__isnull=True, lifecycle_state=LifecycleState.ACTIVE, is_hidden=False
+        )
         if self.namespace:
             found = found.filter(namespace__name=self.namespace)
         if self.owner:

@@ -44,6 +44,7 @@ from catalog.models import (
     LifecycleState,
     SubjectKind,
 )
+from catalog.queries import closed_at
 from graph import revision, snapshot, traverse
 from graph.details import FieldInfo as GraphFieldInfo
 from graph.details import field_rows, load_dataset_names, load_datasets, load_job_names
@@ -535,7 +536,8 @@ _EXCLUDED: dict[str, tuple[Any, npt.NDArray[np.int64]]] = {}
 
 
 def _excluded_datasets(as_of: datetime | None) -> npt.NDArray[np.int64]:
-    """Return the sorted ids of datasets never listed: hidden, or absent (dropped) at ``as_of``.
+    """Return the sorted ids of datasets never listed: hidden, or absent (not yet seen,
+    dropped or renamed away) at ``as_of``.
 
     Lineage already hides most of them (a drop closes a dataset's edges); this
     also catches seeds and stray open edges. Now-answers are cached until the
@@ -549,12 +551,16 @@ def _excluded_datasets(as_of: datetime | None) -> npt.NDArray[np.int64]:
             return cached[1]
         where, params = "is_hidden OR lifecycle_state = %s", [LifecycleState.DROPPED.value]
     else:
-        stamp = connection.ops.adapt_datetimefield_value(as_of)
-        where = "is_hidden OR first_seen > %s OR (dropped_at IS NOT NULL AND dropped_at <= %s)"
-        params = [stamp, stamp]
+        where, params = (
+            "is_hidden OR first_seen > %s",
+            [connection.ops.adapt_datetimefield_value(as_of)],
+        )
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT id FROM catalog_dataset WHERE {where}", params)
-        found = np.sort(np.fromiter((row[0] for row in cursor.fetchall()), dtype=np.int64))
+        ids = [row[0] for row in cursor.fetchall()]
+    if as_of is not None:
+        ids += closed_at(as_of)
+    found = np.unique(np.asarray(ids, dtype=np.int64))
     if as_of is None:
         _EXCLUDED["now"] = (current, found)
     return found

@@ -211,6 +211,39 @@ def test_the_catalog_tells_a_dropped_datasets_lifecycle_at_any_instant():
     assert dataset_lifecycle(c, datetime(2020, 1, 1, tzinfo=UTC)) == ("Not yet seen", None)
 
 
+def test_a_dataset_dropped_and_written_again_is_in_answers_outside_the_gap():
+    """Dropped at day 3, written again at day 5: every answer leaves it out only in
+    between, as the catalog's lifecycle says (its dropped_at stays day 3)."""
+    from catalog.models import PiiCategory, SubjectKind
+    from graph import queries
+    from ops.slis import Scope
+    from privacy.queries import Identifier, search_subject
+
+    ingest(*completed(1, 1, [dataset("c", schema=schema("id"))], [dataset("out")]))
+    kind = SubjectKind.objects.create(name="customer")
+    catalog_actions.update_field(
+        DatasetField.objects.get(dataset__name="c", name="id"),
+        {"pii_category": PiiCategory.IDENTIFIER, "subject_kind": kind},
+        catalog_actions.Actor(name="stella"),
+        at=t(1, 5),
+    )
+    ingest(drop("c", at(3)))
+    ingest(*completed(2, 5, [dataset("c", schema=schema("id"))], [dataset("out")]))
+    assert Dataset.objects.get(name="c").dropped_at == t(3)
+
+    def holding(when: datetime | None) -> list[str]:
+        return [h.name for h in search_subject(kind, [Identifier(0)], when).datasets]
+
+    def listed(when: datetime | None) -> bool:
+        return "c" in {d.name for d in queries.sources(as_of=when).items}
+
+    assert [holding(w) for w in (t(2), t(4), t(6), None)] == [["c"], [], ["c"], ["c"]]
+    assert [listed(w) for w in (t(2), t(4), t(6), None)] == [True, False, True, True]
+    assert Scope().datasets().filter(name="c").exists()
+    assert queries.diff(t(4), t(6)).datasets_added == ("dataset:postgres://shop-db:5432:c",)
+    assert queries.diff(t(2), t(4)).datasets_removed == ("dataset:postgres://shop-db:5432:c",)
+
+
 def test_it_applies_a_drop_that_arrives_late():
     ingest(drop("c", at(3)))
     ingest(*completed(1, 1, [dataset("a")], [dataset("c")]))
