@@ -25,6 +25,7 @@ from catalog.models import (
     Dataset,
     DatasetField,
     FlagSource,
+    LifecycleState,
     Namespace,
     OwnerKind,
     PiiCategory,
@@ -167,10 +168,14 @@ def dataset_as_of_json(ds: Dataset, as_of: datetime) -> dict[str, Any]:
     state = queries.dataset_state_as_of(ds, as_of)
     policy = RetentionPolicy.objects.filter(name=state.retention_policy).first()
     body = dataset_json(ds)
+    states = {s.label: s.value for s in LifecycleState}
+    lifecycle = states.get(state.lifecycle) if state.exists else None
     body.update(
         {
             "asOf": iso(as_of),
             "existed": state.exists,
+            "lastLifecycleState": lifecycle,
+            "deleted": lifecycle == LifecycleState.DROPPED,
             "description": state.description or None,
             "sensitivity": state.sensitivity or None,
             "owners": [{"name": o["name"], "type": o.get("type") or None} for o in state.owners],

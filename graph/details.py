@@ -17,8 +17,9 @@ from django.db import connection
 
 from catalog.flags import flags_as_of
 from catalog.lookups import where_in
-from catalog.models import ChangeRecord, RetentionPolicy
+from catalog.models import ChangeRecord, LifecycleState, RetentionPolicy
 from catalog.pgsql import bound_cursor
+from catalog.queries import closed_at
 from graph.models import RunState
 from graph.nodeids import dataset_node_id, field_node_id, job_node_id
 
@@ -397,10 +398,19 @@ SOURCES_REDECLARED = (
 )
 
 
+# When a dataset's lifecycle may last have changed: for one ever dropped or renamed away,
+# its last closing or its last sighting (which may have opened it again); NULL otherwise.
+LIFECYCLE_CHANGED = (
+    "CASE WHEN dropped_at IS NULL THEN NULL WHEN last_seen > dropped_at THEN last_seen "
+    "ELSE dropped_at END"
+)
+
+
 def changed_since(pks: list[int], as_of: datetime) -> set[int]:
     """Datasets whose shown data differed at ``as_of``: fields added or removed since,
-    steward-edited attributes changed since, propagated flags that began or ended since, or
-    whose sources were declared anew since while their flags held (one query)."""
+    steward-edited attributes changed since, propagated flags that began or ended since,
+    sources declared anew since while their flags held, or a lifecycle that may have
+    changed since (one query)."""
     if not pks:
         return set()
     attributes = list(DATASET_ATTRIBUTES + FIELD_ATTRIBUTES)
@@ -410,6 +420,8 @@ def changed_since(pks: list[int], as_of: datetime) -> set[int]:
     for chunk in _chunks(pks):
         fields_in, params = where_in("dataset_id", chunk)
         changes_in, more = where_in("dataset_id", chunk)
+        ds_in, ds_params = where_in("id", chunk)
+        args = [*params, when, when, *more, when, *attributes, *params, when, when, *params, when]
         rows = _rows(
             f"SELECT dataset_id FROM catalog_datasetfield WHERE {fields_in} "
             "AND (first_seen > %s OR removed_at > %s) "
@@ -418,15 +430,23 @@ def changed_since(pks: list[int], as_of: datetime) -> set[int]:
             "UNION SELECT f.dataset_id FROM catalog_propagatedflag p "
             f"JOIN catalog_datasetfield f ON f.id = p.field_id WHERE f.{fields_in} "
             "AND (p.valid_from > %s OR p.valid_to > %s) "
-            f"UNION SELECT f.dataset_id {SOURCES_REDECLARED} AND f.{fields_in} AND c.at > %s",
-            [*params, when, when, *more, when, *attributes, *params, when, when, *params, when],
+            f"UNION SELECT f.dataset_id {SOURCES_REDECLARED} AND f.{fields_in} AND c.at > %s "
+            f"UNION SELECT id FROM catalog_dataset WHERE {ds_in} AND {LIFECYCLE_CHANGED} > %s",
+            [*args, *ds_params, when],
         )
         out.update(row[0] for row in rows)
     return out
 
 
 def _rewind(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, DatasetInfo]:
-    """Steward-edited attributes and personal-data flags as they were at ``as_of``."""
+    """Lifecycle, steward-edited attributes and personal-data flags as they were at
+    ``as_of``."""
+    closed = closed_at(as_of, found)
+    found = {
+        pk: replace(info, lifecycle_state=state, dropped_at=since)
+        for pk, info in found.items()
+        for state, since in [closed.get(pk, (LifecycleState.ACTIVE, None))]
+    }
     found = _rewind_edits(found, as_of)
     ever = _ever_flagged(found)
     flagged = [f.pk for info in found.values() for f in info.fields if f.pk in ever]

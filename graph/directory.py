@@ -40,7 +40,12 @@ from django.db import DatabaseError, connections
 
 from graph import docfile
 from graph import revision as rev
-from graph.details import DATASET_ATTRIBUTES, FIELD_ATTRIBUTES, SOURCES_REDECLARED
+from graph.details import (
+    DATASET_ATTRIBUTES,
+    FIELD_ATTRIBUTES,
+    LIFECYCLE_CHANGED,
+    SOURCES_REDECLARED,
+)
 from graph.nodecache import DATASET, JOB, FieldRow, cache
 from graph.snapshot import OPEN, PG_EPOCH_OFFSET_US, _time_us, rows_of, to_us
 
@@ -560,9 +565,10 @@ def _last_per_dataset(ds: IntArray, at: IntArray) -> tuple[IntArray, IntArray]:
 def _last_changes(
     ds: IntArray, first: IntArray, removed: IntArray
 ) -> tuple[IntArray, IntArray, IntArray]:
-    """Per dataset (sorted pks): the last field addition, removal, steward edit, start or
-    end of a propagated flag or new declaration of its source while it held, and the last of
-    these other than a flag's (0 when none), in µs."""
+    """Per dataset (sorted pks): the last field addition, removal, steward edit, lifecycle
+    change (details.LIFECYCLE_CHANGED), start or end of a propagated flag or new declaration
+    of its source while it held, and the last of these other than a flag's (0 when none),
+    in µs."""
     stamps = np.maximum(first, np.where(removed == OPEN, first, removed))
     with connections["default"].cursor() as cursor:
         attributes = list(DATASET_ATTRIBUTES + FIELD_ATTRIBUTES)
@@ -572,6 +578,10 @@ def _last_changes(
             attributes,
         )
         edits = cursor.fetchall()
+        cursor.execute(
+            f"SELECT id, {LIFECYCLE_CHANGED} FROM catalog_dataset WHERE dropped_at IS NOT NULL"
+        )
+        edits += cursor.fetchall()
         cursor.execute(
             "SELECT f.dataset_id, max(p.valid_from), max(p.valid_to) "
             "FROM catalog_propagatedflag p JOIN catalog_datasetfield f ON f.id = p.field_id "

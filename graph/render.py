@@ -17,7 +17,6 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any
 
 from catalog.exports import csv_text
@@ -381,16 +380,13 @@ class Marks:
     jobs: dict[int, JobInfo] = field(default_factory=dict)
 
 
-def _dataset_marks(info: DatasetInfo | None, as_of: datetime | None) -> dict[str, bool]:
+def _dataset_marks(info: DatasetInfo | None) -> dict[str, bool]:
     if info is None:
         return {"pii": False, "subject": False, "dropped": False}
-    dropped = info.lifecycle_state == LifecycleState.DROPPED and (
-        as_of is None or (info.dropped_at is not None and info.dropped_at <= as_of)
-    )
     return {
         "pii": info.has_pii,
         "subject": any(f.subject_kind for f in info.fields),
-        "dropped": dropped,
+        "dropped": info.lifecycle_state == LifecycleState.DROPPED,
     }
 
 
@@ -415,7 +411,7 @@ def explorer_drawing(graph: LineageGraph, risk: Risk, marks: Marks) -> tuple[Dra
                 "name": info.name,
                 "tainted": info.node_id in risk.tainted,
                 "atRisk": info.node_id in risk.at_risk,
-                **_dataset_marks(info, graph.as_of),
+                **_dataset_marks(info),
             }
     for n in nodes:
         node: dict[str, Any] = {
@@ -443,7 +439,7 @@ def explorer_drawing(graph: LineageGraph, risk: Risk, marks: Marks) -> tuple[Dra
         else:
             parent = n.node_id
             if n.kind == "DATASET":
-                node |= _dataset_marks(datasets.get(n.pk), graph.as_of)
+                node |= _dataset_marks(datasets.get(n.pk))
             else:
                 run = job.latest_run if (job := marks.jobs.get(n.pk)) else None
                 node["state"] = run.state if run else ""

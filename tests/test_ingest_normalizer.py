@@ -5,11 +5,19 @@ from __future__ import annotations
 import gc
 import threading
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from catalog import actions as catalog_actions
-from catalog.models import ChangeRecord, Dataset, DatasetField, DatasetVersion
+from catalog.models import (
+    ChangeRecord,
+    Dataset,
+    DatasetField,
+    DatasetVersion,
+    PiiCategory,
+    SubjectKind,
+)
 from graph.models import ColumnEdge, Job, Run, RunDataset, TableEdge
 from ingest.events import parse_event
 from ingest.normalizer import collector_paused, normalize
@@ -214,7 +222,6 @@ def test_the_catalog_tells_a_dropped_datasets_lifecycle_at_any_instant():
 def test_a_dataset_dropped_and_written_again_is_in_answers_outside_the_gap():
     """Dropped at day 3, written again at day 5: every answer leaves it out only in
     between, as the catalog's lifecycle says (its dropped_at stays day 3)."""
-    from catalog.models import PiiCategory, SubjectKind
     from graph import queries
     from ops.slis import Scope
     from privacy.queries import Identifier, search_subject
@@ -242,6 +249,44 @@ def test_a_dataset_dropped_and_written_again_is_in_answers_outside_the_gap():
     assert Scope().datasets().filter(name="c").exists()
     assert queries.diff(t(4), t(6)).datasets_added == ("dataset:postgres://shop-db:5432:c",)
     assert queries.diff(t(2), t(4)).datasets_removed == ("dataset:postgres://shop-db:5432:c",)
+
+
+def test_answers_as_of_an_instant_show_the_lifecycle_of_then(client, viewer):
+    from urllib.parse import quote
+
+    from privacy.queries import Identifier, search_subject
+
+    ingest(*completed(1, 1, [dataset("c", schema=schema("id"))], [dataset("out")]))
+    kind = SubjectKind.objects.create(name="customer")
+    catalog_actions.update_field(
+        DatasetField.objects.get(dataset__name="c", name="id"),
+        {"pii_category": PiiCategory.IDENTIFIER, "subject_kind": kind},
+        catalog_actions.Actor(name="stella"),
+        at=t(1, 5),
+    )
+    ingest(drop("c", at(3)))
+    client.force_login(viewer)
+
+    def shown(when: datetime | None) -> tuple[Any, ...]:
+        asked = "" if when is None else "&asOf=" + quote(when.isoformat())
+        node = f"dataset:{PG}:c"
+        lineage = client.get(f"/api/v1/lineage?nodeId={quote(node)}{asked}").json()
+        (data,) = [n["data"] for n in lineage["graph"] if n["id"] == node]
+        catalog = client.get(
+            f"/api/v1/namespaces/{quote(PG, safe='')}/datasets/c?{asked[1:]}"
+        ).json()
+        hits = search_subject(kind, [Identifier(0)], when).datasets
+        return (
+            data["lastLifecycleState"],
+            data["deleted"],
+            catalog["lastLifecycleState"],
+            catalog["deleted"],
+            [h.lifecycle_state for h in hits],
+        )
+
+    assert shown(t(2)) == ("ACTIVE", False, "ACTIVE", False, ["ACTIVE"])
+    assert shown(t(4)) == ("DROPPED", True, "DROPPED", True, [])
+    assert shown(None) == ("DROPPED", True, "DROPPED", True, [])
 
 
 def test_it_applies_a_drop_that_arrives_late():

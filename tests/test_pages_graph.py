@@ -207,8 +207,14 @@ def test_it_marks_jobs_with_the_run_they_had_then(shop, viewer):
 
 
 def test_it_marks_a_dataset_dropped_only_from_its_drop_on_at_both_levels(shop, viewer):
-    from catalog.models import Dataset
+    import uuid
 
+    from catalog.models import Dataset, DatasetVersion
+
+    # What ingestion records of a drop: a closing schema version, the state, the time.
+    DatasetVersion.objects.create(
+        dataset=shop.revenue, version=uuid.uuid4(), created_at=pb.T3, lifecycle_state="DROP"
+    )
     Dataset.objects.filter(pk=shop.revenue.pk).update(lifecycle_state="DROPPED", dropped_at=pb.T3)
     client = client_for(viewer)
 
@@ -219,6 +225,7 @@ def test_it_marks_a_dataset_dropped_only_from_its_drop_on_at_both_levels(shop, v
     for level in ("table", "column"):
         assert dropped(level) is True
         assert dropped(level, asOf="2025-03-15T00:00:00Z") is False, level
+        assert dropped(level, asOf="2025-04-15T00:00:00Z") is True, level
 
 
 def test_it_counts_hidden_neighbours(shop, viewer):
