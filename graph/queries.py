@@ -23,6 +23,7 @@ import numpy.typing as npt
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from catalog import naming
+from catalog.flags import flags_as_of
 from catalog.models import Dataset, DatasetField, LifecycleState
 from catalog.queries import closing_versions
 from graph import directory, nodedata, snapshot, traverse
@@ -41,6 +42,7 @@ from graph.details import (
     load_jobs,
 )
 from graph.models import Direction, TableEdge, Taint
+from graph.nodecache import FieldRow
 from graph.nodeids import (
     DatasetNodeId,
     FieldNodeId,
@@ -386,6 +388,8 @@ def column_lineage(
     pks, dists, sides = pks[chosen], dists[chosen], sides[chosen]
     links = traverse.column_edges(snap, pks, tf)
     info = nodedata.field_rows(pks.tolist())
+    if as_of is not None:
+        info = _subject_kinds_then(info, as_of)
     ids = {pk: field_node_id(row[1], row[2], row[3]) for pk, row in info.items()}
     nodes = tuple(
         GraphNode(
@@ -445,6 +449,16 @@ def column_lineage(
         truncated=truncated,
         cut=cut,
     )
+
+
+def _subject_kinds_then(info: dict[int, FieldRow], as_of: datetime) -> dict[int, FieldRow]:
+    """These field rows with the subject kind each field showed at ``as_of``: read again
+    for the datasets that changed since (catalog.flags), the others show it as now."""
+    changed, _ = nodedata.changed_datasets(sorted({row[0] for row in info.values()}), as_of)
+    then = flags_as_of([pk for pk, row in info.items() if row[0] in changed], as_of, named=False)
+    return {
+        pk: (*row[:5], then[pk].subject_kind) if pk in then else row for pk, row in info.items()
+    }
 
 
 # --- impact and root cause ---------------------------------------------------------------

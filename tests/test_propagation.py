@@ -869,3 +869,28 @@ def test_subject_search_as_of_shows_the_personal_fields_of_then():
 
     assert personal(4) == {"t0": [("c", "identifier")], "t1": [("c", "identifier")]}
     assert personal(8) == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_column_lineage_as_of_shows_the_subject_kinds_of_then(client, viewer):
+    w = World(2)
+    w.open(0, 1, "IDENTITY", False, at(1), None)
+    w.declare(0, PiiCategory.IDENTIFIER, at(2))
+    w.undeclare(0, at(10))
+    client.force_login(viewer)
+
+    def kinds(hour: int | None) -> dict[str, Any]:
+        when = "" if hour is None else "&asOf=" + at(hour).isoformat().replace("+", "%2B")
+        body = client.get(f"/api/v1/column-lineage?nodeId=datasetField:pg://w:t1:c{when}").json()
+        explorer = client.get(
+            f"/graph/data?node=datasetField:pg://w:t1:c&level=column{when}"
+        ).json()
+        shown = {n["id"]: n["subject"] for n in explorer["nodes"] if n["kind"] == "field"}
+        return {
+            n["id"].rsplit(":", 2)[1]: (n["data"]["subjectKind"], shown[n["id"]])
+            for n in body["graph"]
+        }
+
+    then = ("customer", "customer")
+    assert kinds(5) == {"t0": then, "t1": then}
+    assert kinds(1) == kinds(12) == kinds(None) == {"t0": (None, None), "t1": (None, None)}
