@@ -453,9 +453,17 @@ def column_lineage(
 
 def _subject_kinds_then(info: dict[int, FieldRow], as_of: datetime) -> dict[int, FieldRow]:
     """These field rows with the subject kind each field showed at ``as_of``: read again
-    for the datasets that changed since (catalog.flags), the others show it as now."""
-    changed, _ = nodedata.changed_datasets(sorted({row[0] for row in info.values()}), as_of)
-    then = flags_as_of([pk for pk, row in info.items() if row[0] in changed], as_of, named=False)
+    (catalog.flags) for the datasets that changed since, and of those whose propagated
+    flags alone changed only for the fields propagation ever flagged; the others show it
+    as now."""
+    changed, flagged = nodedata.changed_datasets(
+        sorted({row[0] for row in info.values()}), as_of, flagged=True
+    )
+    ever = {pk for fields in flagged.values() for pk, _ in fields}
+    wanted = [
+        pk for pk, (ds, *_) in info.items() if ds in changed and (ds not in flagged or pk in ever)
+    ]
+    then = flags_as_of(wanted, as_of, named=False) if wanted else {}
     return {
         pk: (*row[:5], then[pk].subject_kind) if pk in then else row for pk, row in info.items()
     }
