@@ -219,13 +219,8 @@ def test_the_catalog_tells_a_dropped_datasets_lifecycle_at_any_instant():
     assert dataset_lifecycle(c, datetime(2020, 1, 1, tzinfo=UTC)) == ("Not yet seen", None)
 
 
-def test_a_dataset_dropped_and_written_again_is_in_answers_outside_the_gap():
-    """Dropped at day 3, written again at day 5: every answer leaves it out only in
-    between, as the catalog's lifecycle says (its dropped_at stays day 3)."""
-    from graph import queries
-    from ops.slis import Scope
-    from privacy.queries import Identifier, search_subject
-
+def customers_in_c_dropped_on_day_3() -> SubjectKind:
+    """Dataset c, written on day 1, its id declared to identify customers, dropped on day 3."""
     ingest(*completed(1, 1, [dataset("c", schema=schema("id"))], [dataset("out")]))
     kind = SubjectKind.objects.create(name="customer")
     catalog_actions.update_field(
@@ -235,6 +230,17 @@ def test_a_dataset_dropped_and_written_again_is_in_answers_outside_the_gap():
         at=t(1, 5),
     )
     ingest(drop("c", at(3)))
+    return kind
+
+
+def test_a_dataset_dropped_and_written_again_is_in_answers_outside_the_gap():
+    """Dropped at day 3, written again at day 5: every answer leaves it out only in
+    between, as the catalog's lifecycle says (its dropped_at stays day 3)."""
+    from graph import queries
+    from ops.slis import Scope
+    from privacy.queries import Identifier, search_subject
+
+    kind = customers_in_c_dropped_on_day_3()
     ingest(*completed(2, 5, [dataset("c", schema=schema("id"))], [dataset("out")]))
     assert Dataset.objects.get(name="c").dropped_at == t(3)
 
@@ -256,15 +262,7 @@ def test_answers_as_of_an_instant_show_the_lifecycle_of_then(client, viewer):
 
     from privacy.queries import Identifier, search_subject
 
-    ingest(*completed(1, 1, [dataset("c", schema=schema("id"))], [dataset("out")]))
-    kind = SubjectKind.objects.create(name="customer")
-    catalog_actions.update_field(
-        DatasetField.objects.get(dataset__name="c", name="id"),
-        {"pii_category": PiiCategory.IDENTIFIER, "subject_kind": kind},
-        catalog_actions.Actor(name="stella"),
-        at=t(1, 5),
-    )
-    ingest(drop("c", at(3)))
+    kind = customers_in_c_dropped_on_day_3()
     client.force_login(viewer)
 
     def shown(when: datetime | None) -> tuple[Any, ...]:
