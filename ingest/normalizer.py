@@ -496,6 +496,11 @@ class _Batch:
         )
         if not self._newest(ds, "ownership", [list(o) for o in owners], at, fp):
             return
+        # Owners set after this event (a steward's edit that came first) stay.
+        if ChangeRecord.objects.filter(
+            dataset_id=ds.pk, field_name="", attribute="owners", at__gt=at
+        ).exists():
+            return
         specs = [
             catalog_actions.OwnerSpec(
                 name=name,

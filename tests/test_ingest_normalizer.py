@@ -373,7 +373,10 @@ def test_it_sets_owners_from_the_ownership_facet_only_when_it_changes(steward):
     c = Dataset.objects.get(name="c")
     assert [o.owner.name for o in c.ownerships.all()] == ["team:crm"]
     catalog_actions.update_dataset(
-        c, {"owners": [catalog_actions.OwnerSpec("team:dpo")]}, catalog_actions.Actor(user=steward)
+        c,
+        {"owners": [catalog_actions.OwnerSpec("team:dpo")]},
+        catalog_actions.Actor(user=steward),
+        at=t(1, 12),
     )
     ingest(owned(2, "team:crm"))  # same facet again: the steward's edit stands
     assert [o.owner.name for o in c.ownerships.all()] == ["team:dpo"]
@@ -381,6 +384,43 @@ def test_it_sets_owners_from_the_ownership_facet_only_when_it_changes(steward):
     assert sorted(o.owner.name for o in c.ownerships.all()) == ["team:crm", "user:ana"]
     lineage = ChangeRecord.objects.filter(dataset=c, attribute="owners", source="lineage")
     assert [r.at for r in lineage.order_by("at")] == [t(1), t(3)]
+
+
+def test_a_late_ownership_facet_leaves_owners_set_after_it(steward, client, viewer):
+    """Owners declared at day 5 but received after a steward's edit of day 10 change
+    nothing, so that owners as of any instant are the same in every answer."""
+    from urllib.parse import quote
+
+    def owned(day, *names):
+        facet = {"owners": [{"name": n, "type": "MAINTAINER"} for n in names]}
+        return dataset_event(at(day), dataset("c", ownership=facet))
+
+    ingest(owned(1, "team:a"))
+    c = Dataset.objects.get(name="c")
+    catalog_actions.update_dataset(
+        c,
+        {"owners": [catalog_actions.OwnerSpec("team:steward")]},
+        catalog_actions.Actor(user=steward),
+        at=t(10),
+    )
+    ingest(owned(5, "team:late"))
+    assert [o.owner.name for o in c.ownerships.all()] == ["team:steward"]
+    client.force_login(viewer)
+
+    def owners(day: int) -> tuple[list[str], list[str]]:
+        when = quote(t(day).isoformat())
+        node = quote(f"dataset:{PG}:c")
+        lineage = client.get(f"/api/v1/lineage?nodeId={node}&asOf={when}").json()
+        catalog = client.get(
+            f"/api/v1/namespaces/{quote(PG, safe='')}/datasets/c?asOf={when}"
+        ).json()
+        return (
+            [o["name"] for o in lineage["graph"][0]["data"]["owners"]],
+            [o["name"] for o in catalog["owners"]],
+        )
+
+    assert owners(7) == (["team:a"], ["team:a"])
+    assert owners(12) == (["team:steward"], ["team:steward"])
 
 
 def test_it_sets_the_description_until_a_steward_edits_it(steward):
