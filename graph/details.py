@@ -635,7 +635,9 @@ def load_jobs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, Jo
 
 
 def latest_runs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, RunInfo]:
-    """Each job's latest run (the latest created by ``as_of``, seen from then), one query."""
+    """Each job's latest run, one query. As of an instant: its latest run of now once
+    every state event of that run came by then (the run with the newest state event, as
+    ingestion keeps it), else the latest created by then; seen from then."""
     out: dict[int, RunInfo] = {}
     for chunk in _chunks(sorted({int(pk) for pk in pks})):
         where, params = where_in("j.id", chunk)
@@ -643,11 +645,13 @@ def latest_runs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, 
             run_join = "JOIN graph_run r ON r.id = j.latest_run_id"
         else:
             run_join = (
-                "JOIN graph_run r ON r.id = (SELECT r2.id FROM graph_run r2 "
+                "JOIN graph_run r ON r.id = CASE WHEN EXISTS (SELECT 1 FROM graph_run l "
+                "WHERE l.id = j.latest_run_id AND COALESCE(l.state_event_time, l.created_at) "
+                "<= %s) THEN j.latest_run_id ELSE (SELECT r2.id FROM graph_run r2 "
                 "WHERE r2.job_id = j.id AND r2.created_at <= %s "
-                "ORDER BY r2.created_at DESC, r2.id DESC LIMIT 1)"
+                "ORDER BY r2.created_at DESC, r2.id DESC LIMIT 1) END"
             )
-            params = [_param(as_of), *params]
+            params = [_param(as_of), _param(as_of), *params]
         for pk, uuid, state, started, ended, error, state_at in _rows(
             f"SELECT j.id, r.run_uuid, r.state, {_ts_sql('r.started_at')}, "
             f"{_ts_sql('r.ended_at')}, r.error_message, {_ts_sql('r.state_event_time')} "

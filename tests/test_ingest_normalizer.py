@@ -598,3 +598,29 @@ def test_overlapping_collector_pauses_resume_the_collector_once_all_are_over():
     release.set()
     other.join()
     assert gc.isenabled()
+
+
+def test_root_cause_after_the_last_event_shows_the_job_s_latest_run_as_now(client, viewer):
+    """Run 2 started after run 1 and completed first; run 1 failed last, so it is the
+    job's latest run, now and as of any instant after its failure."""
+    from urllib.parse import quote
+
+    ins, outs = [dataset("a")], [dataset("c")]
+    ingest(
+        run_event("START", run_id(1), at(1, 1), inputs=ins),
+        run_event("START", run_id(2), at(1, 2), inputs=ins),
+        run_event("COMPLETE", run_id(2), at(1, 3), inputs=ins, outputs=outs),
+        run_event("FAIL", run_id(1), at(1, 4), inputs=ins, outputs=outs),
+    )
+    client.force_login(viewer)
+
+    def latest(when: datetime | None) -> tuple[str, str]:
+        asked = "" if when is None else "&asOf=" + quote(when.isoformat())
+        body = client.get(
+            f"/api/v1/lineage/root-cause?nodeId={quote(f'dataset:{PG}:c')}{asked}"
+        ).json()
+        (job,) = body["jobs"]
+        return job["latestRun"]["id"], job["latestRun"]["state"]
+
+    assert latest(t(5)) == latest(None) == (run_id(1), "FAILED")
+    assert latest(t(1, 3))[1] == "COMPLETED"  # run 2, the last started, had completed
