@@ -48,6 +48,7 @@ from django.utils import timezone
 
 from catalog import actions as catalog_actions
 from catalog import bulk
+from catalog.flags import FLAG_ATTRIBUTES
 from catalog.lookups import in_windows
 from catalog.models import (
     NEWEST_VERSION_FIRST,
@@ -946,6 +947,7 @@ class _Batch:
         self._flush_fields()
         self._repoint_run_io()
         self._flush_datasets()
+        _carry_declarations(self.datasets)
         observations = []
         for pending in self.pending_runs:
             obs = pending.observation
@@ -1450,6 +1452,31 @@ def _rewrite_runs(
             run.column_lineage = merged
             changed.append(run)
     graph_actions.bulk_set(graph_models.Run, changed, ["column_lineage"])
+
+
+def _carry_declarations(dataset_ids: Iterable[int]) -> None:
+    """A renamed table keeps what stewards declared of its columns: a column of the new
+    name whose flag was never set takes the one its namesake had declared under the old
+    name, from the rename on (as a declaration, so that it propagates like any other)."""
+    renamed = Dataset.objects.filter(
+        alias_of_id__any_of=sorted(dataset_ids), lifecycle_state=LifecycleState.RENAMED
+    ).values_list("pk", "alias_of_id", "dropped_at")
+    for old, new, at in renamed:
+        declared = {
+            f.name: f
+            for f in DatasetField.objects.filter(
+                dataset_id=old, flag_source=FlagSource.DECLARED
+            ).exclude(pii_category="", subject_kind=None)
+        }
+        if not declared:
+            continue
+        ever = ChangeRecord.objects.filter(dataset_id=new, attribute__in=FLAG_ATTRIBUTES)
+        for f in DatasetField.objects.filter(
+            dataset_id=new, name__in=list(declared), removed_at__isnull=True
+        ).exclude(name__in=ever.values("field_name")):
+            source = declared[f.name]
+            changes = {"pii_category": source.pii_category, "subject_kind": source.subject_kind}
+            catalog_actions.update_field(f, changes, LINEAGE_ACTOR, at=at)
 
 
 def _move_rows(model: Any, twin_id: int, survivor_id: int, key: tuple[str, ...]) -> None:

@@ -624,3 +624,45 @@ def test_root_cause_after_the_last_event_shows_the_job_s_latest_run_as_now(clien
 
     assert latest(t(5)) == latest(None) == (run_id(1), "FAILED")
     assert latest(t(1, 3))[1] == "COMPLETED"  # run 2, the last started, had completed
+
+
+def test_a_renamed_table_keeps_its_declared_columns_and_its_copies_are_flagged():
+    """old.id identifies customers; old is renamed new on day 3; a job copies new.id on
+    day 5. The search finds the table under the name it had at each instant, and the copy."""
+    from privacy.queries import Identifier, search_subject
+
+    ingest(*completed(1, 1, [dataset("src")], [dataset("old", schema=schema("id", "email"))]))
+    kind = SubjectKind.objects.create(name="customer")
+    catalog_actions.update_field(
+        DatasetField.objects.get(dataset__name="old", name="id"),
+        {"pii_category": PiiCategory.IDENTIFIER, "subject_kind": kind},
+        catalog_actions.Actor(name="stella"),
+        at=t(1, 5),
+    )
+    renamed = dataset(
+        "new",
+        schema=schema("id", "email"),
+        lifecycleStateChange={
+            "lifecycleStateChange": "RENAME",
+            "previousIdentifier": {"namespace": PG, "name": "old"},
+        },
+    )
+    ingest(dataset_event(at(3), renamed))
+    copied = dataset("copy", schema=schema("id"), columnLineage=columns({"id": [("new", "id")]}))
+    ingest(*completed(2, 5, [dataset("new")], [copied], job="etl.copy"))
+
+    def holding(when: datetime | None) -> dict[str, str]:
+        found = search_subject(kind, [Identifier(0)], when)
+        return {h.name: h.relation for h in found.all_hits}
+
+    assert holding(t(2)) == {"old": "direct"}
+    assert holding(t(4)) == {"new": "direct"}
+    assert holding(t(6)) == holding(None) == {"new": "direct", "copy": "derived"}
+    new_id = DatasetField.objects.get(dataset__name="new", name="id")
+    assert (new_id.pii_category, new_id.flag_source) == ("identifier", "declared")
+    # A steward who clears it later is not overruled by the next batch naming the table.
+    catalog_actions.update_field(
+        new_id, {"pii_category": "", "subject_kind": None}, catalog_actions.Actor(name="stella")
+    )
+    ingest(*completed(3, 7, [dataset("new")], [copied], job="etl.copy"))
+    assert DatasetField.objects.get(pk=new_id.pk).pii_category == ""
