@@ -24,7 +24,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from catalog import naming
-from catalog.models import Dataset, DatasetField
+from catalog.models import PERSONAL_DATA, Dataset, DatasetField
 from ingest import actions
 from ingest.events import ParsedEvent
 from ingest.models import DatasetRead, SqlLogFormat, SqlLogProblem, SqlLogState, SqlLogUpload
@@ -170,12 +170,14 @@ def parser_options() -> dict[str, Any]:
 
 
 def catalog_columns(namespace: str) -> Callable[[str], Sequence[str] | None]:
-    """A schema provider: the current columns of a dataset in ``namespace``, from the catalog."""
+    """A schema provider: the current columns of a dataset in ``namespace``, from the catalog
+    (both names as any channel spells them: canonical)."""
 
     def columns(name: str) -> Sequence[str] | None:
+        ns, canonical_name = naming.canonical(namespace, name)
         found = list(
             DatasetField.objects.filter(
-                dataset__namespace__name=namespace, dataset__name=name, removed_at__isnull=True
+                dataset__namespace__name=ns, dataset__name=canonical_name, removed_at__isnull=True
             )
             .order_by("ordinal", "id")
             .values_list("name", flat=True)
@@ -294,9 +296,14 @@ class _Run:
             self._add_problem(Problem(0, f"event rejected: {rejected.error}", rejected.field or ""))
         self.events = []
         if self.hidden:
-            # Temporary / scratch tables lineage could not follow through: hide them.
+            # Temporary / scratch tables lineage could not follow through: hide them, but
+            # for those that hold personal data (compliance answers leave hidden ones out).
             Dataset.objects.filter(
-                namespace__name=self.upload.namespace, name__in=self.hidden, is_hidden=False
+                namespace__name=naming.canonical_namespace(self.upload.namespace),
+                name__in=[naming.canonical(self.upload.namespace, n)[1] for n in self.hidden],
+                is_hidden=False,
+            ).exclude(
+                pk__in=DatasetField.objects.filter(PERSONAL_DATA).values("dataset_id")
             ).update(is_hidden=True)
         self._flush_problems()
 

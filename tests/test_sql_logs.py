@@ -410,3 +410,49 @@ def test_a_log_loaded_by_the_command_is_listed_like_an_upload(engineer):
     html = client.get("/ingestion/sql-logs/").content.decode()
     assert "No SQL logs yet" not in html
     assert "warehouse.csv" in html and "by manage.py ingest_sql_log" in html
+
+
+@pytest.mark.parametrize("spelling", [NS, "postgresql://Warehouse:5432"])
+def test_a_scratch_named_table_holding_personal_data_stays_in_compliance_answers(
+    tmp_path, spelling
+):
+    """A log that reads a catalogued table with a scratch-like name hides the tables lineage
+    cannot follow through, but not one that holds personal data; and a copy of it by
+    ``SELECT *`` gets its columns from the catalog however the upload spells the
+    namespace."""
+    from catalog import actions as catalog_actions
+    from catalog.models import DatasetField, PiiCategory, SubjectKind
+    from ingest.events import parse_event
+    from ingest.normalizer import normalize
+    from privacy.queries import Identifier, search_subject
+    from tests.ingest_builders import dataset, run_event, run_id, schema
+
+    made = [dataset("shop.scratch.cust_emails", ns=NS, schema=schema("id", "email"))]
+    normalize([parse_event(run_event("COMPLETE", run_id(1), "2026-01-01T02:00:00Z", outputs=made))])
+    kind = SubjectKind.objects.create(name="customer")
+    catalog_actions.update_field(
+        DatasetField.objects.get(dataset__name="shop.scratch.cust_emails", name="email"),
+        {"pii_category": PiiCategory.EMAIL, "subject_kind": kind},
+        catalog_actions.Actor(name="stella"),
+    )
+    log = tmp_path / "q.csv"
+    log.write_text(
+        "query_id,start_time,user,database,schema,dialect,status,query\n"
+        "q-1,2026-01-05T02:00:00Z,etl,shop,public,postgres,success,"
+        '"INSERT INTO mart.report (n) SELECT count(*) FROM scratch.cust_emails"\n'
+        "q-2,2026-01-05T03:00:00Z,etl,shop,public,postgres,success,"
+        '"CREATE TABLE mart.mailing AS SELECT * FROM scratch.cust_emails"\n'
+    )
+    call_command(
+        "ingest_sql_log",
+        str(log),
+        namespace=spelling,
+        dialect="postgres",
+        fmt="csv",
+        no_progress=True,
+    )
+    found = search_subject(kind, [Identifier(0)])
+    assert {h.name: h.relation for h in found.all_hits} == {
+        "shop.scratch.cust_emails": "direct",
+        "shop.mart.mailing": "derived",
+    }
