@@ -227,6 +227,8 @@ def hit_json(hit: DatasetHit, scan: ScanFindings | None = None) -> dict[str, Any
         "evidence": evidence_json(hit.evidence),
         # Lineage says the dataset may hold the subject's rows; a scan says whether it does.
         "scan": {"rows": found["rows"], "at": iso(found["at"])} if found else None,
+        # A scan that tried the dataset and could not compare it: "unmatchable" or "error".
+        "scanProblem": scan.problems.get(hit.node_id) if scan else None,
     }
 
 

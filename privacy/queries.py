@@ -356,14 +356,17 @@ class DatasetLink:
 
 @dataclass(frozen=True)
 class ScanFindings:
-    """What a finished Spark scan found for a subject: rows per dataset node id."""
+    """What a finished Spark scan found for a subject: rows per dataset node id it compared,
+    and why it could not compare the others it tried ("unmatchable": no column matched the
+    identifiers; "error")."""
 
     run_id: str
     finished_at: datetime
     rows: dict[str, int]
+    problems: dict[str, str]
 
     def for_dataset(self, node_id: str) -> dict[str, Any] | None:
-        """``{"rows": N, "at": …}`` when the scan looked at the dataset, else None."""
+        """``{"rows": N, "at": …}`` when the scan compared the dataset, else None."""
         if node_id not in self.rows:
             return None
         return {"rows": self.rows[node_id], "at": self.finished_at}
@@ -377,13 +380,20 @@ def scan_findings(subject_kind: str, hashes: Sequence[str]) -> ScanFindings | No
     ).order_by("-finished_at")[:50]
     for run in runs:
         if sorted(h["hash"] for h in run.value_hashes) == wanted:
+            results = {k: r for k, r in (run.results or {}).items() if isinstance(r, dict)}
             rows = {
                 key: int(result["rowsFound"])
-                for key, result in (run.results or {}).items()
-                if isinstance(result, dict) and isinstance(result.get("rowsFound"), int)
+                for key, result in results.items()
+                if result.get("status", "scanned") == "scanned"
+                and isinstance(result.get("rowsFound"), int)
+            }
+            problems = {
+                key: str(result["status"])
+                for key, result in results.items()
+                if result.get("status") in ("unmatchable", "error")
             }
             assert run.finished_at is not None
-            return ScanFindings(str(run.id), run.finished_at, rows)
+            return ScanFindings(str(run.id), run.finished_at, rows, problems)
     return None
 
 

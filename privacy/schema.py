@@ -68,6 +68,7 @@ HIT = obj(
         "lifecycleState": STR,
         "evidence": EVIDENCE,
         "scan": null(obj({"rows": INT, "at": TIME})),
+        "scanProblem": null({"type": "string", "enum": ["unmatchable", "error"]}),
     }
 )
 SEARCH = obj(

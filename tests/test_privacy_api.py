@@ -15,6 +15,7 @@ from unittest import mock
 import pytest
 import time_machine
 from django.db import connection
+from django.test import Client
 from django.utils import timezone
 from django.views.debug import ExceptionReporter
 
@@ -258,6 +259,36 @@ def test_a_search_says_may_hold_before_a_scan_and_what_the_scan_found_after(
     # Another identifier has no scan of its own.
     other = officer.post(SEARCH, body(value="somebody-else@example.com"), format="json").json()
     assert other["scannedAt"] is None
+
+
+def test_a_dataset_the_scan_could_not_compare_is_not_reported_as_holding_no_rows(
+    shop, officer, compliance, fake_spark, monkeypatch, django_capture_on_commit_callbacks
+):
+    """No column of the files matched the identifiers: the search says so, not "0 rows"."""
+    shop.datasets[CUSTOMERS].location = "/lake/customers"
+    shop.datasets[CUSTOMERS].save()
+    execute = actions._execute
+
+    def unmatched(run, plan_path, result_path, values, progress, api_key):
+        execute(run, plan_path, result_path, values, progress, api_key)
+        found = json.loads(result_path.read_text())
+        for result in found["datasets"]:
+            result.update(status="unmatchable", rowsFound=0)
+        result_path.write_text(json.dumps(found))
+
+    monkeypatch.setattr(actions, "_execute", unmatched)
+    with django_capture_on_commit_callbacks(execute=True):
+        officer.post(SCANS, body(value=SECRET), format="json")
+    after = officer.post(SEARCH, body(value=SECRET), format="json").json()
+    (customers,) = [d for d in after["datasets"] if d["name"] == CUSTOMERS]
+    assert (customers["scan"], customers["scanProblem"]) == (None, "unmatchable")
+    client = Client()
+    client.force_login(compliance)
+    form = {"subjectKind": "customer", "value-0": SECRET, "kind-0": "", "field-0": ""}
+    page = client.post("/privacy/", form)
+    html = page.content.decode()
+    assert "not compared: no column matched the identifiers" in html
+    assert "no rows found" not in html
 
 
 def test_it_fails_a_run_whose_seal_cannot_be_opened(shop, compliance, settings):
