@@ -29,6 +29,8 @@ from django.views.decorators.debug import sensitive_variables
 from catalog import actions as catalog_actions
 from catalog.auth import PRODUCER
 from catalog.models import SubjectKind
+from graph.nodeids import FIELD_PREFIX, MalformedNodeId, UnknownNodeId
+from graph.resolve import resolve_node_id
 from lineage_site import dispatch
 from ops import metrics
 from privacy import erasure
@@ -70,6 +72,18 @@ class PrivacyError(Exception):
         self.status = status
 
 
+def _field(restriction: str | None) -> str | None:
+    """A field restriction given as a node id, as the catalog names that field (canonical,
+    under its dataset's name rather than an alias); a field name, or an id that names no
+    known field, as given."""
+    if restriction is None or not restriction.startswith(FIELD_PREFIX):
+        return restriction
+    try:
+        return str(resolve_node_id(restriction))
+    except (MalformedNodeId, UnknownNodeId):
+        return restriction
+
+
 @dataclass(frozen=True)
 class SubjectRequest:
     """A subject kind and its identifiers; ``values`` are normalised and never printed."""
@@ -88,7 +102,7 @@ class SubjectRequest:
         as_of: datetime | None = None,
     ) -> SubjectRequest:
         """Return a request from (kind, field, value) triples, values normalised by kind."""
-        identifiers = [Identifier(i, kind, fld) for i, (kind, fld, _) in enumerate(raw)]
+        identifiers = [Identifier(i, kind, _field(fld)) for i, (kind, fld, _) in enumerate(raw)]
         values: list[str] = [normalise(value, kind) for kind, _, value in raw]
         return cls(subject_kind, identifiers, values, as_of)
 

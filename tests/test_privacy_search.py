@@ -239,6 +239,10 @@ def test_it_limits_an_identifier_to_a_field(shop, officer):
     ] == [(f"dataset:s3://acme-lake:{REVENUE}", "INDIRECT", "JOIN")]
     by_name = _search(officer, identifiers=[{"field": "customer_id", "value": "4242"}])
     assert set(relations(by_name)) == {CUSTOMERS, ORDERS, CLEAN, REVENUE, FEATURES}
+    # The same field, however its id spells the namespace and the table.
+    spelled = f"datasetField:postgresql://Shop-DB:5432:{ORDERS.upper()}:customer_id"
+    again = _search(officer, identifiers=[{"field": spelled, "value": "4242"}])
+    assert relations(again) == relations(by_node)
 
 
 def test_it_says_when_an_identifier_matches_no_field(shop, officer):
