@@ -43,6 +43,15 @@ def cut_json(cut: Cut) -> dict[str, int]:
     return {"datasets": cut.datasets, "jobs": cut.jobs, "fields": cut.fields}
 
 
+def _cut(text: str, truncated: bool, cut: Cut, comment: str) -> str:
+    """A text export of a capped answer, with a last line (a ``comment``) saying so."""
+    if not truncated:
+        return text
+    left = f"{cut.datasets} datasets, {cut.jobs} jobs and {cut.fields} fields"
+    end = "\r\n" if text.endswith("\r\n") else "\n"
+    return f"{text}{comment} truncated: {left} left out (ask for more with maxNodes){end}"
+
+
 # --- JSON ---------------------------------------------------------------------------------
 
 # Distances and hidden-edge counts as JSON text, for the small ones a body is full of.
@@ -210,7 +219,7 @@ FIELD_EDGE_COLUMNS = (
 
 def impact_csv(impact: Impact) -> str:
     """One row per impacted dataset, nearest first, with who to notify."""
-    return csv_text(
+    text = csv_text(
         IMPACT_COLUMNS,
         (
             (
@@ -232,6 +241,7 @@ def impact_csv(impact: Impact) -> str:
             for item in impact.datasets
         ),
     )
+    return _cut(text, impact.truncated, impact.cut, "#")
 
 
 def lineage_csv(graph: LineageGraph) -> str:
@@ -255,7 +265,8 @@ def lineage_csv(graph: LineageGraph) -> str:
                 edge.description,
             )
         rows.append(row)
-    return csv_text(FIELD_EDGE_COLUMNS if graph.level == "column" else EDGE_COLUMNS, rows)
+    text = csv_text(FIELD_EDGE_COLUMNS if graph.level == "column" else EDGE_COLUMNS, rows)
+    return _cut(text, graph.truncated, graph.cut, "#")
 
 
 # Label characters Mermaid shows as they are; every other one is written as Mermaid's
@@ -311,12 +322,14 @@ def mermaid(
 def lineage_mermaid(graph: LineageGraph) -> str:
     """Datasets and jobs, or fields inside a box per dataset (titled ``namespace:name``)."""
     if graph.level == "table":
-        return mermaid(((n.node_id, n.kind, n.name) for n in graph.nodes), graph.edges)
-    return mermaid(
-        ((n.node_id, n.kind, n.field) for n in graph.nodes),
-        graph.edges,
-        {n.node_id: f"{n.namespace}:{n.name}" for n in graph.nodes},
-    )
+        text = mermaid(((n.node_id, n.kind, n.name) for n in graph.nodes), graph.edges)
+    else:
+        text = mermaid(
+            ((n.node_id, n.kind, n.field) for n in graph.nodes),
+            graph.edges,
+            {n.node_id: f"{n.namespace}:{n.name}" for n in graph.nodes},
+        )
+    return _cut(text, graph.truncated, graph.cut, "%%")
 
 
 def _fallback(node_id: str) -> tuple[str, str, str]:
@@ -332,7 +345,8 @@ def impact_mermaid(impact: Impact) -> str:
     for edge in impact.edges:
         ids += [edge.origin, edge.destination]
     ids += list(known)
-    return mermaid((known.get(i) or _fallback(i) for i in ids), impact.edges)
+    text = mermaid((known.get(i) or _fallback(i) for i in ids), impact.edges)
+    return _cut(text, impact.truncated, impact.cut, "%%")
 
 
 # --- the explorer's drawing -----------------------------------------------------------------

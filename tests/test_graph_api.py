@@ -130,6 +130,16 @@ def test_it_caps_and_says_what_was_cut(api, viewer, shop):
     body = response.json()
     assert len(body["graph"]) == 2 and body["truncated"] is True
     assert body["cut"]["datasets"] + body["cut"]["jobs"] == 3
+    # The text exports say so on their last line; a whole answer has no such line.
+    for path in ("lineage", "lineage/impact"):
+        for fmt, comment in (("csv", "#"), ("mermaid", "%%")):
+            capped = api(viewer).get(
+                url(path, nodeId=shop.id("clean.orders"), maxNodes=1, format=fmt)
+            )
+            last = capped.content.decode().splitlines()[-1]
+            assert last.startswith(f"{comment} truncated: ") and "left out" in last, (path, fmt)
+            whole = api(viewer).get(url(path, nodeId=shop.id("clean.orders"), format=fmt))
+            assert "truncated" not in whole.content.decode(), (path, fmt)
 
 
 def test_it_exports_lineage_as_csv_and_mermaid(api, viewer, shop):
