@@ -31,7 +31,7 @@ import yaml
 from django.db import transaction
 from django.utils import timezone
 
-from catalog import actions, naming
+from catalog import actions, naming, queries
 from catalog.actions import Actor, OwnerSpec
 from catalog.models import (
     ChangeSource,
@@ -277,10 +277,19 @@ def apply(catalog: CatalogFile, actor: Actor | None = None) -> ImportReport:
 
 
 def _apply_dataset(entry: DatasetEntry, actor: Actor, report: ImportReport, now: Any) -> None:
-    ns, _ = Namespace.objects.get_or_create(name=entry.namespace)
-    dataset, created = Dataset.objects.get_or_create(
-        namespace=ns, name=entry.name, defaults={"first_seen": now, "last_seen": now}
-    )
+    # The dataset as any channel names it: canonical, or the one this name is an alias of.
+    namespace, name = naming.canonical(entry.namespace, entry.name)
+    aliased = queries.aliased_dataset(namespace, name)
+    if (
+        aliased is not None
+        and not Dataset.objects.filter(namespace__name=namespace, name=name).exists()
+    ):
+        dataset, created = Dataset.objects.get(pk=aliased), False
+    else:
+        ns, _ = Namespace.objects.get_or_create(name=namespace)
+        dataset, created = Dataset.objects.get_or_create(
+            namespace=ns, name=name, defaults={"first_seen": now, "last_seen": now}
+        )
     label = f"{entry.namespace}:{entry.name}"
     if created:
         report.created.append(f"dataset {label}")

@@ -115,3 +115,28 @@ def test_it_applies_nothing_when_a_later_dataset_is_bad(tmp_path):
     with pytest.raises(CommandError):
         run_import(tmp_path, bad)
     assert not Dataset.objects.exists()
+
+
+def test_it_declares_on_the_dataset_an_alias_or_another_spelling_names(tmp_path):
+    from catalog.models import DatasetAlias, Namespace
+
+    path = factories.dataset("file", "/warehouse/raw/orders")
+    metastore, _ = Namespace.objects.get_or_create(name="hive://metastore:9083")
+    DatasetAlias.objects.create(namespace=metastore, name="raw.orders", dataset=path)
+    factories.dataset("postgres://shop-db:5432", "shop.public.customers")
+    run_import(
+        tmp_path,
+        """
+datasets:
+  - namespace: hive://metastore:9083
+    name: raw.orders
+    fields:
+      email: {pii: email}
+  - namespace: postgresql://Shop-DB:5432
+    name: SHOP.PUBLIC.CUSTOMERS
+    description: All customers
+""",
+    )
+    assert Dataset.objects.count() == 2
+    assert DatasetField.objects.get(dataset=path, name="email").pii_category == "email"
+    assert Dataset.objects.get(name="shop.public.customers").description == "All customers"
