@@ -130,15 +130,18 @@ def closing_versions(as_of: datetime) -> QuerySet[DatasetVersion]:
     """The schema versions that keep datasets dropped or renamed away at ``as_of``.
 
     The last schema version by then closed the dataset, and no run read or wrote it after
-    that, up to then: the rule ingestion applies to a dataset's current state. Only a
-    dataset closed at some time can be (its ``dropped_at`` is set); a dataset dropped and
-    written again is closed only in between.
+    that, up to then. Only a dataset closed at some time can be (its ``dropped_at`` is
+    set); a dataset dropped and written again is closed only in between. Ingestion's
+    current state also takes a dataset event without a schema after the drop (a
+    documentation facet, say) as a sighting; such sightings leave no record of when, so
+    as of an instant after one the dataset still reads as closed.
     """
     later = DatasetVersion.objects.filter(
         dataset=OuterRef("dataset"), created_at__gt=OuterRef("created_at"), created_at__lte=as_of
     )
     seen = RunDataset.objects.filter(
         dataset=OuterRef("dataset"),
+        # Both directions named: the (dataset, direction, -event_time) index serves it.
         direction__in=[Direction.INPUT, Direction.OUTPUT],
         event_time__gt=OuterRef("created_at"),
         event_time__lte=as_of,
@@ -155,7 +158,7 @@ def closing_versions(as_of: datetime) -> QuerySet[DatasetVersion]:
     )
 
 
-def closed_at(
+def closed_datasets(
     as_of: datetime, among: Iterable[int] | None = None
 ) -> dict[int, tuple[LifecycleState, datetime]]:
     """Datasets dropped or renamed away at ``as_of`` (of ``among``, when given), with that
@@ -175,15 +178,16 @@ def closed_at(
 
 
 def lifecycle_as_of(dataset: Dataset, as_of: datetime) -> tuple[str, datetime | None]:
-    """ "Active", "Dropped" or "Renamed" at ``as_of`` and since when (see closed_at)."""
-    state, since = closed_at(as_of, [dataset.pk]).get(dataset.pk, (None, None))
+    """ "Active", "Dropped" or "Renamed" at ``as_of`` and since when (see closed_datasets)."""
+    state, since = closed_datasets(as_of, [dataset.pk]).get(dataset.pk, (None, None))
     return ("Active", None) if state is None else (state.label, since)
 
 
 def dataset_lifecycle(dataset: Dataset, as_of: datetime | None) -> tuple[str, datetime | None]:
     """The dataset's lifecycle now or as of an instant ("Not yet seen" before it existed)."""
     if as_of is None:
-        return dataset.get_lifecycle_state_display(), dataset.dropped_at
+        closed = dataset.lifecycle_state != LifecycleState.ACTIVE
+        return dataset.get_lifecycle_state_display(), dataset.dropped_at if closed else None
     if dataset.first_seen > as_of:
         return "Not yet seen", None
     return lifecycle_as_of(dataset, as_of)

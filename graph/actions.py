@@ -44,6 +44,7 @@ from catalog import bulk
 from catalog.lookups import in_windows
 from catalog.models import DatasetField, DatasetVersion
 from catalog.params import instant_from_iso
+from catalog.queries import CLOSED_STATES
 from graph import propagation
 from graph.models import (
     TERMINAL_RUN_STATES,
@@ -57,7 +58,6 @@ from graph.models import (
 )
 
 # Dataset lifecycle changes (DatasetVersion.lifecycle_state) that end a dataset's edges.
-CLOSING_LIFECYCLES = ("DROP", "RENAMED")
 
 EVENT_STATES = {
     "START": RunState.RUNNING,
@@ -777,7 +777,7 @@ def _replay_windows(
     if datasets:
         for dataset_id, at in DatasetVersion.objects.filter(
             dataset_id__any_of=datasets,
-            lifecycle_state__in=CLOSING_LIFECYCLES,
+            lifecycle_state__in=list(CLOSED_STATES),
             created_at__gte=earliest,
             **({} if latest is None else {"created_at__lte": latest}),
         ).values_list("dataset_id", "created_at"):

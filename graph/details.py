@@ -19,7 +19,7 @@ from catalog.flags import flags_as_of
 from catalog.lookups import where_in
 from catalog.models import ChangeRecord, LifecycleState, RetentionPolicy
 from catalog.pgsql import bound_cursor
-from catalog.queries import closed_at
+from catalog.queries import closed_datasets
 from graph.models import RunState
 from graph.nodeids import dataset_node_id, field_node_id, job_node_id
 
@@ -275,11 +275,12 @@ def load_datasets(
     as_of: datetime | None = None,
     fields: Literal["all", "personal", "none"] = "all",
 ) -> dict[int, DatasetInfo]:
-    """Datasets by pk with fields, tags, owners and retention (at ``as_of`` when given).
+    """Datasets by pk with fields, tags, owners and retention (at ``as_of`` when given:
+    lifecycle, steward edits and flags as they were then).
 
     ``fields="personal"`` loads only fields with a PII category or subject kind (then,
-    with ``as_of``: what impact lists and subject search need), ``"none"`` no fields. Five queries (six with
-    ``as_of``) for any number of datasets.
+    with ``as_of``: what impact lists and subject search need), ``"none"`` no fields. Two
+    queries, and with ``as_of`` three or four more, for any number of datasets.
     """
     wanted = sorted({int(pk) for pk in pks})
     if not wanted:
@@ -312,8 +313,11 @@ def load_datasets(
             alive = "f.first_seen <= %s AND (f.removed_at IS NULL OR f.removed_at > %s)"
             params = [*params, _param(as_of), _param(as_of)]
         if fields == "personal":
-            alive += f" AND ({PERSONAL_NOW}" + (")" if as_of is None else f" OR {PERSONAL_THEN})")
-            params += [] if as_of is None else [_param(as_of)]
+            if as_of is None:
+                alive += f" AND ({PERSONAL_NOW})"
+            else:
+                alive += f" AND ({PERSONAL_NOW} OR {MAYBE_PERSONAL_THEN})"
+                params = [*params, _param(as_of)]
         elif fields == "none":
             alive += " AND 1 = 0"
         field_rows_ += _rows(
@@ -371,10 +375,11 @@ def load_datasets(
     return found
 
 
-# Fields flagged now, and (with the instant as a parameter) those whose flag may have
-# differed then: declared anew since, or ever flagged by propagation.
+# Fields flagged now, and (with the instant as a parameter) those that may have been
+# flagged then: declared anew since, or ever flagged by propagation (a superset: their
+# flags then are worked out after).
 PERSONAL_NOW = "f.pii_category <> '' OR f.subject_kind_id IS NOT NULL"
-PERSONAL_THEN = (
+MAYBE_PERSONAL_THEN = (
     "EXISTS (SELECT 1 FROM catalog_propagatedflag p WHERE p.field_id = f.id) "
     "OR EXISTS (SELECT 1 FROM catalog_changerecord c WHERE c.dataset_id = f.dataset_id "
     "AND c.field_name = f.name AND c.attribute IN ('pii_category', 'subject_kind') "
@@ -400,6 +405,7 @@ SOURCES_REDECLARED = (
 
 # When a dataset's lifecycle may last have changed: for one ever dropped or renamed away,
 # its last closing or its last sighting (which may have opened it again); NULL otherwise.
+# A bound on catalog.queries.closing_versions, which tells the lifecycle at an instant.
 LIFECYCLE_CHANGED = (
     "CASE WHEN dropped_at IS NULL THEN NULL WHEN last_seen > dropped_at THEN last_seen "
     "ELSE dropped_at END"
@@ -441,7 +447,7 @@ def changed_since(pks: list[int], as_of: datetime) -> set[int]:
 def _rewind(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, DatasetInfo]:
     """Lifecycle, steward-edited attributes and personal-data flags as they were at
     ``as_of``."""
-    closed = closed_at(as_of, found)
+    closed = closed_datasets(as_of, found)
     found = {
         pk: replace(info, lifecycle_state=state, dropped_at=since)
         for pk, info in found.items()
@@ -580,10 +586,8 @@ def load_job_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
 
 
 def load_jobs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, JobInfo]:
-    """Jobs by pk with their latest run (the latest created by ``as_of``, seen from then).
-
-    One query whatever the number of jobs.
-    """
+    """Jobs by pk with their latest run (as of ``as_of``: _latest_run_join), one query
+    whatever the number of jobs."""
     out: dict[int, JobInfo] = {}
     run_cols = "r.run_uuid, r.state, {started}, {ended}, r.error_message, {state_at}".format(
         started=_ts_sql("r.started_at"),
@@ -592,22 +596,14 @@ def load_jobs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, Jo
     )
     for chunk in _chunks(sorted({int(pk) for pk in pks})):
         where, params = where_in("j.id", chunk)
-        if as_of is None:
-            run_join = "LEFT JOIN graph_run r ON r.id = j.latest_run_id"
-        else:
-            # The run created last by as_of (index on job, -created_at).
-            run_join = (
-                "LEFT JOIN graph_run r ON r.id = (SELECT r2.id FROM graph_run r2 "
-                "WHERE r2.job_id = j.id AND r2.created_at <= %s "
-                "ORDER BY r2.created_at DESC, r2.id DESC LIMIT 1)"
-            )
-            params = [_param(as_of), *params]
+        run_join, run_params = _latest_run_join(as_of)
+        params = [*run_params, *params]
         for row in _rows(
             "SELECT j.id, n.name, j.name, j.job_type, j.processing_type, j.integration, "
             f"j.description, j.location, {_ts_sql('j.created_at')}, "
             f"{_ts_sql('j.updated_at')}, p.name, {run_cols} "
             "FROM graph_job j JOIN catalog_namespace n ON n.id = j.namespace_id "
-            f"LEFT JOIN graph_job p ON p.id = j.parent_id {run_join} WHERE {where}",
+            f"LEFT JOIN graph_job p ON p.id = j.parent_id LEFT {run_join} WHERE {where}",
             params,
         ):
             run = (
@@ -634,29 +630,34 @@ def load_jobs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, Jo
     return out
 
 
+def _latest_run_join(as_of: datetime | None) -> tuple[str, list[Any]]:
+    """``JOIN graph_run r`` on each job ``j``'s latest run, and its parameters. As of an
+    instant: the latest run of now once its deciding state event came by then (what
+    ingestion keeps: the run with the newest state event), else the run created last by
+    then (index on job, -created_at)."""
+    if as_of is None:
+        return "JOIN graph_run r ON r.id = j.latest_run_id", []
+    return (
+        "JOIN graph_run r ON r.id = CASE WHEN EXISTS (SELECT 1 FROM graph_run l "
+        "WHERE l.id = j.latest_run_id AND COALESCE(l.state_event_time, l.created_at) "
+        "<= %s) THEN j.latest_run_id ELSE (SELECT r2.id FROM graph_run r2 "
+        "WHERE r2.job_id = j.id AND r2.created_at <= %s "
+        "ORDER BY r2.created_at DESC, r2.id DESC LIMIT 1) END"
+    ), [_param(as_of), _param(as_of)]
+
+
 def latest_runs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, RunInfo]:
-    """Each job's latest run, one query. As of an instant: its latest run of now once
-    every state event of that run came by then (the run with the newest state event, as
-    ingestion keeps it), else the latest created by then; seen from then."""
+    """Each job's latest run (as of ``as_of``: _latest_run_join, seen from then), one
+    query."""
     out: dict[int, RunInfo] = {}
     for chunk in _chunks(sorted({int(pk) for pk in pks})):
         where, params = where_in("j.id", chunk)
-        if as_of is None:
-            run_join = "JOIN graph_run r ON r.id = j.latest_run_id"
-        else:
-            run_join = (
-                "JOIN graph_run r ON r.id = CASE WHEN EXISTS (SELECT 1 FROM graph_run l "
-                "WHERE l.id = j.latest_run_id AND COALESCE(l.state_event_time, l.created_at) "
-                "<= %s) THEN j.latest_run_id ELSE (SELECT r2.id FROM graph_run r2 "
-                "WHERE r2.job_id = j.id AND r2.created_at <= %s "
-                "ORDER BY r2.created_at DESC, r2.id DESC LIMIT 1) END"
-            )
-            params = [_param(as_of), _param(as_of), *params]
+        run_join, run_params = _latest_run_join(as_of)
         for pk, uuid, state, started, ended, error, state_at in _rows(
             f"SELECT j.id, r.run_uuid, r.state, {_ts_sql('r.started_at')}, "
             f"{_ts_sql('r.ended_at')}, r.error_message, {_ts_sql('r.state_event_time')} "
             f"FROM graph_job j {run_join} WHERE {where}",
-            params,
+            [*run_params, *params],
         ):
             out[pk] = _run_info(uuid, state, _ts(started), _ts(ended), error, _ts(state_at), as_of)
     return out

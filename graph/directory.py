@@ -413,9 +413,9 @@ class Directory:
         return out
 
     def runs_at(self, pks: list[int], as_of: datetime) -> tuple[list[int], list[int], list[int]]:
-        """Jobs split by their run as of ``as_of`` (the last created by then, seen from
-        then): (no run yet, the latest run exactly as shown now, jobs it cannot tell —
-        untrusted, or some earlier run)."""
+        """Jobs split by their run as of ``as_of`` (details._latest_run_join, seen from
+        then): (no run yet, the latest run exactly as shown now — the last created, settled
+        by then — and jobs it cannot tell: untrusted, or another run)."""
         moment = to_us(as_of)
         known, unknown = self._split_trusted(JOB, pks)
         at, ran = rows_of(self.run_jobs, known)

@@ -22,7 +22,7 @@ from typing import Any
 from catalog.exports import csv_text
 from catalog.models import LifecycleState
 from graph import nodedata
-from graph.details import DatasetInfo, JobInfo
+from graph.details import DatasetInfo
 from graph.nodeids import dataset_node_id
 from graph.queries import Cut, GraphEdge, Impact, LineageGraph
 
@@ -387,21 +387,13 @@ def on_side(graph: LineageGraph, direction: str) -> LineageGraph:
 @dataclass(frozen=True)
 class Marks:
     """What the explorer marks on the nodes of an answer, read from the catalog as of the
-    answer's instant: its datasets (their personal-data and dropped flags; at column level
-    also their fields) and its jobs (their latest run's state)."""
+    answer's instant: each dataset's personal-data, subject and dropped flags and each
+    job's latest run state (table level), or the datasets of the fields shown, with their
+    fields (column level)."""
 
+    flags: dict[int, dict[str, bool]] = field(default_factory=dict)
+    states: dict[int, str] = field(default_factory=dict)
     datasets: dict[int, DatasetInfo] = field(default_factory=dict)
-    jobs: dict[int, JobInfo] = field(default_factory=dict)
-
-
-def _dataset_marks(info: DatasetInfo | None) -> dict[str, bool]:
-    if info is None:
-        return {"pii": False, "subject": False, "dropped": False}
-    return {
-        "pii": info.has_pii,
-        "subject": any(f.subject_kind for f in info.fields),
-        "dropped": info.lifecycle_state == LifecycleState.DROPPED,
-    }
 
 
 def explorer_drawing(graph: LineageGraph, risk: Risk, marks: Marks) -> tuple[Drawn, Drawn]:
@@ -425,7 +417,9 @@ def explorer_drawing(graph: LineageGraph, risk: Risk, marks: Marks) -> tuple[Dra
                 "name": info.name,
                 "tainted": info.node_id in risk.tainted,
                 "atRisk": info.node_id in risk.at_risk,
-                **_dataset_marks(info),
+                "pii": info.has_pii,
+                "subject": any(f.subject_kind for f in info.fields),
+                "dropped": info.lifecycle_state == LifecycleState.DROPPED,
             }
     for n in nodes:
         node: dict[str, Any] = {
@@ -453,10 +447,10 @@ def explorer_drawing(graph: LineageGraph, risk: Risk, marks: Marks) -> tuple[Dra
         else:
             parent = n.node_id
             if n.kind == "DATASET":
-                node |= _dataset_marks(datasets.get(n.pk))
+                node |= {"pii": False, "subject": False, "dropped": False}
+                node |= marks.flags.get(n.pk, {})
             else:
-                run = job.latest_run if (job := marks.jobs.get(n.pk)) else None
-                node["state"] = run.state if run else ""
+                node["state"] = marks.states.get(n.pk, "")
         node |= {"tainted": parent in risk.tainted, "atRisk": parent in risk.at_risk}
         drawn[n.node_id] = node
     personal = {

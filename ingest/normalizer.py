@@ -14,12 +14,15 @@ in the same state:
 * documentation sets a dataset's description only while no steward has
   edited it: once a person wrote a description, lineage leaves it alone;
 * ownership replaces the owners only when the facet's value changes, so a
-  steward's edit stands until the producer declares different owners;
+  steward's edit stands until the producer declares different owners, and
+  never with a facet older than the owners' last change (an edit that came
+  first stands against an event that arrives late);
 * lifecycleStateChange DROP closes the dataset's edges at the event time and
   marks it DROPPED; RENAME does the same to the previous name (RENAMED, with
   ``alias_of`` pointing at the new name); OVERWRITE, TRUNCATE, CREATE and
   ALTER leave edges alone and are kept in the dataset's history; a dataset
-  seen again after its drop is active again;
+  seen again after its drop is active again; a renamed table's columns keep
+  what stewards declared of them under the old name;
 * runs, run io and edge validity: see graph.actions.
 
 Locks are taken in one global order — namespaces, jobs and datasets are
@@ -66,6 +69,7 @@ from catalog.models import (
     PropagatedFlag,
 )
 from catalog.naming import PATH_PLATFORMS, canonical, platform
+from catalog.queries import CLOSED_STATES
 from graph import actions as graph_actions
 from graph import models as graph_models
 from graph import propagation
@@ -77,7 +81,6 @@ from lineage_site import dispatch
 
 logger = logging.getLogger(__name__)
 LINEAGE_ACTOR = catalog_actions.Actor(name="openlineage", source=ChangeSource.LINEAGE)
-CLOSING_KINDS = {"DROP": LifecycleState.DROPPED, "RENAMED": LifecycleState.RENAMED}
 JOB_EVENT_RUNS = uuid.UUID("5b1d3a52-7f0e-4c1a-9d43-0c6b3f1e2a77")
 VERSION_IDS = uuid.UUID("0c1f6a4e-93b2-4f7e-8a55-4d2b9e61c0d8")
 # Conditions OR-ed in one query: SQLite builds a tree one level deep per OR, at most 1,000.
@@ -497,7 +500,7 @@ class _Batch:
         )
         if not self._newest(ds, "ownership", [list(o) for o in owners], at, fp):
             return
-        # Owners set after this event (a steward's edit that came first) stay.
+        # Owners changed after this event's time (an edit, or a facet, that came first) stay.
         if ChangeRecord.objects.filter(
             dataset_id=ds.pk, field_name="", attribute="owners", at__gt=at
         ).exists():
@@ -569,7 +572,7 @@ class _Batch:
         known); versions are derived in ``finish``."""
         # A closing is a fact of its own instant: two drops never merge into one version.
         if not digest:
-            digest = schema_hash(fields, lifecycle, at if lifecycle in CLOSING_KINDS else None)
+            digest = schema_hash(fields, lifecycle, at if lifecycle in CLOSED_STATES else None)
         self.sightings[ds.pk].add((at, digest, run_uuid or NO_RUN))
         self.specs[(ds.pk, digest)] = (fields, lifecycle)
         key = (ds.pk, digest)
@@ -864,7 +867,7 @@ class _Batch:
                 first_seen = min(row.first_seen, earliest[name])
                 self._set_field(row, spec["type"], ordinal, description, removed_at, first_seen)
             closing = (
-                versions[-1] if versions and versions[-1].lifecycle_state in CLOSING_KINDS else None
+                versions[-1] if versions and versions[-1].lifecycle_state in CLOSED_STATES else None
             )
             # Rows created by _field above for this dataset are all in ``newest``.
             for row in rows_of[dataset_id]:
@@ -997,7 +1000,7 @@ class _Batch:
         for ds in self.datasets.values():
             closing = (ds.lineage_facets.get("closing") or {}).get("value", "")
             if ds.dropped_at is not None and ds.dropped_at >= ds.last_seen and closing:
-                ds.lifecycle_state = CLOSING_KINDS[closing]
+                ds.lifecycle_state = CLOSED_STATES[closing]
             else:
                 ds.lifecycle_state = LifecycleState.ACTIVE
             if _dataset_state(ds) != self.dataset_states.get(ds.pk):

@@ -44,7 +44,7 @@ from catalog.models import (
     LifecycleState,
     SubjectKind,
 )
-from catalog.queries import closed_at
+from catalog.queries import closed_datasets
 from graph import revision, snapshot, traverse
 from graph.details import FieldInfo as GraphFieldInfo
 from graph.details import field_rows, load_dataset_names, load_datasets, load_job_names
@@ -569,7 +569,7 @@ def _excluded_datasets(as_of: datetime | None) -> npt.NDArray[np.int64]:
         cursor.execute(f"SELECT id FROM catalog_dataset WHERE {where}", params)
         ids = [row[0] for row in cursor.fetchall()]
     if as_of is not None:
-        ids += closed_at(as_of)
+        ids += closed_datasets(as_of)
     found = np.unique(np.asarray(ids, dtype=np.int64))
     if as_of is None:
         _EXCLUDED["now"] = (current, found)

@@ -217,6 +217,7 @@ def test_the_catalog_tells_a_dropped_datasets_lifecycle_at_any_instant():
     assert dataset_lifecycle(c, t(4)) == ("Dropped", t(3))
     assert dataset_lifecycle(c, t(6)) == ("Active", None)  # written again at 5
     assert dataset_lifecycle(c, datetime(2020, 1, 1, tzinfo=UTC)) == ("Not yet seen", None)
+    assert dataset_lifecycle(c, None) == ("Active", None)  # not "since" its drop
 
 
 def customers_in_c_dropped_on_day_3() -> SubjectKind:
@@ -624,6 +625,11 @@ def test_root_cause_after_the_last_event_shows_the_job_s_latest_run_as_now(clien
 
     assert latest(t(5)) == latest(None) == (run_id(1), "FAILED")
     assert latest(t(1, 3))[1] == "COMPLETED"  # run 2, the last started, had completed
+    # The dataset page lists its producer with the same run.
+    from graph.page_data import lineage_summary
+
+    (producer,) = lineage_summary(Dataset.objects.get(name="c"), t(5)).producers
+    assert producer.latest_run is not None and producer.latest_run.state == "FAILED"
 
 
 def test_a_renamed_table_keeps_its_declared_columns_and_its_copies_are_flagged():

@@ -207,15 +207,7 @@ def test_it_marks_jobs_with_the_run_they_had_then(shop, viewer):
 
 
 def test_it_marks_a_dataset_dropped_only_from_its_drop_on_at_both_levels(shop, viewer):
-    import uuid
-
-    from catalog.models import Dataset, DatasetVersion
-
-    # What ingestion records of a drop: a closing schema version, the state, the time.
-    DatasetVersion.objects.create(
-        dataset=shop.revenue, version=uuid.uuid4(), created_at=pb.T3, lifecycle_state="DROP"
-    )
-    Dataset.objects.filter(pk=shop.revenue.pk).update(lifecycle_state="DROPPED", dropped_at=pb.T3)
+    pb.drop(shop.revenue, pb.T3)
     client = client_for(viewer)
 
     def dropped(level: str, **params: str) -> bool:
