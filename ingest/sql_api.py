@@ -60,7 +60,14 @@ class SqlLogListView(APIView):
         parameters=[
             OpenApiParameter(
                 "namespace",
-                {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": r"\S"},
+                # Something other than white space (as Python's str.isspace and ECMA's \s
+                # count it: the form field is trimmed), and no NUL (catalog.params).
+                {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 1024,
+                    "pattern": r"^[^\u0000]*[^\s\u0000\u001c-\u001f\u0085][^\u0000]*$",
+                },
                 required=True,
                 description="data source, e.g. postgres://db:5432",
             ),
