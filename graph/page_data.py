@@ -30,6 +30,7 @@ from django.db.models import (
 from django.urls import reverse
 
 from catalog.errors import ApiError
+from catalog.flags import chunks
 from catalog.models import (
     PERSONAL_DATA,
     Dataset,
@@ -221,19 +222,12 @@ def marks(graph: queries.LineageGraph) -> render.Marks:
     )
 
 
-CHUNK = 2000
-
-
-def _chunks(pks: list[int]) -> list[list[int]]:
-    return [pks[i : i + CHUNK] for i in range(0, len(pks), CHUNK)]
-
-
 def dataset_marks(pks: list[int], as_of: datetime | None) -> dict[int, dict[str, bool]]:
     """Each dataset's marks (pii, subject, dropped) as of ``as_of``: from the rows as they
     are, but for the datasets changed since, read from the history."""
     changed = set() if as_of is None else nodedata.changed_datasets(pks, as_of)[0]
     flags: dict[int, dict[str, bool]] = {}
-    for chunk in _chunks([pk for pk in pks if pk not in changed]):
+    for chunk in chunks([pk for pk in pks if pk not in changed]):
         personal = DatasetField.objects.filter(
             PERSONAL_DATA, removed_at__isnull=True, dataset_id__any_of=chunk
         ).order_by()
@@ -255,7 +249,7 @@ def dataset_marks(pks: list[int], as_of: datetime | None) -> dict[int, dict[str,
 def run_states(pks: list[int], as_of: datetime | None) -> dict[int, str]:
     """Each job's latest run's state as of ``as_of`` (seen from then; none yet: left out)."""
     states: dict[int, str] = {}
-    for chunk in _chunks(pks):
+    for chunk in chunks(pks):
         states.update(
             Job.objects.filter(pk__any_of=chunk, latest_run__isnull=False).values_list(
                 "pk", "latest_run__state"

@@ -223,14 +223,20 @@ def test_the_catalog_tells_a_dropped_datasets_lifecycle_at_any_instant():
 def customers_in_c_dropped_on_day_3() -> SubjectKind:
     """Dataset c, written on day 1, its id declared to identify customers, dropped on day 3."""
     ingest(*completed(1, 1, [dataset("c", schema=schema("id"))], [dataset("out")]))
+    kind = customer_id_in("c")
+    ingest(drop("c", at(3)))
+    return kind
+
+
+def customer_id_in(name: str) -> SubjectKind:
+    """Declare the id of dataset ``name`` to identify customers, on day 1 at 5."""
     kind = SubjectKind.objects.create(name="customer")
     catalog_actions.update_field(
-        DatasetField.objects.get(dataset__name="c", name="id"),
+        DatasetField.objects.get(dataset__name=name, name="id"),
         {"pii_category": PiiCategory.IDENTIFIER, "subject_kind": kind},
         catalog_actions.Actor(name="stella"),
         at=t(1, 5),
     )
-    ingest(drop("c", at(3)))
     return kind
 
 
@@ -638,13 +644,7 @@ def test_a_renamed_table_keeps_its_declared_columns_and_its_copies_are_flagged()
     from privacy.queries import Identifier, search_subject
 
     ingest(*completed(1, 1, [dataset("src")], [dataset("old", schema=schema("id", "email"))]))
-    kind = SubjectKind.objects.create(name="customer")
-    catalog_actions.update_field(
-        DatasetField.objects.get(dataset__name="old", name="id"),
-        {"pii_category": PiiCategory.IDENTIFIER, "subject_kind": kind},
-        catalog_actions.Actor(name="stella"),
-        at=t(1, 5),
-    )
+    kind = customer_id_in("old")
     renamed = dataset(
         "new",
         schema=schema("id", "email"),
