@@ -10,7 +10,9 @@ app stores and looks up:
 - the namespace's scheme and authority are lower-cased for known platforms
   (hosts and account identifiers are case-insensitive; ``postgresql://`` is
   ``postgres://`` and ``s3a://`` or ``s3n://`` is ``s3://``, as the spec
-  writes them);
+  writes them); a PostgreSQL or Redshift namespace without a port names the
+  platform's default one (``postgres://db`` is ``postgres://db:5432``), as
+  OpenLineage's own JDBC extractors fill it in;
 - Snowflake folds unquoted identifiers to upper case; PostgreSQL and Redshift
   to lower case. A quoted identifier keeps its case (not on Redshift, which
   folds it too by default), and its quotes while it needs them
@@ -73,6 +75,9 @@ _TABLES: dict[str, _Rule] = {
     "bigquery": _Rule(None, _bigquery, 3),
 }
 _SCHEMES = {"postgresql": "postgres", "s3a": "s3", "s3n": "s3"}
+# The port a namespace names when its producer left it out (the spec's namespace forms
+# hold one: ``postgres://{host}:{port}``, ``redshift://{cluster}.{region}:{port}``).
+_DEFAULT_PORTS = {"postgres": "5432", "redshift": "5439"}
 _OBJECT_STORES = {"s3", "gs", "gcs", "abfss", "wasbs", "dbfs"}
 PATH_PLATFORMS = frozenset({"file", "hdfs", *_OBJECT_STORES})  # datasets named by a path
 _KNOWN = {*_TABLES, *PATH_PLATFORMS}
@@ -120,7 +125,13 @@ def _namespace(namespace: str, kind: str) -> str:
         return kind if namespace.lower() == kind else namespace
     _, rest = namespace.split("://", 1)
     authority, slash, path = rest.partition("/")
-    return f"{kind}://{authority.lower()}{slash}{path}".rstrip("/") or namespace
+    authority = authority.lower()
+    port = _DEFAULT_PORTS.get(kind)
+    # The host and port are all after the last '@' (user info); an IPv6 host is bracketed.
+    host = authority.rpartition("@")[2]
+    if port and host and ":" not in host.rpartition("]")[2]:
+        authority = f"{authority}:{port}"
+    return f"{kind}://{authority}{slash}{path}".rstrip("/") or namespace
 
 
 def _path(name: str, kind: str) -> str:

@@ -54,6 +54,15 @@ pytestmark = pytest.mark.django_db
             'shop.public."Orders"',
             ("postgres://db:5432", 'shop.public."Orders"'),
         ),
+        # A namespace without its port names the platform's default one.
+        (
+            "postgres://Shop-DB",
+            "shop.public.orders",
+            ("postgres://shop-db:5432", "shop.public.orders"),
+        ),
+        ("postgres://[::1]", "d.s.t", ("postgres://[::1]:5432", "d.s.t")),
+        ("postgres://[::1]:6432", "d.s.t", ("postgres://[::1]:6432", "d.s.t")),
+        ("redshift://c.eu-west-1", "dev.public.t", ("redshift://c.eu-west-1:5439", "dev.public.t")),
         # Redshift folds quoted identifiers too (enable_case_sensitive_identifier is off).
         (
             "redshift://c.eu-west-1:5439",
@@ -267,6 +276,54 @@ def test_it_merges_twins_keeping_their_lineage_fields_flags_and_history(monkeypa
     # Every spelling leads to it; doing it again changes nothing.
     assert str(resolve_node_id(f"dataset:{SNOWFLAKE}:raw_db.sales.orders").id) == orders.node_id
     assert canonicalise_names() == NamingReport()
+
+
+def test_it_makes_one_dataset_of_a_table_named_with_and_without_its_default_port(
+    api, viewer, tmp_path
+):
+    sent = dataset("shop.public.orders", "postgres://shop-db", schema=schema("id", "email"))
+    normalize([parse_event(run_event("COMPLETE", run_id(5), at(5), job="load", outputs=[sent]))])
+    _sql_log(
+        tmp_path,
+        '{"query": "INSERT INTO shop.public.copy SELECT id, email FROM shop.public.orders", '
+        '"start_time": "2026-03-06T00:00:00Z"}\n',
+        dialect="postgres",
+        namespace="postgres://shop-db:5432",
+    )
+    orders = Dataset.objects.get(name="shop.public.orders")
+    assert orders.namespace.name == "postgres://shop-db:5432"
+    assert Dataset.objects.count() == 2  # the orders and their copy
+    assert {(e.job.name.split(".")[0], e.direction) for e in orders.edges.all()} == {
+        ("load", "out"),
+        ("insert", "in"),
+    }
+    # Looked up under either spelling, it is the one dataset.
+    for raw in ("dataset:postgres://shop-db:shop.public.orders", orders.node_id):
+        assert str(resolve_node_id(raw).id) == orders.node_id
+    response = api(viewer).get(
+        "/api/v1/lineage", {"nodeId": "dataset:postgres://shop-db:shop.public.orders"}
+    )
+    assert response.status_code == 200, response.content
+    assert f"{orders.node_id}" in {node["id"] for node in response.json()["graph"]}
+
+
+def test_the_migration_moves_datasets_stored_without_their_port(monkeypatch, capsys):
+    _as_sent(monkeypatch)
+    for ns in ("postgres://shop-db", "postgres://shop-db:5432"):
+        sent = dataset("shop.public.orders", ns, schema=schema("id"))
+        normalize(
+            [parse_event(run_event("COMPLETE", run_id(6), at(6), job="load", outputs=[sent]))]
+        )
+    monkeypatch.undo()
+    assert Dataset.objects.count() == 2
+    migration = importlib.import_module("ingest.migrations.0010_default_ports")
+
+    migration.canonical_names(django_apps, None)
+
+    assert "0 datasets renamed, 1 twins merged" in capsys.readouterr().out
+    orders = Dataset.objects.get()
+    assert (orders.namespace.name, orders.name) == ("postgres://shop-db:5432", "shop.public.orders")
+    assert [(e.job.name, e.direction) for e in orders.edges.all()] == [("load", "out")]
 
 
 def test_it_renames_a_dataset_stored_under_another_spelling(monkeypatch):
