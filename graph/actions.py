@@ -512,18 +512,24 @@ def _merge_run(run: Run, obs: RunObservation) -> bool:
         changed = True
     if merge_facets(run.facets, run.facet_times, obs.facets, at, obs.fingerprint):
         changed = True
-        facets = run.facets
-        nominal = facets.get("nominalTime") or {}
-        run.nominal_start_time = _time_or_none(nominal.get("nominalStartTime"))
-        run.nominal_end_time = _time_or_none(nominal.get("nominalEndTime"))
-        error = facets.get("errorMessage") or {}
-        run.error_message = str(error.get("message") or "")
-        run.error_stack = str(error.get("stackTrace") or "")
-        parent = (facets.get("parent") or {}).get("run") or {}
-        parent_uuid = _uuid_or_none(parent.get("runId"))
-        if parent_uuid != run.parent_run_uuid:
-            run.parent_run_uuid = parent_uuid
-            run.parent = None
+        # Read again only from facets the event sent and the run holds: once a run is
+        # compacted (graph/retention.py) its facets are a summary, and the error, parent and
+        # nominal times read from them before stay as they were.
+        facets = {k: v for k, v in run.facets.items() if k in obs.facets}
+        if "nominalTime" in facets:
+            nominal = facets["nominalTime"] or {}
+            run.nominal_start_time = _time_or_none(nominal.get("nominalStartTime"))
+            run.nominal_end_time = _time_or_none(nominal.get("nominalEndTime"))
+        if "errorMessage" in facets:
+            error = facets["errorMessage"] or {}
+            run.error_message = str(error.get("message") or "")
+            run.error_stack = str(error.get("stackTrace") or "")
+        if "parent" in facets:
+            parent = (facets["parent"] or {}).get("run") or {}
+            parent_uuid = _uuid_or_none(parent.get("runId"))
+            if parent_uuid != run.parent_run_uuid:
+                run.parent_run_uuid = parent_uuid
+                run.parent = None
     if obs.columns or obs.covered:
         lineage = run.column_lineage or {}
         covered = set(lineage.get("covered", [])) | obs.covered

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -19,6 +19,7 @@ from catalog.models import (
     SubjectKind,
 )
 from graph.models import ColumnEdge, Job, Run, RunDataset, TableEdge
+from graph.retention import compact_lineage
 from ingest.events import parse_event
 from ingest.normalizer import collector_paused, normalize
 from tests.ingest_builders import (
@@ -506,6 +507,26 @@ def test_it_records_job_facets_sql_type_and_run_errors():
     assert (run.state, run.error_message, run.nominal_start_time) == ("FAILED", "boom", t(1))
     assert run.facets["processing_engine"]["version"] == "3.5.3"
     assert job.latest_run == run
+
+
+def test_a_late_event_for_a_compacted_run_keeps_its_error_parent_and_nominal_time():
+    parent = {"run": {"runId": run_id(9)}, "job": {"namespace": "airflow", "name": "dag"}}
+    ingest(run_event("START", run_id(9), at(1), job="dag", job_ns="airflow"))
+    facets = {
+        "errorMessage": {"message": "boom", "programmingLanguage": "python"},
+        "nominalTime": {"nominalStartTime": at(1)},
+        "parent": parent,
+    }
+    ingest(run_event("FAIL", run_id(1), at(1, 5), run_facets=facets))
+    compact_lineage(timedelta(days=30), now=t(1) + timedelta(days=60))
+    # A late RUNNING event with a facet of its own, long after the run was compacted.
+    late = {"processing_engine": {"name": "spark", "version": "3.5.3"}}
+    ingest(run_event("RUNNING", run_id(1), at(1, 2), run_facets=late))
+
+    run = Run.objects.get(run_uuid=run_id(1))
+    assert (run.state, run.error_message, run.nominal_start_time) == ("FAILED", "boom", t(1))
+    assert run.parent == Run.objects.get(run_uuid=run_id(9))
+    assert run.facets["processing_engine"]["version"] == "3.5.3"
 
 
 def test_it_links_parent_runs_and_jobs_whichever_arrives_first():
