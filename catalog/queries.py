@@ -129,12 +129,11 @@ CLOSED_STATES = {"DROP": LifecycleState.DROPPED, "RENAMED": LifecycleState.RENAM
 def closing_versions(as_of: datetime) -> QuerySet[DatasetVersion]:
     """The schema versions that keep datasets dropped or renamed away at ``as_of``.
 
-    The last schema version by then closed the dataset, and no run read or wrote it after
-    that, up to then. Only a dataset closed at some time can be (its ``dropped_at`` is
-    set); a dataset dropped and written again is closed only in between. Ingestion's
-    current state also takes a dataset event without a schema after the drop (a
-    documentation facet, say) as a sighting; such sightings leave no record of when, so
-    as of an instant after one the dataset still reads as closed.
+    The last schema version by then closed the dataset, and after that, up to then, no run
+    read or wrote it and no lifecycle event other than a closing named it. Only a dataset
+    closed at some time can be (its ``dropped_at`` is set); a dataset dropped and written
+    again is closed only in between. Metadata alone (a dataset event with documentation,
+    say) does not bring it back, as ingestion's current state has it (ingest.normalizer).
     """
     later = DatasetVersion.objects.filter(
         dataset=OuterRef("dataset"), created_at__gt=OuterRef("created_at"), created_at__lte=as_of
@@ -146,6 +145,16 @@ def closing_versions(as_of: datetime) -> QuerySet[DatasetVersion]:
         event_time__gt=OuterRef("created_at"),
         event_time__lte=as_of,
     )
+    declared = ChangeRecord.objects.filter(
+        dataset=OuterRef("dataset"),
+        field_name="",
+        attribute="lifecycle",
+        source=ChangeSource.LINEAGE,
+        at__gt=OuterRef("created_at"),
+        at__lte=as_of,
+    )
+    for closing in CLOSED_STATES:
+        declared = declared.exclude(new=closing)
     return (
         DatasetVersion.objects.filter(
             dataset__dropped_at__isnull=False,
@@ -154,6 +163,7 @@ def closing_versions(as_of: datetime) -> QuerySet[DatasetVersion]:
         )
         .exclude(Exists(later))
         .exclude(Exists(seen))
+        .exclude(Exists(declared))
         .order_by()
     )
 

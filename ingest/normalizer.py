@@ -435,6 +435,15 @@ class _Batch:
         at = event.event_time
         ds.last_seen = max(ds.last_seen, at)
         ds.first_seen = min(ds.first_seen, at)
+        # A run that reads or writes it, its schema or a lifecycle other than a drop says the
+        # dataset is there; metadata alone (documentation, ownership) does not bring a
+        # dropped one back. catalog.queries.closing_versions reads the same as of any instant.
+        if ref.lifecycle != "DROP" and (
+            event.kind != "dataset" or ref.schema is not None or ref.lifecycle
+        ):
+            key = graph_actions.time_key(at)
+            if key > (ds.lineage_facets.get("sighted") or {}).get("at", ""):
+                ds.lineage_facets["sighted"] = {"at": key}
         run_uuid = event.run_uuid
         if ref.lifecycle == "DROP":
             self._close(ds, at, "DROP", run_uuid)
@@ -999,7 +1008,15 @@ class _Batch:
         changed = []
         for ds in self.datasets.values():
             closing = (ds.lineage_facets.get("closing") or {}).get("value", "")
-            if ds.dropped_at is not None and ds.dropped_at >= ds.last_seen and closing:
+            # Datasets last written before sightings were told apart: any sighting counts.
+            sighted = (ds.lineage_facets.get("sighted") or {}).get("at") or (
+                graph_actions.time_key(ds.last_seen)
+            )
+            if (
+                ds.dropped_at is not None
+                and graph_actions.time_key(ds.dropped_at) >= sighted
+                and closing
+            ):
                 ds.lifecycle_state = CLOSED_STATES[closing]
             else:
                 ds.lifecycle_state = LifecycleState.ACTIVE

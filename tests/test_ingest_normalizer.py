@@ -221,6 +221,28 @@ def test_the_catalog_tells_a_dropped_datasets_lifecycle_at_any_instant():
     assert dataset_lifecycle(c, None) == ("Active", None)  # not "since" its drop
 
 
+def test_metadata_alone_about_a_dropped_dataset_does_not_bring_it_back():
+    """A dataset event with no schema and no run (documentation, say) after the drop: the
+    table is not there again, now or as of any instant, until a run or a schema names it."""
+    from catalog.queries import dataset_lifecycle
+
+    ingest(*completed(1, 1, [dataset("a")], [dataset("c", schema=schema("id"))]))
+    # The documentation arrives before the drop it follows.
+    ingest(dataset_event(at(4), dataset("c", documentation={"description": "Orders"})))
+    ingest(drop("c", at(3)))
+    c = Dataset.objects.get(name="c")
+    assert (c.lifecycle_state, c.description) == ("DROPPED", "Orders")
+    assert dataset_lifecycle(c, None) == dataset_lifecycle(c, t(5)) == ("Dropped", t(3))
+    # A lifecycle event saying it was created again, with no schema: it is back from then.
+    ingest(
+        dataset_event(at(6), dataset("c", lifecycleStateChange={"lifecycleStateChange": "CREATE"}))
+    )
+    c.refresh_from_db()
+    assert c.lifecycle_state == "ACTIVE"
+    assert dataset_lifecycle(c, None) == dataset_lifecycle(c, t(7)) == ("Active", None)
+    assert dataset_lifecycle(c, t(5)) == ("Dropped", t(3))
+
+
 def customers_in_c_dropped_on_day_3() -> SubjectKind:
     """Dataset c, written on day 1, its id declared to identify customers, dropped on day 3."""
     ingest(*completed(1, 1, [dataset("c", schema=schema("id"))], [dataset("out")]))
