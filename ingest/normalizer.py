@@ -441,9 +441,9 @@ class _Batch:
         if ref.lifecycle != "DROP" and (
             event.kind != "dataset" or ref.schema is not None or ref.lifecycle
         ):
-            key = graph_actions.time_key(at)
-            if key > (ds.lineage_facets.get("sighted") or {}).get("at", ""):
-                ds.lineage_facets["sighted"] = {"at": key}
+            sighted = graph_actions.time_key(at)
+            if sighted > (ds.lineage_facets.get("sighted") or {}).get("at", ""):
+                ds.lineage_facets["sighted"] = {"at": sighted}
         run_uuid = event.run_uuid
         if ref.lifecycle == "DROP":
             self._close(ds, at, "DROP", run_uuid)
