@@ -467,11 +467,6 @@ class Directory:
             **{name: arrays[name] for name in ARRAYS},
         )
 
-    @property
-    def nbytes(self) -> int:
-        arrays, _ = self.arrays()
-        return sum(array.nbytes for array in arrays.values())
-
 
 # --- reading --------------------------------------------------------------------------
 
@@ -722,7 +717,6 @@ class _State:
         self.directory: Directory | None = None
         self.mapped: tuple[docfile.DocFile, Directory] | None = None
         self.rebuilding = False
-        self.builds = 0
 
 
 _state = _State()
@@ -764,7 +758,6 @@ def _mapped() -> Directory | None:
 
 def _install(directory: Directory) -> None:
     _state.directory = directory
-    _state.builds += 1
     log.info(
         "node directory: %d datasets, %d jobs, %d fields in %.1f s",
         directory.datasets.pks.size,
@@ -808,23 +801,3 @@ def reset() -> None:
     with _state.lock:
         _state.directory = None
         _state.mapped = None
-
-
-def stats() -> dict[str, Any]:
-    directory = _state.directory
-    if directory is None and _state.mapped is not None:
-        directory = _state.mapped[1]
-    if directory is None:
-        return {"builds": _state.builds, "directory": None}
-    return {
-        "builds": _state.builds,
-        "directory": {
-            "revision": directory.revision,
-            "mapped": directory.mapped,
-            "datasets": int(directory.datasets.pks.size),
-            "jobs": int(directory.jobs.pks.size),
-            "fields": int(directory.f_id.size),
-            "bytes": directory.nbytes,
-            "seconds": round(directory.built_seconds, 3),
-        },
-    }

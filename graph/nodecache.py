@@ -1,5 +1,5 @@
 """The node store's per-process overlay: what lineage answers show about nodes (names and
-rendered data) that the host's document file cannot give, and field rows.
+rendered data) that the host's document file cannot give.
 
 The host's document file (graph/docfile.py) holds every dataset and job as of the
 revision it was written at; this cache keeps what the process rendered itself (nodes
@@ -52,19 +52,14 @@ class Entry:
 Render = Callable[[list[int]], dict[int, Entry]]
 # (dataset pk, namespace, dataset name, field name, type, subject kind) of a field.
 FieldRow = tuple[int, str, str, str, str, str | None]
-LoadFields = Callable[[list[int]], dict[int, FieldRow]]
 
 
 class NodeCache:
     def __init__(self, max_entries: int) -> None:
         self.max_entries = max_entries
-        self.max_fields = 10 * max_entries
         self.lock = threading.Lock()
         self.revision: rev.Revision | None = None
         self._entries: OrderedDict[tuple[str, int], Entry] = OrderedDict()
-        # Field rows (column lineage names every field it shows), dropped with their dataset.
-        self._fields: OrderedDict[int, FieldRow] = OrderedDict()
-        self._fields_of: dict[int, set[int]] = {}
         # Revision from which this process has seen every change, and the revision at which
         # it saw each changed node last.
         self.horizon = 0
@@ -73,18 +68,12 @@ class NodeCache:
         # a reset, a change log too long to read): what was read in an earlier epoch
         # (graph/directory.py) cannot be judged by ``changed``.
         self.epoch = 0
-        self.hits = 0
-        self.misses = 0
-        # Of the misses, documents read from the host's document file.
-        self.file_hits = 0
         # (file, epoch, whether it is on the timeline) last judged.
         self._file_checked: tuple[int, int, bool] = (0, -1, False)
 
     def clear(self) -> None:
         with self.lock:
             self._entries.clear()
-            self._fields.clear()
-            self._fields_of.clear()
             self.revision = None
             self.changed.clear()
             self.horizon = 0
@@ -112,17 +101,12 @@ class NodeCache:
                 kind in (rev.Kind.RESET, rev.Kind.ALL_DATA) for kind, _ in changes
             ):
                 self._entries.clear()
-                self._fields.clear()
-                self._fields_of.clear()
                 self._start_epoch(current)
             else:
                 for kind, obj in changes:
                     if obj is not None:
                         self._entries.pop((kind, obj), None)
                         self.changed[(kind, obj)] = current.value
-                        if kind == DATASET:
-                            for field in self._fields_of.pop(obj, ()):
-                                self._fields.pop(field, None)
                 if len(self.changed) > CHANGED_LIMIT:
                     self._start_epoch(current)
             self.revision = current
@@ -154,8 +138,6 @@ class NodeCache:
                 else:
                     self._entries.move_to_end((kind, pk))
                     found[pk] = entry
-        self.hits += len(found)
-        self.misses += len(missing)
         return found, missing
 
     def _put(self, kind: str, items: dict[int, Entry]) -> None:
@@ -187,7 +169,6 @@ class NodeCache:
             if documents:
                 read = {pk: _entry(kind, *document) for pk, document in documents.items()}
                 found.update(read)
-                self.file_hits += len(read)
                 missing = [pk for pk in missing if pk not in read]
         if missing:
             rendered = render(missing)
@@ -206,36 +187,7 @@ class NodeCache:
         mapped = self.document_file()
         if mapped is None:
             return {column: {} for column in columns}
-        found = mapped.spliced(kind, pks, self.horizon, self.changed, columns)
-        self.file_hits += len(found[columns[0]])
-        return found
-
-    def fields(self, pks: Iterable[int], load: LoadFields) -> dict[int, FieldRow]:
-        """Field rows by pk; misses are loaded by ``load`` in one call and kept until their
-        dataset changes (a field's rename or retyping is logged as its dataset's change)."""
-        self.sync()
-        found: dict[int, FieldRow] = {}
-        missing: list[int] = []
-        with self.lock:
-            for pk in pks:
-                row = self._fields.get(pk)
-                if row is None:
-                    missing.append(pk)
-                else:
-                    self._fields.move_to_end(pk)
-                    found[pk] = row
-        if not missing:
-            return found
-        loaded = load(missing)
-        found.update(loaded)
-        with self.lock:
-            for pk, row in loaded.items():
-                self._fields[pk] = row
-                self._fields_of.setdefault(row[0], set()).add(pk)
-            while len(self._fields) > self.max_fields:
-                pk, row = self._fields.popitem(last=False)
-                self._fields_of.get(row[0], set()).discard(pk)
-        return found
+        return mapped.spliced(kind, pks, self.horizon, self.changed, columns)
 
     def document_file(self) -> docfile.DocFile | None:
         """The host's document file, when there is one on the current timeline (checked
@@ -247,15 +199,6 @@ class NodeCache:
         if self._file_checked[:2] != key:
             self._file_checked = (*key, rev.on_timeline(found.revision))
         return found if self._file_checked[2] else None
-
-    def stats(self) -> dict[str, int]:
-        return {
-            "entries": len(self._entries),
-            "fields": len(self._fields),
-            "hits": self.hits,
-            "misses": self.misses,
-            "file_hits": self.file_hits,
-        }
 
 
 def _entry(kind: str, namespace: str, name: str, data: str, summary: str) -> Entry:

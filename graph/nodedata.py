@@ -338,13 +338,13 @@ def dataset_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
 
 def field_rows(pks: Iterable[int]) -> dict[int, FieldRow]:
     """(dataset pk, namespace, dataset, field, type, subject kind) by field pk, from the
-    node directory; the rest from the node cache."""
+    node directory; the rest (of datasets changed since it was read) from the database."""
     wanted = sorted({int(pk) for pk in pks})
     found = directory.get()
     out = found.field_rows(wanted) if found is not None else {}
     rest = [pk for pk in wanted if pk not in out]
     if rest:
-        out.update(cache.fields(rest, details.field_rows))
+        out.update(details.field_rows(rest))
     return out
 
 

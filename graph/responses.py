@@ -98,8 +98,6 @@ class ResponseCache:
         self.max_entries = max_entries
         self.lock = threading.Lock()
         self.entries: OrderedDict[Hashable, Cached] = OrderedDict()
-        self.hits = 0
-        self.misses = 0
 
     def clear(self) -> None:
         with self.lock:
@@ -109,20 +107,17 @@ class ResponseCache:
         with self.lock:
             entry = self.entries.get(key)
         if entry is None:
-            self.misses += 1
             return None
         current = rev.current()
         if entry.revision != current:
             if not self._still_valid(entry, current):
                 with self.lock:
                     self.entries.pop(key, None)
-                self.misses += 1
                 return None
             entry.revision = current
         with self.lock:
             if key in self.entries:
                 self.entries.move_to_end(key)
-        self.hits += 1
         return zstandard.ZstdDecompressor().decompress(entry.body)
 
     def put(self, key: Hashable, body: bytes, datasets: IntArray, jobs: IntArray) -> None:
@@ -167,13 +162,6 @@ class ResponseCache:
             if _touches(jobs, entry.jobs) or _touches(datasets, entry.datasets):
                 return False
         return True
-
-    def stats(self) -> dict[str, int]:
-        return {
-            "entries": len(self.entries),
-            "hits": self.hits,
-            "misses": self.misses,
-        }
 
 
 cache = ResponseCache()

@@ -247,7 +247,6 @@ class Snapshot:
     alive: BoolArray
     overlay: EdgeStore
     sizes: dict[str, int]
-    built_at: float
     specs: dict[str, AdjacencySpec] = field(repr=False)
     # Derived once per snapshot (replace() starts a new one): which jobs are retired now.
     _memo: dict[str, BoolArray] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -667,7 +666,6 @@ def build(kind: Kind, revision: rev.Revision) -> Snapshot:
         alive=np.ones(cols["id"].size, dtype=bool),
         overlay=_build_store(kind, _columns(kind, empty, narrow=False), None),
         sizes=sizes,
-        built_at=time.time(),
         specs=kind.specs,
     )
 
@@ -712,7 +710,6 @@ class _Cache:
         self.lock = threading.Lock()
         self.snapshots: dict[str, Snapshot] = {}
         self.rebuilding: set[str] = set()
-        self.stats = {"builds": 0, "deltas": 0, "background_builds": 0}
 
 
 _cache = _Cache()
@@ -758,7 +755,6 @@ def _caught_up(kind: Kind, snapshot: Snapshot, current: rev.Revision) -> Snapsho
     )
     if changes is None or any(k == rev.Kind.RESET for k, _ in changes):
         return None
-    _cache.stats["deltas"] += 1
     return apply_changes(snapshot, kind, [obj for _, obj in changes if obj is not None], current)
 
 
@@ -772,7 +768,6 @@ def _base(kind: Kind, current: rev.Revision) -> Snapshot:
                 return _shared_base(path, kind, current)
     except OSError as exc:
         _log_once(f"lineage snapshots not shared between processes ({path}): {exc}")
-    _cache.stats["builds"] += 1
     return build(kind, current)
 
 
@@ -780,12 +775,10 @@ def _shared_base(path: Path, kind: Kind, current: rev.Revision) -> Snapshot:
     shared = _open_shared(path, kind)
     if shared is not None and shared.revision.value > current.value:
         # Written since this request read the revision: not overwritten with an older one.
-        _cache.stats["builds"] += 1
         return build(kind, current)
     fresh = None if shared is None else _caught_up(kind, shared, current)
     if fresh is not None and fresh.overlay.size <= overlay_limit(fresh):
         return fresh
-    _cache.stats["builds"] += 1
     built = build(kind, current)
     _write_shared(path, built)
     return _open_shared(path, kind) or built
@@ -897,7 +890,6 @@ def _open_shared(path: Path, kind: Kind) -> Snapshot | None:
         alive=np.ones(edges.size, dtype=bool),
         overlay=_build_store(kind, _columns(kind, empty, narrow=False), None),
         sizes=sizes,
-        built_at=time.time(),
         specs=kind.specs,
     )
 
@@ -914,7 +906,6 @@ def _rebuild_in_background(kind: Kind) -> None:
             fresh = _base(kind, rev.current())
             with _cache.lock:
                 _cache.snapshots[kind.name] = fresh
-                _cache.stats["background_builds"] += 1
         finally:
             _cache.rebuilding.discard(kind.name)
             connections.close_all()
@@ -955,17 +946,6 @@ def reset() -> None:
         _cache.snapshots.clear()
 
 
-def stats() -> dict[str, Any]:
-    return {
-        "builds": _cache.stats["builds"],
-        "deltas": _cache.stats["deltas"],
-        "snapshots": {
-            name: {
-                "revision": snap.revision.value,
-                "edges": snap.edge_count,
-                "overlay": snap.overlay.size,
-                "bytes": snap.nbytes,
-            }
-            for name, snap in _cache.snapshots.items()
-        },
-    }
+def held_revisions() -> dict[str, int]:
+    """The revision each snapshot this process holds is at, by kind."""
+    return {name: snap.revision.value for name, snap in _cache.snapshots.items()}

@@ -107,7 +107,7 @@ class DatabaseFigures(Collector):
             current = revision.current()
             latest = SliSample.objects.order_by("-day").values_list("day", flat=True).first()
             measured = list(SliSample.objects.filter(day=latest)) if latest else []
-            held = {name: s["revision"] for name, s in snapshot.stats()["snapshots"].items()}
+            held = snapshot.held_revisions()
             committed = dict(
                 GraphRevisionLog.objects.filter(revision__in=set(held.values())).values_list(
                     "revision", "at"
