@@ -1,16 +1,13 @@
 """Node ids resolved to their database rows: the in-process directory first
-(graph/directory.py), then one statement over every split of the id."""
+(graph/directory.py), then the database, over the splits of the id under the
+namespaces that exist."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.db import connection
-from django.db.models import Q
+from django.db.models import Model
 
 from catalog import naming
 from catalog.models import Dataset, DatasetAlias, DatasetField, Namespace
-from catalog.pgsql import bound_cursor
 from graph import directory as node_directory
 from graph.models import Job
 from graph.nodeids import (
@@ -24,206 +21,136 @@ from graph.nodeids import (
     split_kind,
 )
 
+# (namespace, the rest of the id after it), longest namespace first.
+Split = tuple[str, str]
+
 
 def resolve_node_id(raw: str) -> ResolvedNode:
-    """Resolve ``raw`` against the database: one query (two for a field id).
+    """Resolve ``raw``: the longest namespace that exists wins, then (for a field) the
+    longest dataset name; a dataset named by one of its aliases (the symlinks facet)
+    resolves to the dataset's own name.
 
     Raises MalformedNodeId when the text is not a node id and UnknownNodeId
     when no namespace, dataset, job or field matches.
     """
-    try:
-        return _resolve_named(raw)
-    except UnknownNodeId:
-        found = _resolve_alias(raw)
-        if found is None:
-            raise
-        return found
-
-
-def _resolve_alias(raw: str) -> ResolvedNode | None:
-    """A dataset or field id naming a dataset by one of its aliases (the symlinks facet),
-    resolved to the dataset's own name."""
-    kind, rest = split_kind(raw)
-    if kind == "job":
-        return None
-    splits = _canonical_splits(
-        kind, [(ns, rest[len(ns) + 1 :]) for ns in namespace_candidates(rest)]
-    )
-    if not splits:
-        return None
-    query = Q()
-    for ns, name, _ in splits:
-        query |= Q(namespace__name=ns, name=name)
-    found = {
-        (ns, name): (pk, target_ns, target)
-        for ns, name, pk, target_ns, target in DatasetAlias.objects.filter(query).values_list(
-            "namespace__name", "name", "dataset_id", "dataset__namespace__name", "dataset__name"
-        )
-    }
-    for ns, name, field in splits:
-        if (ns, name) not in found:
-            continue
-        pk, target_ns, target = found[(ns, name)]
-        if field is None:
-            return ResolvedNode(DatasetNodeId(target_ns, target), pk, pk)
-        field_pk = (
-            DatasetField.objects.filter(dataset_id=pk, name=field).values_list("pk", flat=True)
-        ).first()
-        if field_pk is not None:
-            return ResolvedNode(FieldNodeId(target_ns, target, field), field_pk, pk)
-    return None
-
-
-def _resolve_named(raw: str) -> ResolvedNode:
     if not isinstance(raw, str) or not raw.strip():
         raise MalformedNodeId("nodeId is required")
     if len(raw) > 4096:
         raise MalformedNodeId("nodeId is too long")
     kind, rest = split_kind(raw)
-    candidates = [(ns, rest[len(ns) + 1 :]) for ns in namespace_candidates(rest)]
-    candidates = _canonical(kind, [(ns, tail) for ns, tail in candidates if tail])
-    if not candidates:
-        raise UnknownNodeId(raw)
-    known = _from_directory(kind, candidates)
-    if known is not None:
-        return known
-    if kind in ("dataset", "job"):
-        # One query for every (namespace, name) split; the longest namespace wins.
-        model = Dataset if kind == "dataset" else Job
-        if connection.vendor == "postgresql":
-            rows = _pg_named(model._meta.db_table, candidates)
-        else:
-            query = Q()
-            for ns, tail in candidates:
-                query |= Q(namespace__name=ns, name=tail)
-            rows = list(model.objects.filter(query).values_list("pk", "namespace__name", "name"))
-        if not rows:
-            raise UnknownNodeId(raw)
-        pk, ns, name = max(rows, key=lambda row: len(row[1]))
-        if kind == "dataset":
-            return ResolvedNode(DatasetNodeId(ns, name), pk, pk)
-        return ResolvedNode(JobNodeId(ns, name), pk)
-    if connection.vendor == "postgresql":
-        return _pg_field(raw, candidates)
-    found = dict(
-        Namespace.objects.filter(name__in=[ns for ns, _ in candidates]).values_list("name", "pk")
+    # Namespaces in their canonical spelling (catalog.naming).
+    splits = [
+        (naming.canonical_namespace(ns), rest[len(ns) + 1 :])
+        for ns in namespace_candidates(rest)
+        if rest[len(ns) + 1 :]
+    ]
+    found = _from_directory(kind, splits)
+    if found is not None:
+        return found
+    # Only the namespaces that exist are looked into: an id of many colons has as many
+    # splits, and a field id as many again under each.
+    existing = dict(
+        Namespace.objects.filter(name__in={ns for ns, _ in splits}).values_list("name", "pk")
     )
-    for ns, tail in candidates:
-        if ns in found:
-            resolved = _resolve_field(ns, found[ns], tail)
-            if resolved is not None:
-                return resolved
+    splits = [(ns, tail) for ns, tail in splits if ns in existing]
+    for model in (Job,) if kind == "job" else (Dataset, DatasetAlias):
+        found = _from_database(kind, model, splits, existing)
+        if found is not None:
+            return found
     raise UnknownNodeId(raw)
 
 
-def _canonical(kind: str, candidates: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The (namespace, rest) splits with dataset names in their canonical spelling
-    (catalog.naming): for a field id, under each split of the dataset from the field."""
+def _names(kind: str, ns: str, tail: str) -> list[tuple[str, str | None]]:
+    """(canonical dataset or job name, field or None) that ``tail`` may name under ``ns``;
+    for a field, every split of the dataset from the field, longest dataset first."""
     if kind == "job":
-        return candidates
+        return [(tail, None)]
+    if kind == "dataset":
+        return [(naming.canonical(ns, tail)[1], None)]
     return [
-        (ns, name if field is None else f"{name}:{field}")
-        for ns, name, field in _canonical_splits(kind, candidates)
+        (naming.canonical(ns, tail[:i])[1], tail[i + 1 :])
+        for i in range(len(tail) - 2, 0, -1)
+        if tail[i] == ":"
     ]
 
 
-def _canonical_splits(
-    kind: str, candidates: list[tuple[str, str]]
-) -> list[tuple[str, str, str | None]]:
-    """(namespace, canonical dataset name, field or None) for each (namespace, rest) split,
-    and for a field id each split of the dataset from the field; longest namespace first."""
-    found: dict[tuple[str, str, str | None], None] = {}
-    for ns, tail in candidates:
-        if kind == "dataset":
-            found[(*naming.canonical(ns, tail), None)] = None
+def _from_database(
+    kind: str, model: type[Model], splits: list[Split], existing: dict[str, int]
+) -> ResolvedNode | None:
+    """The node under the longest namespace, then the longest dataset name, of ``model``
+    (a job, a dataset, or a dataset's alias); flat IN lists, whatever the splits."""
+    wanted = {
+        (existing[ns], name, field): ns
+        for ns, tail in splits
+        for name, field in _names(kind, ns, tail)
+    }
+    if not wanted:
+        return None
+    rows = model._default_manager.filter(
+        namespace_id__in={pk for pk, _, _ in wanted}, name__in={name for _, name, _ in wanted}
+    ).values_list("namespace_id", "name", "pk" if model is not DatasetAlias else "dataset_id")
+    named = {(ns, name): pk for ns, name, pk in rows}
+    fields: dict[tuple[int, str], int] = {}
+    if kind == "datasetField" and named:
+        fields = {
+            (ds, name): pk
+            for pk, ds, name in DatasetField.objects.filter(
+                dataset_id__in=set(named.values()),
+                name__in={field for _, _, field in wanted},
+            ).values_list("pk", "dataset_id", "name")
+        }
+    for ns_pk, name, field in wanted:  # longest namespace, then longest name, first
+        pk = named.get((ns_pk, name))
+        if pk is None:
             continue
-        for i, ch in enumerate(tail):
-            if ch == ":" and 0 < i < len(tail) - 1:
-                found[(*naming.canonical(ns, tail[:i]), tail[i + 1 :])] = None
-    return list(found)
+        if model is DatasetAlias:
+            return _aliased(pk, field, fields)
+        if field is None:
+            ns = wanted[(ns_pk, name, field)]
+            node = JobNodeId(ns, name) if kind == "job" else DatasetNodeId(ns, name)
+            return ResolvedNode(node, pk, None if kind == "job" else pk)
+        field_pk = fields.get((pk, field))
+        if field_pk is not None:
+            return ResolvedNode(
+                FieldNodeId(wanted[(ns_pk, name, field)], name, field), field_pk, pk
+            )
+    return None
 
 
-def _from_directory(kind: str, candidates: list[tuple[str, str]]) -> ResolvedNode | None:
+def _aliased(pk: int, field: str | None, fields: dict[tuple[int, str], int]) -> ResolvedNode | None:
+    """The dataset ``pk`` an alias names (or its ``field``), under its own name."""
+    ns, name = Dataset.objects.filter(pk=pk).values_list("namespace__name", "name").get()
+    if field is None:
+        return ResolvedNode(DatasetNodeId(ns, name), pk, pk)
+    field_pk = fields.get((pk, field))
+    return None if field_pk is None else ResolvedNode(FieldNodeId(ns, name, field), field_pk, pk)
+
+
+def _from_directory(kind: str, splits: list[Split]) -> ResolvedNode | None:
     """The node from the in-process directory (graph/directory.py) when it can tell for
     sure: a trusted node under the longest namespace that exists, and for a field the
     longest dataset name; None sends the caller to the database."""
     found = node_directory.get()
     if found is None:
         return None
-    known = [(ns, tail) for ns, tail in candidates if ns in found.namespace_ids]
+    known = [(ns, tail) for ns, tail in splits if ns in found.namespace_ids]
     if not known:
         return None
     ns, tail = known[0]
-    if kind == "dataset":
-        pk = found.dataset_pk(ns, tail)
-        return None if pk is None else ResolvedNode(DatasetNodeId(ns, tail), pk, pk)
     if kind == "job":
         pk = found.job_pk(ns, tail)
         return None if pk is None else ResolvedNode(JobNodeId(ns, tail), pk)
+    if kind == "dataset":
+        name = naming.canonical(ns, tail)[1]
+        pk = found.dataset_pk(ns, name)
+        return None if pk is None else ResolvedNode(DatasetNodeId(ns, name), pk, pk)
     # The last colon gives the longest dataset name, the one the database would pick.
     dataset, sep, field = tail.rpartition(":")
     if not sep or not dataset or not field:
         return None
+    dataset = naming.canonical(ns, dataset)[1]
     dataset_pk = found.dataset_pk(ns, dataset)
     field_pk = None if dataset_pk is None else found.field_pk(dataset_pk, field)
     if dataset_pk is None or field_pk is None:
         return None
     return ResolvedNode(FieldNodeId(ns, dataset, field), field_pk, dataset_pk)
-
-
-def _pg_named(table: str, candidates: list[tuple[str, str]]) -> list[tuple[Any, ...]]:
-    """Rows (pk, namespace, name) of ``table`` matching any (namespace, name) pair: one
-    statement, the pairs bound as two arrays."""
-    with bound_cursor() as cursor:
-        cursor.execute(
-            f"SELECT r.id, n.name, r.name FROM unnest(%s::text[], %s::text[]) AS c(ns, name) "
-            f"JOIN catalog_namespace n ON n.name = c.ns "
-            f"JOIN {table} r ON r.namespace_id = n.id AND r.name = c.name",
-            [[ns for ns, _ in candidates], [name for _, name in candidates]],
-        )
-        return cursor.fetchall()
-
-
-def _pg_field(raw: str, candidates: list[tuple[str, str]]) -> ResolvedNode:
-    """A field id resolved in one statement over every (namespace, dataset, field)
-    split; the longest namespace wins, then the longest dataset name."""
-    triples = [
-        (ns, tail[:i], tail[i + 1 :])
-        for ns, tail in candidates
-        for i, ch in enumerate(tail)
-        if ch == ":" and i > 0 and i < len(tail) - 1
-    ]
-    if not triples:
-        raise UnknownNodeId(raw)
-    with bound_cursor() as cursor:
-        cursor.execute(
-            "SELECT f.id, f.dataset_id, n.name, d.name, f.name "
-            "FROM unnest(%s::text[], %s::text[], %s::text[]) AS c(ns, dataset, field) "
-            "JOIN catalog_namespace n ON n.name = c.ns "
-            "JOIN catalog_dataset d ON d.namespace_id = n.id AND d.name = c.dataset "
-            "JOIN catalog_datasetfield f ON f.dataset_id = d.id AND f.name = c.field",
-            [[t[0] for t in triples], [t[1] for t in triples], [t[2] for t in triples]],
-        )
-        rows = cursor.fetchall()
-    if not rows:
-        raise UnknownNodeId(raw)
-    pk, dataset_pk, ns, dataset, field = max(rows, key=lambda r: (len(r[2]), len(r[3])))
-    return ResolvedNode(FieldNodeId(ns, dataset, field), pk, dataset_pk)
-
-
-def _resolve_field(namespace: str, ns_pk: int, tail: str) -> ResolvedNode | None:
-    # Both dataset and field names may hold colons: try every split, longest dataset first.
-    splits = [(tail[:i], tail[i + 1 :]) for i, ch in enumerate(tail) if ch == ":"]
-    splits = [(d, f) for d, f in splits if d and f]
-    if not splits:
-        return None
-    query = Q()
-    for dataset, field in splits:
-        query |= Q(dataset__name=dataset, name=field)
-    rows = DatasetField.objects.filter(query, dataset__namespace_id=ns_pk).values_list(
-        "pk", "dataset_id", "dataset__name", "name"
-    )
-    best = max(rows, key=lambda row: len(row[2]), default=None)
-    if best is None:
-        return None
-    return ResolvedNode(FieldNodeId(namespace, best[2], best[3]), best[0], best[1])

@@ -116,3 +116,28 @@ def test_a_new_longer_namespace_takes_over_the_split(db):
     assert resolve_node_id(raw).id.name == "zone:orders"
     dataset(namespace="s3://lake:zone", name="orders")
     assert resolve_node_id(raw).id.namespace == "s3://lake:zone"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("with_directory", [True, False])
+def test_it_resolves_the_longest_names_with_or_without_the_directory(settings, with_directory):
+    settings.GRAPH_NODE_DIRECTORY = with_directory
+    g = LineageBuilder(namespace="s3://lake")
+    g.dataset("zone", fields=("orders:v2:id",))
+    g.dataset("zone:orders", fields=("v2:id",))
+    g.dataset("zone:orders:v2", fields=("id",))
+    found = resolve_node_id("datasetField:s3://lake:zone:orders:v2:id")
+    assert found.id == FieldNodeId("s3://lake", "zone:orders:v2", "id")
+    # A field id of thousands of colons under a namespace that exists: one split each.
+    with pytest.raises(UnknownNodeId):
+        resolve_node_id("datasetField:s3://lake:" + "x:" * 2000)
+    with pytest.raises(UnknownNodeId):
+        resolve_node_id("datasetField:" + "a:" * 2040)
+
+
+def test_a_field_id_of_thousands_of_colons_is_a_404_not_a_500(api, viewer):
+    LineageBuilder(namespace="a").dataset("a", fields=("a",))
+    response = api(viewer).get(
+        "/api/v1/column-lineage", {"nodeId": "datasetField:" + "a:" * 2040 + "a"}
+    )
+    assert response.status_code == 404, response.content
