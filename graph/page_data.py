@@ -18,13 +18,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.db.models import (
-    Case,
     Count,
-    IntegerField,
     Q,
     QuerySet,
-    Value,
-    When,
     prefetch_related_objects,
 )
 from django.urls import reverse
@@ -43,6 +39,7 @@ from catalog.models import (
 from graph import nodedata, nodeids, queries, render, resolve
 from graph.details import JobInfo
 from graph.models import Job, Taint
+from graph.nodedata import iso
 
 LIST_FILTERS = ("q", "namespace", "platform", "owner", "retention", "pii")
 MAX_INSTANTS = 500
@@ -187,10 +184,6 @@ def node_links(ids: Iterable[str]) -> dict[str, NodeLink]:
     return links
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
-
-
 # --- taint -----------------------------------------------------------------
 
 
@@ -326,15 +319,15 @@ def build_view(
         "level": level,
         "direction": direction,
         "depth": depth,
-        "asOf": _iso(as_of),
-        "compare": _iso(compare),
+        "asOf": iso(as_of),
+        "compare": iso(compare),
         "limit": limit,
         "truncated": truncated,
         # Pages of nodes: the client adds ?namespace=…&name=… (cheaper than a URL per node).
         "pages": {"dataset": _page("dataset-detail"), "job": _page("job-detail")},
         "nodes": list(nodes.values()),
         "edges": list(edges.values()),
-        "instants": [_iso(t) for t in instants],
+        "instants": [iso(t) for t in instants],
     }
 
 
@@ -612,19 +605,6 @@ def ranked(
     return found[:limit], len(found) > limit
 
 
-def rank(field_name: str, q: str) -> Case:
-    """0 exact, 1 last name segment, 2 prefix, 3 anywhere, 4 only in the description."""
-    return Case(
-        When(**{f"{field_name}__iexact": q}, then=Value(0)),
-        When(**{f"{field_name}__iendswith": f".{q}"}, then=Value(1)),
-        When(**{f"{field_name}__iendswith": f"/{q}"}, then=Value(1)),
-        When(**{f"{field_name}__istartswith": q}, then=Value(2)),
-        When(**{f"{field_name}__icontains": q}, then=Value(3)),
-        default=Value(4),
-        output_field=IntegerField(),
-    )
-
-
 def _top(qs: QuerySet[Any], limit: int) -> tuple[list[Any], bool]:
     rows = list(qs[: limit + 1])
     return rows[:limit], len(rows) > limit
@@ -675,17 +655,15 @@ def search(
             jobs.select_related("namespace", "latest_run"), "name", q, limit
         )
     if "owners" in kinds and q and not (filtered or namespace):
-        owners = (
-            Owner.objects.filter(Q(name__icontains=q) | Q(display_name__icontains=q))
-            .annotate(rank=rank("name", q), n=Count("ownerships"))
-            .order_by("rank", "name")
+        results.owners, results.more["owners"] = ranked(
+            Owner.objects.annotate(n=Count("ownerships")),
+            "name",
+            q,
+            min(limit, 10),
+            (Q(display_name__icontains=q),),
         )
-        results.owners, results.more["owners"] = _top(owners, min(limit, 10))
     if "tags" in kinds and q and not (filtered or namespace):
-        tags = (
-            Tag.objects.filter(name__icontains=q)
-            .annotate(rank=rank("name", q), n=Count("datasets"))
-            .order_by("rank", "name")
+        results.tags, results.more["tags"] = ranked(
+            Tag.objects.annotate(n=Count("datasets")), "name", q, min(limit, 10)
         )
-        results.tags, results.more["tags"] = _top(tags, min(limit, 10))
     return results

@@ -38,6 +38,7 @@ from catalog.views import cached, filtered_datasets, platforms
 from graph import page_data as data
 from graph import queries
 from graph.models import Job, Run, RunDataset, TableEdge, Taint
+from graph.nodedata import iso
 from graph.render import impact_csv, impact_mermaid, lineage_csv, lineage_mermaid
 from graph.taint import TaintError, clear_taint, mark_tainted
 
@@ -83,7 +84,7 @@ def _instant(params: Any, name: str) -> datetime | None:
 
 
 def _iso(value: datetime | None) -> str:
-    return value.isoformat().replace("+00:00", "Z") if value else ""
+    return iso(value) or ""
 
 
 @dataclass
