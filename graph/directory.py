@@ -9,11 +9,10 @@ costs. The directory answers them from numpy columns: the names of the 150,000 d
 and jobs at 100,000 datasets with a hash index, the million fields (names and types as
 one byte string each, sliced on use) and the jobs' run bounds, about 100 MB.
 
-On PostgreSQL it is part of the node store's base: the host's document file holds it
-(graph/documents.py writes both), and every server process maps it, one copy for all.
-Elsewhere, or while the file cannot be trusted, a process reads its own from the
-database in a couple of seconds (in a background thread once it had one, unless
-GRAPH_BACKGROUND_REBUILD is off).
+It is part of the node store's base: the host's document file holds it (graph/documents.py
+writes both, on PostgreSQL), and every server process maps it, one copy for all. Without
+a file it trusts (elsewhere, before the first pass, or with too much changed since the
+file), there is none, and callers ask the database.
 
 Trust is the node cache's one rule (graph/nodecache.py): the directory is read at
 revision R, and answers for a dataset or job only while the process follows the change
@@ -25,18 +24,14 @@ database, so a stale directory costs a query, never a wrong answer.
 from __future__ import annotations
 
 import hashlib
-import logging
-import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import psycopg
-from django.conf import settings
-from django.db import DatabaseError, connections
+from django.db import connections
 
 from graph import docfile
 from graph import revision as rev
@@ -48,8 +43,6 @@ from graph.details import (
 )
 from graph.nodecache import DATASET, JOB, FieldRow, cache
 from graph.snapshot import OPEN, PG_EPOCH_OFFSET_US, _time_us, rows_of, to_us
-
-log = logging.getLogger(__name__)
 
 IntArray = npt.NDArray[np.int64]
 PG_CHUNK_IDS = 250_000
@@ -188,10 +181,9 @@ ARRAYS = (
 
 @dataclass(frozen=True, eq=False)
 class Directory:
-    # The change log's revision it was read at (and its token): trusted by the node
-    # cache's rule, while that revision is on the change log's timeline.
+    # The change log's revision it was read at: trusted by the node cache's rule (the
+    # file that holds it is on the change log's timeline).
     revision: int
-    token: str
     namespaces: dict[int, str]
     namespace_ids: dict[str, int]
     datasets: Names
@@ -233,27 +225,13 @@ class Directory:
     run_last: IntArray
     run_settled: IntArray
     run_shown: npt.NDArray[np.bool_]
-    built_seconds: float
-    # Whether it is mapped from the host's document file rather than read by this process.
-    mapped: bool = False
-    # Whether its revision is on the change log's timeline, by the node cache's epoch.
-    on_timeline: dict[int, bool] = field(default_factory=dict)
 
     # --- trust ------------------------------------------------------------------------
 
     def trusted(self) -> bool:
         """Whether the process's change log reaches back to the directory's revision (else
-        it cannot tell which nodes changed since, and trusts none), on the same timeline (a
-        restored database numbers its revisions anew: checked once an epoch)."""
-        if self.revision < cache.horizon:
-            return False
-        epoch = cache.epoch
-        found = self.on_timeline.get(epoch)
-        if found is None:
-            found = self.on_timeline[epoch] = rev.on_timeline(
-                rev.Revision(self.revision, self.token)
-            )
-        return found
+        it cannot tell which nodes changed since, and trusts none)."""
+        return self.revision >= cache.horizon
 
     def trusts(self, kind: str, pk: int) -> bool:
         """Whether the process has seen no change to the node since the directory was
@@ -443,7 +421,6 @@ class Directory:
         arrays.update(self.jobs.arrays("jobs"))
         meta = {
             "revision": self.revision,
-            "token": self.token,
             "namespaces": {str(pk): name for pk, name in self.namespaces.items()},
             "subject_kinds": {str(pk): name for pk, name in self.subject_kinds.items()},
         }
@@ -454,7 +431,6 @@ class Directory:
         namespaces = {int(pk): str(name) for pk, name in meta["namespaces"].items()}
         return cls(
             revision=int(meta["revision"]),
-            token=str(meta["token"]),
             namespaces=namespaces,
             namespace_ids={name: pk for pk, name in namespaces.items()},
             datasets=Names.from_arrays("datasets", arrays),
@@ -462,8 +438,6 @@ class Directory:
             subject_kinds={int(pk): str(name) for pk, name in meta["subject_kinds"].items()},
             names=memoryview(arrays["names"]),
             types=memoryview(arrays["types"]),
-            built_seconds=0.0,
-            mapped=True,
             **{name: arrays[name] for name in ARRAYS},
         )
 
@@ -511,32 +485,6 @@ def _fields_postgres() -> tuple[npt.NDArray[Any], bytes, bytes]:
                 names.append(bytes(found[1] or b""))
                 types.append(bytes(found[2] or b""))
     table = np.frombuffer(b"".join(heads), dtype=FIELD_HEADER)
-    return table, b"".join(names), b"".join(types)
-
-
-def _fields_generic() -> tuple[npt.NDArray[Any], bytes, bytes]:
-    with connections["default"].cursor() as cursor:
-        cursor.execute(
-            "SELECT id, dataset_id, subject_kind_id, first_seen, removed_at, name, type "
-            "FROM catalog_datasetfield ORDER BY id"
-        )
-        rows = cursor.fetchall()
-    table = np.zeros(len(rows), dtype=FIELD_HEADER)
-    names: list[bytes] = []
-    types: list[bytes] = []
-    for i, (pk, ds, sk, first, removed, name, ftype) in enumerate(rows):
-        name_bytes, type_bytes = str(name).encode(), str(ftype or "").encode()
-        names.append(name_bytes)
-        types.append(type_bytes)
-        table[i] = (
-            pk,
-            ds,
-            -1 if sk is None else sk,
-            _time_us(first) - PG_EPOCH_OFFSET_US,
-            OPEN if removed is None else _time_us(removed) - PG_EPOCH_OFFSET_US,
-            len(name_bytes),
-            len(type_bytes),
-        )
     return table, b"".join(names), b"".join(types)
 
 
@@ -639,8 +587,8 @@ def _run_bounds() -> tuple[IntArray, IntArray, IntArray, IntArray, npt.NDArray[n
 
 
 def build() -> Directory:
-    """Read the directory now, at the committed revision (rows read after it)."""
-    started = time.perf_counter()
+    """Read the directory now, at the committed revision (rows read after it), from
+    PostgreSQL (graph/documents.py writes it into the host's document file)."""
     cache.sync()
     read_at = rev._read("default")
     connection = connections["default"]
@@ -651,8 +599,7 @@ def build() -> Directory:
         subject_kinds = {int(pk): str(name) for pk, name in cursor.fetchall()}
     datasets = Names.of(_named_rows("catalog_dataset"))
     jobs = Names.of(_named_rows("graph_job"))
-    loader = _fields_postgres if connection.vendor == "postgresql" else _fields_generic
-    table, names, types = loader()
+    table, names, types = _fields_postgres()
     f_id = table["id"].astype(np.int64)
     name_at = _offsets(table["name_len"].astype(np.int64))
     type_at = _offsets(table["type_len"].astype(np.int64))
@@ -675,7 +622,6 @@ def build() -> Directory:
     run_jobs, run_first, run_last, run_settled, run_shown = _run_bounds()
     return Directory(
         revision=read_at.value,
-        token=read_at.token,
         namespaces=namespaces,
         namespace_ids={name: pk for pk, name in namespaces.items()},
         datasets=datasets,
@@ -705,99 +651,30 @@ def build() -> Directory:
         run_last=run_last,
         run_settled=run_settled,
         run_shown=run_shown,
-        built_seconds=time.perf_counter() - started,
     )
 
 
 class _State:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        # The directory this process read itself, and the one mapped from the host's
-        # document file (with the file it came from).
-        self.directory: Directory | None = None
-        self.mapped: tuple[docfile.DocFile, Directory] | None = None
-        self.rebuilding = False
+    # The directory mapped from the host's document file, with the file it came from.
+    mapped: tuple[docfile.DocFile, Directory] | None = None
 
 
 _state = _State()
 
 
 def get() -> Directory | None:
-    """The directory the process can trust now: the host's document file's, else one it
-    reads itself (now the first time, in the background after that); None meanwhile."""
-    if not getattr(settings, "GRAPH_NODE_DIRECTORY", True):
-        return None
+    """The directory of the host's document file, when the process trusts it; None
+    otherwise (callers then ask the database)."""
     cache.sync()
-    mapped = _mapped()
-    if mapped is not None and mapped.trusted():
-        _state.directory = None  # its own, if it had read one: the file's replaces it
-        return mapped
-    directory = _state.directory
-    if directory is not None and directory.trusted():
-        return directory
-    if directory is None or not settings.GRAPH_BACKGROUND_REBUILD:
-        with _state.lock:
-            if _state.directory is None or not _state.directory.trusted():
-                _install(build())
-        fresh = _state.directory
-        return fresh if fresh is not None and fresh.trusted() else None
-    _rebuild_in_background()
-    return None
-
-
-def _mapped() -> Directory | None:
-    """The directory in the host's document file, when the node cache trusts the file."""
     found = cache.document_file()
     if found is None or found.meta.get("directory") is None:
         return None
     held = _state.mapped
     if held is None or held[0] is not found:
         held = _state.mapped = (found, Directory.from_arrays(found.arrays, found.meta["directory"]))
-    return held[1]
-
-
-def _install(directory: Directory) -> None:
-    _state.directory = directory
-    log.info(
-        "node directory: %d datasets, %d jobs, %d fields in %.1f s",
-        directory.datasets.pks.size,
-        directory.jobs.pks.size,
-        directory.f_id.size,
-        directory.built_seconds,
-    )
-
-
-def _rebuild_in_background() -> None:
-    with _state.lock:
-        if _state.rebuilding:
-            return
-        _state.rebuilding = True
-
-    def work() -> None:
-        try:
-            fresh = build()
-            with _state.lock:
-                _install(fresh)
-        except DatabaseError:
-            log.exception("could not read the node directory")
-        finally:
-            _state.rebuilding = False
-            connections.close_all()
-
-    threading.Thread(target=work, name="node-directory", daemon=True).start()
-
-
-def warm() -> bool:
-    """Map or read the directory before the process serves (lineage_site/wsgi.py)."""
-    try:
-        return get() is not None
-    except DatabaseError as exc:
-        log.warning("node directory not read at start: %s", exc)
-        return False
+    return held[1] if held[1].trusted() else None
 
 
 def reset() -> None:
     """Forget the directory (tests; after a bulk load)."""
-    with _state.lock:
-        _state.directory = None
-        _state.mapped = None
+    _state.mapped = None

@@ -299,16 +299,10 @@ GRAPH_NODE_CACHE_SIZE = env_int("GRAPH_NODE_CACHE_SIZE", 50_000)
 # PostgreSQL: the server processes of a host share, through files under DATA_DIR, every
 # node's rendered lineage data (graph/docfile.py) and the base of each lineage snapshot.
 GRAPH_SHARED_NODE_DATA = env_bool("GRAPH_SHARED_NODE_DATA", True)
-# A directory of node names and fields (graph/directory.py, ~100 MB at 100,000 datasets,
-# mapped from the host's node document file on PostgreSQL) so that lineage requests need
-# no query to name their nodes.
-GRAPH_NODE_DIRECTORY = env_bool("GRAPH_NODE_DIRECTORY", True)
 # Server processes (lineage_site/wsgi.py) build the lineage snapshots before serving.
 GRAPH_WARM_ON_START = env_bool("GRAPH_WARM_ON_START", True)
-# Work that would hold up a request goes to a background thread: reading the node
-# directory again after the change log lost track, folding a lineage snapshot's grown
-# overlay into a new base. Off, the request that notices reads the directory
-# itself, and overlays are not folded.
+# Folding a lineage snapshot's grown overlay into a new base goes to a background thread,
+# which would otherwise hold up a request. Off, overlays are not folded.
 GRAPH_BACKGROUND_REBUILD = env_bool("GRAPH_BACKGROUND_REBUILD", True)
 # PostgreSQL: this often, the host's node document file is written again once many nodes
 # changed since it (graph/documents.py).

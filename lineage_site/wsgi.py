@@ -14,14 +14,14 @@ application = get_wsgi_application()
 get_resolver().resolve("/api/v1/namespaces")
 
 if settings.GRAPH_WARM_ON_START:
-    # Each server process builds its lineage snapshots and node directory before its
-    # first request (seconds at millions of edges) instead of during some user's request.
+    # Each server process builds its lineage snapshots and maps the host's node document
+    # file before its first request (seconds at millions of edges) instead of during some
+    # user's request.
     from django.db import connections
 
-    from graph import directory, docfile, snapshot
+    from graph import docfile, snapshot
 
     snapshot.warm()
-    directory.warm()
     docfile.warm()
     # Under gunicorn --preload this runs before the fork: no worker may inherit the socket.
     connections.close_all()

@@ -206,7 +206,7 @@ def _wait_for_background_rebuilds() -> None:
     end within the test that started them, while its database is still open to them."""
     for thread in threading.enumerate():
         name = thread.name
-        if name == "node-directory" or (name.startswith("lineage-") and name.endswith("-rebuild")):
+        if name.startswith("lineage-") and name.endswith("-rebuild"):
             thread.join(timeout=60)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from catalog.models import Dataset, DatasetField, Namespace
 from graph.models import (
@@ -205,3 +206,18 @@ class LineageBuilder:
             return f"dataset:{self.ns.name}:{name}"
         ds, _, field = name.rpartition(".")
         return f"datasetField:{self.ns.name}:{ds}:{field}"
+
+
+def node_store_written() -> Any:
+    """The node directory of the host's document file written now, as a deploy or the
+    scheduled pass writes it, and as a process that starts now maps it (PostgreSQL); None
+    where node data is not shared (SQLite), where answers come from the database."""
+    from graph import directory, documents, nodecache
+
+    nodecache.cache.clear()
+    directory.reset()
+    if documents.render_documents(full=True).skipped:
+        return None
+    found = directory.get()
+    assert found is not None
+    return found

@@ -14,7 +14,7 @@ from graph.nodeids import (
     parse_node_id,
 )
 from graph.resolve import resolve_node_id
-from tests.graph_builders import LineageBuilder
+from tests.graph_builders import LineageBuilder, node_store_written
 
 NAMESPACES = {"postgres://shop-db:5432", "postgres://shop-db", "s3://acme-lake", "file"}
 
@@ -121,11 +121,14 @@ def test_a_new_longer_namespace_takes_over_the_split(db):
 @pytest.mark.django_db
 @pytest.mark.parametrize("with_directory", [True, False])
 def test_it_resolves_the_longest_names_with_or_without_the_directory(settings, with_directory):
-    settings.GRAPH_NODE_DIRECTORY = with_directory
     g = LineageBuilder(namespace="s3://lake")
     g.dataset("zone", fields=("orders:v2:id",))
     g.dataset("zone:orders", fields=("v2:id",))
     g.dataset("zone:orders:v2", fields=("id",))
+    if with_directory:
+        node_store_written()  # on PostgreSQL; SQLite has none
+    else:
+        settings.GRAPH_SHARED_NODE_DATA = False
     found = resolve_node_id("datasetField:s3://lake:zone:orders:v2:id")
     assert found.id == FieldNodeId("s3://lake", "zone:orders:v2", "id")
     # A field id of thousands of colons under a namespace that exists: one split each.

@@ -1,5 +1,5 @@
-"""The node directory answers as the database would, and leaves to the database every node
-that changed after it was read."""
+"""The node directory, mapped from the host's node document file, answers as the database
+would, and leaves to the database every node that changed after the file was written."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from catalog.models import Dataset, DatasetField, Namespace
-from graph import details, directory, nodecache, nodedata, nodeids
+from graph import details, directory, documents, nodecache, nodedata, nodeids
 from graph.models import Run, RunState
 from graph.nodecache import DATASET
 from graph.nodeids import UnknownNodeId
@@ -16,7 +16,15 @@ from graph.resolve import resolve_node_id
 from tests.graph_builders import NS, T0, T1, T2, T3, LineageBuilder
 
 # Committed writes, as in production: the change log follows commits.
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def written() -> directory.Directory:
+    """The directory of the host's document file, written now (as a deploy does)."""
+    assert documents.render_documents(full=True).full
+    found = directory.get()
+    assert found is not None
+    return found
 
 
 @pytest.fixture
@@ -34,21 +42,25 @@ def g() -> LineageBuilder:
     return b
 
 
+@pytest.fixture
+def read(g: LineageBuilder) -> directory.Directory:
+    return written()
+
+
 def fresh(raw: str) -> nodeids.ResolvedNode:
     return resolve_node_id(raw)
 
 
 def from_database(raw: str, settings) -> nodeids.ResolvedNode:
-    settings.GRAPH_NODE_DIRECTORY = False
+    settings.GRAPH_SHARED_NODE_DATA = False
     try:
         return fresh(raw)
     finally:
-        settings.GRAPH_NODE_DIRECTORY = True
+        settings.GRAPH_SHARED_NODE_DATA = True
 
 
-def test_it_names_nodes_and_fields_as_the_database_does(g, settings):
-    found = directory.get()
-    assert found is not None
+def test_it_names_nodes_and_fields_as_the_database_does(g, read, settings):
+    found = read
     field_pks = [f.pk for f in g.fields.values()]
     assert found.field_rows(field_pks) == details.field_rows(field_pks)
     ds_pks = [d.pk for d in g.ds.values()]
@@ -64,8 +76,7 @@ def test_it_names_nodes_and_fields_as_the_database_does(g, settings):
         assert fresh(raw) == from_database(raw, settings)
 
 
-def test_nodes_changed_after_it_was_read_come_from_the_database(g):
-    assert directory.get() is not None
+def test_nodes_changed_after_it_was_read_come_from_the_database(g, read):
     raw = g.ds["raw.orders"].pk
     assert nodedata.dataset_names([raw]) == {raw: (NS, "raw.orders")}
     email = g.field("raw.orders.email")
@@ -94,7 +105,7 @@ def test_a_new_namespace_that_captures_an_id_is_seen_at_once():
     old = Namespace.objects.create(name="file")
     Dataset.objects.create(namespace=old, name="a:b", first_seen=T0, last_seen=T0)
     assert fresh("dataset:file:a:b").id.namespace == "file"
-    assert directory.get() is not None
+    written()
     longer = Namespace.objects.create(name="file:a")
     ds = Dataset.objects.create(namespace=longer, name="b", first_seen=T0, last_seen=T0)
     resolved = fresh("dataset:file:a:b")
@@ -105,8 +116,7 @@ def test_it_tells_which_datasets_looked_different_in_the_past_as_the_database_do
     added = g.dataset("grown.orders", fields=("id",))
     DatasetField.objects.create(dataset=added, name="late", type="string", ordinal=1, first_seen=T2)
     DatasetField.objects.filter(pk=g.field("clean.orders.email").pk).update(removed_at=T1)
-    found = directory.get()
-    assert found is not None
+    found = written()
     pks = sorted(d.pk for d in g.ds.values())
     for moment in (T0 - timedelta(days=1), T0, T1, T2 - timedelta(seconds=1), T2, T3):
         changed, reflagged, unknown = found.changed_since(pks, moment)
@@ -120,8 +130,8 @@ def test_it_tells_which_datasets_looked_different_in_the_past_as_the_database_do
         assert roots.tolist() == sorted(alive.values_list("pk", flat=True))
 
 
-def test_it_can_be_turned_off(g, settings):
-    settings.GRAPH_NODE_DIRECTORY = False
+def test_without_shared_node_data_there_is_none(g, read, settings):
+    settings.GRAPH_SHARED_NODE_DATA = False
     assert directory.get() is None
     assert fresh(g.id("raw.orders.email")).pk == g.field("raw.orders.email").pk
 
@@ -146,8 +156,7 @@ def test_it_tells_each_jobs_run_as_of_a_past_instant_as_the_database_does(g, set
             for moment in moments
         }
 
-    found = directory.get()
-    assert found is not None
+    found = written()
     clean, idle, late = (g.jobs[name].pk for name in ("clean", "idle", "late"))
     assert found.runs_at([clean, idle, late], T3) == ([idle], [clean, late], [])
     assert found.runs_at([clean, idle, late], T0) == ([clean, idle, late], [], [])
@@ -155,47 +164,34 @@ def test_it_tells_each_jobs_run_as_of_a_past_instant_as_the_database_does(g, set
     assert found.runs_at([clean], T1 + timedelta(days=1)) == ([], [], [clean])
     assert found.runs_at([clean], T2 + timedelta(days=1)) == ([], [], [clean])
     with_directory = answers()
-    settings.GRAPH_NODE_DIRECTORY = False
+    settings.GRAPH_SHARED_NODE_DATA = False
     assert answers() == with_directory
-    settings.GRAPH_NODE_DIRECTORY = True
+    settings.GRAPH_SHARED_NODE_DATA = True
     assert b'"state":"RUNNING"' in with_directory[T2 + timedelta(days=1)][0][clean]
     # A run added after the directory was read: that job is the database's to answer.
-    found = directory.get()
-    assert found is not None
+    assert directory.get() is found
     newest = g.run("late", at=T3)
     nodecache.cache.sync()
     assert found.runs_at([late], T3) == ([], [], [late])
     assert str(newest.run_uuid).encode() in nodedata.job_json([late], T3)[late]
 
 
-def test_a_directory_held_past_the_end_of_its_epoch_trusts_nothing(g):
+def test_a_directory_held_past_the_end_of_its_epoch_trusts_nothing(g, monkeypatch):
     g.job("load", reads=["raw.orders"], writes=["clean.orders"])
     g.run("load", at=T1)
-    found = directory.get()
-    assert found is not None
+    found = written()
     load = g.jobs["load"].pk
     orders = g.ds["clean.orders"].pk
     assert found.runs_at([load], T3) == ([], [load], [])
     assert found.node_names(DATASET, [orders]) == {orders: (NS, "clean.orders")}
-    # Something changed, and the cache lost track of changes (here: cleared), so its
-    # change log no longer reaches back to the directory's revision.
+    # Something changed, and the cache lost track of changes (here: cleared, with more
+    # changed since the file than a process reads), so its change log no longer reaches
+    # back to the directory's revision.
+    monkeypatch.setattr(nodecache, "SYNC_LIMIT", 0)
     g.dataset("elsewhere")
     nodecache.cache.clear()
     nodecache.cache.sync()
+    assert directory.get() is None
     assert found.runs_at([load], T3) == ([], [], [load])
     assert found.node_names(DATASET, [orders]) == {}
     assert found.dataset_pk(NS, "clean.orders") is None
-
-
-def test_a_directory_of_another_timeline_trusts_nothing(g):
-    """A restored database numbers its revisions anew: a directory read before it, whose
-    revision the change log no longer holds, answers for no node."""
-    from dataclasses import replace
-
-    found = directory.get()
-    assert found is not None and found.trusted()
-    orders = g.ds["clean.orders"].pk
-    elsewhere = replace(found, token="another-timeline", on_timeline={})
-    assert not elsewhere.trusted()
-    assert elsewhere.node_names(DATASET, [orders]) == {}
-    assert elsewhere.dataset_pk(NS, "clean.orders") is None
