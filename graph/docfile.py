@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -340,7 +340,7 @@ def sweep(path: Path, suffix: str) -> None:
 
 
 def assemble(
-    out: BinaryIO,
+    out: IO[bytes],
     revision: rev.Revision,
     pks: dict[str, IntArray],
     lengths: dict[tuple[str, str], IntArray],

@@ -91,7 +91,7 @@ class NodeCache:
                 return current
             changes = None
             if known is not None and current.value > known.value and rev.on_timeline(known):
-                changes = rev.changes_between(
+                changes = rev.last_changes(
                     known.value,
                     current.value,
                     (rev.Kind.DATASET, rev.Kind.JOB, rev.Kind.ALL_DATA),

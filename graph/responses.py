@@ -137,7 +137,7 @@ class ResponseCache:
         known = entry.revision
         if current.value < known.value or not rev.on_timeline(known):
             return False
-        changes = rev.changes_between(
+        changes = rev.last_changes(
             known.value,
             current.value,
             (rev.Kind.TABLE, rev.Kind.DATASET, rev.Kind.JOB, rev.Kind.ALL_DATA),

@@ -13,7 +13,7 @@ reader that has applied revision N can fetch exactly what committed after N.
 On SQLite (one writer at a time) plain row triggers do the same per row.
 
 Readers call :func:`current` (one indexed read) and, when it moved,
-:func:`changes_between` to learn which edges to reload.
+:func:`last_changes` to learn which edges to reload.
 """
 
 from __future__ import annotations
@@ -349,14 +349,6 @@ def on_timeline(revision: Revision, using: str = "default") -> bool:
     return any(token == revision.token for (token,) in rows)
 
 
-def changes_between(
-    after: int, upto: int, kinds: tuple[str, ...], limit: int, using: str = "default"
-) -> list[tuple[str, int | None]] | None:
-    """Changed (kind, id) pairs committed in revisions (after, upto]; None when over ``limit``."""
-    found = last_changes(after, upto, kinds, limit, using)
-    return None if found is None else list(found)
-
-
 def last_changes(
     after: int, upto: int, kinds: tuple[str, ...], limit: int, using: str = "default"
 ) -> dict[tuple[str, int | None], int] | None:
@@ -388,18 +380,9 @@ def mark_reset(using: str = "default") -> None:
                 [Kind.RESET],
             )
         else:
-            cursor.execute(
-                "INSERT OR IGNORE INTO graph_revision (id, value, token) VALUES (1, 0, '')"
-            )
-            cursor.execute(
-                "UPDATE graph_revision SET value = value + 1, "
-                "token = lower(hex(randomblob(8))) WHERE id = 1"
-            )
-            cursor.execute(
-                "INSERT OR REPLACE INTO graph_revision_log (revision, xid, token, at) "
-                "SELECT value, value, token, strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') "
-                "FROM graph_revision WHERE id = 1"
-            )
+            # What every trigger runs (a statement at a time, with no parameters: '%' as is).
+            for statement in _SQLITE_BUMP.split(";")[:-1]:
+                cursor.execute(statement)
             cursor.execute(
                 "INSERT INTO graph_change (xid, kind, obj_id, at) "
                 "SELECT value, %s, NULL, strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') "

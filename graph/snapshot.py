@@ -22,9 +22,7 @@ process — web workers, Celery workers — answers from the committed graph.
 
 from __future__ import annotations
 
-import json
 import logging
-import mmap
 import os
 import tempfile
 import threading
@@ -750,7 +748,7 @@ def _caught_up(kind: Kind, snapshot: Snapshot, current: rev.Revision) -> Snapsho
         return snapshot
     if current.value < snapshot.revision.value or not rev.on_timeline(snapshot.revision):
         return None
-    changes = rev.changes_between(
+    changes = rev.last_changes(
         snapshot.revision.value, current.value, (kind.change_kind,), overlay_limit(snapshot)
     )
     if changes is None or any(k == rev.Kind.RESET for k, _ in changes):
@@ -761,7 +759,7 @@ def _caught_up(kind: Kind, snapshot: Snapshot, current: rev.Revision) -> Snapsho
 def _base(kind: Kind, current: rev.Revision) -> Snapshot:
     """A snapshot with a new base: on PostgreSQL with shared node data, the base this host's
     processes share (caught up to ``current``), written first when it has none usable."""
-    path = docfile.host_path("snapshots", f"-{kind.name}.snap") if _shared() else None
+    path = docfile.host_path("snapshots", f"-{kind.name}.snap") if docfile.enabled() else None
     try:
         if path is not None:
             with docfile.locked(path):
@@ -793,10 +791,6 @@ def _log_once(message: str) -> None:
         logger.warning(message)
 
 
-def _shared() -> bool:
-    return connections["default"].vendor == "postgresql" and bool(settings.GRAPH_SHARED_NODE_DATA)
-
-
 # --- the base shared by a host's processes ------------------------------------------------
 #
 # A base is read-only once built, and at 100,000 datasets it is ~220 MB, the same in every
@@ -807,41 +801,25 @@ def _shared() -> bool:
 # current timeline and catches up by delta; otherwise it builds and writes a new one,
 # under a lock, so that the others wait and map it. Overlays stay in each process.
 
-SNAPSHOT_MAGIC = b"LXSNAP01"
-_ALIGN = 64
-
 
 def _write_shared(path: Path, snapshot: Snapshot) -> None:
-    """Write ``snapshot``'s base to ``path`` (replaced at once, never seen half-written)."""
+    """Write ``snapshot``'s base to ``path`` in the node document file's layout, with no
+    documents (replaced at once, never seen half-written)."""
     arrays: dict[str, npt.NDArray[Any]] = {
         f"col/{name}": values for name, values in snapshot.base.cols.items()
     }
     for name, adj in snapshot.base.adj.items():
         arrays.update({f"adj/{name}/{a}": getattr(adj, a) for a in ADJACENCY_ARRAYS})
-    layout, offset = [], 0
-    for name, values in arrays.items():
-        layout.append((name, values.dtype.str, int(values.size), offset))
-        offset += -(-values.nbytes // _ALIGN) * _ALIGN
-    header = json.dumps(
-        {
-            "kind": snapshot.kind,
-            "revision": [snapshot.revision.value, snapshot.revision.token],
-            "sizes": snapshot.sizes,
-            "adjacency_sizes": {n: a.size for n, a in snapshot.base.adj.items()},
-            "arrays": layout,
-            "length": offset,
-        }
-    ).encode()
-    start = -(-(16 + len(header)) // _ALIGN) * _ALIGN
+    meta = {
+        "kind": snapshot.kind,
+        "sizes": snapshot.sizes,
+        "adjacency_sizes": {n: a.size for n, a in snapshot.base.adj.items()},
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".writing-", delete=False) as out:
         try:
             os.fchmod(out.fileno(), 0o644)  # readable by the host's other users (workers)
-            out.write(SNAPSHOT_MAGIC + len(header).to_bytes(8, "little") + header)
-            for (_, _, _, at), values in zip(layout, arrays.values(), strict=True):
-                out.seek(start + at)
-                out.write(np.ascontiguousarray(values).tobytes())
-            out.truncate(start + offset)
+            docfile.assemble(out, snapshot.revision, {}, {}, {}, arrays, meta)
             out.flush()
             os.fsync(out.fileno())
             os.replace(out.name, path)
@@ -854,38 +832,26 @@ def _write_shared(path: Path, snapshot: Snapshot) -> None:
 def _open_shared(path: Path, kind: Kind) -> Snapshot | None:
     """The base in ``path``, mapped read-only (None when there is none, or it is not one)."""
     try:
-        with open(path, "rb") as handle:
-            view = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    except (FileNotFoundError, ValueError):
-        return None
-    try:
-        length = int.from_bytes(view[8:16], "little")
-        header = json.loads(view[16 : 16 + length])
-        start = -(-(16 + length) // _ALIGN) * _ALIGN
-        if view[:8] != SNAPSHOT_MAGIC or header["kind"] != kind.name:
-            raise ValueError("not a snapshot of this kind")
-        if len(view) != start + header["length"]:
-            raise ValueError(f"{len(view)} bytes, {start + header['length']} expected")
-        arrays = {
-            name: np.frombuffer(view, dtype=np.dtype(dtype), count=count, offset=start + at)
-            for name, dtype, count, at in header["arrays"]
-            if count >= 0
-        }
+        found = docfile.DocFile(path)
+        if found.meta.get("kind") != kind.name:
+            raise docfile.CorruptFile(f"{path}: not a snapshot of this kind")
+        arrays = found.arrays
         cols = {n.removeprefix("col/"): a for n, a in arrays.items() if n.startswith("col/")}
         adj = {
             name: Adjacency.of({a: arrays[f"adj/{name}/{a}"] for a in ADJACENCY_ARRAYS}, size)
-            for name, size in header["adjacency_sizes"].items()
+            for name, size in found.meta["adjacency_sizes"].items()
         }
-        value, token = header["revision"]
-        revision, sizes, edges = rev.Revision(int(value), str(token)), header["sizes"], cols["id"]
-    except (ValueError, KeyError, TypeError) as exc:
+        sizes, edges = found.meta["sizes"], cols["id"]
+    except FileNotFoundError:
+        return None
+    except (OSError, docfile.CorruptFile, KeyError, TypeError) as exc:
         logger.warning("lineage snapshot file %s not used: %s", path, exc)
         return None
-    docfile.prefault(view)
+    found.prefault()
     empty = np.zeros((0, len(kind.columns)), dtype=np.int64)
     return Snapshot(
         kind=kind.name,
-        revision=revision,
+        revision=found.revision,
         base=EdgeStore(cols, adj),
         alive=np.ones(edges.size, dtype=bool),
         overlay=_build_store(kind, _columns(kind, empty, narrow=False), None),

@@ -335,7 +335,6 @@ class RankedReach:
     # Datasets reached only through dataset-level (no target field) dependencies.
     ds_only: IntArray
     ds_only_parent_field: IntArray
-    ds_only_parent_job: IntArray
     ds_only_parent_layer: IntArray
     ds_only_parent_pos: IntArray
 
@@ -456,7 +455,6 @@ def ranked_field_reach(
         masked=masked[cols[0]].astype(np.int64),
         ds_only=targets,
         ds_only_parent_field=picked.src.astype(np.int64),
-        ds_only_parent_job=snap.column("job", picked).astype(np.int64),
         ds_only_parent_layer=picked.layer.astype(np.int64),
         ds_only_parent_pos=picked.pos.astype(np.int64),
     )

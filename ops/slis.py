@@ -337,9 +337,7 @@ class Cadences:
         log cannot say."""
         if known is None or current.value < known.value or not rev.on_timeline(known):
             return None
-        changes = rev.changes_between(
-            known.value, current.value, (rev.Kind.JOB,), CADENCE_SYNC_LIMIT
-        )
+        changes = rev.last_changes(known.value, current.value, (rev.Kind.JOB,), CADENCE_SYNC_LIMIT)
         if changes is None or any(kind == rev.Kind.RESET for kind, _ in changes):
             return None
         return sorted({job for _, job in changes if job is not None})

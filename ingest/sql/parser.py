@@ -31,7 +31,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.tokenizer_core import Token, TokenType
 
-from ingest.sql import guards
+import ingest.sql.guards as guards
 from ingest.sql.dialects import DialectSpec, resolve_dialect
 from ingest.sql.extract import (
     ScriptContext,
