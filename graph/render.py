@@ -14,7 +14,7 @@ pre-rendered from the node store (graph/nodedata.py) and is spliced in, so a
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -319,10 +319,25 @@ def mermaid(
     return "\n".join(lines) + "\n"
 
 
+def _named(
+    nodes: Iterable[tuple[str, str, str, str]], root: str = ""
+) -> list[tuple[str, str, str]]:
+    """(node id, kind, label) of (node id, kind, namespace, name): the name, written
+    ``namespace:name`` where two datasets (or two jobs) of a drawing share it, or where
+    the drawing's ``root`` (drawn as ``namespace:name``) ends with it."""
+    listed = list(nodes)
+    shared = Counter((kind, name) for _, kind, _, name in listed)
+    return [
+        (i, k, f"{ns}:{n}" if shared[(k, n)] > 1 or root.endswith(f":{n}") else n)
+        for i, k, ns, n in listed
+    ]
+
+
 def lineage_mermaid(graph: LineageGraph) -> str:
     """Datasets and jobs, or fields inside a box per dataset (titled ``namespace:name``)."""
     if graph.level == "table":
-        text = mermaid(((n.node_id, n.kind, n.name) for n in graph.nodes), graph.edges)
+        nodes = _named((n.node_id, n.kind, n.namespace, n.name) for n in graph.nodes)
+        text = mermaid(nodes, graph.edges)
     else:
         text = mermaid(
             ((n.node_id, n.kind, n.field) for n in graph.nodes),
@@ -339,8 +354,12 @@ def _fallback(node_id: str) -> tuple[str, str, str]:
 
 
 def impact_mermaid(impact: Impact) -> str:
-    known = {d.node_id: (d.node_id, "DATASET", d.dataset.name) for d in impact.datasets}
-    known.update({j.node_id: (j.node_id, "JOB", j.job.name) for j in impact.jobs})
+    named = _named(
+        [(d.node_id, "DATASET", d.dataset.namespace, d.dataset.name) for d in impact.datasets]
+        + [(j.node_id, "JOB", j.job.namespace, j.job.name) for j in impact.jobs],
+        _fallback(impact.root)[2],
+    )
+    known = {node[0]: node for node in named}
     ids = [impact.root]
     for edge in impact.edges:
         ids += [edge.origin, edge.destination]

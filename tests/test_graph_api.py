@@ -152,6 +152,22 @@ def test_it_exports_lineage_as_csv_and_mermaid(api, viewer, shop):
     assert text.startswith("flowchart LR") and '[("clean.orders")]' in text and "-->" in text
 
 
+def test_mermaid_names_the_namespace_of_two_datasets_that_share_a_name(api, viewer):
+    g = LineageBuilder()
+    first = g.dataset("orders")
+    g.dataset("copy")
+    g.job("copy_orders", reads=["orders"], writes=["copy"])
+    lake = g.dataset("orders", namespace="s3://lake")
+    g.job("load", reads=["copy"], writes=["orders"])
+    client = api(viewer)
+    for path in ("lineage", "lineage/impact"):
+        text = client.get(url(path, nodeId=first.node_id, format="mermaid")).content.decode()
+        assert f'[("{g.ns.name}:orders")]' in text, text
+        assert '[("s3://lake:orders")]' in text, text
+        assert '[("copy")]' in text, text  # a name no other node has stays as it is
+    assert lake.pk != first.pk
+
+
 def test_it_exports_column_lineage_as_csv_and_mermaid(api, viewer, shop):
     client = api(viewer)
     params = {"nodeId": shop.id("mart.daily.total"), "depth": 5}
