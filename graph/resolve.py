@@ -38,11 +38,10 @@ def resolve_node_id(raw: str) -> ResolvedNode:
     if len(raw) > 4096:
         raise MalformedNodeId("nodeId is too long")
     kind, rest = split_kind(raw)
-    # Namespaces in their canonical spelling (catalog.naming).
+    # A dataset's namespace in its canonical spelling (catalog.naming); a job's as sent.
+    spell = (lambda ns: ns) if kind == "job" else naming.canonical_namespace
     splits = [
-        (naming.canonical_namespace(ns), rest[len(ns) + 1 :])
-        for ns in namespace_candidates(rest)
-        if rest[len(ns) + 1 :]
+        (spell(ns), rest[len(ns) + 1 :]) for ns in namespace_candidates(rest) if rest[len(ns) + 1 :]
     ]
     found = _from_directory(kind, splits)
     if found is not None:
@@ -104,7 +103,10 @@ def _from_database(
         if pk is None:
             continue
         if model is DatasetAlias:
-            return _aliased(pk, field, fields)
+            aliased = _aliased(pk, field, fields)
+            if aliased is None:
+                continue  # the field is not the aliased dataset's: a shorter name may hold it
+            return aliased
         if field is None:
             ns = wanted[(ns_pk, name, field)]
             node = JobNodeId(ns, name) if kind == "job" else DatasetNodeId(ns, name)

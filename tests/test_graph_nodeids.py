@@ -144,3 +144,29 @@ def test_a_field_id_of_thousands_of_colons_is_a_404_not_a_500(api, viewer):
         "/api/v1/column-lineage", {"nodeId": "datasetField:" + "a:" * 2040 + "a"}
     )
     assert response.status_code == 404, response.content
+
+
+@pytest.mark.django_db
+def test_a_field_through_an_alias_is_found_under_a_shorter_alias_name():
+    from catalog.models import DatasetAlias, Namespace
+
+    g = LineageBuilder(namespace="file")
+    a = g.dataset("/w/a", fields=("v2:q",))
+    b = g.dataset("/w/b", fields=("id",))
+    hive = Namespace.objects.create(name="hive://ms:9083")
+    DatasetAlias.objects.create(namespace=hive, name="t", dataset=a)
+    DatasetAlias.objects.create(namespace=hive, name="t:v2", dataset=b)
+    found = resolve_node_id("datasetField:hive://ms:9083:t:v2:q")
+    assert str(found.id) == "datasetField:file:/w/a:v2:q"
+
+
+@pytest.mark.django_db
+def test_a_job_is_found_under_its_namespace_as_sent():
+    g = LineageBuilder(namespace="postgres://shop-db:5432", jobs_namespace="postgres://shop-db")
+    g.dataset("orders")
+    g.job("load", writes=["orders"])
+    for spelling in ("postgres://shop-db", "Snowflake://ACME"):
+        g = LineageBuilder(namespace="postgres://shop-db:5432", jobs_namespace=spelling)
+        g.job(f"load_{spelling[:4]}", writes=[])
+        found = resolve_node_id(f"job:{spelling}:load_{spelling[:4]}")
+        assert (found.id.namespace, found.kind) == (spelling, "job")
