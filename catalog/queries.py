@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Exists, OuterRef, Prefetch, QuerySet
+from django.db.models import Exists, Max, OuterRef, Prefetch, QuerySet
 
 from catalog import naming
 from catalog.actions import owners_value, tags_value
@@ -166,6 +166,39 @@ def closing_versions(as_of: datetime) -> QuerySet[DatasetVersion]:
         .exclude(Exists(declared))
         .order_by()
     )
+
+
+def last_sightings(pks: Iterable[int]) -> dict[int, datetime]:
+    """The last instant each of these datasets was seen to be there, as closing_versions
+    counts it: a run reading or writing it, a schema version or a lifecycle event other
+    than a closing."""
+    wanted = sorted({int(pk) for pk in pks})
+    out: dict[int, datetime] = {}
+    declared = ChangeRecord.objects.filter(
+        field_name="", attribute="lifecycle", source=ChangeSource.LINEAGE
+    )
+    versions = DatasetVersion.objects.exclude(lifecycle_state__in=CLOSED_STATES)
+    for closing in CLOSED_STATES:
+        declared = declared.exclude(new=closing)
+    for start in range(0, len(wanted), CHUNK):
+        chunk = wanted[start : start + CHUNK]
+        for rows, stamp in (
+            (
+                RunDataset.objects.filter(direction__in=[Direction.INPUT, Direction.OUTPUT]),
+                "event_time",
+            ),
+            (versions, "created_at"),
+            (declared, "at"),
+        ):
+            for pk, at in (
+                rows.filter(dataset_id__in=chunk)
+                .values("dataset_id")
+                .annotate(at=Max(stamp))
+                .values_list("dataset_id", "at")
+            ):
+                if at is not None and (pk not in out or at > out[pk]):
+                    out[pk] = at
+    return out
 
 
 def closed_datasets(

@@ -69,7 +69,7 @@ from catalog.models import (
     PropagatedFlag,
 )
 from catalog.naming import PATH_PLATFORMS, canonical, platform
-from catalog.queries import CLOSED_STATES
+from catalog.queries import CLOSED_STATES, last_sightings
 from graph import actions as graph_actions
 from graph import models as graph_models
 from graph import propagation
@@ -186,6 +186,7 @@ class _Batch:
         self.dataset_ids: dict[tuple[str, str], int] = {}
         self.alias_keys: set[tuple[str, str]] = set()
         self.datasets: dict[int, Dataset] = {}
+        self.unsighted: list[int] = []
         self.fields: dict[tuple[int, str], DatasetField] = {}
         # The earliest sighting of each (dataset, schema digest) in the batch.
         self.schema_seen: dict[tuple[int, str], datetime] = {}
@@ -275,6 +276,10 @@ class _Batch:
                 self.touched_jobs.add(pk)
         self.datasets = lock_datasets(self.dataset_ids.values())
         self.dataset_states = {pk: _dataset_state(ds) for pk, ds in self.datasets.items()}
+        # Datasets written before sightings were kept: read from their history if dropped.
+        self.unsighted = [
+            pk for pk, ds in self.datasets.items() if "sighted" not in ds.lineage_facets
+        ]
         if closures and not graph_actions.jobs_with_edges_open_at(closures) <= set(self.jobs):
             raise RetryBatch("edges were added to a closing dataset meanwhile")
         self._load_fields()
@@ -428,6 +433,7 @@ class _Batch:
                 # A column read is a dataset read, even when the producer did not list it.
                 if source not in inputs:
                     inputs.append(source)
+                    _sighted(self.datasets[source], event.event_time)
         self.pending_runs.append(_PendingRun(observation, inputs, outputs, columns))
 
     def _observe_dataset(self, ref: DatasetRef, event: ParsedEvent) -> None:
@@ -441,9 +447,7 @@ class _Batch:
         if ref.lifecycle != "DROP" and (
             event.kind != "dataset" or ref.schema is not None or ref.lifecycle
         ):
-            sighted = graph_actions.time_key(at)
-            if sighted > (ds.lineage_facets.get("sighted") or {}).get("at", ""):
-                ds.lineage_facets["sighted"] = {"at": sighted}
+            _sighted(ds, at)
         run_uuid = event.run_uuid
         if ref.lifecycle == "DROP":
             self._close(ds, at, "DROP", run_uuid)
@@ -1006,20 +1010,11 @@ class _Batch:
 
     def _flush_datasets(self) -> None:
         changed = []
+        dropped = [pk for pk in self.unsighted if self.datasets[pk].dropped_at is not None]
+        for pk, at in (last_sightings(dropped) if dropped else {}).items():
+            _sighted(self.datasets[pk], at)
         for ds in self.datasets.values():
-            closing = (ds.lineage_facets.get("closing") or {}).get("value", "")
-            # Datasets last written before sightings were told apart: any sighting counts.
-            sighted = (ds.lineage_facets.get("sighted") or {}).get("at") or (
-                graph_actions.time_key(ds.last_seen)
-            )
-            if (
-                ds.dropped_at is not None
-                and graph_actions.time_key(ds.dropped_at) >= sighted
-                and closing
-            ):
-                ds.lifecycle_state = CLOSED_STATES[closing]
-            else:
-                ds.lifecycle_state = LifecycleState.ACTIVE
+            ds.lifecycle_state = _lifecycle(ds)
             if _dataset_state(ds) != self.dataset_states.get(ds.pk):
                 ds.updated_at = self.now
                 changed.append(ds)
@@ -1511,6 +1506,25 @@ def _move_rows(model: Any, twin_id: int, survivor_id: int, key: tuple[str, ...])
     model.objects.filter(dataset_id=twin_id).update(dataset_id=survivor_id)
 
 
+def _sighted(ds: Dataset, at: datetime) -> None:
+    """Remember a sighting that says the dataset is there (a run reading or writing it, its
+    schema, a lifecycle other than a drop): catalog.queries.closing_versions reads the same
+    as of any instant."""
+    key = graph_actions.time_key(at)
+    if key > (ds.lineage_facets.get("sighted") or {}).get("at", ""):
+        ds.lineage_facets["sighted"] = {"at": key}
+
+
+def _lifecycle(ds: Dataset) -> LifecycleState:
+    """Dropped (or renamed away) while its last closing is no older than its last sighting;
+    active otherwise."""
+    closing = (ds.lineage_facets.get("closing") or {}).get("value", "")
+    sighted = (ds.lineage_facets.get("sighted") or {}).get("at", "")
+    if closing and ds.dropped_at is not None and graph_actions.time_key(ds.dropped_at) >= sighted:
+        return CLOSED_STATES[closing]
+    return LifecycleState.ACTIVE
+
+
 def _move_facts(twin: Dataset, survivor: Dataset) -> None:
     """The twin's owners, tags, taints, history and descriptions, to the survivor."""
     ChangeRecord.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)
@@ -1539,8 +1553,16 @@ def _move_facts(twin: Dataset, survivor: Dataset) -> None:
         mine = survivor.lineage_facets.get(facet)
         if mine is None or str(value.get("at", "")) > str(mine.get("at", "")):
             survivor.lineage_facets[facet] = value
-    if twin.last_seen > survivor.last_seen:  # the newer sighting says whether it is dropped
-        survivor.lifecycle_state, survivor.dropped_at = twin.lifecycle_state, twin.dropped_at
+    if twin.dropped_at is not None and (
+        survivor.dropped_at is None or twin.dropped_at > survivor.dropped_at
+    ):
+        survivor.dropped_at = twin.dropped_at
+    if survivor.dropped_at is not None and not all(
+        "sighted" in ds.lineage_facets for ds in (twin, survivor)
+    ):  # written before sightings were kept: their history tells
+        for at in last_sightings([twin.pk, survivor.pk]).values():
+            _sighted(survivor, at)
+    survivor.lifecycle_state = _lifecycle(survivor)  # the newest closing and sighting of both
     survivor.first_seen = min(survivor.first_seen, twin.first_seen)
     survivor.last_seen = max(survivor.last_seen, twin.last_seen)
     survivor.created_at = min(survivor.created_at, twin.created_at)

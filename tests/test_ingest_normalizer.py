@@ -243,6 +243,68 @@ def test_metadata_alone_about_a_dropped_dataset_does_not_bring_it_back():
     assert dataset_lifecycle(c, t(5)) == ("Dropped", t(3))
 
 
+FAR = datetime(2100, 1, 1, tzinfo=UTC)
+
+
+def test_the_lifecycle_now_is_the_lifecycle_as_of_any_later_instant():
+    """Metadata before and after a drop, a dataset read only through column lineage after
+    it, a dataset stored before sightings were kept: now, as of later and the stored state
+    agree."""
+    from catalog.queries import dataset_lifecycle
+
+    ingest(dataset_event(at(1), dataset("m", documentation={"description": "x"})))
+    ingest(drop("m", at(2)))
+    ingest(dataset_event(at(3), dataset("m", documentation={"description": "y"})))
+    ingest(*completed(1, 1, [dataset("a")], [dataset("c", schema=schema("id"))]))
+    ingest(drop("c", at(3)))
+    read = dataset("o", schema=schema("id"), columnLineage=columns({"id": [("c", "id")]}))
+    ingest(run_event("COMPLETE", run_id(7), at(5), job="r", outputs=[read]))
+    ingest(*completed(3, 1, [dataset("a")], [dataset("old", schema=schema("id"))]))
+    ingest(drop("old", at(2)))
+    old = Dataset.objects.get(name="old")
+    old.lineage_facets.pop("sighted")  # as stored before sightings were kept
+    Dataset.objects.filter(pk=old.pk).update(lineage_facets=old.lineage_facets)
+    ingest(dataset_event(at(3), dataset("old", documentation={"description": "y"})))
+    expected = {"m": "DROPPED", "c": "ACTIVE", "old": "DROPPED"}
+    for name, state in expected.items():
+        ds = Dataset.objects.get(name=name)
+        assert ds.lifecycle_state == state, name
+        assert dataset_lifecycle(ds, None) == dataset_lifecycle(ds, FAR), name
+
+
+def test_twins_merged_keep_the_drop_of_the_one_table(monkeypatch):
+    from catalog.queries import dataset_lifecycle
+    from ingest.normalizer import canonicalise_names
+
+    monkeypatch.setattr("ingest.events.naming.canonical", lambda namespace, name: (namespace, name))
+    pg, bare = "postgres://db:5432", "postgres://db"
+    ingest(
+        run_event(
+            "COMPLETE",
+            run_id(1),
+            at(1),
+            job="a",
+            outputs=[dataset("s.p.t", pg, schema=schema("id"))],
+        )
+    )
+    ingest(
+        run_event(
+            "COMPLETE",
+            run_id(2),
+            at(2),
+            job="b",
+            outputs=[dataset("s.p.t", bare, schema=schema("id"))],
+        )
+    )
+    ingest(drop("s.p.t", at(3), ns=pg))
+    ingest(dataset_event(at(4), dataset("s.p.t", bare, documentation={"description": "doc"})))
+    monkeypatch.undo()
+    canonicalise_names()
+    ds = Dataset.objects.get()
+    assert (ds.lifecycle_state, ds.dropped_at) == ("DROPPED", t(3))
+    assert dataset_lifecycle(ds, None) == dataset_lifecycle(ds, FAR) == ("Dropped", t(3))
+
+
 def customers_in_c_dropped_on_day_3() -> SubjectKind:
     """Dataset c, written on day 1, its id declared to identify customers, dropped on day 3."""
     ingest(*completed(1, 1, [dataset("c", schema=schema("id"))], [dataset("out")]))
