@@ -49,14 +49,15 @@ def datasets_with_details() -> QuerySet[Dataset]:
     )
 
 
-def get_dataset(namespace: str, name: str) -> Dataset | None:
+def get_dataset(namespace: str, name: str, rows: QuerySet[Dataset] | None = None) -> Dataset | None:
     """The dataset of this name, in any spelling of it (catalog.naming), or of one of its
-    aliases."""
+    aliases; of ``rows`` (by default with every detail a page shows)."""
     namespace, name = naming.canonical(namespace, name)
-    found = datasets_with_details().filter(namespace__name=namespace, name=name).first()
+    rows = datasets_with_details() if rows is None else rows
+    found = rows.filter(namespace__name=namespace, name=name).first()
     if found is None:
         pk = aliased_dataset(namespace, name)
-        found = None if pk is None else datasets_with_details().filter(pk=pk).first()
+        found = None if pk is None else rows.filter(pk=pk).first()
     return found
 
 

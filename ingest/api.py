@@ -25,6 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from catalog import queries as catalog_queries
 from catalog.api import JsonOnlyNegotiation, PlainJsonNegotiation, iso, paged
 from catalog.auth import CanOperateIngestion, CanPostLineage, CanReadLineage
 from catalog.errors import ApiError
@@ -439,10 +440,9 @@ class DatasetVersionsView(APIView):
         parameters=PAGING,
     )
     def get(self, request: Request, namespace: str, name: str) -> Response:
-        dataset = (
-            Dataset.objects.select_related("namespace")
-            .filter(namespace__name=namespace, name=name)
-            .first()
+        # In any spelling, or by an alias.
+        dataset = catalog_queries.get_dataset(
+            namespace, name, Dataset.objects.select_related("namespace")
         )
         if dataset is None:
             raise ApiError(f"Dataset {namespace}:{name} not found", "name", status_code=404)

@@ -46,7 +46,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import ForeignObjectRel, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from catalog import actions as catalog_actions
@@ -68,7 +68,7 @@ from catalog.models import (
     OwnerKind,
     PropagatedFlag,
 )
-from catalog.naming import PATH_PLATFORMS, canonical, platform
+from catalog.naming import PATH_PLATFORMS, canonical, canonical_namespace, platform
 from catalog.queries import CLOSED_STATES, last_sightings
 from graph import actions as graph_actions
 from graph import models as graph_models
@@ -1251,7 +1251,42 @@ def canonicalise_names() -> NamingReport:
             if twin != existing[key]:
                 report.merged.append(merge_datasets(twin, existing[key]))
     _canonical_reads()
+    _canonical_aliases(existing)
     return report
+
+
+def _canonical_aliases(datasets: dict[tuple[str, str], int]) -> None:
+    """Aliases under their canonical names (an alias that became a dataset's own name, or
+    another alias's, goes), and what else pointed at a namespace whose datasets moved to
+    its canonical spelling (a subscription, say) points there too. Jobs keep theirs."""
+    taken = set(datasets)
+    for pk, namespace, name in DatasetAlias.objects.order_by("pk").values_list(
+        "pk", "namespace__name", "name"
+    ):
+        key = canonical(namespace, name)
+        if key == (namespace, name):
+            taken.add(key)
+        elif key in taken:
+            DatasetAlias.objects.filter(pk=pk).delete()
+        else:
+            target, _ = Namespace.objects.get_or_create(name=key[0])
+            DatasetAlias.objects.filter(pk=pk).update(namespace=target, name=key[1])
+            taken.add(key)
+    kept = {Dataset._meta.label, graph_models.Job._meta.label}
+    for old in Namespace.objects.all():
+        spelled = Namespace.objects.filter(name=canonical_namespace(old.name)).exclude(pk=old.pk)
+        moved_to = spelled.first()
+        if moved_to is None:
+            continue
+        for relation in Namespace._meta.get_fields(include_hidden=True):
+            model = relation.related_model
+            if isinstance(relation, ForeignObjectRel) and not isinstance(model, str | None):
+                if model._meta.label in kept:
+                    continue
+                field = relation.field.name
+                model._default_manager.filter(**{field: old}).update(**{field: moved_to})
+        if not old.datasets.exists() and not old.jobs.exists():
+            old.delete()  # nothing is named under this spelling any more
 
 
 def _alias_symlinked() -> list[tuple[str, str]]:

@@ -300,6 +300,10 @@ def test_it_makes_one_dataset_of_a_table_named_with_and_without_its_default_port
     # Looked up under either spelling, it is the one dataset.
     for raw in ("dataset:postgres://shop-db:shop.public.orders", orders.node_id):
         assert str(resolve_node_id(raw).id) == orders.node_id
+    bare = quote("postgres://shop-db", safe="")
+    for path in ("", "/versions"):
+        found = api(viewer).get(f"/api/v1/namespaces/{bare}/datasets/shop.public.orders{path}")
+        assert found.status_code == 200, (path, found.content)
     response = api(viewer).get(
         "/api/v1/lineage", {"nodeId": "dataset:postgres://shop-db:shop.public.orders"}
     )
@@ -324,6 +328,36 @@ def test_the_migration_moves_datasets_stored_without_their_port(monkeypatch, cap
     orders = Dataset.objects.get()
     assert (orders.namespace.name, orders.name) == ("postgres://shop-db:5432", "shop.public.orders")
     assert [(e.job.name, e.direction) for e in orders.edges.all()] == [("load", "out")]
+
+
+def test_the_migration_moves_aliases_and_subscriptions_to_the_namespace_with_its_port(
+    monkeypatch, capsys
+):
+    from catalog.models import DatasetAlias
+    from ops.models import Subscription
+
+    _as_sent(monkeypatch)
+    sent = dataset("shop.public.orders", "postgres://shop-db", schema=schema("id"))
+    normalize([parse_event(run_event("COMPLETE", run_id(8), at(8), job="load", outputs=[sent]))])
+    monkeypatch.undo()
+    bare = Namespace.objects.get(name="postgres://shop-db")
+    orders = Dataset.objects.get()
+    DatasetAlias.objects.create(namespace=bare, name="shop.public.orders_v1", dataset=orders)
+    told = Subscription.objects.create(name="shop team", namespace=bare, email="t@example.com")
+    migration = importlib.import_module("ingest.migrations.0010_default_ports")
+
+    migration.canonical_names(django_apps, None)
+
+    with_port = Namespace.objects.get(name="postgres://shop-db:5432")
+    assert Dataset.objects.get().namespace == with_port
+    assert DatasetAlias.objects.get().namespace == with_port
+    told.refresh_from_db()
+    assert told.namespace == with_port
+    found = resolve_node_id("dataset:postgres://shop-db:shop.public.orders_v1")
+    assert found.pk == orders.pk
+    capsys.readouterr()
+    migration.canonical_names(django_apps, None)
+    assert capsys.readouterr().out == ""  # nothing left to do
 
 
 def test_it_renames_a_dataset_stored_under_another_spelling(monkeypatch):
