@@ -28,6 +28,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from catalog import naming
 from catalog.models import Dataset, DatasetOwnership, DatasetVersion, Namespace
 from graph import queries
 from graph.models import ColumnEdge, Direction, Job, TableEdge, Taint
@@ -378,6 +379,7 @@ def dead_letter_notices(event_ids: list[int], now: datetime | None = None) -> li
         if job_namespace:
             namespace_names.add(job_namespace)
         named |= _datasets_named(body)
+    named = {naming.canonical(ns, name) for ns, name in named}  # as datasets are stored
     namespace_names |= {ns for ns, _ in named}
     namespaces = dict(Namespace.objects.filter(name__in=namespace_names).values_list("name", "pk"))
     datasets: set[int] = set()

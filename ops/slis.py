@@ -39,6 +39,7 @@ from django.db.models.expressions import Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
+from catalog import naming
 from catalog.models import (
     PERSONAL_DATA,
     Dataset,
@@ -76,7 +77,7 @@ class Scope:
             alias_of__isnull=True, lifecycle_state=LifecycleState.ACTIVE, is_hidden=False
         )
         if self.namespace:
-            found = found.filter(namespace__name=self.namespace)
+            found = found.filter(namespace__name=naming.canonical_namespace(self.namespace))
         if self.owner:
             found = found.filter(
                 Exists(

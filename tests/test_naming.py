@@ -300,6 +300,9 @@ def test_it_makes_one_dataset_of_a_table_named_with_and_without_its_default_port
     # Looked up under either spelling, it is the one dataset.
     for raw in ("dataset:postgres://shop-db:shop.public.orders", orders.node_id):
         assert str(resolve_node_id(raw).id) == orders.node_id
+    from ops.slis import Scope
+
+    assert orders in Scope(namespace="postgres://shop-db").datasets()  # an SLI scope
     bare = quote("postgres://shop-db", safe="")
     for path in ("", "/versions"):
         found = api(viewer).get(f"/api/v1/namespaces/{bare}/datasets/shop.public.orders{path}")
