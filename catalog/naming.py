@@ -124,14 +124,15 @@ def _namespace(namespace: str, kind: str) -> str:
     if "://" not in namespace:
         return kind if namespace.lower() == kind else namespace
     _, rest = namespace.split("://", 1)
-    authority, slash, path = rest.partition("/")
-    authority = authority.lower()
+    # The authority ends at the path, the query or the fragment.
+    cut = next((i for i, c in enumerate(rest) if c in "/?#"), len(rest))
+    authority, path = rest[:cut].lower(), rest[cut:]
     port = _DEFAULT_PORTS.get(kind)
     # The host and port are all after the last '@' (user info); an IPv6 host is bracketed.
     host = authority.rpartition("@")[2]
     if port and host and ":" not in host.rpartition("]")[2]:
         authority = f"{authority}:{port}"
-    return f"{kind}://{authority}{slash}{path}".rstrip("/") or namespace
+    return f"{kind}://{authority}{path}".rstrip("/") or namespace
 
 
 def _path(name: str, kind: str) -> str:

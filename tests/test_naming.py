@@ -61,6 +61,7 @@ pytestmark = pytest.mark.django_db
             ("postgres://shop-db:5432", "shop.public.orders"),
         ),
         ("postgres://[::1]", "d.s.t", ("postgres://[::1]:5432", "d.s.t")),
+        ("postgres://db?sslmode=require", "d.s.t", ("postgres://db:5432?sslmode=require", "d.s.t")),
         ("postgres://[::1]:6432", "d.s.t", ("postgres://[::1]:6432", "d.s.t")),
         ("redshift://c.eu-west-1", "dev.public.t", ("redshift://c.eu-west-1:5439", "dev.public.t")),
         # Redshift folds quoted identifiers too (enable_case_sensitive_identifier is off).
