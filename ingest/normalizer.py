@@ -1011,8 +1011,12 @@ class _Batch:
     def _flush_datasets(self) -> None:
         changed = []
         dropped = [pk for pk in self.unsighted if self.datasets[pk].dropped_at is not None]
-        for pk, at in (last_sightings(dropped) if dropped else {}).items():
-            _sighted(self.datasets[pk], at)
+        found = last_sightings(dropped) if dropped else {}
+        for pk in dropped:
+            # Its history is read once: none found is kept as none.
+            self.datasets[pk].lineage_facets.setdefault("sighted", {"at": ""})
+            if pk in found:
+                _sighted(self.datasets[pk], found[pk])
         for ds in self.datasets.values():
             ds.lifecycle_state = _lifecycle(ds)
             if _dataset_state(ds) != self.dataset_states.get(ds.pk):
