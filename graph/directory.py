@@ -665,6 +665,8 @@ _state = _State()
 def get() -> Directory | None:
     """The directory of the host's document file, when the process trusts it; None
     otherwise (callers then ask the database)."""
+    if not docfile.enabled():
+        return None
     cache.sync()
     found = cache.document_file()
     if found is None or found.meta.get("directory") is None:
