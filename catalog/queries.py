@@ -127,6 +127,19 @@ def value_as_of(records: list[ChangeRecord], as_of: datetime, current: Any) -> A
 CLOSED_STATES = {"DROP": LifecycleState.DROPPED, "RENAMED": LifecycleState.RENAMED}
 
 
+def _sightings() -> tuple[QuerySet[RunDataset], QuerySet[ChangeRecord]]:
+    """Runs reading or writing a dataset, and lifecycle events other than a closing: what,
+    with a schema version, says a dataset is there (closing_versions, last_sightings)."""
+    declared = ChangeRecord.objects.filter(
+        field_name="", attribute="lifecycle", source=ChangeSource.LINEAGE
+    )
+    for closing in CLOSED_STATES:
+        declared = declared.exclude(new=closing)
+    # Both directions named: the (dataset, direction, -event_time) index serves it.
+    runs = RunDataset.objects.filter(direction__in=[Direction.INPUT, Direction.OUTPUT])
+    return runs, declared
+
+
 def closing_versions(as_of: datetime) -> QuerySet[DatasetVersion]:
     """The schema versions that keep datasets dropped or renamed away at ``as_of``.
 
@@ -139,23 +152,13 @@ def closing_versions(as_of: datetime) -> QuerySet[DatasetVersion]:
     later = DatasetVersion.objects.filter(
         dataset=OuterRef("dataset"), created_at__gt=OuterRef("created_at"), created_at__lte=as_of
     )
-    seen = RunDataset.objects.filter(
-        dataset=OuterRef("dataset"),
-        # Both directions named: the (dataset, direction, -event_time) index serves it.
-        direction__in=[Direction.INPUT, Direction.OUTPUT],
-        event_time__gt=OuterRef("created_at"),
-        event_time__lte=as_of,
+    runs, declared = _sightings()
+    seen = runs.filter(
+        dataset=OuterRef("dataset"), event_time__gt=OuterRef("created_at"), event_time__lte=as_of
     )
-    declared = ChangeRecord.objects.filter(
-        dataset=OuterRef("dataset"),
-        field_name="",
-        attribute="lifecycle",
-        source=ChangeSource.LINEAGE,
-        at__gt=OuterRef("created_at"),
-        at__lte=as_of,
+    declared = declared.filter(
+        dataset=OuterRef("dataset"), at__gt=OuterRef("created_at"), at__lte=as_of
     )
-    for closing in CLOSED_STATES:
-        declared = declared.exclude(new=closing)
     return (
         DatasetVersion.objects.filter(
             dataset__dropped_at__isnull=False,
@@ -175,22 +178,11 @@ def last_sightings(pks: Iterable[int]) -> dict[int, datetime]:
     than a closing."""
     wanted = sorted({int(pk) for pk in pks})
     out: dict[int, datetime] = {}
-    declared = ChangeRecord.objects.filter(
-        field_name="", attribute="lifecycle", source=ChangeSource.LINEAGE
-    )
+    runs, declared = _sightings()
     versions = DatasetVersion.objects.exclude(lifecycle_state__in=CLOSED_STATES)
-    for closing in CLOSED_STATES:
-        declared = declared.exclude(new=closing)
     for start in range(0, len(wanted), CHUNK):
         chunk = wanted[start : start + CHUNK]
-        for rows, stamp in (
-            (
-                RunDataset.objects.filter(direction__in=[Direction.INPUT, Direction.OUTPUT]),
-                "event_time",
-            ),
-            (versions, "created_at"),
-            (declared, "at"),
-        ):
+        for rows, stamp in ((runs, "event_time"), (versions, "created_at"), (declared, "at")):
             for pk, at in (
                 rows.filter(dataset_id__in=chunk)
                 .values("dataset_id")

@@ -278,24 +278,9 @@ def test_twins_merged_keep_the_drop_of_the_one_table(monkeypatch):
 
     monkeypatch.setattr("ingest.events.naming.canonical", lambda namespace, name: (namespace, name))
     pg, bare = "postgres://db:5432", "postgres://db"
-    ingest(
-        run_event(
-            "COMPLETE",
-            run_id(1),
-            at(1),
-            job="a",
-            outputs=[dataset("s.p.t", pg, schema=schema("id"))],
-        )
-    )
-    ingest(
-        run_event(
-            "COMPLETE",
-            run_id(2),
-            at(2),
-            job="b",
-            outputs=[dataset("s.p.t", bare, schema=schema("id"))],
-        )
-    )
+    for day, namespace in ((1, pg), (2, bare)):  # one table written under both spellings
+        written = dataset("s.p.t", namespace, schema=schema("id"))
+        ingest(run_event("COMPLETE", run_id(day), at(day), job=f"j{day}", outputs=[written]))
     ingest(drop("s.p.t", at(3), ns=pg))
     ingest(dataset_event(at(4), dataset("s.p.t", bare, documentation={"description": "doc"})))
     monkeypatch.undo()
