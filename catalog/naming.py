@@ -128,10 +128,15 @@ def _namespace(namespace: str, kind: str) -> str:
     cut = next((i for i, c in enumerate(rest) if c in "/?#"), len(rest))
     authority, path = rest[:cut].lower(), rest[cut:]
     port = _DEFAULT_PORTS.get(kind)
-    # The host and port are all after the last '@' (user info); an IPv6 host is bracketed.
-    host = authority.rpartition("@")[2]
-    if port and host and ":" not in host.rpartition("]")[2]:
-        authority = f"{authority}:{port}"
+    if port:
+        # The hosts are all after the last '@' (user info), comma-separated as libpq takes
+        # them (``postgres://a,b:5433``); each without a port names the default one. An IPv6
+        # host is bracketed.
+        user, at, hosts = authority.rpartition("@")
+        named = [
+            h if not h or ":" in h.rpartition("]")[2] else f"{h}:{port}" for h in hosts.split(",")
+        ]
+        authority = user + at + ",".join(named)
     return f"{kind}://{authority}{path}".rstrip("/") or namespace
 
 

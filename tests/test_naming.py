@@ -61,6 +61,12 @@ pytestmark = pytest.mark.django_db
             ("postgres://shop-db:5432", "shop.public.orders"),
         ),
         ("postgres://[::1]", "d.s.t", ("postgres://[::1]:5432", "d.s.t")),
+        (
+            "postgres://a,B:5433,[::1]/x",
+            "d.s.t",
+            ("postgres://a:5432,b:5433,[::1]:5432/x", "d.s.t"),
+        ),
+        ("postgres://u:pw@a,b", "d.s.t", ("postgres://u:pw@a:5432,b:5432", "d.s.t")),
         ("postgres://db?sslmode=require", "d.s.t", ("postgres://db:5432?sslmode=require", "d.s.t")),
         ("postgres://[::1]:6432", "d.s.t", ("postgres://[::1]:6432", "d.s.t")),
         ("redshift://c.eu-west-1", "dev.public.t", ("redshift://c.eu-west-1:5439", "dev.public.t")),
@@ -315,22 +321,39 @@ def test_it_makes_one_dataset_of_a_table_named_with_and_without_its_default_port
     assert f"{orders.node_id}" in {node["id"] for node in response.json()["graph"]}
 
 
-def test_the_migration_moves_datasets_stored_without_their_port(monkeypatch, capsys):
+@pytest.mark.parametrize(
+    ("migration_name", "spellings", "canonical_ns"),
+    [
+        (
+            "0010_default_ports",
+            ("postgres://shop-db", "postgres://shop-db:5432"),
+            "postgres://shop-db:5432",
+        ),
+        (
+            "0011_multi_host_ports",
+            ("postgres://a,b:5433", "postgres://a:5432,b:5433"),
+            "postgres://a:5432,b:5433",
+        ),
+    ],
+)
+def test_the_migration_moves_datasets_stored_without_their_port(
+    monkeypatch, capsys, migration_name, spellings, canonical_ns
+):
     _as_sent(monkeypatch)
-    for ns in ("postgres://shop-db", "postgres://shop-db:5432"):
+    for ns in spellings:
         sent = dataset("shop.public.orders", ns, schema=schema("id"))
         normalize(
             [parse_event(run_event("COMPLETE", run_id(6), at(6), job="load", outputs=[sent]))]
         )
     monkeypatch.undo()
     assert Dataset.objects.count() == 2
-    migration = importlib.import_module("ingest.migrations.0010_default_ports")
+    migration = importlib.import_module(f"ingest.migrations.{migration_name}")
 
     migration.canonical_names(django_apps, None)
 
     assert "0 datasets renamed, 1 twins merged" in capsys.readouterr().out
     orders = Dataset.objects.get()
-    assert (orders.namespace.name, orders.name) == ("postgres://shop-db:5432", "shop.public.orders")
+    assert (orders.namespace.name, orders.name) == (canonical_ns, "shop.public.orders")
     assert [(e.job.name, e.direction) for e in orders.edges.all()] == [("load", "out")]
 
 
