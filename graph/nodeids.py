@@ -85,6 +85,19 @@ class ResolvedNode:
     def kind(self) -> str:
         return self.id.kind
 
+    @property
+    def label(self) -> str:
+        """What pages and download names call it: its name, or ``dataset · field``."""
+        node = self.id
+        return f"{node.dataset} · {node.field}" if isinstance(node, FieldNodeId) else node.name
+
+    def dataset(self) -> ResolvedNode:
+        """A field's dataset; a dataset or job itself."""
+        node = self.id
+        if isinstance(node, FieldNodeId) and self.dataset_pk is not None:
+            return ResolvedNode(node.dataset_id, self.dataset_pk, self.dataset_pk)
+        return self
+
     def __str__(self) -> str:
         return str(self.id)
 

@@ -52,49 +52,7 @@ class NodeNotFound(Exception):
     pass
 
 
-@dataclass(frozen=True)
-class NodeRef:
-    """A resolved node: ``kind`` is dataset, job or field; ``pk`` its row."""
-
-    kind: str
-    namespace: str
-    name: str
-    pk: int
-    field: str = ""
-    dataset_pk: int = 0
-
-    @property
-    def id(self) -> str:
-        if self.kind == "job":
-            return nodeids.job_node_id(self.namespace, self.name)
-        if self.kind == "field":
-            return nodeids.field_node_id(self.namespace, self.name, self.field)
-        return nodeids.dataset_node_id(self.namespace, self.name)
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} · {self.field}" if self.kind == "field" else self.name
-
-    @property
-    def resolved(self) -> nodeids.ResolvedNode:
-        """The graph queries' form of this node."""
-        if self.kind == "job":
-            return nodeids.ResolvedNode(nodeids.JobNodeId(self.namespace, self.name), self.pk)
-        if self.kind == "field":
-            return nodeids.ResolvedNode(
-                nodeids.FieldNodeId(self.namespace, self.name, self.field),
-                self.pk,
-                self.dataset_pk,
-            )
-        return nodeids.ResolvedNode(
-            nodeids.DatasetNodeId(self.namespace, self.name), self.pk, self.pk
-        )
-
-    def dataset_ref(self) -> NodeRef:
-        return NodeRef("dataset", self.namespace, self.name, self.dataset_pk or self.pk)
-
-
-def resolve_node(raw: str) -> NodeRef:
+def resolve_node(raw: str) -> nodeids.ResolvedNode:
     """Resolve a node id (dataset, job or datasetField) to its row; ApiError when malformed."""
     try:
         resolved = resolve.resolve_node_id(raw)
@@ -102,25 +60,12 @@ def resolve_node(raw: str) -> NodeRef:
         raise ApiError(str(exc), "node") from exc
     except nodeids.UnknownNodeId as exc:
         raise NodeNotFound(f"Unknown node {raw}") from exc
-    node = resolved.id
-    if isinstance(node, nodeids.FieldNodeId):
-        return NodeRef(
-            "field",
-            node.namespace,
-            node.dataset,
-            resolved.pk,
-            field=node.field,
-            dataset_pk=resolved.dataset_pk or 0,
-        )
-    if isinstance(node, nodeids.JobNodeId):
-        return NodeRef("job", node.namespace, node.name, resolved.pk)
-    return NodeRef("dataset", node.namespace, node.name, resolved.pk, dataset_pk=resolved.pk)
+    return resolved
 
 
-def dataset_ref(dataset: Dataset) -> NodeRef:
-    return NodeRef(
-        "dataset", dataset.namespace.name, dataset.name, dataset.pk, dataset_pk=dataset.pk
-    )
+def dataset_ref(dataset: Dataset) -> nodeids.ResolvedNode:
+    node = nodeids.DatasetNodeId(dataset.namespace.name, dataset.name)
+    return nodeids.ResolvedNode(node, dataset.pk, dataset.pk)
 
 
 # --- urls ------------------------------------------------------------------
@@ -256,12 +201,17 @@ def run_states(pks: list[int], as_of: datetime | None) -> dict[int, str]:
 
 
 def drawing(
-    root: NodeRef, level: str, direction: str, depth: int, as_of: datetime | None, limit: int
+    root: nodeids.ResolvedNode,
+    level: str,
+    direction: str,
+    depth: int,
+    as_of: datetime | None,
+    limit: int,
 ) -> queries.LineageGraph:
     """The lineage answer the explorer draws (and exports) for this state."""
     if level == "column":
         graph = queries.column_lineage(
-            root.resolved,
+            root,
             depth=depth,
             as_of=as_of,
             with_downstream=direction != "upstream",
@@ -269,7 +219,7 @@ def drawing(
         )
         return render.on_side(graph, direction)
     return queries.lineage(
-        root.resolved,
+        root,
         depth=depth,
         as_of=as_of,
         direction=direction,  # type: ignore[arg-type]
@@ -278,7 +228,7 @@ def drawing(
 
 
 def build_view(
-    root: NodeRef,
+    root: nodeids.ResolvedNode,
     level: str,
     direction: str,
     depth: int,
@@ -306,16 +256,15 @@ def build_view(
             if edge_id not in edges:
                 edges[edge_id] = {**edge, "diff": "removed"}
     # The slider's instants: when the graph around the node ever changed (at this level).
-    anchor = root.dataset_ref() if root.kind == "field" else root
     instants = queries.change_instants(
-        anchor.resolved,
+        root.dataset(),
         depth=depth,
         direction=direction,  # type: ignore[arg-type]
         limit=MAX_INSTANTS,
         level=level,
     )
     return {
-        "root": root.id,
+        "root": str(root.id),
         "level": level,
         "direction": direction,
         "depth": depth,
@@ -352,7 +301,7 @@ class ImpactRow:
 
 @dataclass
 class ImpactReport:
-    root: NodeRef
+    root: nodeids.ResolvedNode
     level: str
     depth: int
     as_of: datetime | None
@@ -390,17 +339,21 @@ class ImpactReport:
         return sum(1 for r in self.rows if (r.pii_fields or r.subject_fields) and not r.retention)
 
 
-def impact_start(root: NodeRef, level: str) -> NodeRef:
+def impact_start(root: nodeids.ResolvedNode, level: str) -> nodeids.ResolvedNode:
     """The node an impact starts from: a column only at column level."""
-    return root if level == "column" or root.kind != "field" else root.dataset_ref()
+    return root if level == "column" else root.dataset()
 
 
 def impact(
-    root: NodeRef, depth: int, as_of: datetime | None, level: str = "table", limit: int = 500
+    root: nodeids.ResolvedNode,
+    depth: int,
+    as_of: datetime | None,
+    level: str = "table",
+    limit: int = 500,
 ) -> ImpactReport:
     """Every dataset downstream of ``root`` with distance, owners to notify, PII and retention."""
     start = impact_start(root, level)
-    result = queries.impact(start.resolved, depth=depth, as_of=as_of, max_nodes=limit)
+    result = queries.impact(start, depth=depth, as_of=as_of, max_nodes=limit)
     job_names = {j.node_id: j.job.name for j in result.jobs}
     risk = current_risk()
     rows: list[ImpactRow] = []
@@ -475,7 +428,7 @@ def lineage_summary(
 ) -> LineageSummary:
     """Jobs writing and reading the dataset, datasets one job away, and reach within 5 jobs."""
     graph = queries.lineage(
-        dataset_ref(dataset).resolved,
+        dataset_ref(dataset),
         depth=reach_depth,
         as_of=as_of,
         direction="both",

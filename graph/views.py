@@ -35,8 +35,8 @@ from catalog.errors import ApiError, error_response
 from catalog.models import Dataset, Namespace, RetentionPolicy
 from catalog.params import choice_param, int_param, optional_instant
 from catalog.views import cached, filtered_datasets, platforms
+from graph import nodeids, queries
 from graph import page_data as data
-from graph import queries
 from graph.models import Job, Run, RunDataset, TableEdge, Taint
 from graph.nodedata import iso
 from graph.render import impact_csv, impact_mermaid, lineage_csv, lineage_mermaid
@@ -91,7 +91,7 @@ def _iso(value: datetime | None) -> str:
 class ViewState:
     """The explorer's and impact view's state, as it travels in the query string."""
 
-    node: data.NodeRef
+    node: nodeids.ResolvedNode
     level: str
     direction: str
     depth: int
@@ -101,7 +101,7 @@ class ViewState:
 
     def query(self, **override: Any) -> str:
         values: dict[str, Any] = {
-            "node": self.node.id,
+            "node": str(self.node.id),
             "level": self.level,
             "direction": self.direction,
             "depth": self.depth,
@@ -120,7 +120,10 @@ def parse_state(params: Any, default_depth: int = 3, default_direction: str = "b
     try:
         node = data.resolve_node(raw)
         level = choice_param(
-            params, "level", "column" if node.kind == "field" else "table", ("table", "column")
+            params,
+            "level",
+            "column" if node.kind == "datasetField" else "table",
+            ("table", "column"),
         )
         direction = choice_param(
             params, "direction", default_direction, ("upstream", "downstream", "both")
@@ -131,8 +134,8 @@ def parse_state(params: Any, default_depth: int = 3, default_direction: str = "b
         raise PageError(exc.message, exc.field or "", exc.status_code) from exc
     except data.NodeNotFound as exc:
         raise PageError(str(exc), "node", 404) from exc
-    if level == "table" and node.kind == "field":
-        node = node.dataset_ref()
+    if level == "table":
+        node = node.dataset()
     if level == "column" and node.kind == "job":
         raise PageError("Column level starts from a dataset or a column; a job has none.", "level")
     return ViewState(
@@ -339,7 +342,7 @@ def explorer(request: HttpRequest) -> HttpResponse:
             return render(request, "graph/explorer.html", context, status=exc.status)
         context.update(
             state=state,
-            node_value=state.node.id,
+            node_value=str(state.node.id),
             node_label=state.node.label,
             node_page=_node_page(state.node),
             config={
@@ -347,7 +350,7 @@ def explorer(request: HttpRequest) -> HttpResponse:
                 "pageUrl": reverse("graph-explorer"),
                 "impactUrl": reverse("impact"),
                 "exportUrl": reverse("graph-export"),
-                "node": state.node.id,
+                "node": str(state.node.id),
                 "level": state.level,
                 "direction": state.direction,
                 "depth": state.depth,
@@ -363,10 +366,12 @@ def explorer(request: HttpRequest) -> HttpResponse:
     return render(request, "graph/explorer.html", context)
 
 
-def _node_page(node: data.NodeRef) -> str:
-    if node.kind == "job":
-        return data.job_url(node.namespace, node.name)
-    return data.dataset_url(node.namespace, node.name)
+def _node_page(node: nodeids.ResolvedNode) -> str:
+    shown = node.dataset().id
+    if isinstance(shown, nodeids.JobNodeId):
+        return data.job_url(shown.namespace, shown.name)
+    assert isinstance(shown, nodeids.DatasetNodeId)
+    return data.dataset_url(shown.namespace, shown.name)
 
 
 def _json_error(error: PageError) -> JsonResponse:
@@ -410,8 +415,8 @@ def impact(request: HttpRequest) -> HttpResponse:
         return _error_page(request, exc)
     report = data.impact(state.node, depth=state.depth, as_of=state.as_of, level=state.level)
     taints: dict[str, Any] = {}
-    if state.node.kind in ("dataset", "field"):
-        start = Dataset.objects.select_related("namespace").get(pk=state.node.dataset_ref().pk)
+    if state.node.kind != "job":
+        start = Dataset.objects.select_related("namespace").get(pk=state.node.dataset().pk)
         taints = _taint_context(request, start, back=request.get_full_path())
     return render(
         request,
@@ -439,9 +444,9 @@ def root_cause(request: HttpRequest) -> HttpResponse:
         state = parse_state(request.GET, default_depth=MAX_DEPTH, default_direction="upstream")
     except PageError as exc:
         return _error_page(request, exc)
-    start = state.node.dataset_ref() if state.node.kind == "field" else state.node
+    start = state.node.dataset()
     result = queries.root_cause(
-        start.resolved, depth=state.depth, as_of=state.as_of, max_nodes=ROOT_CAUSE_LIMIT
+        start, depth=state.depth, as_of=state.as_of, max_nodes=ROOT_CAUSE_LIMIT
     )
     names = {n.node_id: n for n in result.graph.nodes}
     lifecycle = "Active"
@@ -520,7 +525,7 @@ def impact_export(request: HttpRequest) -> HttpResponse:
     except PageError as exc:
         return _json_error(exc)
     start = data.impact_start(state.node, state.level)
-    result = queries.impact(start.resolved, depth=state.depth, as_of=state.as_of)
+    result = queries.impact(start, depth=state.depth, as_of=state.as_of)
     text = impact_mermaid(result) if fmt == "mermaid" else impact_csv(result)
     return _download(text, fmt, f"impact-{slugify(start.label)[:80] or 'impact'}")
 

@@ -13,6 +13,7 @@ from django.test import Client
 from catalog.models import Dataset
 from graph import page_data
 from graph.models import Taint
+from graph.nodeids import FieldNodeId, JobNodeId
 from tests import page_builders as pb
 
 pytestmark = pytest.mark.django_db
@@ -398,13 +399,10 @@ def test_it_rejects_bad_explorer_input_naming_the_parameter(shop, viewer, params
 
 def test_it_resolves_node_ids_whose_namespaces_hold_colons(shop):
     ref = page_data.resolve_node(f"datasetField:{pb.SHOP}:shop.public.customers:email")
-    assert (ref.kind, ref.namespace, ref.name, ref.field) == (
-        "field",
-        pb.SHOP,
-        "shop.public.customers",
-        "email",
-    )
-    assert page_data.resolve_node("job:spark://etl:revenue_report").name == "revenue_report"
+    assert ref.id == FieldNodeId(pb.SHOP, "shop.public.customers", "email")
+    assert ref.label == "shop.public.customers · email"
+    job = page_data.resolve_node("job:spark://etl:revenue_report")
+    assert job.id == JobNodeId("spark://etl", "revenue_report")
 
 
 def test_it_pins_the_explorer_data_query_count(shop, viewer, django_assert_max_num_queries):
