@@ -631,19 +631,28 @@ def load_jobs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, Jo
 
 
 def _latest_run_join(as_of: datetime | None) -> tuple[str, list[Any]]:
-    """``JOIN graph_run r`` on each job ``j``'s latest run, and its parameters. As of an
-    instant: the latest run of now once its deciding state event came by then (what
-    ingestion keeps: the run with the newest state event), else the run created last by
-    then (index on job, -created_at)."""
+    """``JOIN graph_run r`` on each job ``j``'s latest run, and its parameters.
+
+    Ingestion keeps the run with the newest state event (graph.actions._run_time_key). As
+    of an instant it is the same rule seen from then, where a run's key is its state
+    event's time if that came by then, else its creation: the latest run of now once its
+    key came by then; else, of the run with the newest state event by then and the run
+    created last by then (each one index lookup), the one with the newer key. No other
+    run can have a newer one: a run still unsettled then was created no later than the
+    last created, and a settled one's event came no later than the newest."""
     if as_of is None:
         return "JOIN graph_run r ON r.id = j.latest_run_id", []
+    key = "CASE WHEN c.state_event_time <= %s THEN c.state_event_time ELSE c.created_at END"
     return (
         "JOIN graph_run r ON r.id = CASE WHEN EXISTS (SELECT 1 FROM graph_run l "
         "WHERE l.id = j.latest_run_id AND COALESCE(l.state_event_time, l.created_at) "
-        "<= %s) THEN j.latest_run_id ELSE (SELECT r2.id FROM graph_run r2 "
-        "WHERE r2.job_id = j.id AND r2.created_at <= %s "
-        "ORDER BY r2.created_at DESC, r2.id DESC LIMIT 1) END"
-    ), [_param(as_of), _param(as_of)]
+        "<= %s) THEN j.latest_run_id ELSE (SELECT c.id FROM graph_run c WHERE c.id IN ("
+        "(SELECT s.id FROM graph_run s WHERE s.job_id = j.id AND s.state_event_time <= %s "
+        "ORDER BY s.state_event_time DESC, s.run_uuid DESC LIMIT 1), "
+        "(SELECT m.id FROM graph_run m WHERE m.job_id = j.id AND m.created_at <= %s "
+        "ORDER BY m.created_at DESC, m.run_uuid DESC LIMIT 1)) "
+        f"ORDER BY {key} DESC, c.run_uuid DESC LIMIT 1) END"
+    ), [_param(as_of)] * 4
 
 
 def latest_runs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, RunInfo]:
