@@ -283,6 +283,24 @@ class DatasetField(models.Model):
         return self.subject_kind_id is not None
 
 
+class FieldGap(models.Model):
+    """A stretch of a field's life when its dataset's schema did not hold it: from the
+    version that left it out (``removed_at``) to the one that brought it back
+    (``returned_at``). Between ``first_seen`` and ``removed_at`` a field existed except in
+    its gaps (catalog.queries.field_existed). Derived from the schema versions by
+    ingest.normalizer, whatever their order."""
+
+    field = models.ForeignKey(DatasetField, on_delete=models.CASCADE, related_name="gaps")
+    removed_at = models.DateTimeField()
+    returned_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["field", "removed_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.field} absent from {self.removed_at:%Y-%m-%d %H:%M} to {self.returned_at:%Y-%m-%d %H:%M}"
+
+
 class PropagatedFlag(models.Model):
     """The personal-data flag declared on ``source`` reached ``field`` along column lineage,
     over [valid_from, valid_to) (open while current); ``masked`` when every path masks it.

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Exists, Max, OuterRef, Prefetch, QuerySet
+from django.db.models import Exists, Max, OuterRef, Prefetch, Q, QuerySet
 
 from catalog import naming
 from catalog.actions import owners_value, tags_value
@@ -22,6 +22,7 @@ from catalog.models import (
     DatasetField,
     DatasetOwnership,
     DatasetVersion,
+    FieldGap,
     LifecycleState,
     Namespace,
 )
@@ -81,6 +82,27 @@ def latest_versions(
     if as_of is not None:
         versions = versions.filter(created_at__lte=as_of)
     return list(versions.order_by(*NEWEST_VERSION_FIRST)[:limit])
+
+
+def field_existed_sql(field: str) -> str:
+    """SQL telling whether the field row ``field`` (a table or its alias) existed at an
+    instant, given four times as parameters: seen by then, not removed by then, and not in
+    one of its gaps (FieldGap)."""
+    return (
+        f"{field}.first_seen <= %s AND ({field}.removed_at IS NULL OR {field}.removed_at > %s) "
+        f"AND NOT EXISTS (SELECT 1 FROM catalog_fieldgap g WHERE g.field_id = {field}.id "
+        "AND g.removed_at <= %s AND g.returned_at > %s)"
+    )
+
+
+def field_existed(at: datetime) -> Q:
+    """The fields that existed at ``at`` (field_existed_sql, for querysets)."""
+    gap = FieldGap.objects.filter(field_id=OuterRef("pk"), removed_at__lte=at, returned_at__gt=at)
+    return (
+        Q(first_seen__lte=at)
+        & (Q(removed_at__isnull=True) | Q(removed_at__gt=at))
+        & Q(~Exists(gap))
+    )
 
 
 def version_as_of(dataset: Dataset, as_of: datetime) -> DatasetVersion | None:

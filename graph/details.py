@@ -19,7 +19,7 @@ from catalog.flags import flags_as_of
 from catalog.lookups import where_in
 from catalog.models import ChangeRecord, LifecycleState, RetentionPolicy
 from catalog.pgsql import bound_cursor
-from catalog.queries import closed_datasets
+from catalog.queries import closed_datasets, field_existed_sql
 from graph.models import RunState
 from graph.nodeids import dataset_node_id, field_node_id, job_node_id
 
@@ -310,8 +310,8 @@ def load_datasets(
         if as_of is None:
             alive = "f.removed_at IS NULL"
         else:
-            alive = "f.first_seen <= %s AND (f.removed_at IS NULL OR f.removed_at > %s)"
-            params = [*params, _param(as_of), _param(as_of)]
+            alive = field_existed_sql("f")
+            params = [*params, *[_param(as_of)] * 4]
         if fields == "personal":
             if as_of is None:
                 alive += f" AND ({PERSONAL_NOW})"
@@ -437,8 +437,11 @@ def changed_since(pks: list[int], as_of: datetime) -> set[int]:
             f"JOIN catalog_datasetfield f ON f.id = p.field_id WHERE f.{fields_in} "
             "AND (p.valid_from > %s OR p.valid_to > %s) "
             f"UNION SELECT f.dataset_id {SOURCES_REDECLARED} AND f.{fields_in} AND c.at > %s "
-            f"UNION SELECT id FROM catalog_dataset WHERE {ds_in} AND {LIFECYCLE_CHANGED} > %s",
-            [*args, *ds_params, when],
+            f"UNION SELECT id FROM catalog_dataset WHERE {ds_in} AND {LIFECYCLE_CHANGED} > %s "
+            "UNION SELECT f.dataset_id FROM catalog_fieldgap g "
+            f"JOIN catalog_datasetfield f ON f.id = g.field_id WHERE f.{fields_in} "
+            "AND g.returned_at > %s",
+            [*args, *ds_params, when, *params, when],
         )
         out.update(row[0] for row in rows)
     return out

@@ -170,6 +170,8 @@ ARRAYS = (
     "changed_pks",
     "changed_at",
     "edited_at",
+    "gap_pks",
+    "gap_until",
     "flagged_rows",
     "run_jobs",
     "run_first",
@@ -215,6 +217,10 @@ class Directory:
     changed_pks: IntArray
     changed_at: IntArray
     edited_at: IntArray
+    # Datasets with a field that left their schema and came back (catalog.FieldGap), by pk,
+    # and when the last gap ended (µs).
+    gap_pks: IntArray
+    gap_until: IntArray
     # The fields (their rows, ascending) that propagation ever flagged.
     flagged_rows: IntArray
     # Jobs with runs, by pk: when the first and the last run were created, and from when
@@ -301,7 +307,8 @@ class Directory:
         return None
 
     def field_pks(self, dataset_pk: int, as_of: datetime | None) -> IntArray | None:
-        """Fields of a trusted dataset alive at ``as_of`` (now when None), or None."""
+        """Fields of a trusted dataset alive at ``as_of`` (now when None), or None (as well
+        when a gap of one of its fields may hold the instant: the database tells)."""
         if not self.trusts(DATASET, dataset_pk):
             return None
         start, end = self._span(dataset_pk)
@@ -310,6 +317,9 @@ class Directory:
             alive = removed == OPEN
         else:
             moment = to_us(as_of)
+            at, gapped = rows_of(self.gap_pks, np.asarray([dataset_pk], dtype=np.int64))
+            if gapped[0] and self.gap_until[at[0]] > moment:
+                return None
             alive = (self.f_first[start:end] <= moment) & (removed > moment)
         return np.sort(self.f_id[start:end][alive]).astype(np.int64)
 
@@ -506,12 +516,12 @@ def _last_per_dataset(ds: IntArray, at: IntArray) -> tuple[IntArray, IntArray]:
 
 
 def _last_changes(
-    ds: IntArray, first: IntArray, removed: IntArray
+    ds: IntArray, first: IntArray, removed: IntArray, gaps: list[tuple[int, datetime]]
 ) -> tuple[IntArray, IntArray, IntArray]:
-    """Per dataset (sorted pks): the last field addition, removal, steward edit, lifecycle
-    change (details.LIFECYCLE_CHANGED), start or end of a propagated flag or new declaration
-    of its source while it held, and the last of these other than a flag's (0 when none),
-    in µs."""
+    """Per dataset (sorted pks): the last field addition, removal (``gaps``: each dataset's
+    last return of a field), steward edit, lifecycle change (details.LIFECYCLE_CHANGED),
+    start or end of a propagated flag or new declaration of its source while it held, and
+    the last of these other than a flag's (0 when none), in µs."""
     stamps = np.maximum(first, np.where(removed == OPEN, first, removed))
     with connections["default"].cursor() as cursor:
         attributes = list(DATASET_ATTRIBUTES + FIELD_ATTRIBUTES)
@@ -524,7 +534,7 @@ def _last_changes(
         cursor.execute(
             f"SELECT id, {LIFECYCLE_CHANGED} FROM catalog_dataset WHERE dropped_at IS NOT NULL"
         )
-        edits += cursor.fetchall()
+        edits += cursor.fetchall() + gaps
         cursor.execute(
             "SELECT f.dataset_id, max(p.valid_from), max(p.valid_to) "
             "FROM catalog_propagatedflag p JOIN catalog_datasetfield f ON f.id = p.field_id "
@@ -614,10 +624,19 @@ def build() -> Directory:
     removed[removed != OPEN] += PG_EPOCH_OFFSET_US
     by_id = np.argsort(f_id, kind="stable")
     ds_pks, starts = np.unique(f_ds, return_index=True)
-    changed_pks, changed_at, edited_at = _last_changes(f_ds, first, removed)
     with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT f.dataset_id, max(g.returned_at) FROM catalog_fieldgap g "
+            "JOIN catalog_datasetfield f ON f.id = g.field_id GROUP BY f.dataset_id"
+        )
+        gaps = cursor.fetchall()
         cursor.execute("SELECT DISTINCT field_id FROM catalog_propagatedflag")
         ever = np.asarray([pk for (pk,) in cursor.fetchall()], dtype=np.int64)
+    changed_pks, changed_at, edited_at = _last_changes(f_ds, first, removed, gaps)
+    gap_pks, gap_until = _last_per_dataset(
+        np.asarray([int(pk) for pk, _ in gaps], dtype=np.int64),
+        np.asarray([_time_us(at) for _, at in gaps], dtype=np.int64),
+    )
     at, hit = rows_of(f_id[by_id], ever)
     run_jobs, run_first, run_last, run_settled, run_shown = _run_bounds()
     return Directory(
@@ -645,6 +664,8 @@ def build() -> Directory:
         changed_pks=changed_pks,
         changed_at=changed_at,
         edited_at=edited_at,
+        gap_pks=gap_pks,
+        gap_until=gap_until,
         flagged_rows=narrow(np.sort(by_id[at[hit]])),
         run_jobs=run_jobs,
         run_first=run_first,

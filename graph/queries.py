@@ -25,7 +25,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from catalog import naming
 from catalog.flags import flags_as_of
 from catalog.models import Dataset, DatasetField, LifecycleState
-from catalog.queries import closing_versions
+from catalog.queries import closing_versions, field_existed
 from graph import directory, nodedata, snapshot, traverse
 from graph.details import (
     DatasetInfo,
@@ -348,9 +348,7 @@ def _field_roots(node: ResolvedNode, as_of: datetime | None) -> IntArray:
             return fields
         qs = DatasetField.objects.filter(dataset_id=node.pk)
         if as_of is not None:
-            qs = qs.filter(first_seen__lte=as_of).filter(
-                Q(removed_at__isnull=True) | Q(removed_at__gt=as_of)
-            )
+            qs = qs.filter(field_existed(as_of))
         else:
             qs = qs.filter(removed_at__isnull=True)
         return np.asarray(list(qs.values_list("pk", flat=True)), dtype=np.int64)
@@ -910,10 +908,6 @@ def _minus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a[~np.isin(av, bv)]
 
 
-def _exists_at(t: datetime, first: str, gone: str) -> Q:
-    return Q(**{f"{first}__lte": t}) & (Q(**{f"{gone}__isnull": True}) | Q(**{f"{gone}__gt": t}))
-
-
 def _dataset_at(t: datetime) -> Q:
     """Datasets seen by ``t`` and neither dropped nor renamed away then."""
     return Q(first_seen__lte=t) & ~Q(pk__in=closing_versions(t).values("dataset_id"))
@@ -983,10 +977,7 @@ def diff(
         datasets = datasets.filter(pk__in=scope_ds.tolist())
         fields = fields.filter(dataset_id__in=scope_ds.tolist())
     ds_at1, ds_at2 = _dataset_at(t1), _dataset_at(t2)
-    f_at1, f_at2 = (
-        _exists_at(t1, "first_seen", "removed_at"),
-        _exists_at(t2, "first_seen", "removed_at"),
-    )
+    f_at1, f_at2 = field_existed(t1), field_existed(t2)
     ds_added_qs = datasets.filter(ds_at2).exclude(ds_at1)
     ds_removed_qs = datasets.filter(ds_at1).exclude(ds_at2)
     f_added_qs = fields.filter(f_at2).exclude(f_at1)

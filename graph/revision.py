@@ -105,6 +105,12 @@ WATCHED = (
         Kind.DATASET,
         "(SELECT f.dataset_id FROM catalog_datasetfield f WHERE f.id = r.field_id)",
     ),
+    # A field's gaps (catalog.FieldGap) change what its dataset showed in the past alone.
+    Watch(
+        "catalog_fieldgap",
+        Kind.DATASET,
+        "(SELECT f.dataset_id FROM catalog_datasetfield f WHERE f.id = r.field_id)",
+    ),
     Watch("graph_job", Kind.JOB, "r.id"),
     Watch("graph_run", Kind.JOB, "r.job_id"),
     # Renaming an owner, tag, policy or subject kind changes many datasets' data; a new

@@ -62,6 +62,7 @@ from catalog.models import (
     DatasetField,
     DatasetOwnership,
     DatasetVersion,
+    FieldGap,
     FlagSource,
     LifecycleState,
     Namespace,
@@ -103,6 +104,23 @@ class NormalizeResult:
         self.jobs |= other.jobs
         self.datasets |= other.datasets
         self.edges.add(other.edges)
+
+
+def field_gaps(
+    versions: list[tuple[datetime, list[str]]],
+) -> dict[str, list[tuple[datetime, datetime]]]:
+    """Per field name, the stretches between its first and last schema version when a
+    version did not hold it: from the version that left it out to the one that brought it
+    back. ``versions`` are (effective from, field names), oldest first."""
+    gaps: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
+    last: dict[str, int] = {}
+    for index, (at, names) in enumerate(versions):
+        for name in names:
+            before = last.get(name)
+            if before is not None and before + 1 < index and versions[before + 1][0] < at:
+                gaps[name].append((versions[before + 1][0], at))
+            last[name] = index
+    return dict(gaps)
 
 
 def normalize(events: list[ParsedEvent]) -> NormalizeResult:
@@ -191,6 +209,8 @@ class _Batch:
         # The earliest sighting of each (dataset, schema digest) in the batch.
         self.schema_seen: dict[tuple[int, str], datetime] = {}
         self.dirty_fields: set[tuple[int, str]] = set()
+        # The gaps of the fields of the datasets whose fields were synced, by name.
+        self.gaps: dict[int, dict[str, list[tuple[datetime, datetime]]]] = {}
         self.fields_loaded: set[int] = set()
         self.latest: dict[int, DatasetVersion | None] = {}
         self.sightings: dict[int, set[tuple[datetime, str, uuid.UUID]]] = defaultdict(set)
@@ -867,6 +887,9 @@ class _Batch:
                 for ordinal, spec in enumerate(version.fields):
                     newest[spec["name"]] = (index, ordinal, spec)
                     earliest.setdefault(spec["name"], version.created_at)
+            self.gaps[dataset_id] = field_gaps(
+                [(v.created_at, [spec["name"] for spec in v.fields]) for v in versions]
+            )
             for name, (index, ordinal, spec) in newest.items():
                 row = self._field(dataset_id, name, earliest[name])
                 removed_at = versions[index + 1].created_at if index + 1 < len(versions) else None
@@ -1007,6 +1030,26 @@ class _Batch:
         graph_actions.bulk_set(
             DatasetField, changed, ["type", "ordinal", "description", "removed_at", "first_seen"]
         )
+        if self.gaps:
+            wanted = {
+                (self.fields[(dataset_id, name)].pk, start, end)
+                for dataset_id, by_name in self.gaps.items()
+                for name, spans in by_name.items()
+                for start, end in spans
+            }
+            held = {
+                (field, start, end): pk
+                for pk, field, start, end in FieldGap.objects.filter(
+                    field__dataset_id__any_of=list(self.gaps)
+                ).values_list("pk", "field_id", "removed_at", "returned_at")
+            }
+            stale = [pk for key, pk in held.items() if key not in wanted]
+            if stale:
+                FieldGap.objects.filter(pk__any_of=stale).delete()
+            FieldGap.objects.bulk_create(
+                FieldGap(field_id=field, removed_at=start, returned_at=end)
+                for field, start, end in wanted - held.keys()
+            )
 
     def _flush_datasets(self) -> None:
         changed = []

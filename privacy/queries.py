@@ -44,7 +44,7 @@ from catalog.models import (
     LifecycleState,
     SubjectKind,
 )
-from catalog.queries import closed_datasets
+from catalog.queries import closed_datasets, field_existed_sql
 from graph import revision, snapshot, traverse
 from graph.details import FieldInfo as GraphFieldInfo
 from graph.details import field_rows, load_dataset_names, load_datasets, load_job_names
@@ -221,14 +221,14 @@ def _placed(
     """``FieldInfo`` of these fields of ``holding`` that existed at ``as_of``, in datasets not
     ``excluded``, by id."""
     stamp = connection.ops.adapt_datetimefield_value(as_of)
-    existed = "first_seen <= %s AND (removed_at IS NULL OR removed_at > %s)"
+    existed = field_existed_sql("catalog_datasetfield")
     gone = set(excluded.tolist())
     found = []
     size = _SIZE if connection.vendor == "postgresql" else _CHUNK
     for chunk in _chunks(sorted(ids), size):
         where, params = where_in("id", list(chunk))
         for pk, ds, name, ftype, _, _ in _field_rows(
-            f"{where} AND {existed}", [*params, stamp, stamp]
+            f"{where} AND {existed}", [*params, *[stamp] * 4]
         ):
             if ds not in gone:
                 pii, declared = holding[pk]
@@ -244,8 +244,8 @@ def _field_rows(
     columns = _FIELD_COLUMNS + (", subject_kind_id" if with_kind else "")
     before: list[Any] = []
     if existed_at is not None:
-        columns += ", (first_seen <= %s AND (removed_at IS NULL OR removed_at > %s))"
-        before = [existed_at, existed_at]
+        columns += f", ({field_existed_sql('catalog_datasetfield')})"
+        before = [existed_at] * 4
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {columns} FROM catalog_datasetfield WHERE {where}", [*before, *params]

@@ -3,17 +3,24 @@ that moment, and what the catalog's own history says."""
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import pytest
+from django.utils.dateparse import parse_datetime
 
+from catalog import actions as catalog_actions
+from catalog.models import DatasetField, SubjectKind
 from ingest.events import parse_event
 from ingest.normalizer import normalize
-from tests.ingest_builders import at, dataset, run_event, run_id
+from tests.graph_builders import node_store_written
+from tests.ingest_builders import PG, at, columns, dataset, run_event, run_id, schema
 
 pytestmark = pytest.mark.django_db
 
 JOB = "job:spark:etl.orders"
+ORDERS = "shop.public.orders"
+ORDERS_ID = f"dataset:{PG}:{ORDERS}"
+STEWARD = catalog_actions.Actor(name="sam-steward")
 
 
 def _latest_run(api, viewer, as_of: str | None = None) -> tuple[str, str]:
@@ -40,3 +47,71 @@ def test_a_jobs_latest_run_as_of_an_instant_is_the_one_shown_then(api, viewer):
         shown_then[seen] = _latest_run(api, viewer)
     assert shown_then[at(1, 3, 30)] == (run_id(1), "COMPLETED")
     assert {seen: _latest_run(api, viewer, seen) for seen in shown_then} == shown_then
+
+
+def _load_orders(n: int, *names: str) -> None:
+    """Day ``n``: a job copies raw.orders' columns ``names`` into orders, whose schema is
+    those columns."""
+    copied = columns({name: [("raw.orders", name)] for name in names})
+    raw = dataset("raw.orders", schema=schema("id", "customer_id"))
+    out = dataset(ORDERS, schema=schema(*names), columnLineage=copied)
+    normalize(
+        [
+            parse_event(
+                run_event("COMPLETE", run_id(n), at(n), job="load", inputs=[raw], outputs=[out])
+            )
+        ]
+    )
+
+
+def test_a_field_that_left_the_schema_and_came_back_was_absent_in_between(api, viewer, compliance):
+    _load_orders(1, "id", "customer_id")
+    _load_orders(2, "id")  # customer_id left the schema
+    _load_orders(3, "id", "customer_id")  # and came back
+    customer = SubjectKind.objects.create(name="customer")
+    for field in DatasetField.objects.filter(name="customer_id"):
+        catalog_actions.update_field(
+            field, {"subject_kind": customer}, STEWARD, at=parse_datetime(at(1))
+        )
+    node_store_written()
+    gap, after = at(2, 12), at(3, 12)
+    for as_of, present in ((gap, ["id"]), (after, ["customer_id", "id"])):
+        catalog = api(viewer).get(
+            f"/api/v1/namespaces/{quote(PG, safe='')}/datasets/{ORDERS}", {"asOf": as_of}
+        )
+        assert sorted(f["name"] for f in catalog.json()["fields"]) == present
+        lineage = api(viewer).get("/api/v1/lineage", {"nodeId": ORDERS_ID, "asOf": as_of})
+        (node,) = [n for n in lineage.json()["graph"] if n["id"] == ORDERS_ID]
+        assert sorted(f["name"] for f in node["data"]["fields"]) == present, as_of
+        by_column = api(viewer).get(
+            "/api/v1/column-lineage", {"nodeId": ORDERS_ID, "asOf": as_of, "depth": 1}
+        )
+        shown = {n["id"] for n in by_column.json()["graph"]}
+        assert (f"datasetField:{PG}:{ORDERS}:customer_id" in shown) == (as_of == after)
+        search = api(compliance).post(
+            "/api/v1/privacy/subject-search",
+            {"subjectKind": "customer", "value": "4242", "asOf": as_of},
+            format="json",
+        )
+        holding = {d["name"] for d in search.json()["datasets"]}
+        assert (ORDERS in holding) == (as_of == after), as_of
+        assert "raw.orders" in holding
+
+
+def test_the_migration_finds_the_gaps_of_fields_stored_before_they_were_kept():
+    import importlib
+
+    from django.apps import apps as django_apps
+
+    from catalog.models import FieldGap
+
+    for day, names in enumerate((("id", "customer_id"), ("id",), ("id", "customer_id")), 1):
+        _load_orders(day, *names)
+    kept = list(FieldGap.objects.values_list("field__name", "removed_at", "returned_at"))
+    assert kept == [("customer_id", parse_datetime(at(2)), parse_datetime(at(3)))]
+    FieldGap.objects.all().delete()
+    migration = importlib.import_module("ingest.migrations.0012_field_gaps")
+
+    migration.field_gaps(django_apps, None)
+
+    assert list(FieldGap.objects.values_list("field__name", "removed_at", "returned_at")) == kept

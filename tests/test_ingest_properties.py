@@ -10,7 +10,8 @@ from django.db import connection, transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catalog.models import Dataset, DatasetField, DatasetOwnership, DatasetVersion
+from catalog.models import Dataset, DatasetField, DatasetOwnership, DatasetVersion, FieldGap
+from catalog.queries import field_existed
 from graph.models import ColumnEdge, Job, Run, RunDataset, TableEdge
 from ingest.events import parse_event
 from ingest.normalizer import normalize
@@ -62,6 +63,9 @@ def snapshot() -> dict[str, Any]:
         "fields": sorted(
             (fields[f.pk], f.type, f.description, f.ordinal, f.removed_at, f.first_seen)
             for f in DatasetField.objects.all()
+        ),
+        "gaps": sorted(
+            (fields[g.field_id], g.removed_at, g.returned_at) for g in FieldGap.objects.all()
         ),
         "versions": sorted(
             (
@@ -541,3 +545,36 @@ def test_a_long_history_in_any_order_ends_as_in_time_order(case):
     events, chunks = case
     expected = state_after(LONG, [8] * len(LONG))
     assert state_after(events, [size * 4 for size in chunks]) == expected
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    schemas=st.lists(
+        st.sets(st.sampled_from(("a", "b", "c")), min_size=1).map(sorted), min_size=1, max_size=6
+    ),
+    data=st.data(),
+)
+def test_the_fields_as_of_any_instant_are_the_schema_then_in_any_arrival_order(schemas, data):
+    """Fields leave a schema and come back: as of any instant, the fields that existed are
+    the ones of the schema in force then, computed from scratch."""
+    events = [
+        run_event("COMPLETE", run_id(day), at(day), outputs=[dataset("dw.o", schema=schema(*s))])
+        for day, s in enumerate(schemas, 1)
+    ]
+    order, chunks = data.draw(shuffled_with_duplicates(events))
+    with transaction.atomic():
+        start = 0
+        for size in [*chunks, len(order)]:
+            if order[start : start + size]:
+                normalize([parse_event(e) for e in order[start : start + size]])
+            start += size
+        for day in range(1, len(schemas) + 1):
+            for hour in (0, 12):
+                instant = parse_event(run_event("OTHER", run_id(0), at(day, hour))).event_time
+                existed = DatasetField.objects.filter(field_existed(instant))
+                assert sorted(existed.values_list("name", flat=True)) == schemas[day - 1]
+        transaction.set_rollback(True)
