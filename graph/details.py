@@ -496,11 +496,10 @@ def _ever_flagged(found: dict[int, DatasetInfo]) -> set[int]:
 
 
 def _rewind_edits(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, DatasetInfo]:
-    """Steward-edited attributes as they were at ``as_of``.
-
-    An attribute's value at t is the ``old`` of its first change after t (the
-    catalog's history rule), so one query over changes after t is enough.
-    """
+    """Steward-edited attributes as they were at ``as_of``, by the catalog's history rule
+    (catalog.queries.value_as_of) for those changed since: the ``new`` of the last change
+    by then, else the ``old`` of the first change after. (A history whose records do not
+    chain, as two merged datasets' do, needs both.)"""
     first_after: dict[tuple[int, str, str], Any] = {}
     for chunk in _chunks(sorted(found)):
         for ds_pk, field_name, attribute, old in (
@@ -515,6 +514,18 @@ def _rewind_edits(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, D
             first_after.setdefault((ds_pk, field_name, attribute), old)
     if not first_after:
         return found
+    for chunk in _chunks(sorted({pk for pk, _, _ in first_after})):
+        for ds_pk, field_name, attribute, new in (
+            ChangeRecord.objects.filter(
+                dataset_id__any_of=chunk,
+                at__lte=as_of,
+                attribute__in=sorted({attribute for _, _, attribute in first_after}),
+            )
+            .order_by("at", "id")
+            .values_list("dataset_id", "field_name", "attribute", "new")
+        ):
+            if (ds_pk, field_name, attribute) in first_after:
+                first_after[(ds_pk, field_name, attribute)] = new
     policy_names = {
         value
         for (_, field_name, attribute), value in first_after.items()

@@ -1412,7 +1412,7 @@ def _rename(
     return done
 
 
-def _naming_record(ds: Dataset, attribute: str, old: str, new: str) -> ChangeRecord:
+def _naming_record(ds: Dataset, attribute: str, old: Any, new: Any) -> ChangeRecord:
     return ChangeRecord(
         at=timezone.now(),
         actor_name=NAMING_ACTOR.display,
@@ -1608,7 +1608,12 @@ def _lifecycle(ds: Dataset) -> LifecycleState:
 
 
 def _move_facts(twin: Dataset, survivor: Dataset) -> None:
-    """The twin's owners, tags, taints, history and descriptions, to the survivor."""
+    """The twin's owners, tags, taints, history and descriptions, to the survivor (the
+    owners and tags that change, with a record in its history)."""
+    held = {
+        "owners": catalog_actions.owners_value(survivor),
+        "tags": catalog_actions.tags_value(survivor),
+    }
     ChangeRecord.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)
     for owner_id, kind in DatasetOwnership.objects.filter(dataset_id=twin.pk).values_list(
         "owner_id", "ownership_type"
@@ -1617,6 +1622,13 @@ def _move_facts(twin: Dataset, survivor: Dataset) -> None:
             dataset_id=survivor.pk, owner_id=owner_id, ownership_type=kind
         )
     survivor.tags.add(*twin.tags.all())
+    merged = {
+        "owners": catalog_actions.owners_value(survivor),
+        "tags": catalog_actions.tags_value(survivor),
+    }
+    for attribute, old in held.items():
+        if merged[attribute] != old:
+            _naming_record(survivor, attribute, old, merged[attribute]).save()
     graph_models.Taint.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)
     Dataset.objects.filter(alias_of_id=twin.pk).update(alias_of_id=survivor.pk)
     DatasetAlias.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)

@@ -115,3 +115,41 @@ def test_the_migration_finds_the_gaps_of_fields_stored_before_they_were_kept():
     migration.field_gaps(django_apps, None)
 
     assert list(FieldGap.objects.values_list("field__name", "removed_at", "returned_at")) == kept
+
+
+def _owners(api, viewer, node: str, path: str, as_of: str | None) -> tuple[list, list]:
+    """A dataset's owners (as of an instant) in its lineage node data and in the catalog."""
+    when = {"asOf": as_of} if as_of else {}
+    lineage = api(viewer).get("/api/v1/lineage", {"nodeId": node, **when}).json()
+    (shown,) = [n for n in lineage["graph"] if n["id"] == node]
+    catalog = api(viewer).get(path, when).json()
+    return [o["name"] for o in shown["data"]["owners"]], [o["name"] for o in catalog["owners"]]
+
+
+def test_the_owners_of_two_merged_datasets_read_the_same_as_of_any_instant(
+    api, viewer, django_capture_on_commit_callbacks
+):
+    from catalog.models import Dataset
+
+    hive, path = "hive://metastore:9083", "/warehouse/raw/orders"
+    for n, (name, ns) in enumerate((("raw.orders", hive), (path, "file")), 1):
+        sent = dataset(name, ns, schema=schema("id"))
+        normalize([parse_event(run_event("COMPLETE", run_id(n), at(n), outputs=[sent]))])
+    for name, team, day in (("raw.orders", "team-sales", 3), (path, "team-lake", 5)):
+        catalog_actions.update_dataset(
+            Dataset.objects.get(name=name),
+            {"owners": [catalog_actions.OwnerSpec(team)]},
+            STEWARD,
+            at=parse_datetime(at(day)),
+        )
+    # Spark names the path with the metastore's name as a symlink: one table, merged.
+    link = {"identifiers": [{"namespace": hive, "name": "raw.orders", "type": "TABLE"}]}
+    sent = dataset(path, "file", symlinks=link, schema=schema("id"))
+    with django_capture_on_commit_callbacks(execute=True):
+        normalize([parse_event(run_event("COMPLETE", run_id(8), at(8), outputs=[sent]))])
+    assert Dataset.objects.count() == 1
+    node, url = f"dataset:file:{path}", f"/api/v1/namespaces/file/datasets/{quote(path, safe='')}"
+    answers = {when: _owners(api, viewer, node, url, when) for when in (at(4), at(20), None)}
+    assert all(lineage == catalog for lineage, catalog in answers.values()), answers
+    assert answers[None][0] == ["team-lake", "team-sales"]
+    assert answers[at(4)][0] == ["team-sales"]
