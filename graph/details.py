@@ -519,6 +519,7 @@ def _rewind_edits(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, D
             ChangeRecord.objects.filter(
                 dataset_id__any_of=chunk,
                 at__lte=as_of,
+                field_name__in=sorted({name for _, name, _ in first_after}),
                 attribute__in=sorted({attribute for _, _, attribute in first_after}),
             )
             .order_by("at", "id")
@@ -651,9 +652,9 @@ def _latest_run_join(as_of: datetime | None) -> tuple[str, list[Any]]:
     of an instant it is the same rule seen from then, where a run's key is its state
     event's time if that came by then, else its creation: the latest run of now once its
     key came by then; else, of the run with the newest state event by then and the run
-    created last by then (each one index lookup), the one with the newer key. No other
-    run can have a newer one: a run still unsettled then was created no later than the
-    last created, and a settled one's event came no later than the newest."""
+    created last by then (one index probe each), the one with the newer key. No other run
+    can have a newer one: a run still unsettled then was created no later than the last
+    created, and a settled one's event came no later than the newest."""
     if as_of is None:
         return "JOIN graph_run r ON r.id = j.latest_run_id", []
     key = "CASE WHEN c.state_event_time <= %s THEN c.state_event_time ELSE c.created_at END"

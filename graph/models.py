@@ -125,6 +125,9 @@ class Run(models.Model):
                 condition=models.Q(edges_applied=True),
                 name="run_timeline",
             ),
+            # A job's latest run as of an instant is the one with the newest state event by
+            # then (graph.details._latest_run_join), however many runs the job has.
+            models.Index(fields=["job", "-state_event_time"], name="run_state_time"),
         ]
 
     def __str__(self) -> str:

@@ -33,7 +33,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from catalog.pgsql import bound_cursor
 
-VERSION = "v6"
+VERSION = "v7"
 
 
 class Kind(StrEnum):

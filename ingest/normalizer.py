@@ -70,7 +70,7 @@ from catalog.models import (
     PropagatedFlag,
 )
 from catalog.naming import PATH_PLATFORMS, canonical, canonical_namespace, platform
-from catalog.queries import CLOSED_STATES, last_sightings
+from catalog.queries import CLOSED_STATES, last_sightings, value_as_of
 from graph import actions as graph_actions
 from graph import models as graph_models
 from graph import propagation
@@ -887,9 +887,10 @@ class _Batch:
                 for ordinal, spec in enumerate(version.fields):
                     newest[spec["name"]] = (index, ordinal, spec)
                     earliest.setdefault(spec["name"], version.created_at)
-            self.gaps[dataset_id] = field_gaps(
-                [(v.created_at, [spec["name"] for spec in v.fields]) for v in versions]
-            )
+            if len(versions) > 2:  # a gap needs a version before, one without and one after
+                self.gaps[dataset_id] = field_gaps(
+                    [(v.created_at, [spec["name"] for spec in v.fields]) for v in versions]
+                )
             for name, (index, ordinal, spec) in newest.items():
                 row = self._field(dataset_id, name, earliest[name])
                 removed_at = versions[index + 1].created_at if index + 1 < len(versions) else None
@@ -1608,8 +1609,9 @@ def _lifecycle(ds: Dataset) -> LifecycleState:
 
 
 def _move_facts(twin: Dataset, survivor: Dataset) -> None:
-    """The twin's owners, tags, taints, history and descriptions, to the survivor (the
-    owners and tags that change, with a record in its history)."""
+    """The twin's owners, tags, taints, history and descriptions, to the survivor; where
+    the owners or tags the two histories now say differ from the merged ones, a record
+    of the merge."""
     held = {
         "owners": catalog_actions.owners_value(survivor),
         "tags": catalog_actions.tags_value(survivor),
@@ -1626,9 +1628,14 @@ def _move_facts(twin: Dataset, survivor: Dataset) -> None:
         "owners": catalog_actions.owners_value(survivor),
         "tags": catalog_actions.tags_value(survivor),
     }
+    now = timezone.now()
     for attribute, old in held.items():
-        if merged[attribute] != old:
-            _naming_record(survivor, attribute, old, merged[attribute]).save()
+        records = ChangeRecord.objects.filter(
+            dataset_id=survivor.pk, field_name="", attribute=attribute
+        ).order_by("at", "id")
+        said = value_as_of(list(records), now, old)
+        if merged[attribute] != said:
+            _naming_record(survivor, attribute, said, merged[attribute]).save()
     graph_models.Taint.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)
     Dataset.objects.filter(alias_of_id=twin.pk).update(alias_of_id=survivor.pk)
     DatasetAlias.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)

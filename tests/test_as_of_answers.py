@@ -21,6 +21,7 @@ JOB = "job:spark:etl.orders"
 ORDERS = "shop.public.orders"
 ORDERS_ID = f"dataset:{PG}:{ORDERS}"
 STEWARD = catalog_actions.Actor(name="sam-steward")
+PATH = "/warehouse/raw/orders"
 
 
 def _latest_run(api, viewer, as_of: str | None = None) -> tuple[str, str]:
@@ -126,19 +127,33 @@ def _owners(api, viewer, node: str, path: str, as_of: str | None) -> tuple[list,
     return [o["name"] for o in shown["data"]["owners"]], [o["name"] for o in catalog["owners"]]
 
 
+@pytest.mark.parametrize(
+    ("edits", "then"),
+    [
+        # Each name had its own owner.
+        ((("raw.orders", ("team-sales",), 3), (PATH, ("team-lake",), 5)), ["team-sales"]),
+        # The path's owners already held the table's, which were edited later.
+        (
+            (("raw.orders", ("team-sales",), 5), (PATH, ("team-lake", "team-sales"), 3)),
+            ["team-lake", "team-sales"],
+        ),
+    ],
+)
 def test_the_owners_of_two_merged_datasets_read_the_same_as_of_any_instant(
-    api, viewer, django_capture_on_commit_callbacks
+    api, viewer, django_capture_on_commit_callbacks, edits, then
 ):
+    from django.utils import timezone
+
     from catalog.models import Dataset
 
-    hive, path = "hive://metastore:9083", "/warehouse/raw/orders"
+    hive, path = "hive://metastore:9083", PATH
     for n, (name, ns) in enumerate((("raw.orders", hive), (path, "file")), 1):
         sent = dataset(name, ns, schema=schema("id"))
         normalize([parse_event(run_event("COMPLETE", run_id(n), at(n), outputs=[sent]))])
-    for name, team, day in (("raw.orders", "team-sales", 3), (path, "team-lake", 5)):
+    for name, teams, day in edits:
         catalog_actions.update_dataset(
             Dataset.objects.get(name=name),
-            {"owners": [catalog_actions.OwnerSpec(team)]},
+            {"owners": [catalog_actions.OwnerSpec(team) for team in teams]},
             STEWARD,
             at=parse_datetime(at(day)),
         )
@@ -149,7 +164,9 @@ def test_the_owners_of_two_merged_datasets_read_the_same_as_of_any_instant(
         normalize([parse_event(run_event("COMPLETE", run_id(8), at(8), outputs=[sent]))])
     assert Dataset.objects.count() == 1
     node, url = f"dataset:file:{path}", f"/api/v1/namespaces/file/datasets/{quote(path, safe='')}"
-    answers = {when: _owners(api, viewer, node, url, when) for when in (at(4), at(20), None)}
+    merged = timezone.now().isoformat().replace("+00:00", "Z")
+    instants = (at(4), at(20), merged, None)
+    answers = {when: _owners(api, viewer, node, url, when) for when in instants}
     assert all(lineage == catalog for lineage, catalog in answers.values()), answers
-    assert answers[None][0] == ["team-lake", "team-sales"]
-    assert answers[at(4)][0] == ["team-sales"]
+    assert answers[None][0] == answers[merged][0] == ["team-lake", "team-sales"]
+    assert answers[at(4)][0] == then

@@ -14,6 +14,7 @@ canonical_names = importlib.import_module(
 
 
 class Migration(migrations.Migration):
-    dependencies = [("ingest", "0010_default_ports")]
+    # Merging twins writes the fields' gaps.
+    dependencies = [("catalog", "0008_field_gaps"), ("ingest", "0010_default_ports")]
 
     operations = [migrations.RunPython(canonical_names, migrations.RunPython.noop, elidable=True)]
