@@ -230,8 +230,9 @@ class DatasetField(models.Model):
     """A column of a dataset, kept for as long as the dataset exists.
 
     Nested fields are named with dots (``address.city``). A field that left
-    the schema keeps its row (column edges point at it) with ``removed_at``;
-    the schema as of any instant comes from DatasetVersion.
+    the schema keeps its row (column edges point at it) with ``removed_at``, and
+    one that left and came back keeps the stretch it was absent (FieldGap); the
+    schema as of any instant comes from DatasetVersion.
     """
 
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="fields")
