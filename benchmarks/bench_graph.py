@@ -599,6 +599,18 @@ def engine_traversal(nodes: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def held_bytes(snap: Any) -> int:
+    """The bytes of a snapshot's arrays: its stores' columns and adjacencies, and its mask."""
+    from graph.snapshot import ADJACENCY_ARRAYS
+
+    total = int(snap.alive.nbytes)
+    for store in (snap.base, snap.overlay):
+        total += sum(int(c.nbytes) for c in store.cols.values())
+        adjacencies = store.adj.values()
+        total += sum(int(getattr(a, n).nbytes) for a in adjacencies for n in ADJACENCY_ARRAYS)
+    return total
+
+
 def snapshot_costs() -> dict[str, Any]:
     from graph import revision, snapshot
 
@@ -609,7 +621,7 @@ def snapshot_costs() -> dict[str, Any]:
         out[kind.name] = {
             "build_s": round(time.perf_counter() - started, 2),
             "edges": snap.edge_count,
-            "mb": round(snap.nbytes / 1e6, 1),
+            "mb": round(held_bytes(snap) / 1e6, 1),
         }
     return out
 

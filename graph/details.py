@@ -25,6 +25,8 @@ from graph.nodeids import dataset_node_id, field_node_id, job_node_id
 
 # Chunk IN lists so SQLite's variable limit is never reached.
 CHUNK = 5000
+# (dataset pk, namespace, dataset name, field name, type, subject kind) of a field.
+FieldRow = tuple[int, str, str, str, str, str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -573,31 +575,26 @@ def _rewind_edits(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, D
     return out
 
 
-def load_dataset_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
-    """(namespace, name) of each dataset pk, in one query."""
+def _load_names(table: str, pks: Iterable[int]) -> dict[int, tuple[str, str]]:
+    """(namespace, name) of each pk of ``table`` (catalog_dataset or graph_job)."""
     out: dict[int, tuple[str, str]] = {}
     for chunk in _chunks(sorted({int(pk) for pk in pks})):
-        where, params = where_in("d.id", chunk)
+        where, params = where_in("t.id", chunk)
         for pk, ns, name in _rows(
-            "SELECT d.id, n.name, d.name FROM catalog_dataset d "
-            f"JOIN catalog_namespace n ON n.id = d.namespace_id WHERE {where}",
+            f"SELECT t.id, n.name, t.name FROM {table} t "
+            f"JOIN catalog_namespace n ON n.id = t.namespace_id WHERE {where}",
             params,
         ):
             out[pk] = (ns, name)
     return out
+
+
+def load_dataset_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
+    return _load_names("catalog_dataset", pks)
 
 
 def load_job_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
-    out: dict[int, tuple[str, str]] = {}
-    for chunk in _chunks(sorted({int(pk) for pk in pks})):
-        where, params = where_in("j.id", chunk)
-        for pk, ns, name in _rows(
-            "SELECT j.id, n.name, j.name FROM graph_job j "
-            f"JOIN catalog_namespace n ON n.id = j.namespace_id WHERE {where}",
-            params,
-        ):
-            out[pk] = (ns, name)
-    return out
+    return _load_names("graph_job", pks)
 
 
 def load_jobs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, JobInfo]:
@@ -730,9 +727,9 @@ def edge_descriptions(edge_ids: Iterable[int]) -> dict[int, str]:
     return out
 
 
-def field_rows(pks: Iterable[int]) -> dict[int, tuple[int, str, str, str, str, str | None]]:
+def field_rows(pks: Iterable[int]) -> dict[int, FieldRow]:
     """(dataset pk, namespace, dataset name, field name, type, subject kind) per field pk."""
-    out: dict[int, tuple[int, str, str, str, str, str | None]] = {}
+    out: dict[int, FieldRow] = {}
     for chunk in _chunks(sorted({int(pk) for pk in pks})):
         where, params = where_in("f.id", chunk)
         for pk, ds_pk, ns, ds, name, ftype, kind in _rows(

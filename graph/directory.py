@@ -40,8 +40,9 @@ from graph.details import (
     FIELD_ATTRIBUTES,
     LIFECYCLE_CHANGED,
     SOURCES_REDECLARED,
+    FieldRow,
 )
-from graph.nodecache import DATASET, JOB, FieldRow, cache
+from graph.nodecache import DATASET, JOB, cache
 from graph.snapshot import OPEN, PG_EPOCH_OFFSET_US, _time_us, rows_of, to_us
 
 IntArray = npt.NDArray[np.int64]

@@ -55,7 +55,6 @@ from graph import revision as rev
 log = logging.getLogger(__name__)
 
 MAGIC = b"LXDOCS05"
-KINDS = (rev.Kind.DATASET, rev.Kind.JOB)
 # A node's name, its document (node data) and its summary (graph.details' info).
 COLUMNS = ("namespace", "name", "data", "info")
 # The columns kept compressed, document by document (an empty text stays empty).
@@ -208,12 +207,11 @@ class DocFile:
         horizon: int,
         changed: dict[tuple[str, int], int],
         info: bool = False,
-        data: bool = True,
     ) -> dict[int, Document]:
         """The trusted documents of these nodes by pk (as :meth:`trusted`). With ``info``,
-        only those that carry a summary; without, the summary is left out (""); without
-        ``data``, so is the data."""
-        wanted = ("namespace", "name", *(("data",) if data else ()), *(("info",) if info else ()))
+        only those that carry a summary, with the data left out (""); without, the summary
+        is left out."""
+        wanted = ("namespace", "name", "info" if info else "data")
         found = self.spliced(kind, pks, horizon, changed, wanted, info)
         spaces, names, texts, summaries = (found.get(column, {}) for column in COLUMNS)
         return {

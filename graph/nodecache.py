@@ -50,8 +50,6 @@ class Entry:
 
 
 Render = Callable[[list[int]], dict[int, Entry]]
-# (dataset pk, namespace, dataset name, field name, type, subject kind) of a field.
-FieldRow = tuple[int, str, str, str, str, str | None]
 
 
 class NodeCache:
@@ -163,9 +161,7 @@ class NodeCache:
             return found
         mapped = self.document_file()
         if mapped is not None:
-            documents = mapped.lookup(
-                kind, missing, self.horizon, self.changed, info, data=not info
-            )
+            documents = mapped.lookup(kind, missing, self.horizon, self.changed, info)
             if documents:
                 read = {pk: _entry(kind, *document) for pk, document in documents.items()}
                 found.update(read)

@@ -19,6 +19,7 @@ from catalog.flags import flags_as_of
 from graph import details, directory
 from graph.details import (
     DatasetInfo,
+    FieldRow,
     JobInfo,
     RunInfo,
     changed_since,
@@ -26,7 +27,7 @@ from graph.details import (
     load_datasets,
     load_jobs,
 )
-from graph.nodecache import DATASET, JOB, Entry, FieldRow, Render, cache
+from graph.nodecache import DATASET, JOB, Entry, Render, cache
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -172,17 +173,6 @@ def _current_data(
     return out
 
 
-def dataset_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, bytes]:
-    """JSON text (UTF-8) of each dataset's node ``data``, by pk (missing pks are left out).
-
-    Current data comes from the host's document file or the node cache. As of a
-    past instant, datasets whose fields or steward-edited attributes changed
-    since are rendered as they were; those whose propagated flags alone changed show
-    their current data with the flags as they were; the others show their current data.
-    """
-    return _dataset_json(sorted({int(pk) for pk in pks}), as_of)
-
-
 def _dataset_json(
     wanted: list[int], as_of: datetime | None, found: dict[int, bytes] | None = None
 ) -> dict[int, bytes]:
@@ -321,7 +311,7 @@ def changed_datasets(
 
 def _names(kind: str, pks: Iterable[int], render: Render) -> dict[int, tuple[str, str]]:
     """(namespace, name) by pk from the node directory; the rest from the node cache
-    (misses are rendered in full)."""
+    (misses are rendered in full: a lineage answer shows their data next)."""
     wanted = sorted({int(pk) for pk in pks})
     found = directory.get()
     out = found.node_names(kind, wanted) if found is not None else {}

@@ -30,6 +30,7 @@ from graph import directory, nodedata, snapshot, traverse
 from graph.details import (
     DatasetInfo,
     FieldInfo,
+    FieldRow,
     JobInfo,
     OwnerInfo,
     RetentionInfo,
@@ -42,7 +43,6 @@ from graph.details import (
     load_jobs,
 )
 from graph.models import Direction, TableEdge, Taint
-from graph.nodecache import FieldRow
 from graph.nodeids import (
     DatasetNodeId,
     FieldNodeId,

@@ -156,10 +156,6 @@ class Adjacency:
         found: IntArray = self.order[offsets]
         return found
 
-    @property
-    def nbytes(self) -> int:
-        return int(self.indptr.nbytes + self.order.nbytes + self.sorted_keys.nbytes)
-
     @classmethod
     def of(cls, arrays: dict[str, IntArray], size: int | None) -> Adjacency:
         """An adjacency over arrays already grouped (read from a shared file)."""
@@ -182,12 +178,6 @@ class EdgeStore:
     @property
     def size(self) -> int:
         return int(self.cols["id"].size)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(int(c.nbytes) for c in self.cols.values()) + sum(
-            a.nbytes for a in self.adj.values()
-        )
 
 
 @dataclass(frozen=True)
@@ -401,10 +391,6 @@ class Snapshot:
     @property
     def edge_count(self) -> int:
         return int(self.alive.sum()) + self.overlay.size
-
-    @property
-    def nbytes(self) -> int:
-        return self.base.nbytes + self.overlay.nbytes + int(self.alive.nbytes)
 
 
 # --- the two kinds of snapshot ------------------------------------------------------------

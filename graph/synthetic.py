@@ -86,7 +86,6 @@ class Generated:
     namespaces: list[str]
     job_namespaces: list[str]
     # datasets
-    ds_layer: IntArray
     ds_namespace: IntArray
     ds_name: list[str]
     ds_first_seen: IntArray
@@ -306,7 +305,6 @@ def generate(config: GenConfig) -> Generated:
         config=config,
         namespaces=list(DATASET_NAMESPACES),
         job_namespaces=list(JOB_NAMESPACES),
-        ds_layer=layer,
         ds_namespace=namespace,
         ds_name=names,
         ds_first_seen=first_seen,

@@ -130,12 +130,12 @@ def test_a_large_overlay_is_folded_into_a_new_base(chain, monkeypatch, settings)
 
 def test_the_node_cache_drops_datasets_that_changed(chain, steward):
     pk = chain.ds["b"].pk
-    first = nodedata.dataset_json([pk])[pk]
+    first = nodedata.lineage_data([pk], [], None)[0][pk]
     assert b'"description":null' in first
     actions.update_dataset(
         chain.ds["b"], {"description": "Bronze orders"}, actions.Actor(user=steward)
     )
-    assert b'"description":"Bronze orders"' in nodedata.dataset_json([pk])[pk]
+    assert b'"description":"Bronze orders"' in nodedata.lineage_data([pk], [], None)[0][pk]
 
 
 def test_one_revision_read_per_pinned_block(chain, django_assert_max_num_queries):

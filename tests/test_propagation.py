@@ -365,7 +365,7 @@ def test_incremental_flags_equal_a_recomputation_now_and_as_of_any_instant(ops):
             for hour in range(0, 64, 4):
                 rendered = nodedata.render_datasets(pks, at(hour))
                 expected = {pk: entry.data.encode() for pk, entry in rendered.items()}
-                assert nodedata.dataset_json(pks, at(hour)) == expected, hour
+                assert nodedata.lineage_data(pks, [], at(hour))[0] == expected, hour
                 # Impact lists and subject search name the fields personal then.
                 flags = field_flags(w.fields, as_of=at(hour))
                 personal = {
