@@ -123,6 +123,7 @@ def timelines(field_ids: Iterable[int]) -> dict[int, FieldTimeline]:
                     bool(blocked),
                 )
     history: dict[tuple[int, str], list[tuple[datetime, Any, Any]]] = defaultdict(list)
+    marks = ", ".join(["%s"] * len(FLAG_ATTRIBUTES))
     with connection.cursor() as cursor:
         for chunk in chunks(sorted({dataset_id for dataset_id, _ in rows})):
             where, params = where_in("dataset_id", list(chunk))
@@ -130,7 +131,7 @@ def timelines(field_ids: Iterable[int]) -> dict[int, FieldTimeline]:
             # (lineage as of an instant reads these for every dataset whose flags moved).
             cursor.execute(
                 "SELECT dataset_id, field_name, attribute, at, old, new "
-                f"FROM catalog_changerecord WHERE {where} AND attribute IN (%s, %s, %s) "
+                f"FROM catalog_changerecord WHERE {where} AND attribute IN ({marks}) "
                 "AND source <> %s ORDER BY at, id",
                 [*params, *FLAG_ATTRIBUTES, ChangeSource.PROPAGATION],
             )
@@ -159,10 +160,10 @@ def timelines(field_ids: Iterable[int]) -> dict[int, FieldTimeline]:
     return found
 
 
-def _aware(value: Any) -> datetime:
-    """A timestamp read by a plain query (naive UTC text or datetime on SQLite) as UTC."""
-    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+def _aware(value: datetime) -> datetime:
+    """A timestamp read by a plain query, aware (SQLite's come naive, in UTC: the
+    project's databases set no TIME_ZONE of their own)."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def _json(value: Any) -> Any:

@@ -590,6 +590,7 @@ def _load_names(table: str, pks: Iterable[int]) -> dict[int, tuple[str, str]]:
 
 
 def load_dataset_names(pks: Iterable[int]) -> dict[int, tuple[str, str]]:
+    """(namespace, name) of each dataset pk, in one query."""
     return _load_names("catalog_dataset", pks)
 
 
