@@ -176,6 +176,10 @@ def _current_data(
 def _dataset_json(
     wanted: list[int], as_of: datetime | None, found: dict[int, bytes] | None = None
 ) -> dict[int, bytes]:
+    """Node data of these datasets by pk: current data from ``found`` (read from the host's
+    document file) or the node cache. As of a past instant, datasets whose fields or
+    steward-edited attributes changed since are rendered as they were; those whose
+    propagated flags alone changed show their current data with the flags as they were."""
     if as_of is None:
         return _current_data(DATASET, wanted, render_datasets, found)
     changed, flagged = changed_datasets(wanted, as_of, flagged=True)
