@@ -320,7 +320,9 @@ class RankedReach:
     ``field[i]`` (3 identity … 0 indirect, see graph/snapshot.py), rounded down
     to the levels asked for; the path is rebuilt from ``parent_*`` (the edge
     that reached the field: its source field, job and store row), -1 for seeds.
-    ``masked[i]`` is 1 where a masking edge lies on that path.
+    ``masked[i]`` is 1 where every path to the field made of edges at least ``strength[i]``
+    strong has a masking edge, as propagated flags are masked (another path than the one
+    kept may bring the values in clear).
     """
 
     field: IntArray
@@ -432,6 +434,26 @@ def ranked_field_reach(
             frontier = take(batch.take(strong), level)
             batch = snap.expand("down", frontier, tf) if frontier.size else EMPTY_BATCH
         batch = EdgeBatch.joined(weaker)
+
+    def clear_at(level: int) -> npt.NDArray[np.bool_]:
+        """The reached fields that a path of unmasked edges at least ``level`` strong brings."""
+        clear = np.zeros(size, dtype=bool)
+        clear[seeds] = True
+        frontier = seeds
+        while frontier.size:
+            batch = snap.expand("down", frontier, tf)
+            unmasked = (strength_of(batch) >= level) & (snap.column("mask", batch) == 0)
+            dst = batch.dst.astype(np.int64)[unmasked]
+            frontier = distinct(dst[(best[dst] != UNSEEN) & ~clear[dst]])
+            clear[frontier] = True
+        return clear
+
+    # Masked only when every path as strong as the field's own masks (as propagation's flags
+    # are): the path kept above is the nearest, and another may bring the values in clear.
+    for level in levels:
+        doubted = (best == level) & (masked == 1)
+        if doubted.any():
+            masked[doubted & clear_at(level)] = 0
     cols = [np.concatenate([np.asarray(f[i], dtype=np.int64) for f in found]) for i in range(8)]
 
     # Dataset-level dependencies from any reached field: the weakest kind of reach.

@@ -358,3 +358,27 @@ def test_two_levels_classify_fields_as_four_do(shop, as_of, depth):
         )
 
     assert classes(ours) == classes(engine)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("clear_path", [True, False])
+def test_a_copy_is_masked_only_when_every_path_masks(clear_path):
+    """t1.c is a hash of t0.c one step away; with ``clear_path`` a plain copy also reaches it
+    through t2.c, two steps away: it then holds the values themselves, as its propagated flag
+    says, and the search and the erasure plan must not call it masked."""
+    from catalog.models import PiiCategory
+    from privacy import erasure
+    from tests.test_propagation import World, at
+
+    world = World(3)
+    world.declare(0, PiiCategory.IDENTIFIER, at(0))
+    world.open(0, 1, "TRANSFORMATION", True, at(1), None)
+    world.open(0, 2, "IDENTITY", False, at(1), None)
+    if clear_path:
+        world.open(2, 1, "IDENTITY", False, at(1), None)
+    assert world.flag(1)[3] is not clear_path
+    found = search_subject(world.kind, [Identifier(0)])
+    (copy,) = {h.name: h for h in found.datasets}["t1"].fields
+    assert copy.masked is not clear_path
+    (step,) = [s for s in erasure.plan_steps(found, dataset_links(found)) if s["name"] == "t1"]
+    assert [c["masked"] for c in step["keyColumns"]] == [not clear_path]
