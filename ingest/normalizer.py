@@ -68,6 +68,7 @@ from catalog.models import (
     Namespace,
     OwnerKind,
     PropagatedFlag,
+    RetentionPolicy,
 )
 from catalog.naming import PATH_PLATFORMS, canonical, canonical_namespace, platform
 from catalog.queries import CLOSED_STATES, last_sightings, value_as_of
@@ -1413,16 +1414,60 @@ def _rename(
     return done
 
 
-def _naming_record(ds: Dataset, attribute: str, old: Any, new: Any) -> ChangeRecord:
+def _naming_record(
+    ds: Dataset, attribute: str, old: Any, new: Any, field_name: str = ""
+) -> ChangeRecord:
     return ChangeRecord(
         at=timezone.now(),
         actor_name=NAMING_ACTOR.display,
         source=NAMING_ACTOR.source,
         dataset_id=ds.pk,
+        field_name=field_name,
         attribute=attribute,
         old=old,
         new=new,
     )
+
+
+def _chain_history(
+    ds: Dataset, attribute: str, before: Any, merged: Any, field_name: str = ""
+) -> None:
+    """Where the history of two merged names, now one, says otherwise than the value the
+    merge kept, a record of the merge: an answer as of any instant after it reads what the
+    dataset shows (``before``: the survivor's value before the merge, for a history without
+    records). The propagation's records are derived, not history (catalog.flags)."""
+    records = (
+        ChangeRecord.objects.filter(dataset_id=ds.pk, field_name=field_name, attribute=attribute)
+        .exclude(source=ChangeSource.PROPAGATION)
+        .order_by("at", "id")
+    )
+    said = value_as_of(list(records), timezone.now(), before)
+    if said != merged:
+        _naming_record(ds, attribute, said, merged, field_name).save()
+
+
+def _field_said(f: DatasetField) -> dict[str, Any]:
+    """A field's attributes as its history records them (catalog.actions.update_field)."""
+    declared = f.flag_source == FlagSource.DECLARED
+    return {
+        "pii_category": f.pii_category if declared else "",
+        "subject_kind": f.subject_kind.name if declared and f.subject_kind else None,
+        "propagation_blocked": f.propagation_blocked,
+        "sensitivity": f.sensitivity,
+        "description": f.description,
+    }
+
+
+def _dataset_said(ds: Dataset) -> dict[str, Any]:
+    """A dataset's attributes as its history records them (catalog.actions.update_dataset)."""
+    policy = ds.retention_policy_id and RetentionPolicy.objects.get(pk=ds.retention_policy_id)
+    return {
+        "description": ds.description,
+        "sensitivity": ds.sensitivity,
+        "retention_policy": policy.name if policy else None,
+        "owners": catalog_actions.owners_value(ds),
+        "tags": catalog_actions.tags_value(ds),
+    }
 
 
 def merge_datasets(twin_id: int, survivor_id: int) -> tuple[str, str]:
@@ -1444,10 +1489,12 @@ def merge_datasets(twin_id: int, survivor_id: int) -> tuple[str, str]:
         locked = lock_datasets([twin_id, survivor_id])
         twin, survivor = locked[twin_id], locked[survivor_id]
         names = (twin.node_id, survivor.node_id)
-        theirs = {f.name: f for f in DatasetField.objects.filter(dataset_id=twin_id)}
-        ours = {f.name: f for f in DatasetField.objects.filter(dataset_id=survivor_id)}
+        with_kinds = DatasetField.objects.select_related("subject_kind")
+        theirs = {f.name: f for f in with_kinds.filter(dataset_id=twin_id)}
+        ours = {f.name: f for f in with_kinds.filter(dataset_id=survivor_id)}
         twins = {f.pk: ours[name] for name, f in theirs.items() if name in ours}
         field_map = {pk: f.pk for pk, f in twins.items()}
+        held = {mine.pk: _field_said(mine) for mine in twins.values()}
         for mine in twins.values():
             _merge_field(theirs[mine.name], mine)
         moving = [f.pk for name, f in theirs.items() if name not in ours]
@@ -1460,6 +1507,10 @@ def merge_datasets(twin_id: int, survivor_id: int) -> tuple[str, str]:
         )
         _rewrite_runs(twin_id, survivor_id, field_map, set(jobs))
         _move_facts(twin, survivor)
+        for mine in twins.values():
+            merged = _field_said(mine)
+            for attribute, before in held[mine.pk].items():
+                _chain_history(survivor, attribute, before, merged[attribute], mine.name)
         _move_rows(RunDataset, twin_id, survivor_id, ("run_id", "direction"))
         _move_rows(SchemaObservation, twin_id, survivor_id, ("at", "schema_hash", "run_uuid"))
         RunDataset.objects.filter(dataset_id=survivor_id).update(dataset_version=None)
@@ -1610,12 +1661,9 @@ def _lifecycle(ds: Dataset) -> LifecycleState:
 
 def _move_facts(twin: Dataset, survivor: Dataset) -> None:
     """The twin's owners, tags, taints, history and descriptions, to the survivor; where
-    the owners or tags the two histories now say differ from the merged ones, a record
-    of the merge."""
-    held = {
-        "owners": catalog_actions.owners_value(survivor),
-        "tags": catalog_actions.tags_value(survivor),
-    }
+    what the two histories now say differs from what the merge kept, a record of the
+    merge."""
+    held = _dataset_said(survivor)
     ChangeRecord.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)
     for owner_id, kind in DatasetOwnership.objects.filter(dataset_id=twin.pk).values_list(
         "owner_id", "ownership_type"
@@ -1624,18 +1672,6 @@ def _move_facts(twin: Dataset, survivor: Dataset) -> None:
             dataset_id=survivor.pk, owner_id=owner_id, ownership_type=kind
         )
     survivor.tags.add(*twin.tags.all())
-    merged = {
-        "owners": catalog_actions.owners_value(survivor),
-        "tags": catalog_actions.tags_value(survivor),
-    }
-    now = timezone.now()
-    for attribute, old in held.items():
-        records = ChangeRecord.objects.filter(
-            dataset_id=survivor.pk, field_name="", attribute=attribute
-        ).order_by("at", "id")
-        said = value_as_of(list(records), now, old)
-        if merged[attribute] != said:
-            _naming_record(survivor, attribute, said, merged[attribute]).save()
     graph_models.Taint.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)
     Dataset.objects.filter(alias_of_id=twin.pk).update(alias_of_id=survivor.pk)
     DatasetAlias.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)
@@ -1671,6 +1707,9 @@ def _move_facts(twin: Dataset, survivor: Dataset) -> None:
     if survivor.alias_of_id == twin.pk:
         survivor.alias_of_id = None
     survivor.save()
+    merged = _dataset_said(survivor)
+    for attribute, before in held.items():
+        _chain_history(survivor, attribute, before, merged[attribute])
 
 
 def merge_twins(twins: list[tuple[int, int]]) -> None:

@@ -170,3 +170,62 @@ def test_the_owners_of_two_merged_datasets_read_the_same_as_of_any_instant(
     assert all(lineage == catalog for lineage, catalog in answers.values()), answers
     assert answers[None][0] == answers[merged][0] == ["team-lake", "team-sales"]
     assert answers[at(4)][0] == then
+
+
+def test_what_a_merge_kept_reads_the_same_as_of_any_instant_after_it():
+    """Both names of one table declared its column, the survivor first: the merge keeps the
+    survivor's declaration (and fills its empty attributes from the twin's), and an answer
+    as of an instant after the merge reads what the table shows, not the twin's later edit."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from catalog.flags import field_flags, flags_as_of
+    from catalog.models import Dataset, PiiCategory, RetentionPolicy
+    from catalog.queries import dataset_state_as_of
+    from ingest.normalizer import merge_datasets
+    from privacy.queries import Identifier, search_subject
+    from tests.factories import dataset as make_dataset
+
+    customer = SubjectKind.objects.create(name="customer")
+    employee = SubjectKind.objects.create(name="employee")
+    policy = RetentionPolicy.objects.create(name="hr-2y", duration=timedelta(days=730))
+    start = parse_datetime(at(1))
+    survivor = make_dataset(namespace="pg://w", name="people", fields=("pid",), at=start)
+    twin = make_dataset(namespace="pg://w", name="people_copy", fields=("pid",), at=start)
+    mine, theirs = survivor.fields.get(), twin.fields.get()
+    catalog_actions.update_field(
+        mine,
+        {"pii_category": PiiCategory.IDENTIFIER, "subject_kind": customer},
+        STEWARD,
+        at=parse_datetime(at(2)),
+    )
+    catalog_actions.update_field(
+        theirs,
+        {"pii_category": PiiCategory.NAME, "subject_kind": employee},
+        STEWARD,
+        at=parse_datetime(at(3)),
+    )
+    catalog_actions.update_dataset(
+        survivor, {"description": "people"}, STEWARD, at=parse_datetime(at(2))
+    )
+    catalog_actions.update_dataset(
+        twin,
+        {"description": "a copy", "retention_policy": policy},
+        STEWARD,
+        at=parse_datetime(at(3)),
+    )
+    merge_datasets(twin.pk, survivor.pk)
+    after = timezone.now()
+    mine = DatasetField.objects.select_related("subject_kind").get(pk=mine.pk)
+    now = field_flags([mine])[mine.pk]
+    then = flags_as_of([mine.pk], after)[mine.pk]
+    assert (
+        (now.pii, now.subject_kind)
+        == (then.pii, then.subject_kind)
+        == (PiiCategory.IDENTIFIER, "customer")
+    )
+    found = search_subject(customer, [Identifier(0)], as_of=after)
+    assert [hit.name for hit in found.datasets] == ["people"]
+    state = dataset_state_as_of(Dataset.objects.get(pk=survivor.pk), after)
+    assert (state.description, state.retention_policy) == ("people", "hr-2y")
