@@ -24,9 +24,14 @@ def safe_cell(value: object) -> str:
 
 
 def csv_text(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """A CSV document: the header, then each row, every cell through ``safe_cell``."""
+    """A CSV document: the header, then each row, every cell through ``safe_cell``. A row
+    with a cell holding another locale's separator has every cell quoted: a spreadsheet
+    that splits on it would otherwise start a new cell, perhaps a formula, inside one."""
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\r\n")
-    writer.writerow(header)
-    writer.writerows([safe_cell(value) for value in row] for row in rows)
+    plain = csv.writer(buffer, lineterminator="\r\n")
+    quoted = csv.writer(buffer, lineterminator="\r\n", quoting=csv.QUOTE_ALL)
+    plain.writerow(header)
+    for row in rows:
+        cells = [safe_cell(value) for value in row]
+        (quoted if any(";" in cell or "\t" in cell for cell in cells) else plain).writerow(cells)
     return buffer.getvalue()

@@ -16,7 +16,7 @@ import logging
 import pytest
 from django.db import transaction
 
-from catalog.exports import csv_text
+from catalog.exports import FORMULA_STARTS, csv_text
 from graph.render import mermaid, mermaid_label
 from ingest.models import RawEvent
 from tests.ingest_builders import PG, at, dataset, run_event, run_id, schema
@@ -332,6 +332,20 @@ def test_csv_cells_never_start_a_formula_even_after_a_carriage_return():
     ]
     for line in text.split("\n"):
         assert not line.lstrip('"').startswith(("=", "+", "-", "@")), line
+
+
+@pytest.mark.parametrize("separator", [";", "\t"])
+def test_csv_cells_never_start_a_formula_where_a_spreadsheet_splits_on_another_separator(
+    separator,
+):
+    hostile = f"orders{separator}=cmd|' /C calc'!A0"
+    text = csv_text(["name", "owner"], [[hostile, "team"], ["plain", "team"]])
+    assert list(csv.reader(io.StringIO(text)))[1:] == [[hostile, "team"], ["plain", "team"]]
+    lines = text.split("\r\n")
+    assert lines[2] == "plain,team"
+    for line in lines:
+        for cells in csv.reader(io.StringIO(line), delimiter=separator):
+            assert not any(cell.startswith(FORMULA_STARTS) for cell in cells), cells
 
 
 def test_mermaid_labels_cannot_break_out_of_their_node():
