@@ -528,6 +528,10 @@ class IngestionStatusView(APIView):
         return Response(status_json())
 
 
+# Events a replay names at most, each a parameter of one statement.
+MAX_REPLAY_IDS = 10_000
+
+
 class ReplayView(APIView):
     permission_classes: list[type[BasePermission]] = [CanOperateIngestion]
 
@@ -549,6 +553,12 @@ class ReplayView(APIView):
             not isinstance(ids, list) or not all(type(i) is int and 0 < i <= MAX_ID for i in ids)
         ):
             raise ApiError("ids must be a list of event ids", "ids")
+        if ids is not None and len(ids) > MAX_REPLAY_IDS:
+            raise ApiError(
+                f"ids lists {len(ids):,} events; at most {MAX_REPLAY_IDS:,} a request "
+                '(or {"state": "failed"} for every failed event)',
+                "ids",
+            )
         if "state" in data and state not in (EventState.FAILED, EventState.PENDING):
             raise ApiError("state must be failed or pending", "state")
         count = actions.replay(ids, state=state)

@@ -252,7 +252,10 @@ REPLAY_REQUEST = {
     "application/json": {
         "type": "object",
         "properties": {
-            "ids": arr({"type": "integer", "minimum": 1, "maximum": 2**63 - 1}),
+            "ids": {
+                **arr({"type": "integer", "minimum": 1, "maximum": 2**63 - 1}),
+                "maxItems": 10_000,
+            },
             "state": {"type": "string", "enum": ["failed", "pending"]},
         },
         "additionalProperties": False,

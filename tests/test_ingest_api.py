@@ -602,6 +602,12 @@ def test_it_reports_ingestion_status_and_replays(api, viewer, engineer, post):
     assert api(viewer).post("/api/v1/ingestion/replay", {}, format="json").status_code == 403
     response = api(engineer).post("/api/v1/ingestion/replay", {}, format="json")
     assert response.json() == {"replayed": 1}
+    # A list of ids too long for one statement is refused whole, naming ids.
+    many = {"ids": list(range(1, 300_002))}
+    response = api(engineer).post("/api/v1/ingestion/replay", many, format="json")
+    assert response.status_code == 400 and response.json()["field"] == "ids"
+    assert "at most 10,000" in response.json()["error"]
+    assert RawEvent.objects.filter(state="pending").count() == 1
 
 
 @pytest.mark.parametrize("with_text", [True, False], ids=["from text", "from value"])
