@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.template import loader
@@ -101,6 +102,7 @@ TITLES = {
     403: "Not allowed",
     404: "Not found",
     405: "Not allowed",
+    413: "Too large",
     500: "Something went wrong",
 }
 
@@ -131,6 +133,9 @@ def _message(exception: BaseException | None, default: str) -> str:
 
 
 def bad_request(request: HttpRequest, exception: BaseException) -> HttpResponse:
+    if isinstance(exception, RequestDataTooBig):
+        limit = int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+        return error_response(request, 413, f"Body is larger than the {limit:,}-byte limit", "body")
     return error_response(request, 400, "The request could not be read.")
 
 

@@ -285,6 +285,23 @@ def test_it_asks_for_a_length_when_no_server_decoded_the_chunks(api, producer):
     assert response.json()["field"] == "Content-Length"
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/v1/taints", {"nodeId": "dataset:a:b", "reason": "x" * 20_000}),
+        ("/api/v1/ingestion/replay", {"ids": list(range(1, 5_000))}),
+    ],
+)
+def test_a_body_over_the_limit_is_refused_naming_it(api, engineer, settings, path, body):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
+    response = api(engineer).post(path, body, format="json")
+    assert response.status_code == 413
+    assert response.json() == {
+        "error": "Body is larger than the 10,000-byte limit",
+        "field": "body",
+    }
+
+
 def test_a_second_gzip_member_is_read_not_ignored(post):
     first, second = json.dumps(event(1)).encode(), json.dumps(event(2)).encode()
     body = gzip.compress(first) + gzip.compress(second)
