@@ -29,6 +29,8 @@ from ingest.events import (
     parse_event,
     parse_job,
 )
+from ingest.sql.dialects import resolve_dialect
+from ingest.sql.fingerprint import redact
 from ingest.sql.model import (
     DatasetRef,
     InputField,
@@ -251,6 +253,7 @@ class EventBuilder:
         run_uuid = run_uuid_of(execution, record_fingerprint, statement.index)
         run = {"runId": str(run_uuid)}
         name = execution.query_tag[:1000] if execution.query_tag else parts.job_name
+        query = redact(execution.query, resolve_dialect(execution.dialect))
         job = {
             "namespace": execution.namespace,
             "name": name,
@@ -258,7 +261,7 @@ class EventBuilder:
                 "sql": {
                     "_producer": PRODUCER,
                     "_schemaURL": SQL_SCHEMA,
-                    "query": execution.query,
+                    "query": query,
                     "dialect": execution.dialect,
                 },
                 "jobType": _JOB_TYPE_FACET,
@@ -300,7 +303,7 @@ class EventBuilder:
         complete_text = (
             f'{{"eventTime":"{ended}","eventType":"COMPLETE","inputs":{parts.inputs_json},'
             f'"job":{{"facets":{{"jobType":{_JOB_TYPE_JSON},"sql":{{{_SQL_HEAD_JSON},'
-            f'"dialect":{_string(execution.dialect)},"query":{_string(execution.query)}}}}},'
+            f'"dialect":{_string(execution.dialect)},"query":{_string(query)}}}}},'
             f"{job_key},"
             f'"outputs":{parts.outputs_json},{tail}'
         )

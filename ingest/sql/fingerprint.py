@@ -56,8 +56,32 @@ def _uses_backslash_escapes(spec: DialectSpec) -> bool:
     return spec.name in {"mysql", "bigquery", "spark", "hive", "snowflake", "redshift"}
 
 
+def redact(sql: str, spec: DialectSpec) -> str:
+    """``sql`` with its literals as ``?`` and its comments as a space, as a job shows a logged
+    statement: a literal may be personal data (``WHERE email = 'alice@example.com'``), and the
+    job stands for every execution of the statement, whatever its literals."""
+    return _literals_out(sql, spec).strip()
+
+
 def normalize(sql: str, spec: DialectSpec) -> str:
     """Return ``sql`` with literals as ``?``, comments dropped, whitespace collapsed."""
+    # Literals, identifiers and comments in one C-driven pass, then whitespace.
+    text = " ".join(_literals_out(sql, spec).split()).rstrip(";").rstrip()
+    if "(?" in text:
+        # Cheap substring checks first: these regexes cost more than the rest.
+        lowered = text.lower()
+        if "in (?" in lowered or "in(?" in lowered:
+            text = _IN_LIST.sub("in (?)", text)
+        if "values" in lowered:
+            text = _VALUES_ROWS.sub(r"values \1", text)
+    if spec.case_insensitive:
+        text = _fold_case(text)
+    return text
+
+
+def _literals_out(sql: str, spec: DialectSpec) -> str:
+    """``sql`` with literals as ``?`` and comments as a space; quoted identifiers and string
+    aliases kept."""
     pattern = _token_pattern(_uses_backslash_escapes(spec), spec.double_quoted_strings)
 
     def replace(m: re.Match[str]) -> str:
@@ -72,18 +96,7 @@ def normalize(sql: str, spec: DialectSpec) -> str:
             return text
         return "?"
 
-    # Literals, identifiers and comments in one C-driven pass, then whitespace.
-    text = " ".join(pattern.sub(replace, sql).split()).rstrip(";").rstrip()
-    if "(?" in text:
-        # Cheap substring checks first: these regexes cost more than the rest.
-        lowered = text.lower()
-        if "in (?" in lowered or "in(?" in lowered:
-            text = _IN_LIST.sub("in (?)", text)
-        if "values" in lowered:
-            text = _VALUES_ROWS.sub(r"values \1", text)
-    if spec.case_insensitive:
-        text = _fold_case(text)
-    return text
+    return pattern.sub(replace, sql)
 
 
 def _fold_case(text: str) -> str:
