@@ -1604,13 +1604,16 @@ def _rewrite_runs(
 
 
 def _carry_declarations(dataset_ids: Iterable[int]) -> None:
-    """A renamed table keeps what stewards declared of its columns: a column of the new
-    name whose flag was never set takes the one its namesake had declared under the old
-    name, from the rename on (as a declaration, so that it propagates like any other)."""
+    """A renamed table keeps what stewards declared of it and of its columns, from the rename
+    on: an attribute the new name never had (description, sensitivity, retention policy,
+    owners, tags) takes the old name's, and a column of the new name whose flag was never
+    set takes the one its namesake had declared under the old name (as a declaration, so
+    that it propagates like any other)."""
     renamed = Dataset.objects.filter(
         alias_of_id__any_of=sorted(dataset_ids), lifecycle_state=LifecycleState.RENAMED
     ).values_list("pk", "alias_of_id", "dropped_at")
     for old, new, at in renamed:
+        _carry_attributes(old, new, at)
         declared = {
             f.name: f
             for f in DatasetField.objects.filter(
@@ -1626,6 +1629,27 @@ def _carry_declarations(dataset_ids: Iterable[int]) -> None:
             source = declared[f.name]
             changes = {"pii_category": source.pii_category, "subject_kind": source.subject_kind}
             catalog_actions.update_field(f, changes, LINEAGE_ACTOR, at=at)
+
+
+def _carry_attributes(old_id: int, new_id: int, at: datetime | None) -> None:
+    """The old name's attributes that the new name never had, to the new name at ``at``."""
+    said = _dataset_said(Dataset.objects.get(pk=old_id))
+    ever = ChangeRecord.objects.filter(dataset_id=new_id, field_name="", attribute__in=list(said))
+    missing = set(said) - set(ever.values_list("attribute", flat=True))
+    if not any(said[attribute] for attribute in missing):
+        return
+    new = Dataset.objects.get(pk=new_id)
+    have = _dataset_said(new)
+    values = {
+        "description": said["description"],
+        "sensitivity": said["sensitivity"],
+        "retention_policy": RetentionPolicy.objects.filter(name=said["retention_policy"]).first(),
+        "owners": [catalog_actions.OwnerSpec(o["name"], o["type"]) for o in said["owners"]],
+        "tags": said["tags"],
+    }
+    changes = {a: values[a] for a in sorted(missing) if said[a] and not have[a]}
+    if changes:
+        catalog_actions.update_dataset(new, changes, LINEAGE_ACTOR, at=at)
 
 
 def _move_rows(model: Any, twin_id: int, survivor_id: int, key: tuple[str, ...]) -> None:

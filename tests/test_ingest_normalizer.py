@@ -762,3 +762,53 @@ def test_a_renamed_table_keeps_its_declared_columns_and_its_copies_are_flagged()
     )
     ingest(*completed(3, 7, [dataset("new")], [copied], job="etl.copy"))
     assert DatasetField.objects.get(pk=new_id.pk).pii_category == ""
+
+
+def test_a_renamed_table_keeps_its_owners_retention_and_description():
+    """What stewards said of the table under its old name holds under the new one, from the
+    rename on: the subject search and the erasure plan name its owners and its policy."""
+    from datetime import timedelta
+
+    from catalog.models import RetentionAction, RetentionPolicy
+    from privacy import erasure
+    from privacy.queries import Identifier, dataset_links, search_subject
+
+    ingest(*completed(1, 1, [dataset("src")], [dataset("old", schema=schema("id", "email"))]))
+    kind = customer_id_in("old")
+    policy = RetentionPolicy.objects.create(
+        name="sales-10y", duration=timedelta(days=3650), action=RetentionAction.ANONYMISE
+    )
+    steward = catalog_actions.Actor(name="stella")
+    changes = {
+        "retention_policy": policy,
+        "owners": [catalog_actions.OwnerSpec("team-sales")],
+        "description": "orders as sold",
+    }
+    catalog_actions.update_dataset(Dataset.objects.get(name="old"), changes, steward, at=t(2))
+    renamed = dataset(
+        "new",
+        schema=schema("id", "email"),
+        lifecycleStateChange={
+            "lifecycleStateChange": "RENAME",
+            "previousIdentifier": {"namespace": PG, "name": "old"},
+        },
+    )
+    ingest(dataset_event(at(3), renamed))
+    found = search_subject(kind, [Identifier(0)])
+    (hit,) = found.datasets
+    assert (hit.name, hit.retention.name, [o["name"] for o in hit.owners]) == (
+        "new",
+        "sales-10y",
+        ["team-sales"],
+    )
+    (step,) = erasure.plan_steps(found, dataset_links(found))
+    assert step["operation"] == "anonymise"
+    new = Dataset.objects.get(name="new")
+    assert new.description == "orders as sold"
+    # From the rename on: as of the day before, the new name had none of it.
+    before = search_subject(kind, [Identifier(0)], t(2))
+    assert [h.name for h in before.datasets] == ["old"]
+    # A steward who clears the owners later is not overruled by the next batch.
+    catalog_actions.update_dataset(new, {"owners": []}, steward)
+    ingest(*completed(2, 5, [dataset("new")], [dataset("copy")], job="etl.copy"))
+    assert not Dataset.objects.get(name="new").ownerships.exists()
