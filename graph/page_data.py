@@ -600,13 +600,14 @@ def search(
         results.columns, results.more["columns"] = ranked(
             cols.select_related("dataset__namespace", "subject_kind"), "name", q, limit
         )
-    if "jobs" in kinds and q and not filtered:
-        jobs = Job.objects.all()
+    if "jobs" in kinds and not filtered:
+        jobs = Job.objects.select_related("namespace", "latest_run")
         if namespace:
             jobs = jobs.filter(namespace__name=namespace)
-        results.jobs, results.more["jobs"] = ranked(
-            jobs.select_related("namespace", "latest_run"), "name", q, limit
-        )
+        if q:
+            results.jobs, results.more["jobs"] = ranked(jobs, "name", q, limit)
+        else:
+            results.jobs, results.more["jobs"] = _top(jobs.order_by("name", "pk"), limit)
     if "owners" in kinds and q and not (filtered or namespace):
         results.owners, results.more["owners"] = ranked(
             Owner.objects.annotate(n=Count("ownerships")),

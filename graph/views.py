@@ -172,7 +172,9 @@ def search(request: HttpRequest) -> HttpResponse:
     if kind not in dict(KIND_CHOICES):
         kind = "all"
     results = data.SearchResults()
-    if q or _has_filters(params):
+    # Datasets and jobs are listed by name without a query (the job pages' breadcrumb).
+    listing = kind in ("datasets", "jobs")
+    if q or listing or _has_filters(params):
         datasets = filtered_datasets({k: v for k, v in params.items() if k != "q"})
         results = data.search(
             q,
@@ -191,6 +193,7 @@ def search(request: HttpRequest) -> HttpResponse:
             "kind": kind,
             "kind_choices": KIND_CHOICES,
             "has_filters": _has_filters(params),
+            "listing": listing,
             "filters": params,
             "results": results,
             "namespaces": Namespace.objects.order_by("name").values_list("name", flat=True)[:500],
@@ -689,17 +692,19 @@ def dataset_taints(request: HttpRequest) -> HttpResponse:
         mark_tainted(
             dataset, reason=values["reason"], actor=request.user, window_start=start, window_end=end
         )
-    except PageError as exc:
-        error, field = exc.message, exc.param
-    except TaintError as exc:
-        error, field = exc.message, exc.field
+    except (PageError, TaintError) as exc:
+        # In the form's words ("from", "to"), not the API's parameter names.
+        words = (("reason", "“what is wrong”"), ("windowStart", "“from”"), ("windowEnd", "“to”"))
+        error = exc.message
+        for name, word in words:
+            error = error.replace(name, word)
     else:
         back = _same_site(request.GET.get("next"), request) or data.dataset_url(
             dataset.namespace.name, dataset.name
         )
         messages.success(request, f"{dataset.name} is marked as tainted.")
         return HttpResponseRedirect(f"{back}#taints-h")
-    context = _taint_context(request, dataset, error=error, error_field=field, values=values)
+    context = _taint_context(request, dataset, error=error, values=values)
     return render(request, "graph/taint_form.html", context, status=422)
 
 

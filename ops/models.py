@@ -129,6 +129,7 @@ class Delivery(models.Model):
 
     class Meta:
         ordering = ["pk"]
+        verbose_name_plural = "deliveries"
         constraints = [
             models.UniqueConstraint(fields=["notice", "channel"], name="delivery_once_per_channel")
         ]

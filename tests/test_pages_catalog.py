@@ -405,8 +405,11 @@ def test_it_pairs_each_version_with_its_predecessor(shop):
     assert rows[0].diff is not None and rows[-1].diff is None
 
 
-def test_it_lists_the_stewardship_worklists(shop, viewer):
+def test_it_lists_the_stewardship_worklists(shop, viewer, steward):
+    # Subject kinds are for stewards and compliance officers: no link others cannot follow.
+    assert "/stewardship/subject-kinds" in client_for(steward).get("/stewardship/").content.decode()
     html = client_for(viewer).get("/stewardship/").content.decode()
+    assert "/stewardship/subject-kinds" not in html
     # clean/customers holds no declared PII; raw/customers has propagated PII and no retention.
     assert "lake/raw/customers" in html
     assert "lake/marts/customer_360" in html  # unowned

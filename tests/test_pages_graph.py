@@ -118,6 +118,18 @@ def test_it_filters_search_by_pii_owner_retention_namespace_and_platform(shop, v
     assert "shop.public.orders" in html and "lake/raw" not in html
 
 
+def test_the_jobs_breadcrumb_lists_jobs_by_name(shop, viewer):
+    client = client_for(viewer)
+    job = client.get(
+        f"/jobs/show?{urlencode({'namespace': shop.c360_job.namespace.name, 'name': shop.c360_job.name})}"
+    ).content.decode()
+    assert 'href="/search/?kind=jobs"' in job
+    html = client.get("/search/?kind=jobs").content.decode()
+    assert shop.c360_job.name in html and "by name" in html
+    assert "Type a name" not in html
+    assert "No jobs" in client.get("/search/?kind=jobs&namespace=nowhere").content.decode()
+
+
 def test_it_pins_the_search_query_count(shop, viewer, django_assert_max_num_queries):
     client = client_for(viewer)
     client.get("/")
@@ -604,13 +616,13 @@ def test_an_engineer_marks_a_dataset_tainted_sees_the_rerun_order_and_clears_it(
 @pytest.mark.parametrize(
     ("form", "message"),
     [
-        ({"reason": "  "}, "reason is required"),
-        ({"reason": "x", "windowEnd": "2025-01-02T00:00"}, "windowEnd needs a windowStart"),
+        ({"reason": "  "}, "“what is wrong” is required"),
+        ({"reason": "x", "windowEnd": "2025-01-02T00:00"}, "“to” needs a “from”"),
         (
             {"reason": "x", "windowStart": "2025-01-02T00:00", "windowEnd": "2025-01-01T00:00"},
-            "windowEnd is before windowStart",
+            "“to” is before “from”",
         ),
-        ({"reason": "x", "windowStart": "soon"}, "windowStart is not an ISO-8601 instant"),
+        ({"reason": "x", "windowStart": "soon"}, "“from” is not an ISO-8601 instant"),
     ],
 )
 def test_a_bad_taint_form_is_shown_again_naming_what_is_wrong(shop, engineer, form, message):

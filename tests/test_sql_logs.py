@@ -354,6 +354,19 @@ def test_it_uploads_a_log_from_the_page_and_shows_its_progress(
     assert "Expecting )" in status_page  # unparseable statements are listed on the status page
 
 
+def test_the_ingestion_page_shows_logs_to_all_and_their_statements_to_engineers(
+    client, engineer, viewer
+):
+    ingest("bad.csv")
+    client.force_login(engineer)
+    html = client.get(reverse("ingestion-status")).content.decode()
+    assert reverse("sql-logs") in html and "could not be parsed" in html
+    client.force_login(viewer)
+    html = client.get(reverse("ingestion-status")).content.decode()
+    assert "bad.csv" in html
+    assert "/ingestion/sql-logs" not in html and "could not be parsed" not in html
+
+
 def test_it_shows_form_errors_and_keeps_viewers_out(client, engineer, viewer):
     client.force_login(engineer)
     response = client.post(
