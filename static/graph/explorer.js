@@ -42,6 +42,9 @@
   const JOB_W = 180;
   const JOB_H = 28;
   const CARD_FONT = 12.5;
+  const FIELD_W = 160;
+  const FIELD_FONT = 10.5;
+  const LABEL_FONT = "system-ui, -apple-system, Segoe UI, Roboto, sans-serif";
   const MIN_LABEL_PX = 11;
   const READABLE_NODES = 60;
   // "dagre" or "layered" forces one layout whatever the size (benchmarks compare them).
@@ -259,6 +262,32 @@
     ui.compareSlider.setAttribute("aria-valuetext", compare || "no instant");
   }
 
+  // --- labels cut to their box, measured in the font they are drawn in -----------------------
+  const ruler = document.createElement("canvas").getContext("2d");
+  function textWidth(text, font) {
+    ruler.font = font;
+    return ruler.measureText(text).width;
+  }
+  // The width a node's label may take, and its font (as the styles below draw it).
+  function labelRoom(node) {
+    const weight = node.hasClass("root") ? "600 " : "";
+    if (node.hasClass("job")) return [JOB_W - 14, weight + CARD_FONT + "px " + LABEL_FONT];
+    if (node.hasClass("field")) return [FIELD_W - 12, weight + FIELD_FONT + "px " + LABEL_FONT];
+    return [CARD_W - 12, weight + CARD_FONT + "px " + LABEL_FONT];
+  }
+  // ``text`` whole when it fits ``width``, else as much of it as fits with "…".
+  function fit(text, width, font) {
+    if (textWidth(text, font) <= width) return text;
+    let lo = 0;
+    let hi = text.length;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (textWidth(text.slice(0, mid) + "…", font) <= width) lo = mid;
+      else hi = mid - 1;
+    }
+    return text.slice(0, lo) + "…";
+  }
+
   // --- derived marks: hidden neighbours, personal-data flow -----------------------------------
   // Counted over plain edge data in one pass: Cytoscape's per-node traversals
   // (incomers, outgoers) cost too much at thousands of nodes.
@@ -290,8 +319,10 @@
         const hiddenIn = Math.max((d.degIn || 0) - (ins.has(d.id) ? ins.get(d.id).size : 0), 0);
         const hiddenOut = Math.max((d.degOut || 0) - (outs.has(d.id) ? outs.get(d.id).size : 0), 0);
         const more = hiddenIn + hiddenOut;
-        const first = more ? d.short + "  +" + more : d.short;
-        node.data({ hiddenIn, hiddenOut, display: d.sub ? first + "\n" + d.sub : first });
+        const suffix = more ? "  +" + more : "";
+        const [width, font] = labelRoom(node);
+        const first = fit(d.short, width - textWidth(suffix, font), font) + suffix;
+        node.data({ hiddenIn, hiddenOut, display: d.sub ? first + "\n" + fit(d.sub, width, font) : first });
       });
       if (state.level === "table") {
         // Personal data flows out of a dataset holding it, through the job, into outputs holding it.
@@ -556,7 +587,7 @@
   function styles(large) {
     return [
       { selector: "node", style: {
-        label: "data(display)", "font-size": 12, "font-family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif",
+        label: "data(display)", "font-size": 12, "font-family": LABEL_FONT,
         "text-valign": "center", "text-halign": "center", "text-wrap": "none",
         color: "#1b2330", "min-zoomed-font-size": 7, "border-width": 1.5, "background-color": "#ffffff",
       } },
@@ -572,7 +603,7 @@
         shape: "round-rectangle", "background-color": "#f3f6fc", "border-color": "#4a6fb5", "text-valign": "top",
         "text-halign": "center", "font-weight": 600, padding: 8, "text-margin-y": -3, "min-zoomed-font-size": 6,
       } },
-      { selector: "node.field", style: { shape: "round-rectangle", width: 160, height: 22, "border-color": "#9fb3d9", "font-size": 10.5 } },
+      { selector: "node.field", style: { shape: "round-rectangle", width: FIELD_W, height: 22, "border-color": "#9fb3d9", "font-size": FIELD_FONT } },
       { selector: "node.field.pii", style: { "border-color": "#c2410c" } },
       { selector: "node.root", style: { "border-width": 3.5, "border-color": "#1a56c4", "background-color": "#e7efff", "font-weight": 600 } },
       { selector: "node.failed", style: { "border-color": "#a1111c", "border-width": 2.5 } },

@@ -370,8 +370,10 @@ def fan_out(jobs: int = 12) -> str:
     """A dataset read by ``jobs`` jobs, each writing two datasets: 1 + 3 * jobs nodes."""
     source = pb.make_dataset(pb.LAKE, "lake/raw/events", ("id",), platform="s3")
     for i in range(jobs):
-        job = pb.make_job(pb.SPARK, f"derive_{i:02d}")
-        outputs = [pb.make_dataset(pb.LAKE, f"lake/marts/derived_{i:02d}_{k}") for k in "ab"]
+        # The first names are long: the cards cut them to their box.
+        long = "insert_overwrite.reports.top_customers_by_value.cd6a2f47b3d1_" if i == 0 else ""
+        job = pb.make_job(pb.SPARK, f"{long}derive_{i:02d}")
+        outputs = [pb.make_dataset(pb.LAKE, f"lake/marts/{long}derived_{i:02d}_{k}") for k in "ab"]
         pb.connect(job, [source], outputs)
     return f"dataset:{pb.LAKE}:lake/raw/events"
 
@@ -390,6 +392,23 @@ def test_the_first_view_draws_readable_cards(page_as, viewer, shot, width):
     )
     assert min(sizes) >= 11, sizes
     assert page.evaluate("window.lineageExplorer.cy.nodes('.nolabel').length") == 0
+    # Every label fits its box, each line measured in the font it is drawn in.
+    spilled = page.evaluate(
+        """() => { const cy = window.lineageExplorer.cy;
+                   const ruler = document.createElement('canvas').getContext('2d');
+                   return cy.nodes().filter((n) => {
+                     ruler.font = [n.style('font-weight'), n.style('font-size'),
+                                   n.style('font-family')].join(' ');
+                     return n.data('display').split('\\n').some(
+                       (line) => ruler.measureText(line).width > n.width() - 8);
+                   }).map((n) => n.data('display')); }"""
+    )
+    assert spilled == []
+    cut = page.evaluate(
+        "window.lineageExplorer.cy.nodes('.job').map((n) => n.data('display'))"
+        ".filter((d) => d.includes('…'))"
+    )
+    assert len(cut) == 1 and cut[0].endswith("…") and "cd6a2f47b3d1" in cut[0], cut
     # The card: last name segment, then the segment before it and where it lives.
     label = page.evaluate(f"window.lineageExplorer.cy.getElementById({root!r}).data('display')")
     assert label.startswith("events") and "raw · s3" in label
