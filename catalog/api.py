@@ -8,7 +8,7 @@ from typing import Any, cast
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
-from rest_framework import serializers
+from rest_framework import exceptions, serializers
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
@@ -210,6 +210,27 @@ def change_json(record: ChangeRecord) -> dict[str, Any]:
     }
 
 
+def whole_name(namespace: str, name: str, tail: str) -> str | None:
+    """``name + tail`` when that names a dataset: a name's %2F decodes to a slash before
+    routing, so ``…/datasets/raw%2Fhistory`` reaches the history route of ``raw`` too. The
+    longer reading wins, as the longest namespace does in a node id."""
+    canonical_namespace, canonical_name = naming.canonical(namespace, name + tail)
+    found = Dataset.objects.filter(namespace__name=canonical_namespace, name=canonical_name)
+    return name + tail if found.exists() else None
+
+
+def as_dataset(request: Request, namespace: str, whole: str | None) -> Response:
+    """The request, answered as one for the dataset named ``whole`` (whole_name), with that
+    view's permissions; without such a dataset, its method is not allowed here."""
+    view = DatasetDetailView()
+    handler = getattr(view, (request.method or "").lower(), None)
+    if whole is None or handler is None:
+        raise exceptions.MethodNotAllowed(request.method or "")
+    view.check_permissions(request)
+    response: Response = handler(request, namespace, whole)
+    return response
+
+
 def fetch_dataset(namespace: str, name: str) -> Dataset:
     dataset = queries.get_dataset(namespace, name)
     if dataset is None:
@@ -387,6 +408,8 @@ class FieldDetailView(APIView):
 
     @extend_schema(responses={200: FIELD}, summary="One field", operation_id="getDatasetField")
     def get(self, request: Request, namespace: str, name: str, field: str) -> Response:
+        if whole := whole_name(namespace, name, f"/fields/{field}"):
+            return as_dataset(request, namespace, whole)
         return Response(field_json(self._field(namespace, name, field)))
 
     @extend_schema(
@@ -396,6 +419,8 @@ class FieldDetailView(APIView):
         operation_id="updateDatasetField",
     )
     def patch(self, request: Request, namespace: str, name: str, field: str) -> Response:
+        if whole := whole_name(namespace, name, f"/fields/{field}"):
+            return as_dataset(request, namespace, whole)
         target = self._field(namespace, name, field)
         payload = require_json_object(request)
         unknown = set(payload) - set(FieldPatchInput().fields)
@@ -436,14 +461,22 @@ class FieldDetailView(APIView):
 
 
 class DatasetHistoryView(APIView):
+    permission_classes = [ReadOrEditCatalog]
+
     @extend_schema(
         responses={200: obj({"changes": arr(CHANGE)})},
         summary="Who changed what on a dataset",
         operation_id="getDatasetHistory",
     )
     def get(self, request: Request, namespace: str, name: str) -> Response:
+        if whole := whole_name(namespace, name, "/history"):
+            return as_dataset(request, namespace, whole)
         dataset = fetch_dataset(namespace, name)
         return Response({"changes": [change_json(r) for r in queries.history(dataset)]})
+
+    @extend_schema(exclude=True)
+    def patch(self, request: Request, namespace: str, name: str) -> Response:
+        return as_dataset(request, namespace, whole_name(namespace, name, "/history"))
 
 
 class TokenListView(APIView):

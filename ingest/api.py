@@ -25,6 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from catalog import api as catalog_api
 from catalog import queries as catalog_queries
 from catalog.api import JsonOnlyNegotiation, PlainJsonNegotiation, iso, paged
 from catalog.auth import CanOperateIngestion, CanPostLineage, CanReadLineage
@@ -440,6 +441,8 @@ class DatasetVersionsView(APIView):
         parameters=PAGING,
     )
     def get(self, request: Request, namespace: str, name: str) -> Response:
+        if whole := catalog_api.whole_name(namespace, name, "/versions"):
+            return catalog_api.as_dataset(request, namespace, whole)
         # In any spelling, or by an alias.
         dataset = catalog_queries.get_dataset(
             namespace, name, Dataset.objects.select_related("namespace")
@@ -450,6 +453,12 @@ class DatasetVersionsView(APIView):
         rows, total = paged(request, qs)
         runs = queries.runs_by_uuid({v.run_uuid for v in rows if v.run_uuid})
         return Response({"totalCount": total, "versions": [version_json(v, runs) for v in rows]})
+
+    @extend_schema(exclude=True)
+    def patch(self, request: Request, namespace: str, name: str) -> Response:
+        return catalog_api.as_dataset(
+            request, namespace, catalog_api.whole_name(namespace, name, "/versions")
+        )
 
 
 def event_body(raw: RawEvent) -> Any:

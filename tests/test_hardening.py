@@ -332,6 +332,27 @@ def test_names_with_line_breaks_are_reachable_through_the_api(post, api, viewer)
     assert jobs.status_code == 200
 
 
+@pytest.mark.parametrize("name", ["raw/history", "raw/versions", "raw/fields/id"])
+def test_a_dataset_named_like_a_sub_resource_of_another_is_itself(post, api, viewer, steward, name):
+    """%2F decodes to a slash before routing: ``…/datasets/raw%2Fhistory`` reads as raw's
+    history too. The longer name wins when it names a dataset; the other dataset is left
+    as it was."""
+    from urllib.parse import quote
+
+    from catalog.models import Dataset
+
+    outputs = [dataset("raw", schema=schema("id")), dataset(name, schema=schema("id"))]
+    assert post(run_event("COMPLETE", run_id(1), at(1), outputs=outputs)).status_code == 201
+    base = f"/api/v1/namespaces/{quote(PG, safe='')}/datasets"
+    url = f"{base}/{quote(name, safe='')}"
+    assert api(viewer).get(url).json()["name"] == name
+    edited = api(steward).patch(url, {"description": "its own"}, format="json")
+    assert edited.status_code == 200 and edited.json()["name"] == name
+    raw = Dataset.objects.get(name="raw")
+    assert not raw.description and not raw.fields.get(name="id").description
+    assert api(viewer).get(f"{base}/raw").json()["name"] == "raw"
+
+
 # -- exports ---------------------------------------------------------------------------------
 
 
