@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, NoReturn
 from uuid import UUID
 
+from django.conf import settings
 from django.core.validators import RegexValidator
 from django.http import HttpResponse
 from django.urls import reverse
@@ -409,10 +410,6 @@ class SubjectSearchView(PrivacyView):
         return Response(search_json(search, entry))
 
 
-def _base_url(request: Request) -> str:
-    return request.build_absolute_uri("/").rstrip("/")
-
-
 class ScanListView(PrivacyView):
     audit_action = AuditAction.SCAN
 
@@ -513,7 +510,7 @@ class ErasureRunView(PrivacyView):
             raise ApiError('Applying an erasure needs "confirm": true', "confirm")
         try:
             run = actions.request_erasure_run(
-                request.user, plan, subject, self.apply, lineage_url=_base_url(request)
+                request.user, plan, subject, self.apply, lineage_url=settings.LINEAGE_BASE_URL
             )
         except actions.PrivacyError as error:
             _raise(error)

@@ -12,6 +12,7 @@ from functools import wraps
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -295,7 +296,7 @@ def run_plan(request: HttpRequest, plan_id: UUID) -> HttpResponse:
             plan,
             subject,
             apply,
-            lineage_url=request.build_absolute_uri("/").rstrip("/"),
+            lineage_url=settings.LINEAGE_BASE_URL,
         )
     except APIException as error:
         return _plan_page(request, plan_id, _form_error(error), status=400)
