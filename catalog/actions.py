@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -99,6 +100,16 @@ def _set_tags(dataset: Dataset, names: Iterable[str]) -> None:
     dataset.tags.set(tags)
 
 
+# The overview's counts and the stewardship lists, cached per process (catalog.views).
+WORKLIST_CACHE_KEYS = ("explorer:overview:v1", "explorer:stewardship:v1")
+
+
+def forget_worklists() -> None:
+    """Drop the cached counts and lists once an edit is committed, so that whoever made it,
+    on a page or through the API, sees it."""
+    transaction.on_commit(lambda: cache.delete_many(list(WORKLIST_CACHE_KEYS)))
+
+
 def update_dataset(
     dataset: Dataset,
     changes: Mapping[str, Any],
@@ -136,6 +147,7 @@ def update_dataset(
             records.append(_record(actor, dataset, "tags", old_tags, tags_value(dataset), at))
         dataset.updated_at = at
         dataset.save()
+        forget_worklists()
     return [r for r in records if r is not None]
 
 
@@ -193,6 +205,7 @@ def update_field(
             field.pii_category, field.subject_kind = "", None
             field.flag_source, field.flag_masked = FlagSource.DECLARED, False
         field.save()
+        forget_worklists()
         if propagate and (flag_changed or "propagation_blocked" in changes):
             flags_changed.send(sender=DatasetField, field_ids=[field.pk], at=at)
     return [r for r in records if r is not None]

@@ -67,8 +67,7 @@ WORKLIST_LIMIT = 50
 LIST_COUNT_CAP = 10_000
 # Catalog-wide counts scan every dataset: computed at most once a minute per process.
 CACHE_SECONDS = 60
-OVERVIEW_CACHE_KEY = "explorer:overview:v1"
-STEWARDSHIP_CACHE_KEY = "explorer:stewardship:v1"
+OVERVIEW_CACHE_KEY, STEWARDSHIP_CACHE_KEY = actions.WORKLIST_CACHE_KEYS
 
 
 # --- helpers ---------------------------------------------------------------
@@ -659,7 +658,6 @@ def dataset_edit(request: HttpRequest) -> HttpResponse:
         form = DatasetForm(request.POST)
         if form.is_valid():
             actions.update_dataset(dataset, form.cleaned_data, actions.Actor(user=request.user))
-            forget_worklists()
             if not is_fragment(request):
                 messages.success(request, "Dataset updated.")
                 return HttpResponseRedirect(dataset_url(dataset))
@@ -689,7 +687,6 @@ def field_edit(request: HttpRequest) -> HttpResponse:
             actions.update_field(target, FLAG_ACTIONS[action], actor)
         else:
             return error_response(request, 400, f"Unknown action {action[:40]!r}", "action")
-        forget_worklists()
         messages.success(request, f"Field {target.name} updated.")
         return HttpResponseRedirect(dataset_url(dataset))
     if request.method == "POST":
@@ -697,7 +694,6 @@ def field_edit(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             changes = field_changes(target, form.cleaned_data)
             actions.update_field(target, changes, actions.Actor(user=request.user))
-            forget_worklists()
             if not is_fragment(request):
                 messages.success(request, f"Field {target.name} updated.")
                 return HttpResponseRedirect(dataset_url(dataset))
@@ -827,11 +823,6 @@ def stewardship_worklists() -> dict[str, Any]:
         return {"worklists": worklists, "at": timezone.now()}
 
     return cached(STEWARDSHIP_CACHE_KEY, compute)
-
-
-def forget_worklists() -> None:
-    """Drop cached counts and lists after an edit, so the steward sees the change."""
-    cache.delete_many([STEWARDSHIP_CACHE_KEY, OVERVIEW_CACHE_KEY])
 
 
 class SubjectKindForm(forms.Form):

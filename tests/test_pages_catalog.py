@@ -418,6 +418,25 @@ def test_it_lists_the_stewardship_worklists(shop, viewer, steward):
     )  # recently changed classification
 
 
+def test_an_edit_through_the_api_shows_on_the_stewardship_page_at_once(
+    shop, viewer, steward, api, django_capture_on_commit_callbacks
+):
+    from urllib.parse import quote
+
+    def without_retention() -> str:
+        html = client_for(viewer).get("/stewardship/").content.decode()
+        section = html.split('id="pii-no-retention"', 1)[1].split("</section>", 1)[0]
+        return section
+
+    assert "lake/raw/customers" in without_retention()  # and the lists are kept a minute
+    url = f"/api/v1/namespaces/{quote(pb.LAKE, safe='')}/datasets/lake%2Fraw%2Fcustomers"
+    policy = shop.retention.name
+    with django_capture_on_commit_callbacks(execute=True):
+        edited = api(steward).patch(url, {"retentionPolicy": policy}, format="json")
+    assert edited.status_code == 200
+    assert "lake/raw/customers" not in without_retention()
+
+
 def test_it_pins_the_stewardship_query_count(shop, viewer, django_assert_max_num_queries):
     client = client_for(viewer)
     client.get("/")
