@@ -320,9 +320,11 @@ class RankedReach:
     ``field[i]`` (3 identity … 0 indirect, see graph/snapshot.py), rounded down
     to the levels asked for; the path is rebuilt from ``parent_*`` (the edge
     that reached the field: its source field, job and store row), -1 for seeds.
-    ``masked[i]`` is 1 where every path to the field made of edges at least ``strength[i]``
-    strong has a masking edge, as propagated flags are masked (another path than the one
-    kept may bring the values in clear).
+    Of a field that holds rows (reached before the last level), ``masked[i]`` is 1 where
+    every path to it made of edges at least ``strength[i]`` strong has a masking edge (its
+    rows hold only pseudonyms, as a masked propagated flag says), and ``hashed[i]`` where one
+    of them has (its rows may hold a pseudonym: a scan matches the digests too). Of the
+    others, both say whether the path kept masks.
     """
 
     field: IntArray
@@ -334,6 +336,7 @@ class RankedReach:
     parent_layer: IntArray
     parent_pos: IntArray
     masked: IntArray
+    hashed: IntArray
     # Datasets reached only through dataset-level (no target field) dependencies.
     ds_only: IntArray
     ds_only_parent_field: IntArray
@@ -435,25 +438,36 @@ def ranked_field_reach(
             batch = snap.expand("down", frontier, tf) if frontier.size else EMPTY_BATCH
         batch = EdgeBatch.joined(weaker)
 
-    def clear_at(level: int) -> npt.NDArray[np.bool_]:
-        """The reached fields that a path of unmasked edges at least ``level`` strong brings."""
-        clear = np.zeros(size, dtype=bool)
-        clear[seeds] = True
-        frontier = seeds
+    def follow(level: int, start: IntArray, clear: bool) -> npt.NDArray[np.bool_]:
+        """The reached fields that edges at least ``level`` strong (only unmasked ones, with
+        ``clear``) lead to from ``start``, ``start`` included."""
+        seen = np.zeros(size, dtype=bool)
+        seen[start] = True
+        frontier = start
         while frontier.size:
             batch = snap.expand("down", frontier, tf)
-            unmasked = (strength_of(batch) >= level) & (snap.column("mask", batch) == 0)
-            dst = batch.dst.astype(np.int64)[unmasked]
-            frontier = distinct(dst[(best[dst] != UNSEEN) & ~clear[dst]])
-            clear[frontier] = True
-        return clear
+            taken = strength_of(batch) >= level
+            if clear:
+                taken &= snap.column("mask", batch) == 0
+            dst = batch.dst.astype(np.int64)[taken]
+            frontier = distinct(dst[(best[dst] != UNSEEN) & ~seen[dst]])
+            seen[frontier] = True
+        return seen
 
-    # Masked only when every path as strong as the field's own masks (as propagation's flags
-    # are): the path kept above is the nearest, and another may bring the values in clear.
-    for level in levels:
-        doubted = (best == level) & (masked == 1)
-        if doubted.any():
-            masked[doubted & clear_at(level)] = 0
+    # The path kept above is the nearest; another may bring the values in clear, or as a
+    # pseudonym. For the fields that hold rows (every level but the last): masked when every
+    # path as strong as the field's own masks (as a propagated flag is), hashed when any does.
+    hashed = masked.copy()
+    for level in levels[:-1]:
+        here = best == level
+        if (here & (masked == 1)).any():
+            masked[here & follow(level, seeds, clear=True)] = 0
+        batch = snap.expand("down", np.flatnonzero(best >= level), tf)
+        masking = (strength_of(batch) >= level) & (snap.column("mask", batch) == 1)
+        behind = batch.dst.astype(np.int64)[masking]
+        behind = distinct(behind[best[behind] != UNSEEN])
+        if behind.size:
+            hashed[here & follow(level, behind, clear=False)] = 1
     cols = [np.concatenate([np.asarray(f[i], dtype=np.int64) for f in found]) for i in range(8)]
 
     # Dataset-level dependencies from any reached field: the weakest kind of reach.
@@ -475,6 +489,7 @@ def ranked_field_reach(
         parent_layer=parent_layer,
         parent_pos=parent_pos,
         masked=masked[cols[0]].astype(np.int64),
+        hashed=hashed[cols[0]].astype(np.int64),
         ds_only=targets,
         ds_only_parent_field=picked.src.astype(np.int64),
         ds_only_parent_layer=picked.layer.astype(np.int64),

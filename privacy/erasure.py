@@ -74,12 +74,14 @@ def storage_target(hit: DatasetHit) -> StorageTarget:
 
 
 def key_columns(hit: DatasetHit) -> list[dict[str, Any]]:
-    """Return the columns holding the subject's identifiers, with how to match them."""
+    """Return the columns holding the subject's identifiers, with how to match them:
+    ``masked`` where a path into the column masks, so its rows may hold a pseudonym (the
+    scan matches the value's digests as well as the value)."""
     return [
         {
             "name": f.name,
             "identifiers": list(f.identifiers),
-            "masked": f.masked,
+            "masked": f.hashed,
             "caseInsensitive": f.pii_category == PiiCategory.EMAIL,
         }
         for f in hit.fields

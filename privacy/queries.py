@@ -306,10 +306,13 @@ class FieldHit:
     type: str
     pii_category: str
     subject_kind: str | None
+    # Its rows hold only pseudonyms of the subject's values (every path masks); ``hashed``:
+    # they may hold some (a path masks), which a scan matches too.
     masked: bool
     identifiers: tuple[int, ...]
     source: str | None
     job: str | None
+    hashed: bool = False
 
 
 @dataclass(frozen=True)
@@ -463,6 +466,7 @@ class _Best:
     masked: npt.NDArray[np.int64]
     parent: npt.NDArray[np.int64]
     job: npt.NDArray[np.int64]
+    hashed: npt.NDArray[np.int64]
 
 
 def blocked_fields(as_of: datetime | None) -> npt.NDArray[np.int64]:
@@ -511,7 +515,8 @@ def _traverse(seeds: list[FieldInfo], as_of: datetime | None, depth: int | None)
 
 
 def _best_per_field(groups: list[_Group], extra: list[FieldInfo]) -> _Best:
-    """Merge the traversals: each field keeps its strongest relation, then its nearest path."""
+    """Merge the traversals: each field keeps its strongest relation, then its nearest path;
+    masked when it is in every traversal that reaches it, hashed when in any."""
     parts = [
         (
             g.arrays.field,
@@ -522,6 +527,7 @@ def _best_per_field(groups: list[_Group], extra: list[FieldInfo]) -> _Best:
             g.arrays.masked,
             g.arrays.parent_field,
             g.arrays.parent_job,
+            g.arrays.hashed,
         )
         for i, g in enumerate(groups)
     ]
@@ -531,15 +537,18 @@ def _best_per_field(groups: list[_Group], extra: list[FieldInfo]) -> _Best:
         datasets = np.asarray([f.dataset_id for f in extra], dtype=np.int64)
         zero = np.zeros(ids.size, dtype=np.int64)
         parts.append(
-            (ids, datasets, np.full(ids.size, _DERIVED_CODE), zero, none, zero, none, none)
+            (ids, datasets, np.full(ids.size, _DERIVED_CODE), zero, none, zero, none, none, zero)
         )
     if not parts:
-        return _Best(*([_EMPTY] * 8))
-    cols = [np.concatenate([p[i] for p in parts]).astype(np.int64) for i in range(8)]
+        return _Best(*([_EMPTY] * 9))
+    cols = [np.concatenate([p[i] for p in parts]).astype(np.int64) for i in range(9)]
     order = np.lexsort((cols[3], cols[2], cols[0]))
     sorted_cols = [c[order] for c in cols]
     _, first = np.unique(sorted_cols[0], return_index=True)
-    return _Best(*(c[first] for c in sorted_cols))
+    best = [c[first] for c in sorted_cols]
+    best[5] = np.minimum.reduceat(sorted_cols[5], first) if first.size else best[5]
+    best[8] = np.maximum.reduceat(sorted_cols[8], first) if first.size else best[8]
+    return _Best(*best)
 
 
 _EXCLUDED: dict[str, tuple[Any, npt.NDArray[np.int64]]] = {}
@@ -903,6 +912,7 @@ class _Hydrator:
             identifiers=tuple(sorted(identifiers.get(field_id, ()))),
             source=self._field_node(parent) if parent >= 0 else None,
             job=self.jobs.get(job) if job >= 0 else None,
+            hashed=bool(self.best.hashed[k]),
         )
 
     def _load_details(

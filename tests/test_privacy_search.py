@@ -362,10 +362,14 @@ def test_two_levels_classify_fields_as_four_do(shop, as_of, depth):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("clear_path", [True, False])
-def test_a_copy_is_masked_only_when_every_path_masks(clear_path):
+def test_a_copy_is_masked_when_every_path_masks_and_scanned_for_digests_when_one_does(
+    clear_path,
+):
     """t1.c is a hash of t0.c one step away; with ``clear_path`` a plain copy also reaches it
-    through t2.c, two steps away: it then holds the values themselves, as its propagated flag
-    says, and the search and the erasure plan must not call it masked."""
+    through t2.c, two steps away. It then holds the values themselves, as its propagated flag
+    says: the search does not call it masked. Its rows may still hold the hash, so the
+    erasure plan's scan matches the digests too; t2.c, reached in clear only, is matched by
+    value."""
     from catalog.models import PiiCategory
     from privacy import erasure
     from tests.test_propagation import World, at
@@ -378,7 +382,29 @@ def test_a_copy_is_masked_only_when_every_path_masks(clear_path):
         world.open(2, 1, "IDENTITY", False, at(1), None)
     assert world.flag(1)[3] is not clear_path
     found = search_subject(world.kind, [Identifier(0)])
-    (copy,) = {h.name: h for h in found.datasets}["t1"].fields
+    hits = {h.name: h for h in found.datasets}
+    (copy,) = hits["t1"].fields
     assert copy.masked is not clear_path
-    (step,) = [s for s in erasure.plan_steps(found, dataset_links(found)) if s["name"] == "t1"]
-    assert [c["masked"] for c in step["keyColumns"]] == [not clear_path]
+    steps = {s["name"]: s for s in erasure.plan_steps(found, dataset_links(found))}
+    assert [c["masked"] for c in steps["t1"]["keyColumns"]] == [True]
+    assert [c["masked"] for c in steps["t2"]["keyColumns"]] == [False]
+
+
+@pytest.mark.django_db
+def test_a_copy_a_hash_reaches_by_a_longer_path_is_scanned_for_digests():
+    """t1.c is a plain copy of t0.c one step away, and a hash of it through t2.c, two steps
+    away: the nearest path is clear, but its rows may hold the hash."""
+    from catalog.models import PiiCategory
+    from privacy import erasure
+    from tests.test_propagation import World, at
+
+    world = World(3)
+    world.declare(0, PiiCategory.IDENTIFIER, at(0))
+    world.open(0, 1, "IDENTITY", False, at(1), None)
+    world.open(0, 2, "IDENTITY", False, at(1), None)
+    world.open(2, 1, "TRANSFORMATION", True, at(1), None)
+    found = search_subject(world.kind, [Identifier(0)])
+    (copy,) = {h.name: h for h in found.datasets}["t1"].fields
+    assert copy.masked is False
+    steps = {s["name"]: s for s in erasure.plan_steps(found, dataset_links(found))}
+    assert [c["masked"] for c in steps["t1"]["keyColumns"]] == [True]
