@@ -105,8 +105,8 @@ WORKLIST_CACHE_KEYS = ("explorer:overview:v1", "explorer:stewardship:v1")
 
 
 def forget_worklists() -> None:
-    """Drop the cached counts and lists once an edit is committed, so that whoever made it,
-    on a page or through the API, sees it."""
+    """Drop this process's cached counts and lists once an edit is committed: whoever made
+    it, on a page or through the API, sees it (other server processes within a minute)."""
     transaction.on_commit(lambda: cache.delete_many(list(WORKLIST_CACHE_KEYS)))
 
 

@@ -210,20 +210,31 @@ def change_json(record: ChangeRecord) -> dict[str, Any]:
     }
 
 
-def whole_name(namespace: str, name: str, tail: str) -> str | None:
+def whole_name(namespace: str, name: str, tail: str, request: Request) -> str | None:
     """``name + tail`` when that names a dataset: a name's %2F decodes to a slash before
     routing, so ``…/datasets/raw%2Fhistory`` reaches the history route of ``raw`` too. The
-    longer reading wins, as the longest namespace does in a node id."""
+    longer reading wins a read, as the longest namespace does in a node id; a write that
+    both readings could mean is refused (409) rather than sent to either."""
     canonical_namespace, canonical_name = naming.canonical(namespace, name + tail)
     found = Dataset.objects.filter(namespace__name=canonical_namespace, name=canonical_name)
-    return name + tail if found.exists() else None
+    if not found.exists():
+        return None
+    if request.method not in ("GET", "HEAD") and queries.get_dataset(namespace, name):
+        raise ApiError(
+            f"{namespace}:{name + tail} names a dataset, and {tail.lstrip('/')} of dataset "
+            f"{name} too: edit either on its page",
+            "name",
+            409,
+        )
+    return name + tail
 
 
 def as_dataset(request: Request, namespace: str, whole: str | None) -> Response:
     """The request, answered as one for the dataset named ``whole`` (whole_name), with that
     view's permissions; without such a dataset, its method is not allowed here."""
     view = DatasetDetailView()
-    handler = getattr(view, (request.method or "").lower(), None)
+    method = "get" if request.method == "HEAD" else (request.method or "").lower()
+    handler = getattr(view, method, None)
     if whole is None or handler is None:
         raise exceptions.MethodNotAllowed(request.method or "")
     view.check_permissions(request)
@@ -408,7 +419,7 @@ class FieldDetailView(APIView):
 
     @extend_schema(responses={200: FIELD}, summary="One field", operation_id="getDatasetField")
     def get(self, request: Request, namespace: str, name: str, field: str) -> Response:
-        if whole := whole_name(namespace, name, f"/fields/{field}"):
+        if whole := whole_name(namespace, name, f"/fields/{field}", request):
             return as_dataset(request, namespace, whole)
         return Response(field_json(self._field(namespace, name, field)))
 
@@ -419,7 +430,7 @@ class FieldDetailView(APIView):
         operation_id="updateDatasetField",
     )
     def patch(self, request: Request, namespace: str, name: str, field: str) -> Response:
-        if whole := whole_name(namespace, name, f"/fields/{field}"):
+        if whole := whole_name(namespace, name, f"/fields/{field}", request):
             return as_dataset(request, namespace, whole)
         target = self._field(namespace, name, field)
         payload = require_json_object(request)
@@ -469,14 +480,14 @@ class DatasetHistoryView(APIView):
         operation_id="getDatasetHistory",
     )
     def get(self, request: Request, namespace: str, name: str) -> Response:
-        if whole := whole_name(namespace, name, "/history"):
+        if whole := whole_name(namespace, name, "/history", request):
             return as_dataset(request, namespace, whole)
         dataset = fetch_dataset(namespace, name)
         return Response({"changes": [change_json(r) for r in queries.history(dataset)]})
 
     @extend_schema(exclude=True)
     def patch(self, request: Request, namespace: str, name: str) -> Response:
-        return as_dataset(request, namespace, whole_name(namespace, name, "/history"))
+        return as_dataset(request, namespace, whole_name(namespace, name, "/history", request))
 
 
 class TokenListView(APIView):

@@ -607,7 +607,8 @@ def search(
         if q:
             results.jobs, results.more["jobs"] = ranked(jobs, "name", q, limit)
         else:
-            results.jobs, results.more["jobs"] = _top(jobs.order_by("name", "pk"), limit)
+            # By namespace, then name: the order of the index on both.
+            results.jobs, results.more["jobs"] = _top(jobs.order_by("namespace_id", "name"), limit)
     if "owners" in kinds and q and not (filtered or namespace):
         results.owners, results.more["owners"] = ranked(
             Owner.objects.annotate(n=Count("ownerships")),

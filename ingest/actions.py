@@ -661,10 +661,13 @@ def replay(ids: Iterable[int] | None = None, state: str | None = EventState.FAIL
     now = timezone.now()
     with transaction.atomic():
         chosen = sorted(query.values_list("pk", flat=True))
-        if chosen:
-            RawEvent.objects.filter(pk__in=chosen).update(
+        # A statement's parameters are bounded (SQLite's 250,000): a long dead-letter list
+        # is put back a few thousand at a time.
+        for start in range(0, len(chosen), 10_000):
+            RawEvent.objects.filter(pk__any_of=chosen[start : start + 10_000]).update(
                 state=EventState.PENDING, attempts=0, queued_at=now, claimed_at=None
             )
+        if chosen:
             transaction.on_commit(lambda: enqueue_processing(chosen))
     return len(chosen)
 

@@ -441,7 +441,7 @@ class DatasetVersionsView(APIView):
         parameters=PAGING,
     )
     def get(self, request: Request, namespace: str, name: str) -> Response:
-        if whole := catalog_api.whole_name(namespace, name, "/versions"):
+        if whole := catalog_api.whole_name(namespace, name, "/versions", request):
             return catalog_api.as_dataset(request, namespace, whole)
         # In any spelling, or by an alias.
         dataset = catalog_queries.get_dataset(
@@ -457,7 +457,7 @@ class DatasetVersionsView(APIView):
     @extend_schema(exclude=True)
     def patch(self, request: Request, namespace: str, name: str) -> Response:
         return catalog_api.as_dataset(
-            request, namespace, catalog_api.whole_name(namespace, name, "/versions")
+            request, namespace, catalog_api.whole_name(namespace, name, "/versions", request)
         )
 
 

@@ -334,23 +334,40 @@ def test_names_with_line_breaks_are_reachable_through_the_api(post, api, viewer)
 
 @pytest.mark.parametrize("name", ["raw/history", "raw/versions", "raw/fields/id"])
 def test_a_dataset_named_like_a_sub_resource_of_another_is_itself(post, api, viewer, steward, name):
-    """%2F decodes to a slash before routing: ``…/datasets/raw%2Fhistory`` reads as raw's
-    history too. The longer name wins when it names a dataset; the other dataset is left
-    as it was."""
+    """%2F decodes to a slash before routing: ``…/datasets/raw%2Fhistory`` reaches the route
+    of raw's history too. When the whole names a dataset, it is that dataset's."""
     from urllib.parse import quote
 
     from catalog.models import Dataset
 
-    outputs = [dataset("raw", schema=schema("id")), dataset(name, schema=schema("id"))]
+    outputs = [dataset(name, schema=schema("id"))]
     assert post(run_event("COMPLETE", run_id(1), at(1), outputs=outputs)).status_code == 201
-    base = f"/api/v1/namespaces/{quote(PG, safe='')}/datasets"
-    url = f"{base}/{quote(name, safe='')}"
+    url = f"/api/v1/namespaces/{quote(PG, safe='')}/datasets/{quote(name, safe='')}"
     assert api(viewer).get(url).json()["name"] == name
+    assert api(viewer).head(url).status_code == 200
     edited = api(steward).patch(url, {"description": "its own"}, format="json")
     assert edited.status_code == 200 and edited.json()["name"] == name
-    raw = Dataset.objects.get(name="raw")
-    assert not raw.description and not raw.fields.get(name="id").description
-    assert api(viewer).get(f"{base}/raw").json()["name"] == "raw"
+    # Only a steward edits it, whichever route the path takes.
+    assert api(viewer).patch(url, {"description": "no"}, format="json").status_code == 403
+    assert Dataset.objects.get(name=name).description == "its own"
+
+
+@pytest.mark.parametrize("tail", ["history", "versions", "fields/id"])
+def test_an_edit_two_datasets_could_mean_is_refused_naming_both(post, api, steward, tail):
+    """raw has a field id, and a producer named a dataset raw/fields/id: a PATCH of
+    …/datasets/raw%2Ffields%2Fid could mean either, and edits neither."""
+    from urllib.parse import quote
+
+    from catalog.models import Dataset
+
+    name = f"raw/{tail}"
+    outputs = [dataset("raw", schema=schema("id")), dataset(name, schema=schema("id"))]
+    assert post(run_event("COMPLETE", run_id(1), at(1), outputs=outputs)).status_code == 201
+    url = f"/api/v1/namespaces/{quote(PG, safe='')}/datasets/{quote(name, safe='')}"
+    refused = api(steward).patch(url, {"description": "which?"}, format="json")
+    assert refused.status_code == 409 and refused.json()["field"] == "name"
+    assert name in refused.json()["error"]
+    assert not Dataset.objects.filter(description="which?").exists()
 
 
 # -- exports ---------------------------------------------------------------------------------

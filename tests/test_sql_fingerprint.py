@@ -79,3 +79,17 @@ def test_it_folds_date_suffixes_in_text_for_job_names():
     assert folder.fold("db.s.events_202601") == "db.s.events_*"
     assert folder.fold("db.s.events_2026") == "db.s.events_2026"
     assert folder.fold("db.s_20260101.t") == "db.s_20260101.t"
+
+
+def test_a_statement_shown_for_a_job_keeps_no_literal_and_no_comment():
+    from ingest.sql.fingerprint import redact
+
+    sql = (
+        "INSERT INTO dw.vip /* by alice */ SELECT * FROM shop.customers "
+        "WHERE email = 'alice@example.com' AND id IN (4242, 0x1F2E) AND \"Name\" = 'x' -- ok"
+    )
+    shown = redact(sql, resolve_dialect("postgres"))
+    assert shown == (
+        "INSERT INTO dw.vip   SELECT * FROM shop.customers WHERE email = ? AND id IN (?, ?) "
+        'AND "Name" = ?'
+    )

@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from ingest.sql.dialects import DialectSpec
 
-_NUMBER = r"(?<![\w$.])(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?(?![\w$])"
+_NUMBER = r"(?<![\w$.])(?:0[xX][0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(?![\w$])"
 _COMMENTS = r"--[^\n]*|/\*.*?\*/"
 _DOLLAR = r"\$(?P<tag>[A-Za-z_]*)\$.*?\$(?P=tag)\$"
 
