@@ -188,12 +188,15 @@ class EventBuilder:
 
     def build(self, record: ParsedRecord, execution: Execution) -> BuiltEvents:
         built = BuiltEvents([], [])
+        query = None  # the statement a job shows, worked out once per execution
         for statement in record.statements:
             if statement.hidden:
                 continue
             try:
                 if statement.has_lineage:
-                    self._run_events(statement, record.fingerprint, execution, built)
+                    if query is None:
+                        query = redact(execution.query, resolve_dialect(execution.dialect))
+                    self._run_events(statement, record.fingerprint, execution, query, built)
                 elif statement.kind is StatementKind.DDL and statement.outputs:
                     for event in self._dataset_events(statement, execution):
                         built.parsed.append(parse_event(event, strict=True))
@@ -247,13 +250,13 @@ class EventBuilder:
         statement: StatementLineage,
         record_fingerprint: str,
         execution: Execution,
+        query: str,
         built: BuiltEvents,
     ) -> None:
         parts = self._static_parts(statement, execution.namespace)
         run_uuid = run_uuid_of(execution, record_fingerprint, statement.index)
         run = {"runId": str(run_uuid)}
         name = execution.query_tag[:1000] if execution.query_tag else parts.job_name
-        query = redact(execution.query, resolve_dialect(execution.dialect))
         job = {
             "namespace": execution.namespace,
             "name": name,
