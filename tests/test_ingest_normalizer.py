@@ -728,13 +728,8 @@ def test_root_cause_after_the_last_event_shows_the_job_s_latest_run_as_now(clien
     assert producer.latest_run is not None and producer.latest_run.state == "FAILED"
 
 
-def test_a_renamed_table_keeps_its_declared_columns_and_its_copies_are_flagged():
-    """old.id identifies customers; old is renamed new on day 3; a job copies new.id on
-    day 5. The search finds the table under the name it had at each instant, and the copy."""
-    from privacy.queries import Identifier, search_subject
-
-    ingest(*completed(1, 1, [dataset("src")], [dataset("old", schema=schema("id", "email"))]))
-    kind = customer_id_in("old")
+def rename_old_to_new(day: int) -> None:
+    """A lifecycle event: the table "old" (id, email) is now called "new"."""
     renamed = dataset(
         "new",
         schema=schema("id", "email"),
@@ -743,7 +738,17 @@ def test_a_renamed_table_keeps_its_declared_columns_and_its_copies_are_flagged()
             "previousIdentifier": {"namespace": PG, "name": "old"},
         },
     )
-    ingest(dataset_event(at(3), renamed))
+    ingest(dataset_event(at(day), renamed))
+
+
+def test_a_renamed_table_keeps_its_declared_columns_and_its_copies_are_flagged():
+    """old.id identifies customers; old is renamed new on day 3; a job copies new.id on
+    day 5. The search finds the table under the name it had at each instant, and the copy."""
+    from privacy.queries import Identifier, search_subject
+
+    ingest(*completed(1, 1, [dataset("src")], [dataset("old", schema=schema("id", "email"))]))
+    kind = customer_id_in("old")
+    rename_old_to_new(day=3)
     copied = dataset("copy", schema=schema("id"), columnLineage=columns({"id": [("new", "id")]}))
     ingest(*completed(2, 5, [dataset("new")], [copied], job="etl.copy"))
 
@@ -785,15 +790,7 @@ def test_a_renamed_table_keeps_its_owners_retention_and_description():
         "description": "orders as sold",
     }
     catalog_actions.update_dataset(Dataset.objects.get(name="old"), changes, steward, at=t(2))
-    renamed = dataset(
-        "new",
-        schema=schema("id", "email"),
-        lifecycleStateChange={
-            "lifecycleStateChange": "RENAME",
-            "previousIdentifier": {"namespace": PG, "name": "old"},
-        },
-    )
-    ingest(dataset_event(at(3), renamed))
+    rename_old_to_new(day=3)
     found = search_subject(kind, [Identifier(0)])
     (hit,) = found.datasets
     assert (hit.name, hit.retention.name, [o["name"] for o in hit.owners]) == (
