@@ -489,6 +489,8 @@ def explorer_drawing(graph: LineageGraph, risk: Risk, marks: Marks) -> tuple[Dra
                 else e.transformation_type,
                 "masking": e.masking,
                 "job": e.job,
-                "pii": e.origin in personal,
+                # Personal data flowed along it: from a personal field into another (not
+                # into an aggregate, or a field a steward said holds none).
+                "pii": e.origin in personal and e.destination in personal,
             }
     return drawn, lines

@@ -313,6 +313,12 @@ def test_it_marks_edges_added_and_removed_between_two_instants(shop, viewer):
 
 
 def test_it_draws_column_lineage_with_datasets_as_groups(shop, viewer):
+    from catalog import actions
+    from catalog.models import DatasetField
+
+    # A steward says customer_360's hash holds no personal data.
+    blocked = DatasetField.objects.get(dataset__name="lake/marts/customer_360", name="email_hash")
+    actions.update_field(blocked, {"propagation_blocked": True}, actions.Actor(name="stella"))
     field = f"datasetField:{pb.SHOP}:shop.public.customers:email"
     body = data(client_for(viewer), node=field, level="column", direction="downstream", depth=5)
     ids = {n["id"] for n in body["nodes"]}
@@ -320,6 +326,16 @@ def test_it_draws_column_lineage_with_datasets_as_groups(shop, viewer):
     assert f"datasetField:{pb.LAKE}:lake/marts/customer_360:email_hash" in ids
     masked = [e for e in body["edges"] if e["masking"]]
     assert masked and masked[0]["transformation"] == "DIRECT/TRANSFORMATION"
+    # Personal data flows only between personal fields, not into what holds none.
+    personal = {n["id"] for n in body["nodes"] if n.get("pii") or n.get("subject")}
+    flows = {(e["source"], e["target"]) for e in body["edges"] if e["pii"]}
+    assert flows and flows == {
+        (e["source"], e["target"])
+        for e in body["edges"]
+        if e["source"] in personal and e["target"] in personal
+    }
+    into_blocked = [e for e in body["edges"] if e["target"].endswith("customer_360:email_hash")]
+    assert into_blocked and not any(e["pii"] for e in into_blocked)
     parents = {n["parent"] for n in body["nodes"] if n["kind"] == "field"}
     assert node(shop.raw) in parents and node(shop.raw) in ids
 
