@@ -7,6 +7,7 @@ from typing import Any, cast
 
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
+from django.http import HttpRequest
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, serializers
 from rest_framework.negotiation import DefaultContentNegotiation
@@ -242,6 +243,23 @@ def as_dataset(request: Request, namespace: str, whole: str | None) -> Response:
     return response
 
 
+class UnderDatasetName(APIView):
+    """A read-only route under a dataset's name (``…/datasets/{name}{tail}``): a dataset of
+    the whole name is edited through it too (whole_name), but PATCH is not this route's own,
+    so it is neither in the schema nor in its ``Allow`` header."""
+
+    tail = ""
+
+    def http_method_not_allowed(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        # DRF calls this with its own request, after authenticating and checking permissions.
+        drf_request = cast(Request, request)
+        if request.method == "PATCH":
+            namespace, name = kwargs["namespace"], kwargs["name"]
+            whole = whole_name(namespace, name, self.tail, drf_request)
+            return as_dataset(drf_request, namespace, whole)
+        return super().http_method_not_allowed(drf_request, *args, **kwargs)
+
+
 def fetch_dataset(namespace: str, name: str) -> Dataset:
     dataset = queries.get_dataset(namespace, name)
     if dataset is None:
@@ -471,8 +489,9 @@ class FieldDetailView(APIView):
         return Response(field_json(self._field(namespace, name, field)))
 
 
-class DatasetHistoryView(APIView):
+class DatasetHistoryView(UnderDatasetName):
     permission_classes = [ReadOrEditCatalog]
+    tail = "/history"
 
     @extend_schema(
         responses={200: obj({"changes": arr(CHANGE)})},
@@ -480,14 +499,10 @@ class DatasetHistoryView(APIView):
         operation_id="getDatasetHistory",
     )
     def get(self, request: Request, namespace: str, name: str) -> Response:
-        if whole := whole_name(namespace, name, "/history", request):
+        if whole := whole_name(namespace, name, self.tail, request):
             return as_dataset(request, namespace, whole)
         dataset = fetch_dataset(namespace, name)
         return Response({"changes": [change_json(r) for r in queries.history(dataset)]})
-
-    @extend_schema(exclude=True)
-    def patch(self, request: Request, namespace: str, name: str) -> Response:
-        return as_dataset(request, namespace, whole_name(namespace, name, "/history", request))
 
 
 class TokenListView(APIView):

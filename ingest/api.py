@@ -431,8 +431,9 @@ class RunDetailView(APIView):
         return Response(run_json(run))
 
 
-class DatasetVersionsView(APIView):
+class DatasetVersionsView(catalog_api.UnderDatasetName):
     permission_classes = [CanReadLineage]
+    tail = "/versions"
 
     @extend_schema(
         responses={200: schema.VERSIONS},
@@ -441,7 +442,7 @@ class DatasetVersionsView(APIView):
         parameters=PAGING,
     )
     def get(self, request: Request, namespace: str, name: str) -> Response:
-        if whole := catalog_api.whole_name(namespace, name, "/versions", request):
+        if whole := catalog_api.whole_name(namespace, name, self.tail, request):
             return catalog_api.as_dataset(request, namespace, whole)
         # In any spelling, or by an alias.
         dataset = catalog_queries.get_dataset(
@@ -453,12 +454,6 @@ class DatasetVersionsView(APIView):
         rows, total = paged(request, qs)
         runs = queries.runs_by_uuid({v.run_uuid for v in rows if v.run_uuid})
         return Response({"totalCount": total, "versions": [version_json(v, runs) for v in rows]})
-
-    @extend_schema(exclude=True)
-    def patch(self, request: Request, namespace: str, name: str) -> Response:
-        return catalog_api.as_dataset(
-            request, namespace, catalog_api.whole_name(namespace, name, "/versions", request)
-        )
 
 
 def event_body(raw: RawEvent) -> Any:
