@@ -211,23 +211,13 @@ def change_json(record: ChangeRecord) -> dict[str, Any]:
     }
 
 
-def whole_name(namespace: str, name: str, tail: str, request: Request) -> str | None:
+def whole_name(namespace: str, name: str, tail: str) -> str | None:
     """``name + tail`` when that names a dataset: a name's %2F decodes to a slash before
     routing, so ``…/datasets/raw%2Fhistory`` reaches the history route of ``raw`` too. The
-    longer reading wins a read, as the longest namespace does in a node id; a write that
-    both readings could mean is refused (409) rather than sent to either."""
+    longer reading wins, as the longest namespace does in a node id."""
     canonical_namespace, canonical_name = naming.canonical(namespace, name + tail)
     found = Dataset.objects.filter(namespace__name=canonical_namespace, name=canonical_name)
-    if not found.exists():
-        return None
-    if request.method not in ("GET", "HEAD") and queries.get_dataset(namespace, name):
-        raise ApiError(
-            f"{namespace}:{name + tail} names a dataset, and {tail.lstrip('/')} of dataset "
-            f"{name} too: edit either on its page",
-            "name",
-            409,
-        )
-    return name + tail
+    return name + tail if found.exists() else None
 
 
 def as_dataset(request: Request, namespace: str, whole: str | None) -> Response:
@@ -255,7 +245,7 @@ class UnderDatasetName(APIView):
         drf_request = cast(Request, request)
         if request.method == "PATCH":
             namespace, name = kwargs["namespace"], kwargs["name"]
-            whole = whole_name(namespace, name, self.tail, drf_request)
+            whole = whole_name(namespace, name, self.tail)
             return as_dataset(drf_request, namespace, whole)
         return super().http_method_not_allowed(drf_request, *args, **kwargs)
 
@@ -437,7 +427,7 @@ class FieldDetailView(APIView):
 
     @extend_schema(responses={200: FIELD}, summary="One field", operation_id="getDatasetField")
     def get(self, request: Request, namespace: str, name: str, field: str) -> Response:
-        if whole := whole_name(namespace, name, f"/fields/{field}", request):
+        if whole := whole_name(namespace, name, f"/fields/{field}"):
             return as_dataset(request, namespace, whole)
         return Response(field_json(self._field(namespace, name, field)))
 
@@ -448,7 +438,16 @@ class FieldDetailView(APIView):
         operation_id="updateDatasetField",
     )
     def patch(self, request: Request, namespace: str, name: str, field: str) -> Response:
-        if whole := whole_name(namespace, name, f"/fields/{field}", request):
+        if whole := whole_name(namespace, name, f"/fields/{field}"):
+            dataset = queries.get_dataset(namespace, name)
+            if dataset is not None and dataset.fields.filter(name=field).exists():
+                # Both readings name something: an edit is sent to neither.
+                raise ApiError(
+                    f"{namespace}:{whole} names a dataset, and a field of {name} too: "
+                    "edit either on its page",
+                    "name",
+                    409,
+                )
             return as_dataset(request, namespace, whole)
         target = self._field(namespace, name, field)
         payload = require_json_object(request)
@@ -499,7 +498,7 @@ class DatasetHistoryView(UnderDatasetName):
         operation_id="getDatasetHistory",
     )
     def get(self, request: Request, namespace: str, name: str) -> Response:
-        if whole := whole_name(namespace, name, self.tail, request):
+        if whole := whole_name(namespace, name, self.tail):
             return as_dataset(request, namespace, whole)
         dataset = fetch_dataset(namespace, name)
         return Response({"changes": [change_json(r) for r in queries.history(dataset)]})

@@ -442,7 +442,7 @@ class DatasetVersionsView(catalog_api.UnderDatasetName):
         parameters=PAGING,
     )
     def get(self, request: Request, namespace: str, name: str) -> Response:
-        if whole := catalog_api.whole_name(namespace, name, self.tail, request):
+        if whole := catalog_api.whole_name(namespace, name, self.tail):
             return catalog_api.as_dataset(request, namespace, whole)
         # In any spelling, or by an alias.
         dataset = catalog_queries.get_dataset(
