@@ -19,7 +19,12 @@ from catalog.flags import flags_as_of
 from catalog.lookups import where_in
 from catalog.models import ChangeRecord, LifecycleState, RetentionPolicy
 from catalog.pgsql import bound_cursor
-from catalog.queries import closed_datasets, field_existed_sql
+from catalog.queries import (
+    DATASET_ATTRIBUTES,
+    FIELD_ATTRIBUTES,
+    closed_datasets,
+    field_existed_sql,
+)
 from graph.models import RunState
 from graph.nodeids import dataset_node_id, field_node_id, job_node_id
 
@@ -387,10 +392,6 @@ MAYBE_PERSONAL_THEN = (
     "AND c.field_name = f.name AND c.attribute IN ('pii_category', 'subject_kind') "
     "AND c.at > %s)"
 )
-
-
-DATASET_ATTRIBUTES = ("description", "sensitivity", "retention_policy", "owners", "tags")
-FIELD_ATTRIBUTES = ("pii_category", "subject_kind", "sensitivity", "description")
 
 
 # Where copied fields changed what they show without a row of theirs changing: their source

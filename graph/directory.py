@@ -33,15 +33,10 @@ import numpy.typing as npt
 import psycopg
 from django.db import connections
 
+from catalog.queries import DATASET_ATTRIBUTES, FIELD_ATTRIBUTES
 from graph import docfile
 from graph import revision as rev
-from graph.details import (
-    DATASET_ATTRIBUTES,
-    FIELD_ATTRIBUTES,
-    LIFECYCLE_CHANGED,
-    SOURCES_REDECLARED,
-    FieldRow,
-)
+from graph.details import LIFECYCLE_CHANGED, SOURCES_REDECLARED, FieldRow
 from graph.nodecache import DATASET, JOB, cache
 from graph.snapshot import OPEN, PG_EPOCH_OFFSET_US, _time_us, rows_of, to_us
 

@@ -68,10 +68,9 @@ from catalog.models import (
     Namespace,
     OwnerKind,
     PropagatedFlag,
-    RetentionPolicy,
 )
 from catalog.naming import PATH_PLATFORMS, canonical, canonical_namespace, platform
-from catalog.queries import CLOSED_STATES, last_sightings, value_as_of
+from catalog.queries import CLOSED_STATES, DATASET_ATTRIBUTES, last_sightings, value_as_of
 from graph import actions as graph_actions
 from graph import models as graph_models
 from graph import propagation
@@ -1460,11 +1459,10 @@ def _field_said(f: DatasetField) -> dict[str, Any]:
 
 def _dataset_said(ds: Dataset) -> dict[str, Any]:
     """A dataset's attributes as its history records them (catalog.actions.update_dataset)."""
-    policy = ds.retention_policy_id and RetentionPolicy.objects.get(pk=ds.retention_policy_id)
     return {
         "description": ds.description,
         "sensitivity": ds.sensitivity,
-        "retention_policy": policy.name if policy else None,
+        "retention_policy": ds.retention_policy.name if ds.retention_policy else None,
         "owners": catalog_actions.owners_value(ds),
         "tags": catalog_actions.tags_value(ds),
     }
@@ -1633,9 +1631,14 @@ def _carry_declarations(dataset_ids: Iterable[int]) -> None:
 
 def _carry_attributes(old_id: int, new_id: int, at: datetime | None) -> None:
     """The old name's attributes that the new name never had, to the new name at ``at``."""
-    said = _dataset_said(Dataset.objects.get(pk=old_id))
-    ever = ChangeRecord.objects.filter(dataset_id=new_id, field_name="", attribute__in=list(said))
-    missing = set(said) - set(ever.values_list("attribute", flat=True))
+    ever = ChangeRecord.objects.filter(
+        dataset_id=new_id, field_name="", attribute__in=DATASET_ATTRIBUTES
+    )
+    missing = set(DATASET_ATTRIBUTES) - set(ever.values_list("attribute", flat=True))
+    if not missing:
+        return
+    old = Dataset.objects.select_related("retention_policy").get(pk=old_id)
+    said = _dataset_said(old)
     if not any(said[attribute] for attribute in missing):
         return
     new = Dataset.objects.get(pk=new_id)
@@ -1643,7 +1646,7 @@ def _carry_attributes(old_id: int, new_id: int, at: datetime | None) -> None:
     values = {
         "description": said["description"],
         "sensitivity": said["sensitivity"],
-        "retention_policy": RetentionPolicy.objects.filter(name=said["retention_policy"]).first(),
+        "retention_policy": old.retention_policy,
         "owners": [catalog_actions.OwnerSpec(o["name"], o["type"]) for o in said["owners"]],
         "tags": said["tags"],
     }
