@@ -17,7 +17,7 @@ from django.db import connection
 
 from catalog.flags import flags_as_of
 from catalog.lookups import where_in
-from catalog.models import ChangeRecord, LifecycleState, RetentionPolicy
+from catalog.models import ChangeRecord, LifecycleState, Owner, RetentionPolicy
 from catalog.pgsql import bound_cursor
 from catalog.queries import (
     DATASET_ATTRIBUTES,
@@ -25,7 +25,7 @@ from catalog.queries import (
     closed_datasets,
     field_existed_sql,
 )
-from graph.models import RunState
+from graph.models import TERMINAL_RUN_STATES, RunState
 from graph.nodeids import dataset_node_id, field_node_id, job_node_id
 
 # Chunk IN lists so SQLite's variable limit is never reached.
@@ -539,6 +539,20 @@ def _rewind_edits(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, D
         p.name: RetentionInfo(p.name, p.duration_days, p.action, p.legal_basis)
         for p in RetentionPolicy.objects.filter(name__in=policy_names)
     }
+    # The history keeps an owner's name and type of ownership; who the owner is (a team or
+    # a person) and how to reach them are the owner's own, as they are now.
+    owner_names = {
+        o.get("name", "")
+        for (_, field_name, attribute), value in first_after.items()
+        if attribute == "owners" and not field_name
+        for o in value or ()
+    }
+    contacts = {
+        name: (kind, email)
+        for name, kind, email in Owner.objects.filter(name__in=owner_names).values_list(
+            "name", "kind", "email"
+        )
+    }
     out = dict(found)
     for ds_pk, info in found.items():
         changes = {
@@ -559,7 +573,12 @@ def _rewind_edits(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, D
             )
         if ("", "owners") in changes:
             updates["owners"] = tuple(
-                OwnerInfo(o.get("name", ""), o.get("type", "")) for o in changes[("", "owners")]
+                OwnerInfo(
+                    o.get("name", ""),
+                    o.get("type", ""),
+                    *contacts.get(o.get("name", ""), ("", "")),
+                )
+                for o in changes[("", "owners")] or ()
             )
         if ("", "tags") in changes:
             updates["tags"] = tuple(sorted(changes[("", "tags")] or ()))
@@ -621,9 +640,7 @@ def load_jobs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, Jo
             params,
         ):
             run = (
-                _run_info(
-                    row[11], row[12], _ts(row[13]), _ts(row[14]), row[15], _ts(row[16]), as_of
-                )
+                run_info(row[11], row[12], _ts(row[13]), _ts(row[14]), row[15], _ts(row[16]), as_of)
                 if row[11] is not None
                 else None
             )
@@ -682,11 +699,11 @@ def latest_runs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, 
             f"FROM graph_job j {run_join} WHERE {where}",
             [*run_params, *params],
         ):
-            out[pk] = _run_info(uuid, state, _ts(started), _ts(ended), error, _ts(state_at), as_of)
+            out[pk] = run_info(uuid, state, _ts(started), _ts(ended), error, _ts(state_at), as_of)
     return out
 
 
-def _run_info(
+def run_info(
     uuid: Any,
     state: str,
     started: datetime | None,
@@ -695,20 +712,12 @@ def _run_info(
     state_at: datetime | None,
     as_of: datetime | None,
 ) -> RunInfo:
+    """A run as seen from ``as_of`` (now when None)."""
     if as_of is not None:
         # Seen from as_of, a run whose outcome came later was still running.
         if ended is not None and ended > as_of:
             ended = None
-        if (
-            state_at is not None
-            and state_at > as_of
-            and state
-            in (
-                RunState.COMPLETED,
-                RunState.FAILED,
-                RunState.ABORTED,
-            )
-        ):
+        if state_at is not None and state_at > as_of and state in TERMINAL_RUN_STATES:
             state, error = RunState.RUNNING, ""
     # SQLite keeps a uuid as 32 hex digits: shown as everywhere else.
     return RunInfo(str(UUID(str(uuid))), state, started, ended, error)

@@ -36,7 +36,7 @@ from catalog.models import (
     Owner,
     Tag,
 )
-from graph import nodedata, nodeids, queries, render, resolve
+from graph import nodedata, nodeids, queries, render, resolve, snapshot
 from graph.details import JobInfo
 from graph.models import Job, Taint
 from graph.nodedata import iso
@@ -133,13 +133,19 @@ def node_links(ids: Iterable[str]) -> dict[str, NodeLink]:
 
 
 def current_risk() -> render.Risk:
-    """Active taints and what they put at risk (nothing to compute when none is active)."""
-    if not Taint.objects.filter(cleared_at__isnull=True).exists():
+    """Datasets under an active taint and all that they put at risk downstream."""
+    taints = list(Taint.objects.filter(cleared_at__isnull=True).only("dataset", "window_start"))
+    if not taints:
         return render.Risk()
-    report = queries.taint_impact()
-    tainted = frozenset(t.dataset.node_id for t in report.taints if t.cleared_at is None)
-    at_risk = {d.node_id for d in report.datasets} | {j.node_id for j in report.jobs_to_rerun}
-    return render.Risk(tainted, frozenset(at_risk - tainted))
+    snap = snapshot.table()
+    datasets: set[int] = set()
+    jobs: set[int] = set()
+    for taint in taints:
+        reach = queries.taint_reach(taint, snap)
+        datasets.update(reach.ds.tolist())
+        jobs.update(reach.job.tolist())
+    tainted = frozenset(t.dataset_id for t in taints)
+    return render.Risk(tainted, frozenset(datasets) - tainted, frozenset(jobs))
 
 
 # --- the explorer's JSON ---------------------------------------------------
@@ -378,7 +384,7 @@ def impact(
                 retention_days=ds.retention.duration_days if ds.retention else None,
                 via_jobs=sorted(job_names.get(j, j) for j in item.via_jobs),
                 reached_fields=list(item.fields),
-                tainted=ds.node_id in risk.tainted,
+                tainted=ds.pk in risk.tainted,
             )
         )
     return ImpactReport(

@@ -373,10 +373,14 @@ def impact_mermaid(impact: Impact) -> str:
 
 @dataclass(frozen=True)
 class Risk:
-    """Node ids of datasets marked bad and of datasets and jobs downstream of them."""
+    """Datasets marked bad and the datasets and jobs downstream of them, by primary key."""
 
-    tainted: frozenset[str] = frozenset()
-    at_risk: frozenset[str] = frozenset()
+    tainted: frozenset[int] = frozenset()
+    datasets: frozenset[int] = frozenset()
+    jobs: frozenset[int] = frozenset()
+
+    def of_dataset(self, pk: int) -> dict[str, bool]:
+        return {"tainted": pk in self.tainted, "atRisk": pk in self.datasets}
 
 
 Drawn = dict[str, dict[str, Any]]
@@ -434,8 +438,7 @@ def explorer_drawing(graph: LineageGraph, risk: Risk, marks: Marks) -> tuple[Dra
                 "label": info.name,
                 "namespace": info.namespace,
                 "name": info.name,
-                "tainted": info.node_id in risk.tainted,
-                "atRisk": info.node_id in risk.at_risk,
+                **risk.of_dataset(info.pk),
                 "pii": info.has_pii,
                 "subject": any(f.subject_kind for f in info.fields),
                 "dropped": info.lifecycle_state == LifecycleState.DROPPED,
@@ -454,23 +457,21 @@ def explorer_drawing(graph: LineageGraph, risk: Risk, marks: Marks) -> tuple[Dra
         }
         if n.kind == "DATASET_FIELD":
             f = fields.get(n.pk)
-            parent = dataset_node_id(n.namespace, n.name)
             node |= {
                 "field": n.field,
-                "parent": parent,
+                "parent": dataset_node_id(n.namespace, n.name),
                 "pii": bool(f and f.pii_category),
                 "piiCategory": f.pii_category if f else "",
                 "subject": n.subject_kind,
                 "propagated": bool(f and f.flag_source == "propagated"),
+                **risk.of_dataset(n.dataset_pk),
             }
+        elif n.kind == "DATASET":
+            node |= {"pii": False, "subject": False, "dropped": False}
+            node |= marks.flags.get(n.pk, {}) | risk.of_dataset(n.pk)
         else:
-            parent = n.node_id
-            if n.kind == "DATASET":
-                node |= {"pii": False, "subject": False, "dropped": False}
-                node |= marks.flags.get(n.pk, {})
-            else:
-                node["state"] = marks.states.get(n.pk, "")
-        node |= {"tainted": parent in risk.tainted, "atRisk": parent in risk.at_risk}
+            node |= {"state": marks.states.get(n.pk, ""), "tainted": False}
+            node["atRisk"] = n.pk in risk.jobs
         drawn[n.node_id] = node
     personal = {
         key for key, n in drawn.items() if n["kind"] == "field" and (n["pii"] or n["subject"])

@@ -33,9 +33,10 @@ NODE_RUN = obj(
     },
     optional=("failed",),
 )
+# A lineage node's data is the catalog's dataset without its aliases (the catalog lists them).
 DATASET_DATA = obj(
     {
-        **DATASET_BASE,
+        **{key: value for key, value in DATASET_BASE.items() if key != "aliases"},
         "fields": arr(
             obj(
                 {
@@ -209,7 +210,7 @@ PATH = obj(
         "found": BOOL,
         "level": STR,
         "direction": STR,
-        "jobs": arr(STR),
+        "jobs": INT,
         "nodes": arr(STR),
         "edges": arr(EDGE),
     },

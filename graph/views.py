@@ -37,6 +37,7 @@ from catalog.params import choice_param, int_param, optional_instant
 from catalog.views import cached, filtered_datasets, platforms
 from graph import nodeids, queries
 from graph import page_data as data
+from graph.details import run_info
 from graph.models import Job, Run, RunDataset, TableEdge, Taint
 from graph.nodedata import iso
 from graph.render import impact_csv, impact_mermaid, lineage_csv, lineage_mermaid
@@ -614,11 +615,18 @@ def dataset_runs_fragment(request: HttpRequest) -> HttpResponse:
             rows.select_related("run__job__namespace").order_by("-event_time")[:15]
         )
         for row in recent[direction]:
-            # As of an instant, a run that ended later was still running then.
-            ended = row.run.ended_at
-            running = as_of is not None and ended is not None and ended > as_of
-            row.state_then = "RUNNING" if running else row.run.state  # type: ignore[attr-defined]
-            row.duration_then = None if running else row.run.duration_ms  # type: ignore[attr-defined]
+            run = row.run
+            then = run_info(
+                run.run_uuid,
+                run.state,
+                run.started_at,
+                run.ended_at,
+                run.error_message,
+                run.state_event_time,
+                as_of,
+            )
+            row.state_then = then.state  # type: ignore[attr-defined]
+            row.duration_then = then.duration_ms  # type: ignore[attr-defined]
     return render(
         request,
         "graph/_dataset_runs.html",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
+import jsonschema
 import pytest
 
 from catalog.models import DatasetOwnership, Owner, PiiCategory
@@ -305,6 +306,53 @@ def test_path_and_diff(api, viewer, shop):
     assert diff["counts"]["edgesRemoved"] == 1 and diff["edgesAdded"] == []
     changes = client.get(url("lineage/changes", nodeId=shop.id("clean.orders"))).json()
     assert changes["instants"][-1].startswith("2025-03-01")
+
+
+def _plain_json_schema(schema: object) -> object:
+    """OpenAPI 3.0's ``nullable`` as JSON Schema's ``null`` type, for jsonschema."""
+    if isinstance(schema, list):
+        return [_plain_json_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    plain = {key: _plain_json_schema(value) for key, value in schema.items() if key != "nullable"}
+    if schema.get("nullable") and "type" in plain:
+        plain["type"] = [plain["type"], "null"]
+    return plain
+
+
+def test_graph_answers_are_what_the_published_schema_says(api, viewer, shop):
+    """Each answer of a populated graph (a path found, a diff with changes, impact, root
+    cause, both levels) validates against the OpenAPI document the API serves."""
+    client = api(viewer)
+    document = client.get("/api/schema/?format=json").json()
+    components = _plain_json_schema(document["components"])
+    asks = {
+        "lineage": {"nodeId": shop.id("clean.orders")},
+        "column-lineage": {"nodeId": shop.id("clean.orders.email_hash")},
+        "lineage/impact#column": {"nodeId": shop.id("raw.orders.email")},
+        "taints": {},
+        "lineage/impact": {"nodeId": shop.id("raw.orders")},
+        "lineage/root-cause": {"nodeId": shop.id("mart.daily")},
+        "lineage/path": {"from": shop.id("raw.orders"), "to": shop.id("mart.daily")},
+        "lineage/diff": {"t1": T1.isoformat(), "t2": T3.isoformat()},
+        "lineage/changes": {"nodeId": shop.id("clean.orders")},
+        "lineage/orphans": {},
+        "lineage/sources": {},
+    }
+    for ask, params in asks.items():
+        path = ask.partition("#")[0]
+        operation = document["paths"][f"/api/v1/{path}"]["get"]
+        published = operation["responses"]["200"]["content"]["application/json"]["schema"]
+        body = client.get(url(path, **params)).json()
+        validator = jsonschema.Draft7Validator(
+            {**_plain_json_schema(published), "components": components}  # type: ignore[dict-item]
+        )
+        errors = [
+            f"{'/'.join(map(str, e.absolute_path))}: {e.message[:200]}"
+            for e in validator.iter_errors(body)
+            for e in (e.context or [e])
+        ]
+        assert not errors, (ask, errors)
 
 
 def test_orphans_and_sources(api, viewer, shop):

@@ -325,6 +325,7 @@ def test_impact_of_a_field_is_column_level(columns):
 def test_impact_as_of_shows_owners_as_they_were(columns):
     mart = columns.ds["mart.by_country"]
     team = Owner.objects.create(name="new-team")
+    Owner.objects.create(name="old-team", kind="person", email="old@example.com")
     DatasetOwnership.objects.create(dataset=mart, owner=team)
     ChangeRecord.objects.create(
         at=T2,
@@ -335,7 +336,9 @@ def test_impact_as_of_shows_owners_as_they_were(columns):
         new=[{"name": "new-team", "type": ""}],
     )
     then = queries.impact(node(columns, "raw.customers"), as_of=T1)
-    assert [o.name for o in then.owners] == ["old-team"]
+    assert [(o.name, o.kind, o.email) for o in then.owners] == [
+        ("old-team", "person", "old@example.com")
+    ]
     assert [o.name for o in queries.impact(node(columns, "raw.customers")).owners] == ["new-team"]
 
 

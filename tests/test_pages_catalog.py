@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from urllib.parse import urlencode
 
 import pytest
@@ -9,6 +10,7 @@ from django.test import Client
 
 from catalog.models import ChangeRecord, DatasetField, FlagSource
 from catalog.views import schema_diff, version_rows
+from graph.models import Run, RunState
 from tests import page_builders as pb
 
 pytestmark = pytest.mark.django_db
@@ -147,6 +149,22 @@ def test_every_part_of_the_dataset_page_shows_the_instant_asked_for(shop, viewer
     ).content.decode()
     assert "failed" not in runs and "completed" in runs
     assert "failed" in client.get(f"/datasets/runs?{ds_params(shop.customers)}").content.decode()
+
+
+def test_a_run_whose_failure_came_later_was_running_at_the_instant_asked_for(shop, viewer):
+    """A failure recorded without an end time (the run's last event said FAILED a day on)
+    is shown as running for an instant before that event, as the lineage answers show it."""
+    job = pb.make_job(pb.SPARK, "late_failure")
+    run = pb.make_run(job, pb.T3, RunState.FAILED, outputs=(shop.customers,), error="boom")
+    Run.objects.filter(pk=run.pk).update(ended_at=None, state_event_time=pb.T3 + timedelta(days=1))
+    during = pb.T3 + timedelta(hours=1)
+    html = (
+        client_for(viewer)
+        .get(f"/datasets/runs?{ds_params(shop.customers, asOf=during.isoformat())}")
+        .content.decode()
+    )
+    row = html.split("late_failure")[1].split("</tr>")[0]
+    assert "running" in row and "failed" not in row
 
 
 def test_before_a_dataset_existed_its_page_says_so(shop, viewer):

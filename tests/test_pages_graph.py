@@ -394,6 +394,22 @@ def test_it_flags_tainted_and_at_risk_nodes(shop, viewer):
     assert by_id[node(shop.customers)]["atRisk"] is False
 
 
+def test_every_node_a_taint_reaches_is_marked_however_far_it_reaches(viewer):
+    """A taint reaching more than two thousand datasets (the impact page's first cut) marks
+    the farthest of them, its job and, at column level, its fields' dataset."""
+    datasets = pb.build_chain(length=2, fan_out=45)
+    Taint.objects.create(dataset=datasets[0], reason="bad load")
+    farthest = datasets[-1]
+    client = client_for(viewer)
+    body = data(client, node=node(farthest), direction="upstream", depth=1)
+    by_id = {n["id"]: n for n in body["nodes"]}
+    assert by_id[node(farthest)]["atRisk"] is True and by_id[node(farthest)]["tainted"] is False
+    assert [n["atRisk"] for n in body["nodes"] if n["kind"] == "job"] == [True]
+    columns = data(client, node=node(datasets[0]), level="column", direction="downstream")
+    root = next(n for n in columns["nodes"] if n["id"] == node(datasets[0]))
+    assert root["tainted"] is True and root["atRisk"] is False
+
+
 def test_it_cuts_a_large_graph_at_the_limit_keeping_the_nearest(viewer):
     datasets = pb.build_chain(length=3, fan_out=4)
     body = data(
