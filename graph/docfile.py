@@ -444,13 +444,18 @@ def _align(n: int) -> int:
 
 
 @contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """One process at a time writes (or checks) a database's file."""
+def locked(path: Path, wait: bool = True) -> Iterator[bool]:
+    """One process of the host at a time writes (or checks) a database's file; without
+    ``wait``, the context says whether this one holds the lock."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         try:
-            yield
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 

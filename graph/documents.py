@@ -24,8 +24,6 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,8 +47,6 @@ REWRITE_AFTER = 2_000
 # Past the most a process reads of the change log, it renders everything again.
 FULL_PASS_AFTER = SYNC_LIMIT
 BATCH = 1_000
-# pg_try_advisory_lock key: one pass at a time across workers.
-LOCK_KEY = 7_305_611_001
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +71,12 @@ def render_documents(full: bool = False, batch: int = BATCH, at_least: int = 1) 
     if not settings.GRAPH_SHARED_NODE_DATA:
         return PassResult(skipped="GRAPH_SHARED_NODE_DATA is off")
     started = time.perf_counter()
-    with _pass_lock() as held:
+    path = docfile.file_path()
+    # The file is the host's own: one pass at a time on each host.
+    with docfile.locked(path, wait=False) as held:
         if not held:
             return PassResult(skipped="another pass is running")
         current = rev.current()
-        path = docfile.file_path()
         previous = None if full else docfile.readable(path)
         changed = None
         if previous is not None:
@@ -111,19 +108,6 @@ def render_documents(full: bool = False, batch: int = BATCH, at_least: int = 1) 
             seconds,
         )
         return result
-
-
-@contextmanager
-def _pass_lock() -> Iterator[bool]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [LOCK_KEY])
-        held = bool(cursor.fetchone()[0])
-    try:
-        yield held
-    finally:
-        if held:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
 
 
 def _write(

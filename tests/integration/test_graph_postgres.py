@@ -10,12 +10,12 @@ import time
 
 import numpy as np
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection, connections, transaction
 
 from catalog.models import Dataset
 from graph import docfile, queries, revision, snapshot
-from graph.models import ColumnEdge, Direction, GraphChange, GraphRevisionLog, TableEdge
+from graph.models import ColumnEdge, Direction, GraphChange, GraphRevisionLog, Run, TableEdge
 from graph.resolve import resolve_node_id
 from graph.snapshot import OPEN, to_us
 from tests.graph_builders import T1, T2, LineageBuilder
@@ -130,6 +130,12 @@ def test_generate_lineage_loads_a_graph_the_queries_can_walk(settings):
     settings.GRAPH_SHARED_NODE_DATA = True
     call_command("generate_lineage", datasets=300, no_progress=True, seed=7)
     assert Dataset.objects.count() == 300
+    # Another seed's graph names some of the same datasets and jobs: refused before a row.
+    with pytest.raises(CommandError, match="already loaded: nothing was written"):
+        call_command("generate_lineage", datasets=300, no_progress=True, seed=8)
+    assert Dataset.objects.count() == 300
+    # Generated runs are no steps of a job's timeline: they read and wrote nothing.
+    assert not Run.objects.filter(edges_applied=True).exists()
     assert TableEdge.objects.filter(valid_to__isnull=False).exists()
     snap = snapshot.table()
     assert snap.edge_count == TableEdge.objects.count()
@@ -407,7 +413,7 @@ def test_only_one_pass_runs_at_a_time():
 
     def hold() -> None:
         try:
-            with documents._pass_lock() as held:
+            with docfile.locked(docfile.file_path(), wait=False) as held:
                 assert held
                 holder.set()
                 release.wait(30)

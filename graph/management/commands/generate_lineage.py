@@ -174,6 +174,15 @@ def _next_id(model: type[models.Model]) -> int:
     return int(top or 0) + 1
 
 
+def _any_loaded(
+    model: type[Dataset | Job], namespaces: list[str], namespace_of: np.ndarray, names: list[str]
+) -> bool:
+    """Whether the database already holds one of these (namespace, name) pairs."""
+    wanted = {(namespaces[ns], name) for ns, name in zip(namespace_of.tolist(), names, strict=True)}
+    held = model._default_manager.filter(namespace__name__in=namespaces)
+    return any(pair in wanted for pair in held.values_list("namespace__name", "name").iterator())
+
+
 class Command(BaseCommand):
     help = "Generate a synthetic lakehouse lineage graph (for benchmarks and demos)."
 
@@ -231,9 +240,12 @@ class Command(BaseCommand):
         self.stdout.write(f"Generating {config.datasets:,} datasets (seed {config.seed})…")
         gen = generate(config)
         self.stdout.write(", ".join(f"{k} {v:,}" for k, v in gen.stats.items()))
-        if Dataset.objects.filter(name=gen.ds_name[0], namespace__name=gen.namespaces[0]).exists():
+        if _any_loaded(Dataset, gen.namespaces, gen.ds_namespace, gen.ds_name) or _any_loaded(
+            Job, gen.job_namespaces, gen.job_namespace, gen.job_name
+        ):
             raise CommandError(
-                "This graph (or one like it) is already loaded; use a fresh database."
+                "Datasets or jobs of this graph (or one like it) are already loaded: nothing "
+                "was written; use a fresh database."
             )
 
         total = (
@@ -457,7 +469,6 @@ class Command(BaseCommand):
                     "str",
                     ["Task failed: upstream file missing" if f else "" for f in failed],
                 ),
-                "edges_applied": ("const", True),
                 "created_at": ("ts", gen.job_started),
                 "updated_at": ("ts", gen.job_started),
             },
