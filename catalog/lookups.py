@@ -16,7 +16,7 @@ would cut a longer value down to one that matches. Other values (and
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -68,7 +68,7 @@ Field.register_lookup(AnyOf)
 ForeignObject.register_lookup(AnyOf)
 
 
-def where_in(column: str, values: list[int]) -> tuple[str, list[Any]]:
+def where_in(column: str, values: Sequence[int]) -> tuple[str, list[Any]]:
     """Raw SQL's ``column IN values`` for integer ids: one array parameter on PostgreSQL
     (its text built as ``__any_of`` builds it), a plain ``IN`` list elsewhere."""
     if connection.vendor == "postgresql":

@@ -44,6 +44,7 @@ from catalog.schema import (
     paging_parameters,
 )
 from graph import nodedata, queries, render, responses, revision, schema
+from graph.details import DatasetInfo, OwnerInfo, RunInfo
 from graph.models import Taint
 from graph.nodedata import iso
 from graph.nodeids import (
@@ -269,7 +270,7 @@ class ColumnLineageView(GraphView):
 # --- impact and root cause ---------------------------------------------------------------
 
 
-def owner_json(owner: queries.OwnerInfo) -> dict[str, Any]:
+def owner_json(owner: OwnerInfo) -> dict[str, Any]:
     return {
         "name": owner.name,
         "type": owner.type or None,
@@ -278,7 +279,7 @@ def owner_json(owner: queries.OwnerInfo) -> dict[str, Any]:
     }
 
 
-def retention_json(info: queries.DatasetInfo) -> dict[str, Any] | None:
+def retention_json(info: DatasetInfo) -> dict[str, Any] | None:
     policy = info.retention
     if policy is None:
         return None
@@ -289,7 +290,7 @@ def retention_json(info: queries.DatasetInfo) -> dict[str, Any] | None:
     }
 
 
-def run_json(run: queries.RunInfo | None) -> dict[str, Any] | None:
+def run_json(run: RunInfo | None) -> dict[str, Any] | None:
     shown = nodedata.run_json(run)
     return None if shown is None or run is None else {**shown, "failed": run.failed}
 

@@ -15,7 +15,7 @@ from uuid import UUID
 
 from django.db import connection
 
-from catalog.flags import flags_as_of
+from catalog.flags import chunks, flags_as_of
 from catalog.lookups import where_in
 from catalog.models import ChangeRecord, LifecycleState, Owner, RetentionPolicy
 from catalog.pgsql import bound_cursor
@@ -28,8 +28,6 @@ from catalog.queries import (
 from graph.models import TERMINAL_RUN_STATES, RunState
 from graph.nodeids import dataset_node_id, field_node_id, job_node_id
 
-# Chunk IN lists so SQLite's variable limit is never reached.
-CHUNK = 5000
 # (dataset pk, namespace, dataset name, field name, type, subject kind) of a field.
 FieldRow = tuple[int, str, str, str, str, str | None]
 
@@ -217,11 +215,6 @@ def job_info_from_json(text: str) -> JobInfo:
     )
 
 
-def _chunks(values: Sequence[int]) -> Iterable[list[int]]:
-    for start in range(0, len(values), CHUNK):
-        yield list(values[start : start + CHUNK])
-
-
 def _ts_sql(column: str) -> str:
     # Timestamps cross as text and are parsed here: Django's timezone-aware row loader
     # costs more than the whole query for thousands of values.
@@ -280,14 +273,14 @@ def _days(duration: Any) -> int | None:
 def load_datasets(
     pks: Iterable[int],
     as_of: datetime | None = None,
-    fields: Literal["all", "personal", "none"] = "all",
+    fields: Literal["all", "personal"] = "all",
 ) -> dict[int, DatasetInfo]:
     """Datasets by pk with fields, tags, owners and retention (at ``as_of`` when given:
     lifecycle, steward edits and flags as they were then).
 
     ``fields="personal"`` loads only fields with a PII category or subject kind (then,
-    with ``as_of``: what impact lists and subject search need), ``"none"`` no fields. Two
-    queries, and with ``as_of`` three or four more, for any number of datasets.
+    with ``as_of``: what impact lists and subject search need). Two queries, and with
+    ``as_of`` three or four more, for any number of datasets.
     """
     wanted = sorted({int(pk) for pk in pks})
     if not wanted:
@@ -296,7 +289,7 @@ def load_datasets(
     field_rows_: list[tuple[Any, ...]] = []
     tags_of = _json_list("t.name")
     owners_of = _json_list(_json_tuple("w.name", "w.kind", "w.email", "o.ownership_type"))
-    for chunk in _chunks(wanted):
+    for chunk in chunks(wanted):
         where, params = where_in("d.id", chunk)
         rows += _rows(
             "SELECT d.id, n.name, d.name, d.description, d.platform, d.location, "
@@ -325,8 +318,6 @@ def load_datasets(
             else:
                 alive += f" AND ({PERSONAL_NOW} OR {MAYBE_PERSONAL_THEN})"
                 params = [*params, _param(as_of)]
-        elif fields == "none":
-            alive += " AND 1 = 0"
         field_rows_ += _rows(
             "SELECT f.id, f.dataset_id, f.name, f.type, f.description, f.pii_category, "
             "sk.name, f.flag_source, f.sensitivity, "
@@ -426,7 +417,7 @@ def changed_since(pks: list[int], as_of: datetime) -> set[int]:
     attr_marks = ", ".join(["%s"] * len(attributes))
     when = connection.ops.adapt_datetimefield_value(as_of)
     out: set[int] = set()
-    for chunk in _chunks(pks):
+    for chunk in chunks(pks):
         fields_in, params = where_in("dataset_id", chunk)
         changes_in, more = where_in("dataset_id", chunk)
         ds_in, ds_params = where_in("id", chunk)
@@ -487,7 +478,7 @@ def _ever_flagged(found: dict[int, DatasetInfo]) -> set[int]:
     catalog.flags, which knows propagated flags as of any instant."""
     ids = sorted(f.pk for info in found.values() for f in info.fields)
     out: set[int] = set()
-    for chunk in _chunks(ids):
+    for chunk in chunks(ids):
         where, params = where_in("field_id", chunk)
         out.update(
             row[0]
@@ -504,7 +495,7 @@ def _rewind_edits(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, D
     by then, else the ``old`` of the first change after. (A history whose records do not
     chain, as two merged datasets' do, needs both.)"""
     first_after: dict[tuple[int, str, str], Any] = {}
-    for chunk in _chunks(sorted(found)):
+    for chunk in chunks(sorted(found)):
         for ds_pk, field_name, attribute, old in (
             ChangeRecord.objects.filter(
                 dataset_id__any_of=chunk,
@@ -517,7 +508,7 @@ def _rewind_edits(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, D
             first_after.setdefault((ds_pk, field_name, attribute), old)
     if not first_after:
         return found
-    for chunk in _chunks(sorted({pk for pk, _, _ in first_after})):
+    for chunk in chunks(sorted({pk for pk, _, _ in first_after})):
         for ds_pk, field_name, attribute, new in (
             ChangeRecord.objects.filter(
                 dataset_id__any_of=chunk,
@@ -598,7 +589,7 @@ def _rewind_edits(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, D
 def _load_names(table: str, pks: Iterable[int]) -> dict[int, tuple[str, str]]:
     """(namespace, name) of each pk of ``table`` (catalog_dataset or graph_job)."""
     out: dict[int, tuple[str, str]] = {}
-    for chunk in _chunks(sorted({int(pk) for pk in pks})):
+    for chunk in chunks(sorted({int(pk) for pk in pks})):
         where, params = where_in("t.id", chunk)
         for pk, ns, name in _rows(
             f"SELECT t.id, n.name, t.name FROM {table} t "
@@ -627,7 +618,7 @@ def load_jobs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, Jo
         ended=_ts_sql("r.ended_at"),
         state_at=_ts_sql("r.state_event_time"),
     )
-    for chunk in _chunks(sorted({int(pk) for pk in pks})):
+    for chunk in chunks(sorted({int(pk) for pk in pks})):
         where, params = where_in("j.id", chunk)
         run_join, run_params = _latest_run_join(as_of)
         params = [*run_params, *params]
@@ -690,7 +681,7 @@ def latest_runs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, 
     """Each job's latest run (as of ``as_of``: _latest_run_join, seen from then), one
     query."""
     out: dict[int, RunInfo] = {}
-    for chunk in _chunks(sorted({int(pk) for pk in pks})):
+    for chunk in chunks(sorted({int(pk) for pk in pks})):
         where, params = where_in("j.id", chunk)
         run_join, run_params = _latest_run_join(as_of)
         for pk, uuid, state, started, ended, error, state_at in _rows(
@@ -726,7 +717,7 @@ def run_info(
 def edge_descriptions(edge_ids: Iterable[int]) -> dict[int, str]:
     """The transformation description of each column edge that has one."""
     out: dict[int, str] = {}
-    for chunk in _chunks(sorted({int(pk) for pk in edge_ids})):
+    for chunk in chunks(sorted({int(pk) for pk in edge_ids})):
         where, params = where_in("e.id", chunk)
         out.update(
             _rows(
@@ -741,7 +732,7 @@ def edge_descriptions(edge_ids: Iterable[int]) -> dict[int, str]:
 def field_rows(pks: Iterable[int]) -> dict[int, FieldRow]:
     """(dataset pk, namespace, dataset name, field name, type, subject kind) per field pk."""
     out: dict[int, FieldRow] = {}
-    for chunk in _chunks(sorted({int(pk) for pk in pks})):
+    for chunk in chunks(sorted({int(pk) for pk in pks})):
         where, params = where_in("f.id", chunk)
         for pk, ds_pk, ns, ds, name, ftype, kind in _rows(
             "SELECT f.id, f.dataset_id, n.name, d.name, f.name, f.type, sk.name "

@@ -88,23 +88,15 @@ class NodeCache:
             if known == current:
                 return current
             changes = None
-            if known is not None and current.value > known.value and rev.on_timeline(known):
-                changes = rev.last_changes(
-                    known.value,
-                    current.value,
-                    (rev.Kind.DATASET, rev.Kind.JOB, rev.Kind.ALL_DATA),
-                    SYNC_LIMIT,
-                )
-            if changes is None or any(
-                kind in (rev.Kind.RESET, rev.Kind.ALL_DATA) for kind, _ in changes
-            ):
+            if known is not None and current.value > known.value:
+                changes = node_changes(known, current, SYNC_LIMIT)
+            if changes is None:
                 self._entries.clear()
                 self._start_epoch(current)
             else:
-                for kind, obj in changes:
-                    if obj is not None:
-                        self._entries.pop((kind, obj), None)
-                        self.changed[(kind, obj)] = current.value
+                for key in changes:
+                    self._entries.pop(key, None)
+                    self.changed[key] = current.value
                 if len(self.changed) > CHANGED_LIMIT:
                     self._start_epoch(current)
             self.revision = current
@@ -188,7 +180,7 @@ class NodeCache:
     def document_file(self) -> docfile.DocFile | None:
         """The host's document file, when there is one on the current timeline (checked
         once per file and epoch)."""
-        found = docfile.get()
+        found = docfile.current()
         if found is None:
             return None
         key = (id(found), self.epoch)
@@ -208,16 +200,10 @@ def node_changes(
     after: rev.Revision, upto: rev.Revision, limit: int
 ) -> dict[tuple[str, int], int] | None:
     """The datasets and jobs changed after ``after`` up to ``upto``, each with the revision
-    of its last change; None when the change log cannot tell (``after`` is not on its
-    timeline, more than ``limit`` changed, or something changed every node's data)."""
-    if after.value > upto.value or not rev.on_timeline(after):
-        return None
-    since = rev.last_changes(
-        after.value, upto.value, (rev.Kind.DATASET, rev.Kind.JOB, rev.Kind.ALL_DATA), limit
+    of its last change (revision.changes_since)."""
+    return rev.changes_since(
+        after, upto, (rev.Kind.DATASET, rev.Kind.JOB, rev.Kind.ALL_DATA), limit
     )
-    if since is None or any(obj is None for _, obj in since):
-        return None
-    return {(kind, obj): at for (kind, obj), at in since.items() if obj is not None}
 
 
 cache = NodeCache(int(getattr(settings, "GRAPH_NODE_CACHE_SIZE", 50_000)))

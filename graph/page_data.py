@@ -37,7 +37,7 @@ from catalog.models import (
     Tag,
 )
 from graph import nodedata, nodeids, queries, render, resolve, snapshot
-from graph.details import JobInfo
+from graph.details import JobInfo, load_datasets, load_jobs
 from graph.models import Job, Taint
 from graph.nodedata import iso
 
@@ -158,7 +158,7 @@ def marks(graph: queries.LineageGraph) -> render.Marks:
     a few queries, not two thousand node summaries read back)."""
     if graph.level == "column":
         return render.Marks(
-            datasets=queries.load_datasets({n.dataset_pk for n in graph.nodes}, graph.as_of)
+            datasets=load_datasets({n.dataset_pk for n in graph.nodes}, graph.as_of)
         )
     return render.Marks(
         flags=dataset_marks([n.pk for n in graph.nodes if n.kind == "DATASET"], graph.as_of),
@@ -181,7 +181,7 @@ def dataset_marks(pks: list[int], as_of: datetime | None) -> dict[int, dict[str,
         dropped = Dataset.objects.filter(pk__any_of=chunk, lifecycle_state=LifecycleState.DROPPED)
         for dataset_pk in dropped.values_list("pk", flat=True):
             flags.setdefault(dataset_pk, {"pii": False, "subject": False})["dropped"] = True
-    for pk, info in queries.load_datasets(sorted(changed), as_of, "personal").items():
+    for pk, info in load_datasets(sorted(changed), as_of, "personal").items():
         flags[pk] = {
             "pii": info.has_pii,
             "subject": any(f.subject_kind for f in info.fields),
@@ -309,14 +309,11 @@ class ImpactRow:
 class ImpactReport:
     root: nodeids.ResolvedNode
     level: str
-    depth: int
     as_of: datetime | None
     rows: list[ImpactRow]
     owners: list[tuple[str, int]]
     job_count: int
     truncated: bool
-    # The graph query's answer, for the CSV and Mermaid exports.
-    result: queries.Impact
     # Datasets and jobs beyond the nearest ones shown.
     cut_datasets: int = 0
     cut_jobs: int = 0
@@ -390,13 +387,11 @@ def impact(
     return ImpactReport(
         root=start,
         level=result.level,
-        depth=depth,
         as_of=as_of,
         rows=rows,
         owners=sorted(owner_counts.items(), key=lambda kv: (-kv[1], kv[0])),
         job_count=len(result.jobs),
         truncated=result.truncated,
-        result=result,
         cut_datasets=result.cut.datasets + result.cut.fields,
         cut_jobs=result.cut.jobs,
     )
@@ -445,7 +440,7 @@ def lineage_summary(
     )
     # Only the jobs listed need their latest run: a hub has thousands of readers.
     shown = {side: [n for n in near_jobs if n.side == side][:20] for side in SIDES}
-    jobs = queries.load_jobs([n.pk for side in SIDES for n in shown[side]], as_of)
+    jobs = load_jobs([n.pk for side in SIDES for n in shown[side]], as_of)
 
     def job_list(side: str) -> list[JobInfo]:
         return [jobs[n.pk] for n in shown[side] if n.pk in jobs]
@@ -476,14 +471,6 @@ def lineage_summary(
         ),
         truncated=graph.truncated,
     )
-
-
-# --- orphans ---------------------------------------------------------------
-
-
-def orphans(limit: int = 50) -> queries.DatasetPage:
-    """Datasets no job reads or writes any more, by namespace and name."""
-    return queries.untouched(limit=limit)
 
 
 # --- search ----------------------------------------------------------------

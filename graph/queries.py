@@ -29,18 +29,14 @@ from catalog.queries import closing_versions, field_existed
 from graph import directory, nodedata, snapshot, traverse
 from graph.details import (
     DatasetInfo,
-    FieldInfo,
     FieldRow,
     JobInfo,
     OwnerInfo,
-    RetentionInfo,
     RunInfo,
     edge_descriptions,
     field_rows,
     load_dataset_names,
-    load_datasets,
     load_job_names,
-    load_jobs,
 )
 from graph.models import Direction, TableEdge, Taint
 from graph.nodeids import (
@@ -53,49 +49,6 @@ from graph.nodeids import (
     job_node_id,
 )
 from graph.snapshot import SUBTYPES, IntArray, TimeFilter
-
-__all__ = [
-    "DEFAULT_MAX_NODES",
-    "MAX_DEPTH",
-    "MAX_NODES_LIMIT",
-    "AtRiskDataset",
-    "ColumnDiffEdge",
-    "Cut",
-    "DatasetInfo",
-    "DatasetPage",
-    "DatasetSummary",
-    "FieldInfo",
-    "FieldReach",
-    "GraphDiff",
-    "GraphEdge",
-    "GraphNode",
-    "Impact",
-    "ImpactedDataset",
-    "ImpactedJob",
-    "JobInfo",
-    "LineageGraph",
-    "LineagePath",
-    "OwnerInfo",
-    "PathStep",
-    "RerunJob",
-    "RetentionInfo",
-    "RootCause",
-    "RunInfo",
-    "TaintImpact",
-    "UpstreamJob",
-    "change_instants",
-    "column_lineage",
-    "diff",
-    "find_path",
-    "impact",
-    "lineage",
-    "load_datasets",
-    "load_jobs",
-    "orphans",
-    "root_cause",
-    "sources",
-    "taint_impact",
-]
 
 T = TypeVar("T")
 DEFAULT_MAX_NODES = 2000

@@ -135,20 +135,17 @@ class ResponseCache:
 
     def _still_valid(self, entry: Cached, current: rev.Revision) -> bool:
         known = entry.revision
-        if current.value < known.value or not rev.on_timeline(known):
-            return False
-        changes = rev.last_changes(
-            known.value,
-            current.value,
+        changes = rev.changes_since(
+            known,
+            current,
             (rev.Kind.TABLE, rev.Kind.DATASET, rev.Kind.JOB, rev.Kind.ALL_DATA),
             CHANGE_LIMIT,
         )
-        if changes is None or any(k in (rev.Kind.RESET, rev.Kind.ALL_DATA) for k, _ in changes):
+        if changes is None:
             return False
         by_kind: dict[str, set[int]] = {}
         for kind, obj in changes:
-            if obj is not None:
-                by_kind.setdefault(kind, set()).add(obj)
+            by_kind.setdefault(kind, set()).add(obj)
         if _touches(by_kind.get(rev.Kind.DATASET, set()), entry.datasets):
             return False
         if _touches(by_kind.get(rev.Kind.JOB, set()), entry.jobs):

@@ -13,7 +13,7 @@ reader that has applied revision N can fetch exactly what committed after N.
 On SQLite (one writer at a time) plain row triggers do the same per row.
 
 Readers call :func:`current` (one indexed read) and, when it moved,
-:func:`last_changes` to learn which edges to reload.
+:func:`changes_since` to learn which edges to reload.
 """
 
 from __future__ import annotations
@@ -355,24 +355,29 @@ def on_timeline(revision: Revision, using: str = "default") -> bool:
     return any(token == revision.token for (token,) in rows)
 
 
-def last_changes(
-    after: int, upto: int, kinds: tuple[str, ...], limit: int, using: str = "default"
-) -> dict[tuple[str, int | None], int] | None:
-    """The revision of each changed (kind, id)'s last change in (after, upto]; None when
-    more than ``limit`` changed."""
+def changes_since(
+    after: Revision, upto: Revision, kinds: tuple[str, ...], limit: int
+) -> dict[tuple[str, int], int] | None:
+    """The revision of each (kind, id) of ``kinds`` changed after ``after`` up to ``upto``;
+    None when the log cannot tell them one by one: ``after`` is not on the timeline up to
+    ``upto``, more than ``limit`` changed, or a change was of everything (RESET, ALL_DATA).
+    A change with no id otherwise (a row whose dataset was deleted with it) is left out:
+    the deletion that took it is logged with its id."""
+    if after.value > upto.value or not on_timeline(after):
+        return None
     marks = ", ".join(["%s"] * (len(kinds) + 1))
-    with connections[using].cursor() as cursor:
+    with connections["default"].cursor() as cursor:
         cursor.execute(
             "SELECT c.kind, c.obj_id, max(r.revision) FROM graph_revision_log r "
             "JOIN graph_change c ON c.xid = r.xid "
             f"WHERE r.revision > %s AND r.revision <= %s AND c.kind IN ({marks}) "
             "GROUP BY c.kind, c.obj_id LIMIT %s",
-            [after, upto, *kinds, Kind.RESET, limit + 1],
+            [after.value, upto.value, *kinds, Kind.RESET, limit + 1],
         )
         rows = cursor.fetchall()
-    if len(rows) > limit:
+    if len(rows) > limit or any(kind in (Kind.RESET, Kind.ALL_DATA) for kind, _, _ in rows):
         return None
-    return {(str(kind), None if obj is None else int(obj)): int(at) for kind, obj, at in rows}
+    return {(str(kind), int(obj)): int(at) for kind, obj, at in rows if obj is not None}
 
 
 def mark_reset(using: str = "default") -> None:

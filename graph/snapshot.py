@@ -732,14 +732,12 @@ def _caught_up(kind: Kind, snapshot: Snapshot, current: rev.Revision) -> Snapsho
     cannot tell them, or they are too many for an overlay)."""
     if snapshot.revision == current:
         return snapshot
-    if current.value < snapshot.revision.value or not rev.on_timeline(snapshot.revision):
-        return None
-    changes = rev.last_changes(
-        snapshot.revision.value, current.value, (kind.change_kind,), overlay_limit(snapshot)
+    changes = rev.changes_since(
+        snapshot.revision, current, (kind.change_kind,), overlay_limit(snapshot)
     )
-    if changes is None or any(k == rev.Kind.RESET for k, _ in changes):
+    if changes is None:
         return None
-    return apply_changes(snapshot, kind, [obj for _, obj in changes if obj is not None], current)
+    return apply_changes(snapshot, kind, [obj for _, obj in changes], current)
 
 
 def _base(kind: Kind, current: rev.Revision) -> Snapshot:

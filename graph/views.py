@@ -639,7 +639,7 @@ def dataset_runs_fragment(request: HttpRequest) -> HttpResponse:
 @require_GET
 def orphans_fragment(request: HttpRequest) -> HttpResponse:
     """Datasets that no current job reads: candidates for archiving."""
-    found = cached(ORPHANS_CACHE_KEY, lambda: data.orphans(limit=50), ORPHANS_CACHE_SECONDS)
+    found = cached(ORPHANS_CACHE_KEY, lambda: queries.untouched(limit=50), ORPHANS_CACHE_SECONDS)
     return render(request, "graph/_orphans.html", {"orphans": found.items, "total": found.total})
 
 

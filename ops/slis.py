@@ -40,6 +40,7 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from catalog import naming
+from catalog.flags import CHUNK
 from catalog.models import (
     PERSONAL_DATA,
     Dataset,
@@ -50,7 +51,6 @@ from catalog.models import (
 )
 from graph import queries as graph_queries
 from graph import revision as rev
-from graph.details import CHUNK
 from graph.models import Run, RunState
 from ingest.models import EventState, RawEvent
 from ops.models import SliSample
@@ -336,12 +336,10 @@ class Cadences:
     def _changed_since(known: rev.Revision | None, current: rev.Revision) -> list[int] | None:
         """The jobs whose runs changed from ``known`` to ``current``; None when the change
         log cannot say."""
-        if known is None or current.value < known.value or not rev.on_timeline(known):
+        if known is None:
             return None
-        changes = rev.last_changes(known.value, current.value, (rev.Kind.JOB,), CADENCE_SYNC_LIMIT)
-        if changes is None or any(kind == rev.Kind.RESET for kind, _ in changes):
-            return None
-        return sorted({job for _, job in changes if job is not None})
+        changes = rev.changes_since(known, current, (rev.Kind.JOB,), CADENCE_SYNC_LIMIT)
+        return None if changes is None else sorted(job for _, job in changes)
 
     def _replace(
         self,

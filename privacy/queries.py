@@ -34,7 +34,7 @@ from django.db import connection
 from django.db.models import Count, Q, QuerySet
 
 from catalog.auth import SEARCH_SUBJECTS, VIEW_AUDIT, has_perm
-from catalog.flags import timelines, union_kinds
+from catalog.flags import chunks, timelines, union_kinds
 from catalog.lookups import where_in
 from catalog.models import (
     ChangeRecord,
@@ -60,11 +60,6 @@ RELATION_RANK = {DIRECT: 0, DERIVED: 1, AGGREGATE: 2}
 UNCATEGORISED_KIND = "identifier"
 
 _CHUNK = 900
-
-
-def _chunks(ids: Sequence[int], size: int = _CHUNK) -> Iterable[Sequence[int]]:
-    for start in range(0, len(ids), size):
-        yield ids[start : start + size]
 
 
 # -- catalog state of fields and datasets at an instant ------------------------------------------
@@ -148,7 +143,7 @@ def _declared_then(
         .values_list("dataset_id", "field_name")
     ):
         named[dataset_id].add(name)
-    for chunk in _chunks(sorted(named), size):
+    for chunk in chunks(sorted(named), size):
         where, params = where_in("dataset_id", list(chunk))
         for row in _field_rows(where, params, existed_at=stamp):
             if row[2] in named[row[1]]:
@@ -185,7 +180,7 @@ def _copies_then(
     # fields).
     reached: list[tuple[int]] = []
     with connection.cursor() as cursor:
-        for chunk in _chunks(sorted(candidates), size):
+        for chunk in chunks(sorted(candidates), size):
             where, params = where_in("source_id", list(chunk))
             cursor.execute(
                 f"SELECT field_id FROM catalog_propagatedflag WHERE {where} AND {valid}",
@@ -197,7 +192,7 @@ def _copies_then(
             fields = np.setdiff1d(fields, skip, assume_unique=True)
         # Every row reaching each of them then: a field's flag is the union of its sources.
         found_rows: list[tuple[int, int]] = []
-        for chunk in _chunks(fields.tolist(), size):
+        for chunk in chunks(fields.tolist(), size):
             where, params = where_in("field_id", list(chunk))
             cursor.execute(
                 f"SELECT field_id, source_id FROM catalog_propagatedflag WHERE {where} AND {valid}",
@@ -225,7 +220,7 @@ def _placed(
     gone = set(excluded.tolist())
     found = []
     size = _SIZE if connection.vendor == "postgresql" else _CHUNK
-    for chunk in _chunks(sorted(ids), size):
+    for chunk in chunks(sorted(ids), size):
         where, params = where_in("id", list(chunk))
         for pk, ds, name, ftype, _, _ in _field_rows(
             f"{where} AND {existed}", [*params, *[stamp] * 4]

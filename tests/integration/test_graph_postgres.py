@@ -154,7 +154,7 @@ def test_generate_lineage_loads_a_graph_the_queries_can_walk(settings):
     from graph import docfile
     from graph.models import Job
 
-    mapped = docfile.get()
+    mapped = docfile.current()
     assert mapped is not None and mapped.revision == revision.current()
     assert mapped.documents == 300 + Job.objects.count()
     # Its declared flags reached their copies, as propagation carries them.
@@ -198,7 +198,7 @@ def test_the_file_holds_every_node_as_rendering_gives_it(settings):
     g.dataset('d "quoted" \\ é')  # an id the API escapes
     first = documents.render_documents()
     assert (first.full, first.datasets, first.jobs, first.copied) == (True, 4, 2, 0)
-    mapped = docfile.get()
+    mapped = docfile.current()
     assert mapped is not None and mapped.path.parent == settings.DATA_DIR / "nodedocs"
     assert mapped.revision == revision.current() and mapped.documents == 6
     datasets = sorted(ds.pk for ds in g.ds.values())
@@ -236,7 +236,7 @@ def test_compressed_documents_read_back_as_rendered_through_follow_up_passes(ste
     jobs = sorted(Job.objects.values_list("pk", flat=True))
 
     def assert_as_rendered() -> int:
-        mapped = docfile.get()
+        mapped = docfile.current()
         text = 0
         for kind, pks, render in (
             (DATASET, datasets, nodedata.render_datasets),
@@ -256,7 +256,7 @@ def test_compressed_documents_read_back_as_rendered_through_follow_up_passes(ste
     assert first.full and first.datasets == 300
     text = assert_as_rendered()
     # Node documents repeat their keys and shapes: the file holds them in far less room.
-    parts = docfile.get().parts.values()
+    parts = docfile.current().parts.values()
     stored = sum(int(p.offsets[c][-1]) for p in parts for c in docfile.PACKED)
     assert stored < text / 4
     # A follow-up pass keeps the dictionaries: what it copies and what it renders agree.
@@ -268,7 +268,7 @@ def test_compressed_documents_read_back_as_rendered_through_follow_up_passes(ste
         len(datasets) + len(jobs) - 1,
     )
     assert_as_rendered()
-    described = docfile.get().lookup(DATASET, [datasets[7]], 0, {})[datasets[7]]
+    described = docfile.current().lookup(DATASET, [datasets[7]], 0, {})[datasets[7]]
     assert "Copied from the CRM" in described[2]
 
 
@@ -315,8 +315,8 @@ def test_a_follow_up_pass_renders_what_changed_and_takes_the_rest_from_the_file(
         4,
     )
     assert documents.render_documents().skipped == "0 nodes changed since the file was written"
-    assert docfile.get().revision.value == follow_up.revision
-    assert docfile.get().documents == 5  # the deleted dataset's is gone
+    assert docfile.current().revision.value == follow_up.revision
+    assert docfile.current().documents == 5  # the deleted dataset's is gone
     calls: list[list[int]] = []
     served = NodeCache(100).entries(DATASET, [a, b, c], rendered_by(calls))
     assert calls == []
@@ -337,13 +337,13 @@ def test_a_running_process_maps_the_newer_file_at_its_next_look(steward):
     assert documents.render_documents().full
     process = NodeCache(100)
     process.entries(DATASET, [b], rendered_by([]))
-    first = docfile.get()
+    first = docfile.current()
     describe(steward, g.ds["a"], "Raw")
     second = documents.render_documents()
     calls: list[list[int]] = []
     served = process.entries(DATASET, [a], rendered_by(calls))
     assert calls == [] and '"description":"Raw"' in served[a].data
-    assert docfile.get() is not first and docfile.get().revision.value == second.revision
+    assert docfile.current() is not first and docfile.current().revision.value == second.revision
 
 
 def test_a_file_of_another_release_or_timeline_is_never_served(steward, monkeypatch):
@@ -376,7 +376,7 @@ def test_a_file_of_another_release_or_timeline_is_never_served(steward, monkeypa
     assert calls == []
     other = NodeCache(100)
     other.sync()
-    docfile.get().revision = revision.Revision(again.revision, "elsewhere")
+    docfile.current().revision = revision.Revision(again.revision, "elsewhere")
     other.clear()
     other.entries(DATASET, [a], rendered_by(calls))
     assert calls == [[a]]
@@ -528,7 +528,7 @@ def test_damaged_document_bytes_never_reach_an_answer_and_the_file_is_written_ag
     assert "node document file no longer used" in caplog.text
     assert "a dataset's data is damaged" in caplog.text
     assert not path.exists() and path.with_suffix(".damaged").exists()
-    assert docfile.get() is None
+    assert docfile.current() is None
     # The scheduled pass finds no file and writes it whole.
     assert documents.render_documents(at_least=documents.REWRITE_AFTER).full
     assert body() == whole
@@ -579,7 +579,7 @@ def test_without_a_file_every_node_is_rendered_once_per_process():
     process.entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
     process.entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
     assert calls == [[g.ds["a"].pk]]
-    assert docfile.get() is None and not docfile.file_path().exists()
+    assert docfile.current() is None and not docfile.file_path().exists()
 
 
 def test_processes_of_a_host_share_one_snapshot_base_and_catch_up_from_it(
