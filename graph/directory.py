@@ -2,13 +2,12 @@
 and subject kinds, when each dataset's shown data last changed, and when each job's runs
 began and its last run settled.
 
-Without it, a lineage request pays a query to name its nodes, another to name the fields
-of a column answer, one more to tell which datasets looked different at a past instant and
-another for the jobs' runs as of then — most of what a first view of a node costs (node
-ids are resolved by the database, graph/resolve.py). The directory answers them from numpy
-columns: the names of the 150,000 datasets and jobs at 100,000 datasets, the million
-fields (names and types as one byte string each, sliced on use) and the jobs' run bounds,
-about 100 MB.
+Without it, a lineage request pays a query to resolve its node id, another to name the
+fields of a column answer, one more to tell which datasets looked different at a past
+instant and another for the jobs' runs as of then — most of what a first view of a node
+costs. The directory answers them from numpy columns: the names of the 150,000 datasets
+and jobs at 100,000 datasets with a hash index, the million fields (names and types as
+one byte string each, sliced on use) and the jobs' run bounds, about 100 MB.
 
 It is part of the node store's base: the host's document file holds it (graph/documents.py
 writes both, on PostgreSQL), and every server process maps it, one copy for all. Without
@@ -24,6 +23,7 @@ database, so a stale directory costs a query, never a wrong answer.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -63,15 +63,24 @@ def narrow(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return values.astype(np.int32 if small else np.int64)
 
 
+def name_hash(namespace: int, name: str) -> int:
+    """A hash of (namespace pk, name), the same in every process (an index key)."""
+    digest = hashlib.blake2b(b"%d\0%s" % (namespace, name.encode()), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
 @dataclass(frozen=True, eq=False)
 class Names:
     """The names of every dataset (or job): pks ascending, each one's namespace pk and name
-    (UTF-8, ``text[at[i]:at[i + 1]]``)."""
+    (UTF-8, ``text[at[i]:at[i + 1]]``), and an index from (namespace, name) to its row:
+    ``hashes`` ascending (graph.directory.name_hash) and the row of each."""
 
     pks: IntArray
     ns: IntArray
     at: IntArray
     text: memoryview
+    hashes: IntArray
+    rows: IntArray
 
     @classmethod
     def of(cls, rows: list[tuple[int, int, str]]) -> Names:
@@ -80,12 +89,27 @@ class Names:
         encoded = [name.encode() for _, _, name in rows]
         at = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum([len(text) for text in encoded], out=at[1:])
+        hashes = np.asarray([name_hash(ns, name) for _, ns, name in rows], dtype=np.int64)
+        order = np.argsort(hashes, kind="stable")
         return cls(
             narrow(np.asarray([pk for pk, _, _ in rows], dtype=np.int64)),
             narrow(np.asarray([ns for _, ns, _ in rows], dtype=np.int64)),
             narrow(at),
             memoryview(b"".join(encoded)),
+            hashes[order],
+            narrow(order),
         )
+
+    def pk(self, namespace: int, name: str) -> int | None:
+        wanted = name_hash(namespace, name)
+        encoded = name.encode()
+        i = int(np.searchsorted(self.hashes, wanted))
+        while i < self.hashes.size and int(self.hashes[i]) == wanted:
+            row = int(self.rows[i])
+            if int(self.ns[row]) == namespace and self.name_bytes(row) == encoded:
+                return int(self.pks[row])
+            i += 1
+        return None
 
     def name_bytes(self, row: int) -> memoryview:
         return self.text[int(self.at[row]) : int(self.at[row + 1])]
@@ -119,7 +143,9 @@ class Names:
         def get(name: str) -> Any:
             return arrays[f"{prefix}.{name}"]
 
-        return cls(get("pks"), get("ns"), get("at"), memoryview(get("text")))
+        return cls(
+            get("pks"), get("ns"), get("at"), memoryview(get("text")), get("hashes"), get("rows")
+        )
 
 
 # The directory's arrays, by name, as the host's document file holds them.
@@ -157,6 +183,7 @@ class Directory:
     # file that holds it is on the change log's timeline).
     revision: int
     namespaces: dict[int, str]
+    namespace_ids: dict[str, int]
     datasets: Names
     jobs: Names
     subject_kinds: dict[int, str]
@@ -218,6 +245,16 @@ class Directory:
 
     # --- names ------------------------------------------------------------------------
 
+    def dataset_pk(self, namespace: str, name: str) -> int | None:
+        ns = self.namespace_ids.get(namespace)
+        pk = None if ns is None else self.datasets.pk(ns, name)
+        return pk if pk is not None and self.trusts(DATASET, pk) else None
+
+    def job_pk(self, namespace: str, name: str) -> int | None:
+        ns = self.namespace_ids.get(namespace)
+        pk = None if ns is None else self.jobs.pk(ns, name)
+        return pk if pk is not None and self.trusts(JOB, pk) else None
+
     def node_names(self, kind: str, pks: list[int]) -> dict[int, tuple[str, str]]:
         """(namespace, name) of the trusted datasets (``kind`` DATASET) or jobs found."""
         names = self._names(kind)
@@ -250,6 +287,20 @@ class Directory:
 
     def _name(self, row: int) -> str:
         return str(self.names[int(self.name_lo[row]) : int(self.name_hi[row])], "utf-8")
+
+    def field_pk(self, dataset_pk: int, field: str) -> int | None:
+        """The field named ``field`` of a trusted dataset, or None."""
+        if not self.trusts(DATASET, dataset_pk):
+            return None
+        start, end = self._span(dataset_pk)
+        wanted = field.encode()
+        names = self.names
+        lo = self.name_lo[start:end].tolist()
+        hi = self.name_hi[start:end].tolist()
+        for offset, (a, b) in enumerate(zip(lo, hi, strict=True)):
+            if names[a:b] == wanted:
+                return int(self.f_id[start + offset])
+        return None
 
     def field_pks(self, dataset_pk: int, as_of: datetime | None) -> IntArray | None:
         """Fields of a trusted dataset alive at ``as_of`` (now when None), or None (as well
@@ -387,6 +438,7 @@ class Directory:
         return cls(
             revision=int(meta["revision"]),
             namespaces=namespaces,
+            namespace_ids={name: pk for pk, name in namespaces.items()},
             datasets=Names.from_arrays("datasets", arrays),
             jobs=Names.from_arrays("jobs", arrays),
             subject_kinds={int(pk): str(name) for pk, name in meta["subject_kinds"].items()},
@@ -586,6 +638,7 @@ def build() -> Directory:
     return Directory(
         revision=read_at.value,
         namespaces=namespaces,
+        namespace_ids={name: pk for pk, name in namespaces.items()},
         datasets=datasets,
         jobs=jobs,
         subject_kinds=subject_kinds,

@@ -1,4 +1,5 @@
-"""Node ids resolved to their database rows, over the splits of the id under the
+"""Node ids resolved to their database rows: the in-process directory first
+(graph/directory.py), then the database, over the splits of the id under the
 namespaces that exist."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from django.db.models import Model
 
 from catalog import naming
 from catalog.models import Dataset, DatasetAlias, DatasetField, Namespace
+from graph import directory as node_directory
 from graph.models import Job
 from graph.nodeids import (
     DatasetNodeId,
@@ -41,6 +43,9 @@ def resolve_node_id(raw: str) -> ResolvedNode:
     splits = [
         (spell(ns), rest[len(ns) + 1 :]) for ns in namespace_candidates(rest) if rest[len(ns) + 1 :]
     ]
+    found = _from_directory(kind, splits)
+    if found is not None:
+        return found
     # Only the namespaces that exist are looked into: an id of many colons has as many
     # splits, and a field id as many again under each.
     existing = dict(
@@ -121,3 +126,33 @@ def _aliased(pk: int, field: str | None, fields: dict[tuple[int, str], int]) -> 
         return ResolvedNode(DatasetNodeId(ns, name), pk, pk)
     field_pk = fields.get((pk, field))
     return None if field_pk is None else ResolvedNode(FieldNodeId(ns, name, field), field_pk, pk)
+
+
+def _from_directory(kind: str, splits: list[Split]) -> ResolvedNode | None:
+    """The node from the in-process directory (graph/directory.py) when it can tell for
+    sure: a trusted node under the longest namespace that exists, and for a field the
+    longest dataset name; None sends the caller to the database."""
+    found = node_directory.get()
+    if found is None:
+        return None
+    known = [(ns, tail) for ns, tail in splits if ns in found.namespace_ids]
+    if not known:
+        return None
+    ns, tail = known[0]
+    if kind == "job":
+        pk = found.job_pk(ns, tail)
+        return None if pk is None else ResolvedNode(JobNodeId(ns, tail), pk)
+    if kind == "dataset":
+        name = naming.canonical(ns, tail)[1]
+        pk = found.dataset_pk(ns, name)
+        return None if pk is None else ResolvedNode(DatasetNodeId(ns, name), pk, pk)
+    # The last colon gives the longest dataset name, the one the database would pick.
+    dataset, sep, field = tail.rpartition(":")
+    if not sep or not dataset or not field:
+        return None
+    dataset = naming.canonical(ns, dataset)[1]
+    dataset_pk = found.dataset_pk(ns, dataset)
+    field_pk = None if dataset_pk is None else found.field_pk(dataset_pk, field)
+    if dataset_pk is None or field_pk is None:
+        return None
+    return ResolvedNode(FieldNodeId(ns, dataset, field), field_pk, dataset_pk)

@@ -94,9 +94,8 @@ def test_nodes_changed_after_it_was_read_come_from_the_database(g, read):
     # Untouched nodes are still answered from memory.
     found = directory.get()
     assert found is not None
-    assert found.node_names(DATASET, [raw]) == {}  # changed: its field was renamed
-    clean = g.jobs["clean"].pk
-    assert found.node_names(nodecache.JOB, [clean]) == {clean: (g.jobs_ns.name, "clean")}
+    assert found.dataset_pk(g.ns.name, "raw.orders") is None  # changed: its field was renamed
+    assert found.job_pk(g.jobs_ns.name, "clean") == g.jobs["clean"].pk
     # A node's names are not taken from the directory once it changed.
     Dataset.objects.filter(pk=raw).update(name="raw.orders_v2")
     assert nodedata.dataset_names([raw]) == {raw: (NS, "raw.orders_v2")}
@@ -195,3 +194,4 @@ def test_a_directory_held_past_the_end_of_its_epoch_trusts_nothing(g, monkeypatc
     assert directory.get() is None
     assert found.runs_at([load], T3) == ([], [], [load])
     assert found.node_names(DATASET, [orders]) == {}
+    assert found.dataset_pk(NS, "clean.orders") is None

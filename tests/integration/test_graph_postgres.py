@@ -561,12 +561,11 @@ def test_the_node_directory_is_mapped_from_the_file_and_answers_as_the_database(
     assert resolve_node_id(raw).pk == g.field("s3:/lake/part:v2.key").pk
     # A dataset renamed since the file: the directory leaves it to the database.
     Dataset.objects.filter(pk=g.ds["a"].pk).update(name="a_renamed")
-    assert directory.get().node_names(nodecache.DATASET, [g.ds["a"].pk]) == {}
+    assert directory.get().dataset_pk(g.ns.name, "a") is None
     assert resolve_node_id(f"dataset:{g.ns.name}:a_renamed").pk == g.ds["a"].pk
     with pytest.raises(LookupError):
         resolve_node_id(g.id("a"))
-    b = g.ds["b"].pk
-    assert directory.get().node_names(nodecache.DATASET, [b]) == {b: (g.ns.name, "b")}
+    assert directory.get().dataset_pk(g.ns.name, "b") == g.ds["b"].pk
 
 
 def test_without_a_file_every_node_is_rendered_once_per_process():
