@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import psycopg
 from django.db import connections
 
 from catalog.queries import DATASET_ATTRIBUTES, FIELD_ATTRIBUTES
@@ -38,10 +37,9 @@ from graph import docfile
 from graph import revision as rev
 from graph.details import LIFECYCLE_CHANGED, SOURCES_REDECLARED, FieldRow
 from graph.nodecache import DATASET, JOB, cache
-from graph.snapshot import OPEN, PG_EPOCH_OFFSET_US, _time_us, rows_of, to_us
+from graph.snapshot import OPEN, PG_EPOCH_OFFSET_US, _time_us, packed_rows, rows_of, to_us
 
 IntArray = npt.NDArray[np.int64]
-PG_CHUNK_IDS = 250_000
 # Per field: id, dataset, subject kind (or -1), first seen, removed (or +infinity) as int8,
 # then the byte lengths of its name and type as int4.
 FIELD_HEADER = np.dtype(
@@ -460,38 +458,17 @@ def _named_rows(table: str) -> list[tuple[int, int, str]]:
 def _fields_postgres() -> tuple[npt.NDArray[Any], bytes, bytes]:
     """Field headers (FIELD_HEADER) and the names and types as UTF-8, in id order, packed
     by the database per id range: no per-row Python work."""
-    connection = connections["default"]
-    connection.ensure_connection()
-    raw = connection.connection
-    assert raw is not None
     header = (
         "int8send(id) || int8send(dataset_id) || int8send(COALESCE(subject_kind_id, -1)) || "
         "timestamptz_send(first_seen) || timestamptz_send(COALESCE(removed_at, 'infinity')) || "
         "int4send(octet_length(name)) || int4send(octet_length(type))"
     )
-    heads: list[bytes] = []
-    names: list[bytes] = []
-    types: list[bytes] = []
-    with psycopg.Cursor(raw) as cursor:
-        cursor.execute("SELECT min(id), max(id) FROM catalog_datasetfield")
-        row = cursor.fetchone()
-        low, high = (int(row[0]), int(row[1])) if row and row[0] is not None else (0, -1)
-        for start in range(low, high + 1, PG_CHUNK_IDS):
-            cursor.execute(
-                f"SELECT string_agg({header}, ''::bytea ORDER BY id), "
-                "string_agg(convert_to(name, 'UTF8'), ''::bytea ORDER BY id), "
-                "string_agg(convert_to(type, 'UTF8'), ''::bytea ORDER BY id) "
-                "FROM catalog_datasetfield WHERE id >= %s AND id < %s",
-                [start, start + PG_CHUNK_IDS],
-                binary=True,
-            )
-            found = cursor.fetchone()
-            if found and found[0]:
-                heads.append(bytes(found[0]))
-                names.append(bytes(found[1] or b""))
-                types.append(bytes(found[2] or b""))
-    table = np.frombuffer(b"".join(heads), dtype=FIELD_HEADER)
-    return table, b"".join(names), b"".join(types)
+    heads, names, types = packed_rows(
+        "catalog_datasetfield",
+        [header, "convert_to(name, 'UTF8')", "convert_to(type, 'UTF8')"],
+        order="ORDER BY id",
+    )
+    return np.frombuffer(heads, dtype=FIELD_HEADER), names, types
 
 
 def _offsets(lengths: IntArray) -> IntArray:

@@ -144,52 +144,30 @@ def lineage_data(
     file already holds them for every process. The rest (nodes changed since it was
     written) come from the node cache and, as of a past instant, the history.
     """
-    datasets = sorted({int(pk) for pk in ds_pks})
-    jobs = sorted({int(pk) for pk in job_pks})
-    ds_found = cache.file_columns(DATASET, datasets, ("data",))["data"]
-    job_found = cache.file_columns(JOB, jobs, ("data",))["data"]
-    return (
-        _dataset_json(datasets, as_of, ds_found),
-        job_json(jobs, as_of, job_found),
-    )
+    return _dataset_json(sorted({int(pk) for pk in ds_pks}), as_of), job_json(job_pks, as_of)
 
 
-def _rest(pks: list[int], found: dict[int, bytes]) -> list[int]:
-    return [pk for pk in pks if pk not in found] if found else pks
-
-
-def _current_data(
-    kind: str, pks: list[int], render: Render, found: dict[int, bytes] | None = None
-) -> dict[int, bytes]:
-    """Current node data by pk: from the host's document file (``found``, when already
-    read from it), the rest from the node cache."""
-    if found is None:
-        found = cache.file_columns(kind, pks, ("data",))["data"]
-    out = found
-    rest = _rest(pks, out)
+def _current_data(kind: str, pks: list[int], render: Render) -> dict[int, bytes]:
+    """Current node data by pk: from the host's document file, the rest from the node
+    cache."""
+    out = cache.file_columns(kind, pks, ("data",))["data"]
+    rest = [pk for pk in pks if pk not in out]
     if rest:
         entries = cache.entries(kind, rest, render)
         out.update({pk: entry.data.encode() for pk, entry in entries.items()})
     return out
 
 
-def _dataset_json(
-    wanted: list[int], as_of: datetime | None, found: dict[int, bytes] | None = None
-) -> dict[int, bytes]:
-    """Node data of these datasets by pk: current data from ``found`` (read from the host's
-    document file) or the node cache. As of a past instant, datasets whose fields or
-    steward-edited attributes changed since are rendered as they were; those whose
-    propagated flags alone changed show their current data with the flags as they were."""
+def _dataset_json(wanted: list[int], as_of: datetime | None) -> dict[int, bytes]:
+    """Node data of these datasets by pk: current data from the host's document file or the
+    node cache. As of a past instant, datasets whose fields or steward-edited attributes
+    changed since are rendered as they were; those whose propagated flags alone changed
+    show their current data with the flags as they were."""
     if as_of is None:
-        return _current_data(DATASET, wanted, render_datasets, found)
+        return _current_data(DATASET, wanted, render_datasets)
     changed, flagged = changed_datasets(wanted, as_of, flagged=True)
     rendered = changed - flagged.keys()
-    if found:
-        for pk in rendered:
-            found.pop(pk, None)
-    out = _current_data(
-        DATASET, [pk for pk in wanted if pk not in rendered], render_datasets, found
-    )
+    out = _current_data(DATASET, [pk for pk in wanted if pk not in rendered], render_datasets)
     out.update(_flags_then({pk: out[pk] for pk in flagged if pk in out}, flagged, as_of))
     if rendered:
         out.update(
@@ -272,14 +250,11 @@ def run_json(run: RunInfo | None) -> dict[str, Any] | None:
     }
 
 
-def job_json(
-    pks: Iterable[int], as_of: datetime | None = None, found: dict[int, bytes] | None = None
-) -> dict[int, bytes]:
-    """JSON text (UTF-8) of each job's node ``data`` with its latest run (as of ``as_of``; without
-    inputs/outputs, which the caller adds), by pk; ``found``: what the host's document
-    file held of them, when already read."""
+def job_json(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, bytes]:
+    """JSON text (UTF-8) of each job's node ``data`` with its latest run (as of ``as_of``;
+    without inputs/outputs, which the caller adds), by pk."""
     wanted = sorted({int(pk) for pk in pks})
-    current = _current_data(JOB, wanted, render_jobs, found)
+    current = _current_data(JOB, wanted, render_jobs)
     if as_of is None:
         return current
     # Seen from the past, the run may differ: splice the run as of then over the cached one.

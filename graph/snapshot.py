@@ -542,24 +542,23 @@ def _space_sizes(kind: Kind, cols: dict[str, npt.NDArray[Any]]) -> dict[str, int
 PG_CHUNK_IDS = 250_000
 
 
-def _load_postgres(kind: Kind, where: str, params: Sequence[Any]) -> npt.NDArray[np.int64]:
-    """Rows packed by the database into one bytea per id range: each column as a big-endian
-    int8 (timestamps as int8 microseconds since 2000-01-01, an open valid_to as +infinity,
-    int8 max), so a chunk parses with a single ``frombuffer`` — no per-row Python work."""
-    packed = " || ".join(
-        [f"int8send(({expr})::int8)" for _, expr in kind.exprs]
-        + ["timestamptz_send(valid_from)", "timestamptz_send(COALESCE(valid_to, 'infinity'))"]
-    )
+def packed_rows(
+    table: str, exprs: Sequence[str], where: str = "", params: Sequence[Any] = (), order: str = ""
+) -> list[bytes]:
+    """Each of ``exprs`` (a bytea per row) over the rows of ``table`` (those ``where``
+    selects, else all, one id range at a time), concatenated by the database (in ``order``,
+    when given): a whole table crosses as a few byte strings, no per-row Python work."""
     connection = connections["default"]
     connection.ensure_connection()
     raw = connection.connection
     assert raw is not None
-    chunks: list[bytes] = []
+    aggregates = ", ".join(f"string_agg({expr}, ''::bytea {order})" for expr in exprs)
+    parts: list[list[bytes]] = [[] for _ in exprs]
     with psycopg.Cursor(raw) as cursor:
         if where:
             ranges: list[tuple[str, list[Any]]] = [(where, list(params))]
         else:
-            cursor.execute(f"SELECT min(id), max(id) FROM {kind.table}")
+            cursor.execute(f"SELECT min(id), max(id) FROM {table}")
             row = cursor.fetchone()
             low, high = (row[0], row[1]) if row and row[0] is not None else (0, -1)
             ranges = [
@@ -567,16 +566,25 @@ def _load_postgres(kind: Kind, where: str, params: Sequence[Any]) -> npt.NDArray
                 for start in range(int(low), int(high) + 1, PG_CHUNK_IDS)
             ]
         for clause, values in ranges:
-            cursor.execute(
-                f"SELECT string_agg({packed}, ''::bytea) FROM {kind.table} {clause}",
-                values,
-                binary=True,
-            )
-            found = cursor.fetchone()
-            if found and found[0]:
-                chunks.append(bytes(found[0]))
+            cursor.execute(f"SELECT {aggregates} FROM {table} {clause}", values, binary=True)
+            found = cursor.fetchone() or ()
+            for part, value in zip(parts, found, strict=False):
+                if value:
+                    part.append(bytes(value))
+    return [b"".join(part) for part in parts]
+
+
+def _load_postgres(kind: Kind, where: str, params: Sequence[Any]) -> npt.NDArray[np.int64]:
+    """Rows packed by the database: each column as a big-endian int8 (timestamps as int8
+    microseconds since 2000-01-01, an open valid_to as +infinity, int8 max), so they parse
+    with a single ``frombuffer``."""
+    packed = " || ".join(
+        [f"int8send(({expr})::int8)" for _, expr in kind.exprs]
+        + ["timestamptz_send(valid_from)", "timestamptz_send(COALESCE(valid_to, 'infinity'))"]
+    )
+    (rows,) = packed_rows(kind.table, [packed], where, params)
     ncols = len(kind.columns)
-    table = np.frombuffer(b"".join(chunks), dtype=">i8").reshape(-1, ncols).astype(np.int64)
+    table = np.frombuffer(rows, dtype=">i8").reshape(-1, ncols).astype(np.int64)
     for column in (ncols - 2, ncols - 1):
         stamps = table[:, column]
         stamps[stamps != OPEN] += PG_EPOCH_OFFSET_US
