@@ -65,6 +65,10 @@ DICTIONARY = "zdict.{kind}.{column}"
 DICTIONARY_SIZE = 65_536
 DICTIONARY_SAMPLES_MIN = 64
 
+# Seconds between two looks at the path for a newer file (a look costs about 25 µs, and a
+# lineage answer looks five times: random depth 5 P50 1.05-1.08x without it).
+LOOK_EVERY = 1.0
+
 IntArray = npt.NDArray[np.int64]
 # madvise(2)'s "populate (prefault) page tables readable": Linux 5.14 on; Python 3.11 does
 # not name it.
@@ -482,6 +486,7 @@ class _State:
         # The stamp of the file at the path when last looked (None: no file); "unseen"
         # before the first look.
         self.stamp: tuple[str, int, int, int] | str | None = "unseen"
+        self.looked = 0.0
 
 
 _state = _State()
@@ -493,6 +498,7 @@ def current() -> DocFile | None:
     if not enabled():
         return None
     path = file_path()
+    _state.looked = time.monotonic()
     try:
         stamp: tuple[str, int, int, int] | None = _stamp(path, path.stat())
     except OSError:  # none, or DATA_DIR unusable
@@ -507,9 +513,18 @@ def current() -> DocFile | None:
         return _state.file
 
 
+def get() -> DocFile | None:
+    """The file this process maps, looked for again once a second (:func:`current`)."""
+    if not enabled():
+        return None
+    if _state.stamp == "unseen" or time.monotonic() - _state.looked > LOOK_EVERY:
+        return current()
+    return _state.file
+
+
 def warm() -> bool:
     """Map the file before the process serves (lineage_site/wsgi.py), with its pages in."""
-    found = current()
+    found = get()
     if found is None:
         return False
     found.prefault()

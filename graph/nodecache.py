@@ -180,7 +180,7 @@ class NodeCache:
     def document_file(self) -> docfile.DocFile | None:
         """The host's document file, when there is one on the current timeline (checked
         once per file and epoch)."""
-        found = docfile.current()
+        found = docfile.get()
         if found is None:
             return None
         key = (id(found), self.epoch)
