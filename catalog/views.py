@@ -376,8 +376,11 @@ def overview_stats() -> dict[str, Any]:
             "pii_fields": DatasetField.objects.filter(
                 PERSONAL_DATA, removed_at__isnull=True
             ).count(),
+            # Namespaces that hold datasets (those of jobs alone are found by search).
             "namespaces": list(
-                Namespace.objects.annotate(n=Count("datasets")).order_by("name")[:200]
+                Namespace.objects.annotate(n=Count("datasets", filter=Q(datasets__is_hidden=False)))
+                .filter(n__gt=0)
+                .order_by("name")[:200]
             ),
             "at": timezone.now(),
         }
@@ -524,7 +527,9 @@ def dataset_list(request: HttpRequest) -> HttpResponse:
         {
             "page": list_page(qs, params.get("page")),
             "nav": "datasets",
-            "namespaces": Namespace.objects.order_by("name")[:500],
+            "namespaces": Namespace.objects.filter(
+                Exists(Dataset.objects.filter(namespace=OuterRef("pk")))
+            ).order_by("name")[:500],
             "policies": RetentionPolicy.objects.order_by("name"),
             "platforms": platforms(),
             "filters": params,

@@ -249,7 +249,7 @@ def coverage(scope: Scope, page: slice, facts: DatasetFacts | None = None) -> In
         settings.SLI_COVERAGE_TARGET,
         True,
         "share",
-        "Datasets that a job reads or writes today",
+        "Active datasets in current lineage (a job's latest run reads or writes them)",
         total,
         missing,
         [dataset_row(d) for d in rows],

@@ -50,6 +50,18 @@ def test_it_renders_each_catalog_page_for_a_viewer(shop, viewer, url):
     assert b"Lineage Explorer" in response.content
 
 
+def test_the_overview_lists_the_namespaces_that_hold_datasets(shop, viewer):
+    """A namespace of jobs alone (spark://etl) is found by search, not listed with none."""
+    from django.core.cache import cache
+
+    cache.clear()
+    client = client_for(viewer)
+    listed = client.get("/").content.decode().split('id="ns-h"')[1]
+    assert f">{pb.SHOP}<" in listed and pb.SPARK not in listed
+    options = client.get("/datasets/").content.decode()
+    assert f'value="{pb.SHOP}"' in options and f'value="{pb.SPARK}"' not in options
+
+
 @pytest.mark.parametrize("url", [*PAGES, "/datasets/show?namespace=x&name=y"])
 def test_it_sends_anonymous_visitors_to_sign_in(url):
     response = Client().get(url)

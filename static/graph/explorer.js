@@ -1001,8 +1001,18 @@
     timeTimer = setTimeout(() => { syncUrl(); load(); }, 120);
   }
 
+  // The canvas takes the window's height left below the controls (which wrap onto more
+  // lines in a narrow window, and when "Compare with" shows its slider); the stylesheet's
+  // minimum height holds.
+  function fitCanvas() {
+    const top = ui.canvas.getBoundingClientRect().top + window.scrollY;
+    ui.canvas.style.height = `${Math.round(window.innerHeight - top - 16)}px`;
+    if (cy) cy.resize();
+  }
+
   function onDiffToggle() {
     ui.compareBox.hidden = !ui.diff.checked;
+    fitCanvas();
     if (ui.diff.checked) {
       // Compare with the state just before the change shown: the change before it, or
       // (shown the first change) a moment before the first.
@@ -1027,7 +1037,10 @@
 
   // --- wiring --------------------------------------------------------------------------------
   ui.slider.addEventListener("input", onSlide);
-  window.addEventListener("resize", () => { clearTimeout(axisTimer); axisTimer = setTimeout(drawAxis, 150); });
+  window.addEventListener("resize", () => {
+    clearTimeout(axisTimer);
+    axisTimer = setTimeout(() => { drawAxis(); fitCanvas(); }, 150);
+  });
   ui.compareSlider.addEventListener("input", onCompare);
   ui.diff.addEventListener("change", onDiffToggle);
   ui.now.addEventListener("click", () => {
@@ -1078,5 +1091,6 @@
     nodeIds: () => (cy ? cy.nodes().not(".compound").map((n) => n.id()).sort() : []),
   };
 
+  fitCanvas();
   load();
 })();
