@@ -528,7 +528,7 @@ def dataset_list(request: HttpRequest) -> HttpResponse:
             "page": list_page(qs, params.get("page")),
             "nav": "datasets",
             "namespaces": Namespace.objects.filter(
-                Exists(Dataset.objects.filter(namespace=OuterRef("pk")))
+                Exists(Dataset.objects.filter(namespace=OuterRef("pk"), is_hidden=False))
             ).order_by("name")[:500],
             "policies": RetentionPolicy.objects.order_by("name"),
             "platforms": platforms(),

@@ -705,10 +705,12 @@ def run_info(
 ) -> RunInfo:
     """A run as seen from ``as_of`` (now when None)."""
     if as_of is not None:
-        # Seen from as_of, a run whose outcome came later was still running.
+        # Seen from as_of, a run whose outcome came later was still running: its state's
+        # time says when the outcome came, or (without one) its end.
+        outcome = state_at if state_at is not None else ended
         if ended is not None and ended > as_of:
             ended = None
-        if state_at is not None and state_at > as_of and state in TERMINAL_RUN_STATES:
+        if outcome is not None and outcome > as_of and state in TERMINAL_RUN_STATES:
             state, error = RunState.RUNNING, ""
     # SQLite keeps a uuid as 32 hex digits: shown as everywhere else.
     return RunInfo(str(UUID(str(uuid))), state, started, ended, error)

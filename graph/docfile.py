@@ -452,13 +452,14 @@ def locked(path: Path, wait: bool = True) -> Iterator[bool]:
     with open(path.with_suffix(".lock"), "a") as handle:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            held = True
         except BlockingIOError:
-            yield False
-            return
+            held = False
         try:
-            yield True
+            yield held
         finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            if held:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 # --- the process's file ----------------------------------------------------------------------

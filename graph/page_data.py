@@ -358,7 +358,7 @@ def impact(
     start = impact_start(root, level)
     result = queries.impact(start, depth=depth, as_of=as_of, max_nodes=limit)
     job_names = {j.node_id: j.job.name for j in result.jobs}
-    risk = current_risk()
+    tainted = set(Taint.objects.filter(cleared_at__isnull=True).values_list("dataset", flat=True))
     rows: list[ImpactRow] = []
     owner_counts: dict[str, int] = defaultdict(int)
     for item in result.datasets:
@@ -381,7 +381,7 @@ def impact(
                 retention_days=ds.retention.duration_days if ds.retention else None,
                 via_jobs=sorted(job_names.get(j, j) for j in item.via_jobs),
                 reached_fields=list(item.fields),
-                tainted=ds.pk in risk.tainted,
+                tainted=ds.pk in tainted,
             )
         )
     return ImpactReport(

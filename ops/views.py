@@ -11,6 +11,7 @@ import markdown
 from django.conf import settings
 from django.contrib.auth.decorators import login_required, permission_required
 from django.db import DatabaseError, connection
+from django.db.models import Exists, OuterRef
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
@@ -22,7 +23,7 @@ from rest_framework.exceptions import AuthenticationFailed
 from catalog import auth
 from catalog.auth import BearerTokenAuthentication
 from catalog.errors import ApiError, error_body
-from catalog.models import Namespace, Owner
+from catalog.models import Dataset, Namespace, Owner
 from ops import metrics, slis
 from ops.api import scope_of
 from ops.models import Notice, Subscription
@@ -170,7 +171,12 @@ def health(request: HttpRequest) -> HttpResponse:
             "rows": rows,
             "scope": scope,
             "owners": Owner.objects.order_by("name").values_list("name", flat=True),
-            "namespaces": Namespace.objects.order_by("name").values_list("name", flat=True),
+            # The indicators judge datasets: namespaces of jobs alone would show nothing.
+            "namespaces": Namespace.objects.filter(
+                Exists(Dataset.objects.filter(namespace=OuterRef("pk"), is_hidden=False))
+            )
+            .order_by("name")
+            .values_list("name", flat=True),
             "nav": "health",
         },
     )

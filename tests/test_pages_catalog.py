@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 import pytest
 from django.test import Client
 
-from catalog.models import ChangeRecord, DatasetField, FlagSource
+from catalog.models import ChangeRecord, Dataset, DatasetField, FlagSource
 from catalog.views import schema_diff, version_rows
 from graph.models import Run, RunState
 from tests import page_builders as pb
@@ -58,8 +58,13 @@ def test_the_overview_lists_the_namespaces_that_hold_datasets(shop, viewer):
     client = client_for(viewer)
     listed = client.get("/").content.decode().split('id="ns-h"')[1]
     assert f">{pb.SHOP}<" in listed and pb.SPARK not in listed
+    hidden = pb.make_dataset("s3://hidden-only", "secret.table", ("id",))
+    Dataset.objects.filter(pk=hidden.pk).update(is_hidden=True)
     options = client.get("/datasets/").content.decode()
     assert f'value="{pb.SHOP}"' in options and f'value="{pb.SPARK}"' not in options
+    assert "hidden-only" not in options
+    health = client.get("/health/").content.decode()
+    assert f">{pb.SHOP}<" in health and f">{pb.SPARK}<" not in health
 
 
 @pytest.mark.parametrize("url", [*PAGES, "/datasets/show?namespace=x&name=y"])
@@ -169,6 +174,11 @@ def test_a_run_whose_failure_came_later_was_running_at_the_instant_asked_for(sho
     job = pb.make_job(pb.SPARK, "late_failure")
     run = pb.make_run(job, pb.T3, RunState.FAILED, outputs=(shop.customers,), error="boom")
     Run.objects.filter(pk=run.pk).update(ended_at=None, state_event_time=pb.T3 + timedelta(days=1))
+    # A run whose state's time is unknown: its end, after the instant, tells it was running.
+    untimed = pb.make_run(pb.make_job(pb.SPARK, "untimed"), pb.T3, outputs=(shop.customers,))
+    Run.objects.filter(pk=untimed.pk).update(
+        ended_at=pb.T3 + timedelta(hours=2), state_event_time=None
+    )
     during = pb.T3 + timedelta(hours=1)
     html = (
         client_for(viewer)
@@ -177,6 +187,8 @@ def test_a_run_whose_failure_came_later_was_running_at_the_instant_asked_for(sho
     )
     row = html.split("late_failure")[1].split("</tr>")[0]
     assert "running" in row and "failed" not in row
+    row = html.split("untimed")[1].split("</tr>")[0]
+    assert "running" in row and "completed" not in row
 
 
 def test_before_a_dataset_existed_its_page_says_so(shop, viewer):

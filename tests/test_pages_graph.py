@@ -396,7 +396,7 @@ def test_it_flags_tainted_and_at_risk_nodes(shop, viewer):
 
 def test_every_node_a_taint_reaches_is_marked_however_far_it_reaches(viewer):
     """A taint reaching more than two thousand datasets (the impact page's first cut) marks
-    the farthest of them, its job and, at column level, its fields' dataset."""
+    the farthest of them and its job; at column level, the tainted dataset is marked too."""
     datasets = pb.build_chain(length=2, fan_out=45)
     Taint.objects.create(dataset=datasets[0], reason="bad load")
     farthest = datasets[-1]

@@ -260,6 +260,7 @@
     const compare = state.compare ? fmtInstant(state.compare) : "";
     ui.compareLabel.textContent = compare;
     ui.compareSlider.setAttribute("aria-valuetext", compare || "no instant");
+    fitCanvas(); // a longer label may wrap the controls above the canvas
   }
 
   // --- labels cut to their box, measured in the font they are drawn in -----------------------
@@ -1001,12 +1002,15 @@
     timeTimer = setTimeout(() => { syncUrl(); load(); }, 120);
   }
 
-  // The canvas takes the window's height left below the controls (which wrap onto more
-  // lines in a narrow window, and when "Compare with" shows its slider); the stylesheet's
-  // minimum height holds.
+  // The canvas, and the node panel beside it, take the window's height left below the
+  // controls (which wrap onto more lines in a narrow window, and when "Compare with" shows
+  // its slider); the stylesheet's minimum heights hold.
   function fitCanvas() {
     const top = ui.canvas.getBoundingClientRect().top + window.scrollY;
-    ui.canvas.style.height = `${Math.round(window.innerHeight - top - 16)}px`;
+    const height = `${Math.round(window.innerHeight - top - 16)}px`;
+    if (ui.canvas.style.height === height) return;
+    ui.canvas.style.height = height;
+    ui.panel.style.maxHeight = height;
     if (cy) cy.resize();
   }
 
