@@ -5,7 +5,6 @@ per answer whatever its size, optionally as of a past instant.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, is_dataclass, replace
@@ -13,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from uuid import UUID
 
+import orjson
 from django.db import connection
 
 from catalog.flags import chunks, flags_as_of
@@ -157,7 +157,7 @@ def _plain(value: Any) -> Any:
 
 
 def info_json(info: DatasetInfo | JobInfo) -> str:
-    return json.dumps(_plain(info), separators=(",", ":"))
+    return orjson.dumps(_plain(info)).decode()
 
 
 def dataset_info_from_json(text: str) -> DatasetInfo:
@@ -165,7 +165,7 @@ def dataset_info_from_json(text: str) -> DatasetInfo:
         pk, namespace, name, description, platform, location, source_name, sensitivity,
         lifecycle_state, is_hidden, created_at, updated_at, first_seen, last_seen, dropped_at,
         field_rows, tags, owners, retention,
-    ) = json.loads(text)  # fmt: skip
+    ) = orjson.loads(text)  # fmt: skip
     return DatasetInfo(
         pk=pk,
         namespace=namespace,
@@ -196,7 +196,7 @@ def job_info_from_json(text: str) -> JobInfo:
     (
         pk, namespace, name, job_type, processing_type, integration, description, location,
         created_at, updated_at, parent_name, run,
-    ) = json.loads(text)  # fmt: skip
+    ) = orjson.loads(text)  # fmt: skip
     return JobInfo(
         pk=pk,
         namespace=namespace,
@@ -255,7 +255,7 @@ def _json_tuple(*exprs: str) -> str:
 
 
 def _json(text: str | None) -> list[Any]:
-    return json.loads(text) if text else []
+    return orjson.loads(text) if text else []
 
 
 def _names(text: str | None) -> tuple[str, ...]:

@@ -9,11 +9,12 @@ appended to its cached text.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import orjson
 
 from catalog.flags import flags_as_of
 from graph import details, directory
@@ -115,7 +116,7 @@ def job_data(info: JobInfo) -> dict[str, Any]:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+    return orjson.dumps(value).decode()
 
 
 def render_datasets(pks: list[int], as_of: datetime | None = None) -> dict[int, Entry]:
@@ -188,7 +189,7 @@ def _flags_then(
     out = {}
     for ds_pk, text in data.items():
         then = {name: flags[pk] for pk, name in fields[ds_pk] if pk in flags}
-        doc = json.loads(text)
+        doc = orjson.loads(text)
         for shown in doc["fields"]:
             flag = then.get(shown["name"])
             if flag is not None:
