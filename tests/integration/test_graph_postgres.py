@@ -457,7 +457,7 @@ def test_a_lineage_answer_from_the_file_is_the_answer_rendered_afresh(steward, s
     # Straight from the file; "c", changed since the pass, rendered afresh.
     from_file = bodies()
     assert b'"description":"Gold"' in from_file[0]
-    assert b'"dataset:%s:d \\"quoted\\" \\\\ \\u00e9"' % g.ns.name.encode() in from_file[0]
+    assert f'"dataset:{g.ns.name}:d \\"quoted\\" \\\\ é"'.encode() in from_file[0]
     # Without the host's files at all.
     settings.GRAPH_SHARED_NODE_DATA = False
     assert bodies() == from_file
