@@ -26,7 +26,7 @@ from catalog.queries import (
     field_existed_sql,
 )
 from graph.models import TERMINAL_RUN_STATES, RunState
-from graph.nodeids import dataset_node_id, field_node_id, job_node_id
+from graph.nodeids import dataset_node_id, job_node_id
 
 # (dataset pk, namespace, dataset name, field name, type, subject kind) of a field.
 FieldRow = tuple[int, str, str, str, str, str | None]
@@ -98,9 +98,6 @@ class DatasetInfo:
     @property
     def has_pii(self) -> bool:
         return any(f.is_personal for f in self.fields)
-
-    def field_node_id(self, field: str) -> str:
-        return field_node_id(self.namespace, self.name, field)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,11 +174,11 @@ def dataset_info_from_json(text: str) -> DatasetInfo:
         sensitivity=sensitivity,
         lifecycle_state=lifecycle_state,
         is_hidden=is_hidden,
-        created_at=_ts(created_at),  # type: ignore[arg-type]
-        updated_at=_ts(updated_at),  # type: ignore[arg-type]
-        first_seen=_ts(first_seen),  # type: ignore[arg-type]
-        last_seen=_ts(last_seen),  # type: ignore[arg-type]
-        dropped_at=_ts(dropped_at),
+        created_at=read_ts(created_at),  # type: ignore[arg-type]
+        updated_at=read_ts(updated_at),  # type: ignore[arg-type]
+        first_seen=read_ts(first_seen),  # type: ignore[arg-type]
+        last_seen=read_ts(last_seen),  # type: ignore[arg-type]
+        dropped_at=read_ts(dropped_at),
         fields=tuple(
             FieldInfo(f_pk, f_name, f_type, f_desc, pii, kind, source, sens, tuple(f_tags))
             for f_pk, f_name, f_type, f_desc, pii, kind, source, sens, f_tags in field_rows
@@ -206,22 +203,23 @@ def job_info_from_json(text: str) -> JobInfo:
         integration=integration,
         description=description,
         location=location,
-        created_at=_ts(created_at),  # type: ignore[arg-type]
-        updated_at=_ts(updated_at),  # type: ignore[arg-type]
+        created_at=read_ts(created_at),  # type: ignore[arg-type]
+        updated_at=read_ts(updated_at),  # type: ignore[arg-type]
         parent_name=parent_name,
         latest_run=None
         if run is None
-        else RunInfo(run[0], run[1], _ts(run[2]), _ts(run[3]), run[4]),
+        else RunInfo(run[0], run[1], read_ts(run[2]), read_ts(run[3]), run[4]),
     )
 
 
-def _ts_sql(column: str) -> str:
+def ts_sql(column: str) -> str:
     # Timestamps cross as text and are parsed here: Django's timezone-aware row loader
     # costs more than the whole query for thousands of values.
     return f"{column}::text" if connection.vendor == "postgresql" else column
 
 
-def _ts(value: Any) -> datetime | None:
+def read_ts(value: Any) -> datetime | None:
+    """A timestamp read as text (PostgreSQL) or datetime (SQLite), as aware UTC."""
     if value is None:
         return None
     moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
@@ -294,8 +292,8 @@ def load_datasets(
         rows += _rows(
             "SELECT d.id, n.name, d.name, d.description, d.platform, d.location, "
             "d.source_name, d.sensitivity, d.lifecycle_state, d.is_hidden, "
-            f"{_ts_sql('d.created_at')}, {_ts_sql('d.updated_at')}, "
-            f"{_ts_sql('d.first_seen')}, {_ts_sql('d.last_seen')}, {_ts_sql('d.dropped_at')}, "
+            f"{ts_sql('d.created_at')}, {ts_sql('d.updated_at')}, "
+            f"{ts_sql('d.first_seen')}, {ts_sql('d.last_seen')}, {ts_sql('d.dropped_at')}, "
             "rp.name, rp.duration, rp.action, rp.legal_basis, "
             f"(SELECT {tags_of} FROM catalog_dataset_tags dt "
             "JOIN catalog_tag t ON t.id = dt.tag_id WHERE dt.dataset_id = d.id), "
@@ -348,11 +346,11 @@ def load_datasets(
             sensitivity=row[7],
             lifecycle_state=row[8],
             is_hidden=bool(row[9]),
-            created_at=_ts(row[10]),  # type: ignore[arg-type]
-            updated_at=_ts(row[11]),  # type: ignore[arg-type]
-            first_seen=_ts(row[12]),  # type: ignore[arg-type]
-            last_seen=_ts(row[13]),  # type: ignore[arg-type]
-            dropped_at=_ts(row[14]),
+            created_at=read_ts(row[10]),  # type: ignore[arg-type]
+            updated_at=read_ts(row[11]),  # type: ignore[arg-type]
+            first_seen=read_ts(row[12]),  # type: ignore[arg-type]
+            last_seen=read_ts(row[13]),  # type: ignore[arg-type]
+            dropped_at=read_ts(row[14]),
             fields=tuple(by_dataset.get(pk, ())),
             tags=_names(row[19]),
             owners=tuple(
@@ -614,9 +612,9 @@ def load_jobs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, Jo
     whatever the number of jobs."""
     out: dict[int, JobInfo] = {}
     run_cols = "r.run_uuid, r.state, {started}, {ended}, r.error_message, {state_at}".format(
-        started=_ts_sql("r.started_at"),
-        ended=_ts_sql("r.ended_at"),
-        state_at=_ts_sql("r.state_event_time"),
+        started=ts_sql("r.started_at"),
+        ended=ts_sql("r.ended_at"),
+        state_at=ts_sql("r.state_event_time"),
     )
     for chunk in chunks(sorted({int(pk) for pk in pks})):
         where, params = where_in("j.id", chunk)
@@ -624,14 +622,22 @@ def load_jobs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, Jo
         params = [*run_params, *params]
         for row in _rows(
             "SELECT j.id, n.name, j.name, j.job_type, j.processing_type, j.integration, "
-            f"j.description, j.location, {_ts_sql('j.created_at')}, "
-            f"{_ts_sql('j.updated_at')}, p.name, {run_cols} "
+            f"j.description, j.location, {ts_sql('j.created_at')}, "
+            f"{ts_sql('j.updated_at')}, p.name, {run_cols} "
             "FROM graph_job j JOIN catalog_namespace n ON n.id = j.namespace_id "
             f"LEFT JOIN graph_job p ON p.id = j.parent_id LEFT {run_join} WHERE {where}",
             params,
         ):
             run = (
-                run_info(row[11], row[12], _ts(row[13]), _ts(row[14]), row[15], _ts(row[16]), as_of)
+                run_info(
+                    row[11],
+                    row[12],
+                    read_ts(row[13]),
+                    read_ts(row[14]),
+                    row[15],
+                    read_ts(row[16]),
+                    as_of,
+                )
                 if row[11] is not None
                 else None
             )
@@ -644,8 +650,8 @@ def load_jobs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, Jo
                 integration=row[5],
                 description=row[6],
                 location=row[7],
-                created_at=_ts(row[8]),  # type: ignore[arg-type]
-                updated_at=_ts(row[9]),  # type: ignore[arg-type]
+                created_at=read_ts(row[8]),  # type: ignore[arg-type]
+                updated_at=read_ts(row[9]),  # type: ignore[arg-type]
                 parent_name=row[10],
                 latest_run=run,
             )
@@ -685,12 +691,14 @@ def latest_runs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, 
         where, params = where_in("j.id", chunk)
         run_join, run_params = _latest_run_join(as_of)
         for pk, uuid, state, started, ended, error, state_at in _rows(
-            f"SELECT j.id, r.run_uuid, r.state, {_ts_sql('r.started_at')}, "
-            f"{_ts_sql('r.ended_at')}, r.error_message, {_ts_sql('r.state_event_time')} "
+            f"SELECT j.id, r.run_uuid, r.state, {ts_sql('r.started_at')}, "
+            f"{ts_sql('r.ended_at')}, r.error_message, {ts_sql('r.state_event_time')} "
             f"FROM graph_job j {run_join} WHERE {where}",
             [*run_params, *params],
         ):
-            out[pk] = run_info(uuid, state, _ts(started), _ts(ended), error, _ts(state_at), as_of)
+            out[pk] = run_info(
+                uuid, state, read_ts(started), read_ts(ended), error, read_ts(state_at), as_of
+            )
     return out
 
 

@@ -573,7 +573,7 @@ def build() -> Directory:
     """Read the directory now, at the committed revision (rows read after it), from
     PostgreSQL (graph/documents.py writes it into the host's document file)."""
     cache.sync()
-    read_at = rev._read("default")
+    read_at = rev.read()
     connection = connections["default"]
     with connection.cursor() as cursor:
         cursor.execute("SELECT id, name FROM catalog_namespace")

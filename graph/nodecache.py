@@ -206,4 +206,4 @@ def node_changes(
     )
 
 
-cache = NodeCache(int(getattr(settings, "GRAPH_NODE_CACHE_SIZE", 50_000)))
+cache = NodeCache(settings.GRAPH_NODE_CACHE_SIZE)

@@ -134,9 +134,6 @@ class LineageGraph:
         default=(snapshot.EMPTY, snapshot.EMPTY), repr=False, compare=False
     )
 
-    def node(self, node_id: str) -> GraphNode | None:
-        return next((n for n in self.nodes if n.node_id == node_id), None)
-
 
 # --- table lineage -----------------------------------------------------------------------
 
@@ -728,9 +725,6 @@ class LineagePath:
     target is downstream or upstream of the source.
     """
 
-    source: str
-    target: str
-    as_of: datetime | None
     level: Literal["table", "column"]
     direction: Literal["downstream", "upstream"]
     nodes: tuple[str, ...]
@@ -769,7 +763,7 @@ def find_path(
                     ids.append(job_node_id(*jobs[job]))
                 row = info[pk]
                 ids.append(field_node_id(row[1], row[2], row[3]))
-            return LineagePath(str(source), str(target), as_of, "column", direction, tuple(ids))
+            return LineagePath("column", direction, tuple(ids))
         return None
     snap = snapshot.table()
 
@@ -790,7 +784,7 @@ def find_path(
             dataset_node_id(*ds_names[pk]) if kind == "ds" else job_node_id(*job_names[pk])
             for kind, pk in table_steps
         )
-        return LineagePath(str(source), str(target), as_of, "table", direction, nodes)
+        return LineagePath("table", direction, nodes)
     return None
 
 
@@ -1069,7 +1063,6 @@ def change_instants(
 @dataclass(frozen=True, slots=True)
 class DatasetSummary:
     node_id: str
-    pk: int
     namespace: str
     name: str
     last_seen: datetime
@@ -1108,7 +1101,6 @@ def _dataset_page(
         items=tuple(
             DatasetSummary(
                 dataset_node_id(ns, name),
-                pk,
                 ns,
                 name,
                 last_seen,
@@ -1240,9 +1232,8 @@ class RerunJob:
 
 @dataclass(frozen=True)
 class TaintImpact:
-    """Active taints, every dataset at risk from them, and the jobs to re-run in order."""
+    """Every dataset at risk from the given taints, and the jobs to re-run in order."""
 
-    taints: tuple[Taint, ...]
     datasets: tuple[AtRiskDataset, ...]
     jobs_to_rerun: tuple[RerunJob, ...]
     owners: tuple[OwnerInfo, ...]
@@ -1269,16 +1260,8 @@ def taint_reach(taint: Taint, snap: snapshot.Snapshot | None = None) -> traverse
     )
 
 
-def taint_impact(
-    taints: Sequence[Taint] | None = None, *, max_nodes: int = DEFAULT_MAX_NODES
-) -> TaintImpact:
-    """What the given taints (default: every active one) put at risk downstream."""
-    if taints is None:
-        taints = list(
-            Taint.objects.filter(cleared_at__isnull=True).select_related(
-                "dataset__namespace", "created_by", "cleared_by"
-            )
-        )
+def taint_impact(taints: Sequence[Taint], *, max_nodes: int = DEFAULT_MAX_NODES) -> TaintImpact:
+    """What the given taints (the cleared ones left out) put at risk downstream."""
     active = [t for t in taints if t.cleared_at is None]
     snap = snapshot.table()
     ds_best: dict[int, int] = {}
@@ -1306,7 +1289,6 @@ def taint_impact(
         if pk in details
     )
     return TaintImpact(
-        taints=tuple(taints),
         datasets=datasets,
         jobs_to_rerun=tuple(
             RerunJob(jobs[pk], i + 1, job_best[pk], pk in cyclic)

@@ -262,20 +262,6 @@ def install_triggers(connection: BaseDatabaseWrapper) -> None:
         )
 
 
-def uninstall_triggers(connection: BaseDatabaseWrapper) -> None:
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            for watch in WATCHED:
-                cursor.execute(f"DROP FUNCTION IF EXISTS graph_log_{watch.table}() CASCADE")
-            cursor.execute("DROP FUNCTION IF EXISTS graph_bump_revision() CASCADE")
-        elif connection.vendor == "sqlite":
-            cursor.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'graph_v%'"
-            )
-            for (name,) in cursor.fetchall():
-                cursor.execute(f'DROP TRIGGER IF EXISTS "{name}"')
-
-
 def install_triggers_after_migrate(using: str = "default", **kwargs: Any) -> None:
     """post_migrate handler: the triggers exist on every database the app migrates."""
     from django.db.migrations.recorder import MigrationRecorder
@@ -306,7 +292,7 @@ def _fire_pending(connection: BaseDatabaseWrapper) -> None:
         )
 
 
-_pinned: ContextVar[dict[str, Revision] | None] = ContextVar("lineage_revision", default=None)
+_pinned: ContextVar[list[Revision] | None] = ContextVar("lineage_revision", default=None)
 
 
 @contextmanager
@@ -316,26 +302,27 @@ def pinned() -> Iterator[None]:
     One read per request: the table snapshot, the column snapshot and the node
     cache then agree on one revision instead of each reading it.
     """
-    token = _pinned.set({})
+    token = _pinned.set([])
     try:
         yield
     finally:
         _pinned.reset(token)
 
 
-def current(using: str = "default") -> Revision:
+def current() -> Revision:
     """The committed revision, in one indexed read (plus a flush of pending triggers in a
     transaction); inside :func:`pinned`, the one read first."""
     holder = _pinned.get()
-    if holder is not None:
-        if using not in holder:
-            holder[using] = _read(using)
-        return holder[using]
-    return _read(using)
+    if holder is None:
+        return read()
+    if not holder:
+        holder.append(read())
+    return holder[0]
 
 
-def _read(using: str) -> Revision:
-    connection = connections[using]
+def read() -> Revision:
+    """The committed revision now, whatever :func:`pinned` holds."""
+    connection = connections["default"]
     _fire_pending(connection)
     # Every request runs this: on the driver's cursor, without Django's wrapping.
     scope = bound_cursor(connection) if connection.vendor == "postgresql" else connection.cursor()
@@ -347,9 +334,9 @@ def _read(using: str) -> Revision:
     return Revision(int(row[0]), str(row[1]))
 
 
-def on_timeline(revision: Revision, using: str = "default") -> bool:
+def on_timeline(revision: Revision) -> bool:
     """Whether ``revision`` is an ancestor of the current one (not rolled back, not pruned)."""
-    with connections[using].cursor() as cursor:
+    with connections["default"].cursor() as cursor:
         cursor.execute("SELECT token FROM graph_revision_log WHERE revision = %s", [revision.value])
         rows = cursor.fetchall()
     return any(token == revision.token for (token,) in rows)
@@ -380,9 +367,9 @@ def changes_since(
     return {(str(kind), int(obj)): int(at) for kind, obj, at in rows if obj is not None}
 
 
-def mark_reset(using: str = "default") -> None:
+def mark_reset() -> None:
     """Record that everything changed (after a bulk load that skipped the triggers)."""
-    connection = connections[using]
+    connection = connections["default"]
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
@@ -403,13 +390,13 @@ def mark_reset(using: str = "default") -> None:
 
 
 @contextmanager
-def bulk_load(using: str = "default") -> Iterator[None]:
+def bulk_load() -> Iterator[None]:
     """Skip per-row change logging while loading many edges; one reset is recorded after.
 
     PostgreSQL only skips (a session setting read by the triggers); on SQLite
     the triggers keep logging, which is fine at the sizes SQLite is used for.
     """
-    connection = connections[using]
+    connection = connections["default"]
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT set_config('lineage.bulk_load', 'on', false)")
@@ -419,4 +406,4 @@ def bulk_load(using: str = "default") -> Iterator[None]:
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("SELECT set_config('lineage.bulk_load', 'off', false)")
-        mark_reset(using)
+        mark_reset()

@@ -510,7 +510,6 @@ def table_path(
     tf: TimeFilter,
     source: tuple[str, int],
     target: tuple[str, int],
-    max_depth: int = 10_000,
 ) -> list[tuple[str, int]] | None:
     """A shortest downstream path from ``source`` to ``target`` as [(kind, pk), …] where kind
     is "ds" or "job"; None when ``target`` is not downstream of ``source``."""
@@ -524,9 +523,7 @@ def table_path(
     dist[kind][pk] = 0
     frontier = np.asarray([pk], dtype=np.int64)
     step = 0
-    while frontier.size and step < 2 * max_depth + 1:
-        if dist[target[0]][target[1]] != UNSEEN:
-            break
+    while frontier.size and dist[target[0]][target[1]] == UNSEEN:
         step += 1
         adj, nxt = ("ds_down", "job") if kind == "ds" else ("job_down", "ds")
         batch = snap.expand(adj, frontier, tf)
@@ -546,7 +543,7 @@ def table_path(
 
 
 def field_path(
-    snap: Snapshot, tf: TimeFilter, source: int, target: int, max_depth: int = 10_000
+    snap: Snapshot, tf: TimeFilter, source: int, target: int
 ) -> list[tuple[int, int]] | None:
     """A shortest downstream field path as [(field pk, job pk that produced it or -1), …]."""
     size = snap.size_of("field", source, target)
@@ -556,7 +553,7 @@ def field_path(
     dist[source] = 0
     frontier = np.asarray([source], dtype=np.int64)
     step = 0
-    while frontier.size and dist[target] == UNSEEN and step < max_depth:
+    while frontier.size and dist[target] == UNSEEN:
         step += 1
         batch = snap.expand("down", frontier, tf)
         targets, idx = _first_parents(batch, dist)

@@ -29,7 +29,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_http_methods
 
-from catalog import auth, naming
+from catalog import auth
 from catalog import queries as catalog_queries
 from catalog.errors import ApiError, error_response
 from catalog.models import Dataset, Namespace, RetentionPolicy
@@ -556,16 +556,11 @@ def explorer_export(request: HttpRequest) -> HttpResponse:
 
 
 def _dataset_from_params(params: Any) -> Dataset:
-    namespace, name = naming.canonical(params.get("namespace", ""), params.get("name", ""))
-    dataset = (
-        Dataset.objects.select_related("namespace")
-        .filter(namespace__name=namespace, name=name)
-        .first()
+    dataset = catalog_queries.get_dataset(
+        params.get("namespace", ""),
+        params.get("name", ""),
+        Dataset.objects.select_related("namespace"),
     )
-    if dataset is None:
-        pk = catalog_queries.aliased_dataset(namespace, name)
-        if pk is not None:
-            dataset = Dataset.objects.select_related("namespace").filter(pk=pk).first()
     if dataset is None:
         raise Http404("No such dataset")
     return dataset

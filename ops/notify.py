@@ -31,7 +31,9 @@ from django.utils import timezone
 from catalog import naming
 from catalog.models import Dataset, DatasetOwnership, DatasetVersion, Namespace
 from graph import queries
-from graph.models import ColumnEdge, Direction, Job, TableEdge, Taint
+from graph.details import load_dataset_names, load_job_names
+from graph.models import ColumnEdge, Direction, TableEdge, Taint
+from graph.nodeids import dataset_node_id, job_node_id
 from ingest.models import RawEvent
 from lineage_site import dispatch
 from ops.models import Delivery, DeliveryState, Notice, NoticeKind, Subscription
@@ -233,20 +235,8 @@ def paths_from(root: int, reached: dict[int, int]) -> dict[int, list[str]]:
 
 
 def _node_names(datasets: Iterable[int], jobs: Iterable[int]) -> dict[tuple[str, int], str]:
-    names = {
-        ("d", pk): f"dataset:{ns}:{name}"
-        for pk, ns, name in Dataset.objects.filter(pk__any_of=set(datasets)).values_list(
-            "pk", "namespace__name", "name"
-        )
-    }
-    names.update(
-        {
-            ("j", pk): f"job:{ns}:{name}"
-            for pk, ns, name in Job.objects.filter(pk__any_of=set(jobs)).values_list(
-                "pk", "namespace__name", "name"
-            )
-        }
-    )
+    names = {("d", pk): dataset_node_id(*n) for pk, n in load_dataset_names(datasets).items()}
+    names.update({("j", pk): job_node_id(*n) for pk, n in load_job_names(jobs).items()})
     return names
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from itertools import pairwise
 from typing import Any, NamedTuple
 
@@ -47,7 +47,14 @@ from catalog.models import (
 from catalog.queries import closed_datasets, field_existed_sql
 from graph import revision, snapshot, traverse
 from graph.details import FieldInfo as GraphFieldInfo
-from graph.details import field_rows, load_dataset_names, load_datasets, load_job_names
+from graph.details import (
+    field_rows,
+    load_dataset_names,
+    load_datasets,
+    load_job_names,
+    read_ts,
+    ts_sql,
+)
 from graph.nodeids import dataset_node_id, field_node_id, job_node_id
 from graph.queries import FieldReach, PathStep
 from graph.snapshot import STRENGTH_TRANSFORMATION, TimeFilter
@@ -762,14 +769,6 @@ def _valid_sql(as_of: datetime | None) -> tuple[str, list[Any]]:
 _EdgeKey = tuple[int, int | None, int, int | None, str, str]
 
 
-def _moment(value: Any) -> datetime | None:
-    """A timestamp read as text (PostgreSQL) or datetime (SQLite) as aware UTC."""
-    if value is None:
-        return None
-    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
 class _Hydrator:
     """Fills in one page of datasets: fields, owners, retention and evidence at ``as_of``."""
 
@@ -947,12 +946,11 @@ class _Hydrator:
         params += more
         valid, stamps = _valid_sql(self.as_of)
         params += stamps
-        text = "::text" if connection.vendor == "postgresql" else ""
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT source_field_id, target_field_id, target_dataset_id, job_id, "
                 "transformation_type, transformation_subtype, "
-                f"valid_from{text}, valid_to{text} FROM graph_columnedge "
+                f"{ts_sql('valid_from')}, {ts_sql('valid_to')} FROM graph_columnedge "
                 f"WHERE {where_source} AND {where_target} AND {valid}",
                 params,
             )
@@ -961,7 +959,7 @@ class _Hydrator:
             key: _EdgeKey = (row[0], row[1], row[2], row[3], row[4], row[5])
             if key not in wanted:
                 continue
-            start, end = _moment(row[6]), _moment(row[7])
+            start, end = read_ts(row[6]), read_ts(row[7])
             known = self.validity.get(key)
             if start is not None and (known is None or start > known[0]):
                 self.validity[key] = (start, end)

@@ -46,16 +46,8 @@ def change_value(value: object) -> str:
     return str(value)
 
 
-ATTRIBUTE_LABELS = {
-    "description": "description",
-    "owners": "owners",
-    "tags": "tags",
-    "sensitivity": "sensitivity",
-    "retention_policy": "retention policy",
-    "pii_category": "personal data",
-    "subject_kind": "identifies subject",
-    "lifecycle": "lifecycle",
-}
+# Other attributes are named as they are spelled, with spaces ("retention policy").
+ATTRIBUTE_LABELS = {"pii_category": "personal data", "subject_kind": "identifies subject"}
 
 
 @register.filter

@@ -40,8 +40,16 @@ from catalog.models import (
 )
 from graph import directory, documents, propagation, revision, snapshot
 from graph.models import ColumnEdge, Job, Run, TableEdge
+from graph.synthetic import (
+    FIELD_TYPES,
+    OPEN,
+    RETENTION,
+    SUBJECT_KIND,
+    SUBTYPES,
+    GenConfig,
+    generate,
+)
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 Column = tuple[str, Any]  # (kind, values): kind in int, str, ts, bool, json, const
 
 
@@ -207,16 +215,6 @@ class Command(BaseCommand):
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from graph.synthetic import (
-            FIELD_TYPES,
-            OPEN,
-            RETENTION,
-            SUBJECT_KIND,
-            SUBTYPES,
-            GenConfig,
-            generate,
-        )
-
         if options["datasets"] < 10:
             raise CommandError("--datasets must be at least 10")
         if options["columns"] < 2:
@@ -269,7 +267,7 @@ class Command(BaseCommand):
 
         writer = Writer(progress, options["batch"])
         with revision.bulk_load(), _without_row_checks():
-            self._load(gen, writer, FIELD_TYPES, OPEN, RETENTION, SUBJECT_KIND, SUBTYPES)
+            self._load(gen, writer)
         if bar is not None:
             bar.close()
         with connection.cursor() as cursor:
@@ -315,16 +313,7 @@ class Command(BaseCommand):
                 f"into the host's file in {rendered.seconds:.1f} s."
             )
 
-    def _load(
-        self,
-        gen: Any,
-        writer: Writer,
-        field_types: Sequence[str],
-        open_mark: int,
-        retention: Sequence[tuple[str, int, str]],
-        subject_kind: str,
-        subtypes: Sequence[tuple[str, str, float]],
-    ) -> None:
+    def _load(self, gen: Any, writer: Writer) -> None:
         cfg = gen.config
         n, cols = cfg.datasets, cfg.columns
         ns_ids = {name: Namespace.objects.get_or_create(name=name)[0].pk for name in gen.namespaces}
@@ -335,9 +324,9 @@ class Command(BaseCommand):
             RetentionPolicy.objects.get_or_create(
                 name=name, defaults={"duration": timedelta(days=days), "action": action}
             )[0].pk
-            for name, days, action in retention
+            for name, days, action in RETENTION
         ]
-        kind = SubjectKind.objects.get_or_create(name=subject_kind)[0].pk
+        kind = SubjectKind.objects.get_or_create(name=SUBJECT_KIND)[0].pk
         owner_base = _next_id(Owner)
         owner_names = [f"team-{i:04d}-s{cfg.seed}" for i in range(cfg.owners)]
         existing = set(Owner.objects.filter(name__in=owner_names).values_list("name", flat=True))
@@ -381,7 +370,7 @@ class Command(BaseCommand):
                     ],
                 ),
                 "first_seen": ("ts", gen.ds_first_seen),
-                "last_seen": ("ts", np.full(n, _us(cfg.anchor))),
+                "last_seen": ("ts", np.full(n, snapshot.to_us(cfg.anchor))),
                 "created_at": ("ts", gen.ds_first_seen),
                 "updated_at": ("ts", gen.ds_first_seen),
             },
@@ -407,7 +396,7 @@ class Command(BaseCommand):
                 "id": ("int", np.arange(n * cols) + field_base),
                 "dataset_id": ("int", field_ds),
                 "name": ("str", names),
-                "type": ("str", np.asarray(field_types)[gen.field_type].tolist()),
+                "type": ("str", np.asarray(FIELD_TYPES)[gen.field_type].tolist()),
                 "ordinal": ("int", ordinal),
                 "pii_category": ("str", pii),
                 "subject_kind_id": ("str", subject),
@@ -461,7 +450,7 @@ class Command(BaseCommand):
                 "state": ("str", gen.job_state),
                 "state_event_time": (
                     "ts",
-                    np.where(gen.job_ended == open_mark, gen.job_started, gen.job_ended),
+                    np.where(gen.job_ended == OPEN, gen.job_started, gen.job_ended),
                 ),
                 "started_at": ("ts", gen.job_started),
                 "ended_at": ("ts", gen.job_ended),
@@ -495,8 +484,8 @@ class Command(BaseCommand):
             te,
         )
         ce = gen.ce_job.size
-        ttype = np.asarray([t for t, _, _ in subtypes])[gen.ce_kind]
-        subtype = np.asarray([s for _, s, _ in subtypes])[gen.ce_kind]
+        ttype = np.asarray([t for t, _, _ in SUBTYPES])[gen.ce_kind]
+        subtype = np.asarray([s for _, s, _ in SUBTYPES])[gen.ce_kind]
         writer.write(
             ColumnEdge,
             {
@@ -515,7 +504,3 @@ class Command(BaseCommand):
             },
             ce,
         )
-
-
-def _us(moment: datetime) -> int:
-    return (moment - EPOCH) // timedelta(microseconds=1)
