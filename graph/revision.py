@@ -262,6 +262,20 @@ def install_triggers(connection: BaseDatabaseWrapper) -> None:
         )
 
 
+def uninstall_triggers(connection: BaseDatabaseWrapper) -> None:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            for watch in WATCHED:
+                cursor.execute(f"DROP FUNCTION IF EXISTS graph_log_{watch.table}() CASCADE")
+            cursor.execute("DROP FUNCTION IF EXISTS graph_bump_revision() CASCADE")
+        elif connection.vendor == "sqlite":
+            cursor.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'graph_v%'"
+            )
+            for (name,) in cursor.fetchall():
+                cursor.execute(f'DROP TRIGGER IF EXISTS "{name}"')
+
+
 def install_triggers_after_migrate(using: str = "default", **kwargs: Any) -> None:
     """post_migrate handler: the triggers exist on every database the app migrates."""
     from django.db.migrations.recorder import MigrationRecorder

@@ -91,10 +91,7 @@ def _flush_without_lineage_triggers(live_server: Any) -> Iterator[None]:
     yield
     from django.db import connection
 
+    from graph import revision
+
     if connection.vendor == "sqlite":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'graph_v%'"
-            )
-            for (name,) in cursor.fetchall():
-                cursor.execute(f'DROP TRIGGER IF EXISTS "{name}"')
+        revision.uninstall_triggers(connection)
