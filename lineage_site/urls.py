@@ -2,7 +2,8 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponsePermanentRedirect, JsonResponse
+from django.templatetags.static import static
 from django.urls import include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
@@ -22,7 +23,13 @@ def api_not_found(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"error": f"No API endpoint at {request.path}", "field": None}, status=404)
 
 
+def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
+    """Where browsers and tools look for an icon without a page naming one (the API docs)."""
+    return HttpResponsePermanentRedirect(static("img/favicon.svg"))
+
+
 urlpatterns = [
+    path("favicon.ico", favicon),
     path("healthz", ops_views.healthz, name="healthz"),
     path("readyz", ops_views.readyz, name="readyz"),
     path("metrics", ops_views.prometheus, name="metrics"),

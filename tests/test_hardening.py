@@ -475,6 +475,16 @@ def test_unknown_pages_answer_the_apps_404_page(client, viewer):
     assert "Lineage Explorer" in response.content.decode()
 
 
+def test_the_icon_is_found_where_browsers_look_for_it(client):
+    from django.contrib.staticfiles import finders
+
+    page = client.get("/accounts/login/").content.decode()
+    assert 'rel="icon"' in page and "img/favicon" in page
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and "img/favicon" in response["Location"]
+    assert finders.find("img/favicon.svg")
+
+
 def test_the_sign_in_page_says_what_the_product_is_and_where_the_demo_login_is(client, settings):
     from pathlib import Path
 
