@@ -113,6 +113,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "csp",
     "catalog",
     "graph",
     "ingest",
@@ -123,6 +124,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "ops.middleware.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "catalog.params.TextGuardMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -198,6 +200,18 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = LINEAGE_MAX_BODY_BYTES
 FILE_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024
 
 SECURE_CONTENT_TYPE_NOSNIFF = True
+# Pages run only the project's own script files and styles (no inline script or style, no
+# other origin): an injected tag runs nothing. The Redoc page relaxes it (lineage_site/urls.py).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 if not DEBUG:
     SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", True)
     CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", True)

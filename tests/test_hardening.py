@@ -475,6 +475,19 @@ def test_unknown_pages_answer_the_apps_404_page(client, viewer):
     assert "Lineage Explorer" in response.content.decode()
 
 
+def test_pages_run_only_the_projects_own_scripts_and_styles(client, viewer):
+    client.force_login(viewer)
+    for path in ("/accounts/login/", "/datasets/", "/graph/", "/api/docs/"):
+        policy = client.get(path)["Content-Security-Policy"]
+        assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy, path
+        assert "script-src" not in policy and "unsafe-eval" not in policy, path
+        assert "unsafe-inline" not in policy or path == "/api/docs/", path  # Swagger's styles
+    # Redoc's page has an inline script: that page alone allows one.
+    assert (
+        "script-src 'self' 'unsafe-inline'" in client.get("/api/redoc/")["Content-Security-Policy"]
+    )
+
+
 def test_the_icon_is_found_where_browsers_look_for_it(client):
     from django.contrib.staticfiles import finders
 

@@ -63,6 +63,8 @@
     Object.entries(attrs || {}).forEach(([key, value]) => {
       if (value === null || value === undefined || value === false) return;
       if (key === "class") node.className = value;
+      // Through the CSSOM: the Content-Security-Policy refuses style attributes.
+      else if (key === "style") Object.assign(node.style, value);
       else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
       else node.setAttribute(key, value === true ? "" : value);
     });
@@ -231,8 +233,8 @@
     const tail = labels.length ? labels[labels.length - 1] : -step;
     if (last - tail < step / 2 && labels.length > 1) labels.pop();
     ui.timeAxis.replaceChildren(
-      ...labels.map((i) => h("span", { class: "time-tick", style: "left:" + (100 * i / Math.max(last, 1)) + "%" }, axisText(instants[i], withTime))),
-      h("span", { class: "time-tick time-tick-now", style: "left:100%" }, "now"),
+      ...labels.map((i) => h("span", { class: "time-tick", style: { left: (100 * i / Math.max(last, 1)) + "%" } }, axisText(instants[i], withTime))),
+      h("span", { class: "time-tick time-tick-now", style: { left: "100%" } }, "now"),
     );
   }
 

@@ -37,8 +37,10 @@ def chromium() -> Iterator[Any]:
 
 @pytest.fixture
 def page_as(chromium: Any, live_server: Any) -> Iterator[Callable[[Any], Any]]:
-    """page_as(user) gives a Playwright page signed in as that user (None: anonymous)."""
+    """page_as(user) gives a Playwright page signed in as that user (None: anonymous); every
+    page it gave must have run with nothing refused by the Content-Security-Policy."""
     contexts: list[Any] = []
+    refused: list[str] = []
 
     def open_page(user: Any) -> Any:
         context = chromium.new_context(
@@ -60,11 +62,20 @@ def page_as(chromium: Any, live_server: Any) -> Iterator[Callable[[Any], Any]]:
         contexts.append(context)
         page = context.new_page()
         page.set_default_timeout(15_000)
+        page.on(
+            "console",
+            lambda m: (
+                refused.append(f"{page.url}: {m.text} at {m.location}")
+                if "Content Security Policy" in m.text
+                else None
+            ),
+        )
         return page
 
     yield open_page
     for context in contexts:
         context.close()
+    assert not refused, refused
 
 
 @pytest.fixture

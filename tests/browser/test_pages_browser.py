@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -16,9 +17,19 @@ from tests import page_builders as pb
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
+def wait_until(page, expression: str, timeout: float = 15_000) -> None:
+    """Wait until ``expression`` is true in the page. Not ``page.wait_for_function``: that
+    evaluates its text in the page, which the Content-Security-Policy refuses (no eval)."""
+    deadline = time.monotonic() + timeout / 1000
+    while not page.evaluate(expression):
+        assert time.monotonic() < deadline, f"still false after {timeout} ms: {expression}"
+        page.wait_for_timeout(50)
+
+
 def wait_for_graph(page, draws: int = 1) -> None:
-    page.wait_for_function(
-        f"document.querySelector('#cy') && Number(document.querySelector('#cy').dataset.draws || 0) >= {draws}"
+    wait_until(
+        page,
+        f"document.querySelector('#cy') && Number(document.querySelector('#cy').dataset.draws || 0) >= {draws}",
     )
 
 
@@ -121,18 +132,17 @@ def test_it_redraws_the_edges_when_the_time_slider_moves(page_as, viewer, shot):
         if label < "2025-03-01":
             break
     wait_for_graph(page, draws=2)
-    page.wait_for_function(
-        f"window.lineageExplorer.edgeIds().includes({raw_edge!r})", timeout=10_000
-    )
+    wait_until(page, f"window.lineageExplorer.edgeIds().includes({raw_edge!r})", timeout=10_000)
     then_edges = page.evaluate("window.lineageExplorer.edgeIds()")
     assert raw_edge in then_edges and clean_edge not in then_edges
     assert "asOf=" in page.url
     shot(page, "past")
 
     page.check("#diff-toggle")
-    page.wait_for_function("location.search.includes('compare=')")
+    wait_until(page, "location.search.includes('compare=')")
     # Shown the first change, the diff starts from just before it: everything is new.
-    page.wait_for_function(
+    wait_until(
+        page,
         "window.lineageExplorer.cy.edges().length > 0 && window.lineageExplorer.cy.edges()"
         ".every((e) => e.hasClass('diff-added'))",
         timeout=10_000,
@@ -142,7 +152,8 @@ def test_it_redraws_the_edges_when_the_time_slider_moves(page_as, viewer, shot):
     compare.focus()
     page.keyboard.press("ArrowRight")
     page.keyboard.press("ArrowLeft")  # back to the first change: now against then
-    page.wait_for_function(
+    wait_until(
+        page,
         "window.lineageExplorer.cy.edges('.diff-added').length > 0"
         " && window.lineageExplorer.cy.edges('.diff-removed').length > 0",
         timeout=10_000,
@@ -251,9 +262,10 @@ def test_it_expands_and_collapses_a_node(page_as, viewer, shot):
     assert f"dataset:{pb.LAKE}:lake/marts/revenue_by_country" not in before
     click_node(page, clean)
     page.get_by_role("button", name=re.compile(r"Expand downstream \(\+2\)")).click()
-    page.wait_for_function(
+    wait_until(
+        page,
         "window.lineageExplorer.nodeIds().includes("
-        f"{f'dataset:{pb.LAKE}:lake/marts/revenue_by_country'!r})"
+        f"{f'dataset:{pb.LAKE}:lake/marts/revenue_by_country'!r})",
     )
     # Everything drawn is in view after the expand: nothing clipped at an edge.
     box = page.evaluate(
@@ -264,7 +276,7 @@ def test_it_expands_and_collapses_a_node(page_as, viewer, shot):
     shot(page, "expanded")
     click_node(page, clean)
     page.get_by_role("button", name="Collapse beyond this node").click()
-    page.wait_for_function(f"window.lineageExplorer.nodeIds().length === {len(before)}")
+    wait_until(page, f"window.lineageExplorer.nodeIds().length === {len(before)}")
     assert page.evaluate("window.lineageExplorer.nodeIds()") == before
 
 
@@ -279,7 +291,7 @@ def test_it_focuses_one_columns_path_at_column_level(page_as, viewer, shot):
     assert masked in ids
     click_node(page, masked)
     page.get_by_role("button", name="Focus this column's path").click()
-    page.wait_for_function("location.search.includes('focus=')")
+    wait_until(page, "location.search.includes('focus=')")
     dimmed = page.evaluate("window.lineageExplorer.cy.nodes('.dim').map((n) => n.id())")
     assert email not in dimmed and masked not in dimmed
     page.check("#hl-pii")
@@ -309,6 +321,19 @@ def test_it_shows_every_page_with_its_heading(page_as, steward, shot):
         expect(page.get_by_role("heading", level=1)).to_contain_text(heading)
         page.wait_for_load_state("networkidle")
         shot(page, name)
+
+
+def test_the_api_documentation_and_admin_pages_draw_under_the_content_security_policy(
+    page_as, viewer
+):
+    page = page_as(None)
+    page.goto("/admin/login/")
+    expect(page.get_by_role("button", name="Log in")).to_be_visible()
+    page = page_as(viewer)
+    page.goto("/api/docs/")
+    expect(page.locator(".swagger-ui .opblock").first).to_be_visible()
+    page.goto("/api/redoc/")
+    expect(page.get_by_role("heading", name="Lineage Explorer API").first).to_be_visible()
 
 
 def test_a_steward_sees_where_a_propagated_flag_came_from_and_blocks_it(page_as, steward, shot):
@@ -356,9 +381,9 @@ def test_the_time_slider_has_a_date_axis_and_diff_starts_before_the_change(page_
     shot(page, "axis")
     # First toggle at "now": compared with the state just before the last change.
     page.check("#diff-toggle")
-    page.wait_for_function("location.search.includes('compare=')")
-    page.wait_for_function(
-        "document.querySelector('#graph-status').textContent.includes('compared with')"
+    wait_until(page, "location.search.includes('compare=')")
+    wait_until(
+        page, "document.querySelector('#graph-status').textContent.includes('compared with')"
     )
     status = page.locator("#graph-status").inner_text()
     assert "0 edges added, 0 removed" not in status
