@@ -110,6 +110,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.humanize",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
