@@ -202,7 +202,8 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024
 
 SECURE_CONTENT_TYPE_NOSNIFF = True
 # Pages run only the project's own script files and styles (no inline script or style, no
-# other origin): an injected tag runs nothing. The Redoc page relaxes it (lineage_site/urls.py).
+# other origin): an injected tag runs nothing. The API documentation pages relax it for
+# what they need (lineage_site/urls.py).
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": ["'self'"],
