@@ -269,6 +269,45 @@ def flags_as_of(
     return found
 
 
+def copied_flags_as_of(
+    field_ids: Sequence[int], as_of: datetime
+) -> dict[int, tuple[str, str | None]]:
+    """The category ("" for none) and subject kind these fields showed at ``as_of``, for
+    fields of datasets none of whose declarations changed since (only propagated flags
+    did): of the fields propagation reached then, and of those it reaches now but not then
+    (they declared nothing then, as they declare nothing now). The others are left out:
+    they show their own declaration, the same then as now.
+
+    One query, and the sources' history when propagation reached any of these fields then;
+    ``flags_as_of`` would read every field's own history too."""
+    moment = connection.ops.adapt_datetimefield_value(as_of)
+    then: dict[int, list[tuple[int, bool]]] = defaultdict(list)
+    now: set[int] = set()
+    with connection.cursor() as cursor:
+        for chunk in chunks(sorted(set(field_ids))):
+            where, params = where_in("field_id", list(chunk))
+            cursor.execute(
+                "SELECT field_id, source_id, masked, "
+                "CASE WHEN valid_from <= %s THEN 1 ELSE 0 END, "
+                "CASE WHEN valid_to IS NULL THEN 1 ELSE 0 END FROM catalog_propagatedflag "
+                f"WHERE {where} AND (valid_to IS NULL OR valid_to > %s) ORDER BY source_id",
+                [moment, *params, moment],
+            )
+            for field_id, source_id, masked, valid_then, valid_now in cursor.fetchall():
+                if valid_then:
+                    then[field_id].append((source_id, bool(masked)))
+                if valid_now:
+                    now.add(field_id)
+    sources = {s for rows in then.values() for s, _ in rows}
+    lines = timelines(sources) if sources else {}
+    declared = {s: lines[s].values_at(as_of) for s in sources if s in lines}
+    found: dict[int, tuple[str, str | None]] = dict.fromkeys(now - then.keys(), ("", None))
+    for pk, rows in then.items():
+        flag = union_flag(rows, declared, {}, False)
+        found[pk] = (flag.pii, flag.subject_kind)
+    return found
+
+
 def _reached(ids: Sequence[int], as_of: datetime | None) -> dict[int, list[tuple[int, bool]]]:
     """(source, masked) of each field's propagated rows, current or valid at ``as_of``."""
     window, params = "valid_to IS NULL", []

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from catalog.flags import flags_as_of
+from catalog.flags import copied_flags_as_of
 from graph import details, directory
 from graph.details import (
     DatasetInfo,
@@ -182,19 +182,22 @@ def _flags_then(
 ) -> dict[int, bytes]:
     """These datasets' current data with the personal-data flags of their ``fields`` (pk,
     name) as they were at ``as_of``: for datasets whose only changes since are propagated
-    flags, so that everything else shows as it is now (two or three queries, not a full
+    flags, so that everything else shows as it is now (one or two queries, not a full
     rendering's seven)."""
     wanted = [pk for ds_pk in data for pk, _ in fields[ds_pk]]
-    flags = flags_as_of(wanted, as_of, named=False) if wanted else {}
+    flags = copied_flags_as_of(wanted, as_of) if wanted else {}
     out = {}
     for ds_pk, text in data.items():
         then = {name: flags[pk] for pk, name in fields[ds_pk] if pk in flags}
+        if not then:
+            out[ds_pk] = text
+            continue
         doc = orjson.loads(text)
         for shown in doc["fields"]:
             flag = then.get(shown["name"])
             if flag is not None:
-                shown["pii"] = flag.pii or None
-                shown["subjectKind"] = flag.subject_kind
+                shown["pii"] = flag[0] or None
+                shown["subjectKind"] = flag[1]
         doc["hasPii"] = any(f["pii"] or f["subjectKind"] is not None for f in doc["fields"])
         out[ds_pk] = _dumps(doc).encode()
     return out

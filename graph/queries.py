@@ -23,7 +23,7 @@ import numpy.typing as npt
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from catalog import naming
-from catalog.flags import flags_as_of
+from catalog.flags import copied_flags_as_of, flags_as_of
 from catalog.models import Dataset, DatasetField, LifecycleState
 from catalog.queries import closing_versions, field_existed
 from graph import directory, nodedata, snapshot, traverse
@@ -408,13 +408,13 @@ def _subject_kinds_then(info: dict[int, FieldRow], as_of: datetime) -> dict[int,
         sorted({row[0] for row in info.values()}), as_of, flagged=True
     )
     ever = {pk for fields in flagged.values() for pk, _ in fields}
-    wanted = [
-        pk for pk, (ds, *_) in info.items() if ds in changed and (ds not in flagged or pk in ever)
-    ]
-    then = flags_as_of(wanted, as_of, named=False) if wanted else {}
-    return {
-        pk: (*row[:5], then[pk].subject_kind) if pk in then else row for pk, row in info.items()
-    }
+    rewound = [pk for pk, (ds, *_) in info.items() if ds in changed and ds not in flagged]
+    copies = [pk for pk, (ds, *_) in info.items() if ds in flagged and pk in ever]
+    found = flags_as_of(rewound, as_of, named=False) if rewound else {}
+    then = {pk: flag.subject_kind for pk, flag in found.items()}
+    if copies:
+        then.update({pk: kind for pk, (_, kind) in copied_flags_as_of(copies, as_of).items()})
+    return {pk: (*row[:5], then[pk]) if pk in then else row for pk, row in info.items()}
 
 
 # --- impact and root cause ---------------------------------------------------------------

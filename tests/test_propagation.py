@@ -25,8 +25,9 @@ from catalog.models import (
     PropagatedFlag,
     SubjectKind,
 )
-from graph import details, directory, nodecache, nodedata, propagation
+from graph import details, directory, nodecache, nodedata, propagation, queries
 from graph.models import ColumnEdge, Job
+from graph.resolve import resolve_node_id
 from privacy.queries import Identifier, search_subject, subject_fields
 from tests.factories import dataset as make_dataset
 from tests.graph_builders import node_store_written
@@ -382,6 +383,18 @@ def test_incremental_flags_equal_a_recomputation_now_and_as_of_any_instant(ops):
                         pk: [(f.name, f.pii_category, f.subject_kind) for f in info.pii_fields]
                         for pk, info in found.items()
                     } == personal, hour
+                # Column lineage as of then names each field's subject kind then.
+                for f in w.fields:
+                    answer = queries.column_lineage(
+                        resolve_node_id(node_id[f.pk]), depth=3, as_of=at(hour)
+                    )
+                    assert {
+                        n.pk: n.subject_kind for n in answer.nodes if n.kind == "DATASET_FIELD"
+                    } == {
+                        n.pk: flags[n.pk].subject_kind
+                        for n in answer.nodes
+                        if n.kind == "DATASET_FIELD"
+                    }, hour
         finally:
             nodecache.cache.clear()
             directory.reset()
