@@ -279,10 +279,6 @@ class DatasetField(models.Model):
     def __str__(self) -> str:
         return f"{self.dataset}:{self.name}"
 
-    @property
-    def identifies_subject(self) -> bool:
-        return self.subject_kind_id is not None
-
 
 class FieldGap(models.Model):
     """A stretch of a field's life when its dataset's schema did not hold it: from the

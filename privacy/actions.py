@@ -244,7 +244,7 @@ def _run_in_thread(run_id: str) -> None:
         connection.close()
 
 
-def request_scan(user: Any, request: SubjectRequest, lineage_url: str = "") -> PrivacyRun:
+def request_scan(user: Any, request: SubjectRequest) -> PrivacyRun:
     """Queue a Spark scan of the subject's candidate datasets; audited.
 
     The candidates are found by the task (a subject reaching thousands of

@@ -15,7 +15,6 @@ from catalog.exports import csv_text
 from catalog.models import PiiCategory, RetentionAction
 from privacy.queries import AGGREGATE, RELATION_RANK, DatasetHit, DatasetLink, SubjectSearch
 
-SUPPORTED_FORMATS = ("parquet", "csv", "json")
 _FORMAT_ALIASES = {
     "parquet": "parquet",
     "csv": "csv",

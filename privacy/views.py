@@ -129,6 +129,7 @@ def _search_context(request: HttpRequest, rows: list[dict[str, str]]) -> dict[st
         "rows": rows,
         "subject_kinds": queries.subject_kinds(),
         "identifier_kinds": IDENTIFIER_KINDS,
+        "max_rows": MAX_IDENTIFIERS,
         "posted": request.POST if request.method == "POST" else {},
     }
 

@@ -430,11 +430,6 @@ class JobRun:
         )
         return dataset
 
-    def lineage_of(self, dataset: DatasetId) -> ColumnLineage | None:
-        """Return the column lineage recorded for one of this run's outputs."""
-        output = self._outputs.get(dataset)
-        return output.lineage if output else None
-
     # events --------------------------------------------------------------------------------
 
     def _add_input(self, dataset: DatasetId, schema_json: str | None, table: str | None) -> None:
