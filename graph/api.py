@@ -153,11 +153,17 @@ def _json(body: str | bytes, status: int = 200) -> HttpResponse:
     return HttpResponse(body, content_type="application/json", status=status)
 
 
-COMMON_PARAMETERS = [
-    int_parameter("depth", 0, queries.MAX_DEPTH, "jobs away from the node, default 20"),
+def _depth_parameter(default: object) -> OpenApiParameter:
+    return int_parameter(
+        "depth", 0, queries.MAX_DEPTH, f"jobs away from the node, default {default}"
+    )
+
+
+AS_OF_AND_CAP = [
     instant_parameter("asOf", description="the graph as it was then"),
     int_parameter("maxNodes", 1, queries.MAX_NODES_LIMIT, "cap on nodes returned (default 2000)"),
 ]
+COMMON_PARAMETERS = [_depth_parameter(DEFAULT_DEPTH), *AS_OF_AND_CAP]
 
 
 # --- table lineage -----------------------------------------------------------------------
@@ -353,7 +359,8 @@ class ImpactView(GraphView):
         parameters=[
             node_id_parameter(kinds=("dataset", "job", "datasetField")),
             OpenApiParameter("format", str, enum=["json", "csv", "mermaid"]),
-            *COMMON_PARAMETERS,
+            _depth_parameter(f"every job downstream (at most {queries.MAX_DEPTH})"),
+            *AS_OF_AND_CAP,
         ],
     )
     def get(self, request: Request) -> HttpResponse:
