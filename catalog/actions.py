@@ -34,7 +34,7 @@ from catalog.signals import flags_changed
 class OwnerSpec:
     name: str
     type: str = ""
-    kind: str = OwnerKind.TEAM
+    kind: str = ""  # an owner's kind, set when given: a new owner without one is a team
 
 
 @dataclass
@@ -89,7 +89,12 @@ def _record(
 def _set_owners(dataset: Dataset, owners: Iterable[OwnerSpec]) -> None:
     dataset.ownerships.all().delete()
     for spec in owners:
-        owner, _ = Owner.objects.get_or_create(name=spec.name, defaults={"kind": spec.kind})
+        owner, created = Owner.objects.get_or_create(
+            name=spec.name, defaults={"kind": spec.kind or OwnerKind.TEAM}
+        )
+        if spec.kind and not created and owner.kind != spec.kind:
+            owner.kind = spec.kind
+            owner.save(update_fields=["kind"])
         DatasetOwnership.objects.get_or_create(
             dataset=dataset, owner=owner, ownership_type=spec.type
         )

@@ -304,7 +304,12 @@ class DatasetListView(APIView):
 class OwnerInput(serializers.Serializer[Any]):
     name = TextField(max_length=255)
     type = TextField(max_length=64, required=False, allow_blank=True, default="")
-    kind = serializers.ChoiceField(choices=OwnerKind.choices, required=False, default="team")
+    kind = serializers.ChoiceField(
+        choices=OwnerKind.choices,
+        required=False,
+        default="",
+        help_text="the owner's kind, changed when given; a new owner without one is a team",
+    )
 
 
 class DatasetPatchInput(StrictInput):

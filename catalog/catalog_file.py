@@ -39,6 +39,7 @@ from catalog.models import (
     DatasetField,
     FlagSource,
     Namespace,
+    Owner,
     OwnerKind,
     PiiCategory,
     RetentionAction,
@@ -201,8 +202,7 @@ def _parse_dataset(
                 OwnerSpec(
                     name=_text(owner.get("name"), f"{opath}.name"),
                     type=_text(owner.get("type"), f"{opath}.type", False),
-                    kind=_choice(owner.get("kind"), f"{opath}.kind", OwnerKind.values)
-                    or OwnerKind.TEAM,
+                    kind=_choice(owner.get("kind"), f"{opath}.kind", OwnerKind.values),
                 )
             )
         entry.values["owners"] = owners
@@ -294,6 +294,13 @@ def _apply_dataset(entry: DatasetEntry, actor: Actor, report: ImportReport, now:
     if created:
         report.created.append(f"dataset {label}")
     values = dict(entry.values)
+    owners = values.get("owners", [])
+    kinds = dict(
+        Owner.objects.filter(name__in=[o.name for o in owners]).values_list("name", "kind")
+    )
+    for spec in owners:
+        if spec.kind and kinds.get(spec.name, spec.kind) != spec.kind:
+            report.changes.append(f"owner {spec.name} kind: {kinds[spec.name]!r} → {spec.kind!r}")
     if "retention_policy" in values:
         name = values["retention_policy"]
         values["retention_policy"] = RetentionPolicy.objects.get(name=name) if name else None
@@ -346,7 +353,11 @@ def export() -> dict[str, Any]:
         if ds.description:
             entry["description"] = ds.description
         owners = [
-            {"name": o.owner.name, **({"type": o.ownership_type} if o.ownership_type else {})}
+            {
+                "name": o.owner.name,
+                **({"type": o.ownership_type} if o.ownership_type else {}),
+                **({"kind": o.owner.kind} if o.owner.kind != OwnerKind.TEAM else {}),
+            }
             for o in ds.ownerships.all()
         ]
         if owners:
@@ -369,6 +380,8 @@ def export() -> dict[str, Any]:
                     values["subjectKind"] = f.subject_kind.name
             if f.sensitivity:
                 values["sensitivity"] = f.sensitivity
+            if f.description:
+                values["description"] = f.description
             if values:
                 fields[f.name] = values
         if fields:

@@ -97,6 +97,17 @@ def test_it_lets_a_steward_edit_owners_tags_and_retention_with_history(api, stew
     assert changes["owners"].old == []
 
 
+def test_an_owners_kind_changes_only_when_given(api, steward, customers):
+    def owners(*specs):
+        response = api(steward).patch(dataset_url(), {"owners": list(specs)}, format="json")
+        assert response.status_code == 200, response.content
+        return response.json()["owners"]
+
+    assert owners({"name": "ana"}) == [{"name": "ana", "type": None, "kind": "team"}]
+    assert owners({"name": "ana", "kind": "person"})[0]["kind"] == "person"
+    assert owners({"name": "ana", "type": "DATA_OWNER"})[0]["kind"] == "person"
+
+
 def test_it_flags_a_field_as_pii_identifying_a_subject(api, steward, customers):
     SubjectKind.objects.create(name="customer")
     response = api(steward).patch(

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
-from catalog.models import ChangeRecord, Dataset, DatasetField, RetentionPolicy
+from catalog.models import ChangeRecord, Dataset, DatasetField, Owner, RetentionPolicy
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -72,6 +72,36 @@ def test_it_round_trips_through_export(tmp_path):
     exported = yaml.safe_load(out.getvalue())
     assert exported["datasets"][0]["fields"]["email"] == {"pii": "email", "subjectKind": "customer"}
     assert "nothing changed" in run_import(tmp_path, out.getvalue())
+
+
+def test_an_export_imported_anew_gives_the_same_catalog(tmp_path):
+    extra = """
+  - namespace: postgres://shop-db:5432
+    name: shop.public.orders
+    owners: [{name: ana, kind: person}]
+    fields:
+      placed_at: {description: When the order was placed}
+"""
+    run_import(tmp_path, CATALOG + extra)
+    first = StringIO()
+    call_command("catalog_export", stdout=first)
+    exported = yaml.safe_load(first.getvalue())
+    orders = next(d for d in exported["datasets"] if d["name"] == "shop.public.orders")
+    assert orders["owners"] == [{"name": "ana", "kind": "person"}]
+    assert orders["fields"] == {"placed_at": {"description": "When the order was placed"}}
+    Dataset.objects.all().delete()
+    Owner.objects.all().delete()
+    run_import(tmp_path, first.getvalue())
+    again = StringIO()
+    call_command("catalog_export", stdout=again)
+    assert again.getvalue() == first.getvalue()
+
+
+def test_it_reports_an_owners_new_kind(tmp_path):
+    run_import(tmp_path, CATALOG)
+    output = run_import(tmp_path, CATALOG.replace("web-team]", "{name: web-team, kind: person}]"))
+    assert "owner web-team kind: 'team' → 'person'" in output
+    assert Owner.objects.get(name="web-team").kind == "person"
 
 
 def test_it_reports_without_writing_on_a_dry_run(tmp_path):
