@@ -428,6 +428,8 @@ class ScanListView(PrivacyView):
 
 
 class RunDetailView(PrivacyView):
+    audit_action = AuditAction.SCAN  # a Spark run: a scan, or an erasure applied
+
     @extend_schema(responses={200: schema.RUN}, summary="State, progress and counts of a run")
     def get(self, request: Request, run_id: UUID) -> Response:
         return Response(run_json(_run_or_404(request, run_id)))
@@ -453,6 +455,8 @@ class ErasurePlanListView(PrivacyView):
 
 
 class ErasurePlanDetailView(PrivacyView):
+    audit_action = AuditAction.ERASURE_PLAN
+
     @extend_schema(responses={200: schema.PLAN}, summary="One erasure plan")
     def get(self, request: Request, plan_id: UUID) -> Response:
         return Response(plan_json(_plan_or_404(request, plan_id)))
@@ -527,6 +531,7 @@ class ErasureApplyView(ErasureRunView):
 
 class AuditListView(PrivacyView):
     permission_classes = [CanViewAudit]
+    audit_action = AuditAction.LOOKUP
 
     @extend_schema(
         responses={200: schema.AUDIT},
@@ -571,7 +576,7 @@ class SubjectKindPatchInput(StrictInput):
 
 class SubjectKindListView(PrivacyView):
     permission_classes = [ManageSubjectKinds]
-    audit_action = AuditAction.LOOKUP
+    audit_action = AuditAction.SUBJECT_KINDS
 
     @extend_schema(
         responses={200: schema.SUBJECT_KINDS}, summary="Subject kinds and identifier kinds"
@@ -601,7 +606,7 @@ class SubjectKindListView(PrivacyView):
 
 class SubjectKindDetailView(PrivacyView):
     permission_classes = [ManageSubjectKinds]
-    audit_action = AuditAction.LOOKUP
+    audit_action = AuditAction.SUBJECT_KINDS
 
     @extend_schema(
         request=SubjectKindPatchInput,

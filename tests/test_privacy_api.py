@@ -101,6 +101,17 @@ def test_it_refuses_every_role_but_compliance_and_admin(shop, api, request, pers
     assert attempts[0].json()["error"] == "Subject search needs the compliance role"
     denied = AuditEntry.objects.filter(outcome="denied")
     assert denied.count() == len(attempts)
+    # Each refusal is filed under what was asked for, not as a lookup nobody made.
+    assert list(denied.order_by("id").values_list("action", flat=True)) == [
+        "search",
+        "scan",
+        "erasure_plan",
+        "erasure_plan",
+        "export",
+        "erasure_dry_run",
+        "lookup",
+        *(["subject_kinds"] if persona != "steward" else []),
+    ]
     assert set(denied.values_list("actor_name", flat=True)) == {
         request.getfixturevalue(persona).username
     }
