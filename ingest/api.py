@@ -15,6 +15,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import Resolver404
 from django.views.decorators.csrf import csrf_exempt
@@ -26,14 +27,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from catalog import api as catalog_api
+from catalog import naming
 from catalog import queries as catalog_queries
 from catalog.api import JsonOnlyNegotiation, PlainJsonNegotiation, iso, paged
 from catalog.auth import CanOperateIngestion, CanPostLineage, CanReadLineage
 from catalog.errors import ApiError
 from catalog.models import Dataset, DatasetVersion
-from catalog.params import MAX_ID, choice_param, optional_instant
-from catalog.schema import BODY_REQUIRED, instant_parameter, paging_parameters
+from catalog.params import MAX_ID, check_text, choice_param, int_param, optional_instant
+from catalog.schema import BODY_REQUIRED, instant_parameter, int_parameter, paging_parameters
 from graph.models import Direction, Job, Run
+from graph.nodeids import dataset_node_id, job_node_id
 from ingest import actions, queries, schema
 from ingest.events import EventError, InvalidItem, ParsedEvent, decode_body, parse_event
 from ingest.models import EventState, RawEvent
@@ -567,3 +570,82 @@ class ReplayView(APIView):
             raise ApiError("state must be failed or pending", "state")
         count = actions.replay(ids, state=state)
         return Response({"replayed": count})
+
+
+# --- search (Marquez's GET /api/v1/search) ------------------------------------------------
+
+SEARCH_FILTERS = ("DATASET", "JOB")
+SEARCH_SORTS = ("NAME", "UPDATE_AT")
+
+
+class SearchView(APIView):
+    """Datasets and jobs whose names hold ``q`` (any case), in Marquez's shape: by name, or
+    the most recently updated first; hidden datasets are left out, as on the pages."""
+
+    permission_classes = [CanReadLineage]
+
+    @extend_schema(
+        responses={200: schema.SEARCH},
+        summary="Datasets and jobs by name (Marquez's search)",
+        operation_id="search",
+        parameters=[
+            OpenApiParameter("q", str, required=True, description="part of a name, any case"),
+            OpenApiParameter("filter", str, enum=list(SEARCH_FILTERS), description="one kind"),
+            OpenApiParameter("sort", str, enum=list(SEARCH_SORTS), description="default NAME"),
+            int_parameter("limit", 1, 1000, "1 to 1000, default 10"),
+            OpenApiParameter("namespace", str, description="only this namespace"),
+            instant_parameter("before", description="updated before this instant or date"),
+            instant_parameter("after", description="updated at or after this instant or date"),
+        ],
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        q = check_text(params.get("q") or "", "q").strip()
+        if not q:
+            raise ApiError("q is required: part of a dataset's or job's name", "q")
+        if len(q) > 1024:
+            raise ApiError("q is longer than any name (1,024 characters)", "q")
+        kind = params.get("filter") or None
+        if kind is not None and kind not in SEARCH_FILTERS:
+            raise ApiError(f"filter must be DATASET or JOB, got {kind[:64]!r}", "filter")
+        sort = choice_param(params, "sort", "NAME", SEARCH_SORTS)
+        limit = int_param(params, "limit", 10, 1, 1000)
+        where = Q(name__icontains=q)
+        if namespace := params.get("namespace"):
+            where &= Q(
+                namespace__name=naming.canonical_namespace(check_text(namespace, "namespace"))
+            )
+        if (before := optional_instant(params, "before")) is not None:
+            where &= Q(updated_at__lt=before)
+        if (after := optional_instant(params, "after")) is not None:
+            where &= Q(updated_at__gte=after)
+        order = ("name", "pk") if sort == "NAME" else ("-updated_at", "pk")
+        found: list[tuple[str, str, str, datetime]] = []
+        kinds: list[tuple[str, QuerySet[Any]]] = [
+            ("DATASET", Dataset.objects.filter(is_hidden=False)),
+            ("JOB", Job.objects.all()),
+        ]
+        for label, model in kinds:
+            if kind in (None, label):
+                rows = model.filter(where).order_by(*order)[:limit]
+                found += [
+                    (label, ns, name, updated)
+                    for ns, name, updated in rows.values_list(
+                        "namespace__name", "name", "updated_at"
+                    )
+                ]
+        if sort == "NAME":
+            found.sort(key=lambda row: (row[2], row[1], row[0]))
+        else:
+            found.sort(key=lambda row: row[3], reverse=True)
+        results = [
+            {
+                "type": label,
+                "name": name,
+                "updatedAt": iso(updated),
+                "namespace": ns,
+                "nodeId": (dataset_node_id if label == "DATASET" else job_node_id)(ns, name),
+            }
+            for label, ns, name, updated in found[:limit]
+        ]
+        return Response({"totalCount": len(results), "results": results})

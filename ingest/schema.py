@@ -192,6 +192,22 @@ SQL_LOG_ACCEPTED: Schema = {
     "required": [*SQL_LOG["required"], "statusUrl"],
 }
 JOBS = page_of("jobs", JOB)
+SEARCH = obj(
+    {
+        "totalCount": INT,
+        "results": arr(
+            obj(
+                {
+                    "type": {"type": "string", "enum": ["DATASET", "JOB"]},
+                    "name": STR,
+                    "updatedAt": TIME,
+                    "namespace": STR,
+                    "nodeId": STR,
+                }
+            )
+        ),
+    }
+)
 RUNS = page_of("runs", RUN)
 VERSIONS = page_of("versions", VERSION)
 EVENTS = page_of("events", FREE)

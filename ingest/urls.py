@@ -19,6 +19,7 @@ api_urlpatterns: list[URLPattern | URLResolver] = [
     path("events/lineage", api.EventListView.as_view(), name="api-lineage-events"),
     path("ingestion/status", api.IngestionStatusView.as_view(), name="api-ingestion-status"),
     path("ingestion/replay", api.ReplayView.as_view(), name="api-ingestion-replay"),
+    path("search", api.SearchView.as_view(), name="api-search"),
     path("jobs/runs/<str:run_id>", api.RunDetailView.as_view(), name="api-run"),
     re_path(rf"^namespaces/{NS}/jobs$", api.JobListView.as_view(), name="api-jobs"),
     re_path(rf"^namespaces/{NS}/jobs/{JOB}/runs$", api.JobRunsView.as_view(), name="api-job-runs"),

@@ -664,3 +664,100 @@ def test_counting_brackets_over_the_text_agrees_with_walking_the_value(value, as
             assert verdict(check_structure, value, limit, text) == verdict(
                 events._check_every_node, value, limit
             )
+
+
+# -- search (Marquez's GET /api/v1/search) ------------------------------------------------------
+
+
+def test_search_finds_datasets_and_jobs_by_part_of_their_names(api, viewer):
+    from datetime import UTC, datetime
+
+    from catalog.models import Namespace
+    from graph.models import Job
+    from tests import factories
+
+    def on(day):
+        return datetime(2026, 3, day, tzinfo=UTC)
+
+    factories.dataset("postgres://shop:5432", "shop.public.orders", updated_at=on(3))
+    factories.dataset("postgres://shop:5432", "shop.public.order_items", updated_at=on(5))
+    factories.dataset("postgres://shop:5432", "shop.public.ORDERS_old", is_hidden=True)
+    factories.dataset("s3://lake", "raw/customers", updated_at=on(9))
+    spark, _ = Namespace.objects.get_or_create(name="spark")
+    Job.objects.create(namespace=spark, name="etl.load_orders", updated_at=on(7))
+
+    def search(**params):
+        response = api(viewer).get("/api/v1/search", params)
+        return response.status_code, response.json()
+
+    status, body = search(q="ORDER")
+    assert status == 200
+    assert body == {
+        "totalCount": 3,
+        "results": [
+            {
+                "type": "JOB",
+                "name": "etl.load_orders",
+                "updatedAt": "2026-03-07T00:00:00Z",
+                "namespace": "spark",
+                "nodeId": "job:spark:etl.load_orders",
+            },
+            {
+                "type": "DATASET",
+                "name": "shop.public.order_items",
+                "updatedAt": "2026-03-05T00:00:00Z",
+                "namespace": "postgres://shop:5432",
+                "nodeId": "dataset:postgres://shop:5432:shop.public.order_items",
+            },
+            {
+                "type": "DATASET",
+                "name": "shop.public.orders",
+                "updatedAt": "2026-03-03T00:00:00Z",
+                "namespace": "postgres://shop:5432",
+                "nodeId": "dataset:postgres://shop:5432:shop.public.orders",
+            },
+        ],
+    }
+
+    def names(**params):
+        status, body = search(**params)
+        assert status == 200, body
+        return [r["name"] for r in body["results"]]
+
+    assert names(q="order", sort="UPDATE_AT") == [
+        "etl.load_orders",
+        "shop.public.order_items",
+        "shop.public.orders",
+    ]
+    assert names(q="order", filter="DATASET", limit=1) == ["shop.public.order_items"]
+    assert names(q="order", filter="JOB") == ["etl.load_orders"]
+    assert names(q="order", namespace="spark") == ["etl.load_orders"]
+    assert names(q="order", after="2026-03-05", before="2026-03-07") == ["shop.public.order_items"]
+    assert names(q="o", after="2026-03-08") == ["raw/customers"]
+    assert names(q="nothing-like-it") == []
+
+
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({}, "q"),
+        ({"q": "   "}, "q"),
+        ({"q": "a" * 1025}, "q"),
+        ({"q": "a\x00b"}, "q"),
+        ({"q": "a", "filter": "FIELD"}, "filter"),
+        ({"q": "a", "sort": "SIZE"}, "sort"),
+        ({"q": "a", "limit": "0"}, "limit"),
+        ({"q": "a", "limit": "x"}, "limit"),
+        ({"q": "a", "before": "yesterday"}, "before"),
+        ({"q": "a", "namespace": "n\x00"}, "namespace"),
+    ],
+)
+def test_search_names_what_is_wrong_with_a_bad_query(api, viewer, params, field):
+    response = api(viewer).get("/api/v1/search", params)
+    assert response.status_code == 400, response.content
+    assert response.json()["field"] == field
+
+
+def test_search_asks_for_a_reader(api, outsider):
+    assert api(None).get("/api/v1/search", {"q": "a"}).status_code == 401
+    assert api(outsider).get("/api/v1/search", {"q": "a"}).status_code == 403
