@@ -3,10 +3,12 @@ Health page and its daily trend, and the runbooks they link to."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from catalog.models import (
@@ -181,6 +183,30 @@ def test_the_daily_task_keeps_a_trend_the_page_draws(world, client, viewer):
     text = client.get("/health/").content.decode()
     assert text.count('<svg class="sparkline"') == len(slis.NAMES)
     assert "Coverage over the last 2 days" in text
+
+
+def test_without_a_broker_runserver_runs_the_schedule_after_its_responses(
+    world, client, viewer, monkeypatch
+):
+    """The embedded default has no Celery beat: its server runs each scheduled task after
+    a response once it is due, so the Health page gets its trend there too."""
+    from django.core.signals import request_finished
+
+    from ops import schedule
+
+    monkeypatch.setattr(schedule, "_next_run", {})
+    monkeypatch.setattr("sys.argv", ["manage.py", "runserver"])
+    schedule.connect()
+    try:
+        client.force_login(viewer)
+        client.get("/health/")  # the first response: every task is due
+        assert SliSample.objects.filter(day=timezone.localdate()).count() == len(slis.NAMES)
+        assert set(schedule._next_run) == set(settings.CELERY_BEAT_SCHEDULE)
+        assert schedule.run_due() == []  # none due again before its interval
+        hourly = {n for n, e in settings.CELERY_BEAT_SCHEDULE.items() if e["schedule"] <= 3600}
+        assert set(schedule.run_due(time.monotonic() + 3601)) == hourly
+    finally:
+        request_finished.disconnect(dispatch_uid="ops.schedule")
 
 
 def test_misses_page_through_namespaces_in_name_order(monkeypatch):
