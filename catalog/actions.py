@@ -34,7 +34,10 @@ from catalog.signals import flags_changed
 class OwnerSpec:
     name: str
     type: str = ""
-    kind: str = ""  # an owner's kind, set when given: a new owner without one is a team
+    # The owner's own details, changed when given (None: kept; a new owner is a team).
+    kind: str = ""
+    email: str | None = None
+    display_name: str | None = None
 
 
 @dataclass
@@ -89,12 +92,23 @@ def _record(
 def _set_owners(dataset: Dataset, owners: Iterable[OwnerSpec]) -> None:
     dataset.ownerships.all().delete()
     for spec in owners:
+        given = {
+            attribute: value
+            for attribute, value in (
+                ("kind", spec.kind or None),
+                ("email", spec.email),
+                ("display_name", spec.display_name),
+            )
+            if value is not None
+        }
         owner, created = Owner.objects.get_or_create(
-            name=spec.name, defaults={"kind": spec.kind or OwnerKind.TEAM}
+            name=spec.name, defaults={"kind": OwnerKind.TEAM, **given}
         )
-        if spec.kind and not created and owner.kind != spec.kind:
-            owner.kind = spec.kind
-            owner.save(update_fields=["kind"])
+        changed = [a for a, value in given.items() if getattr(owner, a) != value]
+        if changed and not created:
+            for attribute in changed:
+                setattr(owner, attribute, given[attribute])
+            owner.save(update_fields=changed)
         DatasetOwnership.objects.get_or_create(
             dataset=dataset, owner=owner, ownership_type=spec.type
         )

@@ -153,7 +153,13 @@ def dataset_json(ds: Dataset, flags: dict[int, FieldFlag] | None = None) -> dict
         "location": ds.location or None,
         "sensitivity": ds.sensitivity or None,
         "owners": [
-            {"name": o.owner.name, "type": o.ownership_type or None, "kind": o.owner.kind}
+            {
+                "name": o.owner.name,
+                "type": o.ownership_type or None,
+                "kind": o.owner.kind,
+                "displayName": o.owner.display_name or None,
+                "email": o.owner.email or None,
+            }
             for o in ds.ownerships.all()
         ],
         "retentionPolicy": retention_json(ds.retention_policy),
@@ -310,6 +316,8 @@ class OwnerInput(serializers.Serializer[Any]):
         default="",
         help_text="the owner's kind, changed when given; a new owner without one is a team",
     )
+    email = serializers.EmailField(required=False, allow_blank=True, max_length=254)
+    displayName = TextField(required=False, allow_blank=True, max_length=255)
 
 
 class DatasetPatchInput(StrictInput):
@@ -387,7 +395,16 @@ class DatasetDetailView(APIView):
         if "retentionPolicy" in data:
             changes["retention_policy"] = data["retentionPolicy"]
         if "owners" in data:
-            changes["owners"] = [actions.OwnerSpec(**o) for o in data["owners"]]
+            changes["owners"] = [
+                actions.OwnerSpec(
+                    name=o["name"],
+                    type=o["type"],
+                    kind=o["kind"],
+                    email=o.get("email"),
+                    display_name=o.get("displayName"),
+                )
+                for o in data["owners"]
+            ]
         if "tags" in data:
             changes["tags"] = data["tags"]
         actions.update_dataset(dataset, changes, actions.Actor(user=request.user))

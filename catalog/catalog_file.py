@@ -12,7 +12,8 @@ a re-import of the same file changes nothing.
       - namespace: postgres://shop-db:5432
         name: shop.public.customers
         description: All customers
-        owners: [{name: crm-team, type: DATA_OWNER}]   # or plain names
+        owners:   # or plain names; kind (team, person), email and displayName when given
+          - {name: crm-team, type: DATA_OWNER, email: crm@example.com}
         tags: [gold]
         sensitivity: confidential
         retentionPolicy: two-years
@@ -28,6 +29,8 @@ from datetime import timedelta
 from typing import Any
 
 import yaml
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import transaction
 from django.utils import timezone
 
@@ -59,6 +62,7 @@ DATASET_KEYS = {
     "fields",
 }
 FIELD_KEYS = {"pii", "subjectKind", "sensitivity", "description"}
+OWNER_KEYS = {"name", "type", "kind", "email", "displayName"}
 
 
 class CatalogFileError(ValueError):
@@ -110,6 +114,16 @@ def _text(value: Any, path: str, required: bool = True) -> str:
     if not isinstance(value, str) or (required and not value.strip()):
         raise CatalogFileError(path, "expected a non-empty string")
     return value
+
+
+def _email(value: Any, path: str) -> str:
+    text = _text(value, path, False)
+    if text:
+        try:
+            validate_email(text)
+        except ValidationError as exc:
+            raise CatalogFileError(path, f"{text!r} is not an email address") from exc
+    return text
 
 
 def _choice(value: Any, path: str, choices: list[str]) -> str:
@@ -198,11 +212,18 @@ def _parse_dataset(
             if isinstance(owner, str):
                 owner = {"name": owner}
             owner = _mapping(owner, opath)
+            unknown = set(owner) - OWNER_KEYS
+            if unknown:
+                raise CatalogFileError(f"{opath}.{sorted(unknown)[0]}", "unknown key")
             owners.append(
                 OwnerSpec(
                     name=_text(owner.get("name"), f"{opath}.name"),
                     type=_text(owner.get("type"), f"{opath}.type", False),
                     kind=_choice(owner.get("kind"), f"{opath}.kind", OwnerKind.values),
+                    email=_email(owner["email"], f"{opath}.email") if "email" in owner else None,
+                    display_name=_text(owner["displayName"], f"{opath}.displayName", False)
+                    if "displayName" in owner
+                    else None,
                 )
             )
         entry.values["owners"] = owners
@@ -357,6 +378,8 @@ def export() -> dict[str, Any]:
                 "name": o.owner.name,
                 **({"type": o.ownership_type} if o.ownership_type else {}),
                 **({"kind": o.owner.kind} if o.owner.kind != OwnerKind.TEAM else {}),
+                **({"displayName": o.owner.display_name} if o.owner.display_name else {}),
+                **({"email": o.owner.email} if o.owner.email else {}),
             }
             for o in ds.ownerships.all()
         ]

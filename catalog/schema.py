@@ -113,7 +113,9 @@ DATASET = obj(
     {
         **DATASET_BASE,
         "fields": arr(FIELD),
-        "owners": arr(obj({"name": STR, "type": NSTR, "kind": STR})),
+        "owners": arr(
+            obj({"name": STR, "type": NSTR, "kind": STR, "displayName": NSTR, "email": NSTR})
+        ),
         "retentionPolicy": null(RETENTION),
     }
 )

@@ -589,7 +589,12 @@ class SearchView(APIView):
         summary="Datasets and jobs by name (Marquez's search)",
         operation_id="search",
         parameters=[
-            OpenApiParameter("q", str, required=True, description="part of a name, any case"),
+            OpenApiParameter(
+                "q",
+                {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": r"\S"},
+                required=True,
+                description="part of a name, any case",
+            ),
             OpenApiParameter("filter", str, enum=list(SEARCH_FILTERS), description="one kind"),
             OpenApiParameter("sort", str, enum=list(SEARCH_SORTS), description="default NAME"),
             int_parameter("limit", 1, 1000, "1 to 1000, default 10"),

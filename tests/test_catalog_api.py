@@ -89,7 +89,15 @@ def test_it_lets_a_steward_edit_owners_tags_and_retention_with_history(api, stew
     )
     assert response.status_code == 200, response.content
     body = response.json()
-    assert body["owners"] == [{"name": "crm-team", "type": "DATA_OWNER", "kind": "team"}]
+    assert body["owners"] == [
+        {
+            "name": "crm-team",
+            "type": "DATA_OWNER",
+            "kind": "team",
+            "displayName": None,
+            "email": None,
+        }
+    ]
     assert body["retentionPolicy"]["durationDays"] == 730
     changes = {c.attribute: c for c in ChangeRecord.objects.all()}
     assert set(changes) == {"description", "owners", "tags", "retention_policy", "sensitivity"}
@@ -97,15 +105,35 @@ def test_it_lets_a_steward_edit_owners_tags_and_retention_with_history(api, stew
     assert changes["owners"].old == []
 
 
-def test_an_owners_kind_changes_only_when_given(api, steward, customers):
+def test_an_owners_kind_and_contact_change_only_when_given(api, steward, customers):
     def owners(*specs):
         response = api(steward).patch(dataset_url(), {"owners": list(specs)}, format="json")
         assert response.status_code == 200, response.content
         return response.json()["owners"]
 
-    assert owners({"name": "ana"}) == [{"name": "ana", "type": None, "kind": "team"}]
+    assert owners({"name": "ana"}) == [
+        {"name": "ana", "type": None, "kind": "team", "displayName": None, "email": None}
+    ]
     assert owners({"name": "ana", "kind": "person"})[0]["kind"] == "person"
-    assert owners({"name": "ana", "type": "DATA_OWNER"})[0]["kind"] == "person"
+    contact = {"email": "ana@example.com", "displayName": "Ana Lima"}
+    assert owners({"name": "ana", **contact})[0] == {
+        "name": "ana",
+        "type": None,
+        "kind": "person",
+        **contact,
+    }
+    assert owners({"name": "ana", "type": "DATA_OWNER"})[0] == {
+        "name": "ana",
+        "type": "DATA_OWNER",
+        "kind": "person",
+        **contact,
+    }
+    assert owners({"name": "ana", "email": ""})[0]["email"] is None
+    bad = api(steward).patch(
+        dataset_url(), {"owners": [{"name": "ana", "email": "not-an-address"}]}, format="json"
+    )
+    assert bad.status_code == 400
+    assert bad.json()["field"] == "owners[0].email"
 
 
 def test_it_flags_a_field_as_pii_identifying_a_subject(api, steward, customers):

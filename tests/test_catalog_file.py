@@ -78,7 +78,7 @@ def test_an_export_imported_anew_gives_the_same_catalog(tmp_path):
     extra = """
   - namespace: postgres://shop-db:5432
     name: shop.public.orders
-    owners: [{name: ana, kind: person}]
+    owners: [{name: ana, kind: person, email: ana@example.com, displayName: Ana Lima}]
     fields:
       placed_at: {description: When the order was placed}
 """
@@ -87,7 +87,9 @@ def test_an_export_imported_anew_gives_the_same_catalog(tmp_path):
     call_command("catalog_export", stdout=first)
     exported = yaml.safe_load(first.getvalue())
     orders = next(d for d in exported["datasets"] if d["name"] == "shop.public.orders")
-    assert orders["owners"] == [{"name": "ana", "kind": "person"}]
+    assert orders["owners"] == [
+        {"name": "ana", "kind": "person", "displayName": "Ana Lima", "email": "ana@example.com"}
+    ]
     assert orders["fields"] == {"placed_at": {"description": "When the order was placed"}}
     Dataset.objects.all().delete()
     Owner.objects.all().delete()
@@ -129,6 +131,14 @@ def test_it_reports_without_writing_on_a_dry_run(tmp_path):
         ("retentionPolicies: [{name: p, days: -1, action: delete}]", "retentionPolicies[0].days"),
         ("datasets: [{name: b}]", "datasets[0].namespace"),
         ("datasets: [{namespace: a, name: b, colour: red}]", "datasets[0].colour"),
+        (
+            "datasets: [{namespace: a, name: b, owners: [{name: x, email: nope}]}]",
+            "datasets[0].owners[0].email",
+        ),
+        (
+            "datasets: [{namespace: a, name: b, owners: [{name: x, phone: 1}]}]",
+            "datasets[0].owners[0].phone",
+        ),
         ("datasets: {a: 1}", "datasets"),
         ("datasets: [unclosed", "file"),
     ],
