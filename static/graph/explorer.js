@@ -212,12 +212,14 @@
   // The slider's axis: a tick at each change (one slider step each) and dates under a
   // few of them, spread so that they do not overlap; "now" at the end.
   const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-  function axisText(iso, withTime) {
+  // precision: 0 the day, 1 to the minute, 2 to the second.
+  function axisText(iso, precision) {
     const d = new Date(iso);
     const day = d.getUTCDate() + " " + MONTHS[d.getUTCMonth()];
-    if (!withTime) return day;
+    if (!precision) return day;
     const pad = (n) => String(n).padStart(2, "0");
-    return day + " " + pad(d.getUTCHours()) + ":" + pad(d.getUTCMinutes());
+    const minute = day + " " + pad(d.getUTCHours()) + ":" + pad(d.getUTCMinutes());
+    return precision > 1 ? minute + ":" + pad(d.getUTCSeconds()) : minute;
   }
 
   function drawAxis() {
@@ -225,15 +227,25 @@
     const days = new Set(instants.map((iso) => iso.slice(0, 10)));
     const withTime = days.size < instants.length;
     const width = ui.timeAxis.clientWidth || 400;
-    const room = Math.max(Math.floor(width / (withTime ? 110 : 70)), 2);
     const last = instants.length;
-    const labels = [];
-    const step = Math.max(Math.ceil((last + 1) / room), 1);
-    for (let i = 0; i < last; i += step) labels.push(i);
-    const tail = labels.length ? labels[labels.length - 1] : -step;
-    if (last - tail < step / 2 && labels.length > 1) labels.pop();
+    function pick(precision) {
+      const room = Math.max(Math.floor(width / [70, 110, 135][precision]), 2);
+      const labels = [];
+      const step = Math.max(Math.ceil((last + 1) / room), 1);
+      for (let i = 0; i < last; i += step) labels.push(i);
+      const tail = labels.length ? labels[labels.length - 1] : -step;
+      if (last - tail < step / 2 && labels.length > 1) labels.pop();
+      return labels;
+    }
+    // Labels read to the second when two of them would read the same to the minute.
+    let labels = pick(withTime ? 1 : 0);
+    let texts = labels.map((i) => axisText(instants[i], withTime ? 1 : 0));
+    if (withTime && new Set(texts).size < texts.length) {
+      labels = pick(2);
+      texts = labels.map((i) => axisText(instants[i], 2));
+    }
     ui.timeAxis.replaceChildren(
-      ...labels.map((i) => h("span", { class: "time-tick", style: { left: (100 * i / Math.max(last, 1)) + "%" } }, axisText(instants[i], withTime))),
+      ...labels.map((i, n) => h("span", { class: "time-tick", style: { left: (100 * i / Math.max(last, 1)) + "%" } }, texts[n])),
       h("span", { class: "time-tick time-tick-now", style: { left: "100%" } }, "now"),
     );
   }
