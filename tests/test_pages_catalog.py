@@ -94,6 +94,25 @@ def test_it_shows_a_dataset_with_owners_retention_and_field_badges(shop, viewer)
     assert '<span class="mono">email</span> personal data' in html
 
 
+def test_the_about_box_shows_owners_contact_tag_and_retention_descriptions(shop, viewer):
+    from catalog.models import Owner, Tag
+
+    policy = shop.customers.retention_policy
+    policy.legal_basis, policy.description = "GDPR 6(1)(b)", "Kept while the contract runs"
+    policy.save()
+    Owner.objects.filter(name=shop.customers.ownerships.first().owner.name).update(
+        email="crm@example.com"
+    )
+    tag, _ = Tag.objects.update_or_create(
+        name="gold", defaults={"description": "Curated and tested"}
+    )
+    shop.customers.tags.add(tag)
+    html = client_for(viewer).get(f"/datasets/show?{ds_params(shop.customers)}").content.decode()
+    assert 'href="mailto:crm@example.com"' in html
+    assert 'title="Curated and tested">gold</span>' in html
+    assert "GDPR 6(1)(b)" in html and "Kept while the contract runs" in html
+
+
 def test_it_marks_propagated_flags_apart_from_declared_ones(shop, viewer):
     html = client_for(viewer).get(f"/datasets/show?{ds_params(shop.raw)}").content.decode()
     assert "badge-propagated" in html
