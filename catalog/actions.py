@@ -34,10 +34,13 @@ from catalog.signals import flags_changed
 class OwnerSpec:
     name: str
     type: str = ""
-    # The owner's own details, changed when given (None: kept; a new owner is a team).
+    # The owner's own details (for every dataset they own), changed when given: None keeps
+    # them, "" clears an email or a display name. A new owner without a kind takes
+    # ``new_kind``.
     kind: str = ""
     email: str | None = None
     display_name: str | None = None
+    new_kind: str = OwnerKind.TEAM
 
 
 @dataclass
@@ -102,7 +105,7 @@ def _set_owners(dataset: Dataset, owners: Iterable[OwnerSpec]) -> None:
             if value is not None
         }
         owner, created = Owner.objects.get_or_create(
-            name=spec.name, defaults={"kind": OwnerKind.TEAM, **given}
+            name=spec.name, defaults={"kind": spec.new_kind, **given}
         )
         changed = [a for a, value in given.items() if getattr(owner, a) != value]
         if changed and not created:

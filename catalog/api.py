@@ -309,15 +309,24 @@ class DatasetListView(APIView):
 
 class OwnerInput(serializers.Serializer[Any]):
     name = TextField(max_length=255)
-    type = TextField(max_length=64, required=False, allow_blank=True, default="")
+    # Null where a dataset's answer shows null, so that its owners can be sent back as read.
+    type = TextField(max_length=64, required=False, allow_blank=True, allow_null=True, default="")
     kind = serializers.ChoiceField(
         choices=OwnerKind.choices,
         required=False,
         default="",
         help_text="the owner's kind, changed when given; a new owner without one is a team",
     )
-    email = serializers.EmailField(required=False, allow_blank=True, max_length=254)
-    displayName = TextField(required=False, allow_blank=True, max_length=255)
+    email = serializers.EmailField(
+        required=False,
+        allow_blank=True,
+        allow_null=True,
+        max_length=254,
+        help_text="the owner's own (every dataset they own): null keeps it, '' clears it",
+    )
+    displayName = TextField(
+        required=False, allow_blank=True, allow_null=True, max_length=255, help_text="as email"
+    )
 
 
 class DatasetPatchInput(StrictInput):
@@ -398,7 +407,7 @@ class DatasetDetailView(APIView):
             changes["owners"] = [
                 actions.OwnerSpec(
                     name=o["name"],
-                    type=o["type"],
+                    type=o["type"] or "",
                     kind=o["kind"],
                     email=o.get("email"),
                     display_name=o.get("displayName"),

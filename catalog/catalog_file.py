@@ -116,8 +116,17 @@ def _text(value: Any, path: str, required: bool = True) -> str:
     return value
 
 
+def _short(value: Any, path: str, limit: int = 255) -> str:
+    text = _text(value, path, False)
+    if len(text) > limit:
+        raise CatalogFileError(path, f"longer than {limit} characters")
+    return text
+
+
 def _email(value: Any, path: str) -> str:
     text = _text(value, path, False)
+    if len(text) > 254:
+        raise CatalogFileError(path, "longer than 254 characters")
     if text:
         try:
             validate_email(text)
@@ -221,7 +230,7 @@ def _parse_dataset(
                     type=_text(owner.get("type"), f"{opath}.type", False),
                     kind=_choice(owner.get("kind"), f"{opath}.kind", OwnerKind.values),
                     email=_email(owner["email"], f"{opath}.email") if "email" in owner else None,
-                    display_name=_text(owner["displayName"], f"{opath}.displayName", False)
+                    display_name=_short(owner["displayName"], f"{opath}.displayName")
                     if "displayName" in owner
                     else None,
                 )
@@ -316,12 +325,18 @@ def _apply_dataset(entry: DatasetEntry, actor: Actor, report: ImportReport, now:
         report.created.append(f"dataset {label}")
     values = dict(entry.values)
     owners = values.get("owners", [])
-    kinds = dict(
-        Owner.objects.filter(name__in=[o.name for o in owners]).values_list("name", "kind")
-    )
+    known = {
+        name: {"kind": kind, "email": email, "displayName": shown}
+        for name, kind, email, shown in Owner.objects.filter(
+            name__in=[o.name for o in owners]
+        ).values_list("name", "kind", "email", "display_name")
+    }
     for spec in owners:
-        if spec.kind and kinds.get(spec.name, spec.kind) != spec.kind:
-            report.changes.append(f"owner {spec.name} kind: {kinds[spec.name]!r} → {spec.kind!r}")
+        before = known.get(spec.name)
+        given = {"kind": spec.kind or None, "email": spec.email, "displayName": spec.display_name}
+        for key, value in given.items():
+            if before is not None and value is not None and before[key] != value:
+                report.changes.append(f"owner {spec.name} {key}: {before[key]!r} → {value!r}")
     if "retention_policy" in values:
         name = values["retention_policy"]
         values["retention_policy"] = RetentionPolicy.objects.get(name=name) if name else None

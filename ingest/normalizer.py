@@ -542,7 +542,8 @@ class _Batch:
             catalog_actions.OwnerSpec(
                 name=name,
                 type=kind,
-                kind=OwnerKind.PERSON if name.startswith("user:") else OwnerKind.TEAM,
+                # A guess for a new owner only: a steward's word on an owner's kind stands.
+                new_kind=OwnerKind.PERSON if name.startswith("user:") else OwnerKind.TEAM,
             )
             for name, kind in owners
         ]

@@ -129,6 +129,9 @@ def test_an_owners_kind_and_contact_change_only_when_given(api, steward, custome
         **contact,
     }
     assert owners({"name": "ana", "email": ""})[0]["email"] is None
+    # Owners as a dataset's answer shows them (nulls and all) can be sent back as they are.
+    read = api(steward).get(dataset_url()).json()["owners"]
+    assert owners(*read) == read
     bad = api(steward).patch(
         dataset_url(), {"owners": [{"name": "ana", "email": "not-an-address"}]}, format="json"
     )

@@ -99,11 +99,17 @@ def test_an_export_imported_anew_gives_the_same_catalog(tmp_path):
     assert again.getvalue() == first.getvalue()
 
 
-def test_it_reports_an_owners_new_kind(tmp_path):
+def test_it_reports_an_owners_new_kind_and_contact(tmp_path):
     run_import(tmp_path, CATALOG)
-    output = run_import(tmp_path, CATALOG.replace("web-team]", "{name: web-team, kind: person}]"))
+    changed = "{name: web-team, kind: person, email: web@example.com}]"
+    assert "owner web-team email: '' → 'web@example.com'" in run_import(
+        tmp_path, CATALOG.replace("web-team]", changed), "--dry-run"
+    )
+    output = run_import(tmp_path, CATALOG.replace("web-team]", changed))
     assert "owner web-team kind: 'team' → 'person'" in output
+    assert "owner web-team email: '' → 'web@example.com'" in output
     assert Owner.objects.get(name="web-team").kind == "person"
+    assert "nothing changed" in run_import(tmp_path, CATALOG.replace("web-team]", changed))
 
 
 def test_it_reports_without_writing_on_a_dry_run(tmp_path):
@@ -138,6 +144,14 @@ def test_it_reports_without_writing_on_a_dry_run(tmp_path):
         (
             "datasets: [{namespace: a, name: b, owners: [{name: x, phone: 1}]}]",
             "datasets[0].owners[0].phone",
+        ),
+        (
+            f"datasets: [{{namespace: a, name: b, owners: [{{name: x, email: {'a' * 250}@b.co}}]}}]",
+            "datasets[0].owners[0].email",
+        ),
+        (
+            f"datasets: [{{namespace: a, name: b, owners: [{{name: x, displayName: {'a' * 256}}}]}}]",
+            "datasets[0].owners[0].displayName",
         ),
         ("datasets: {a: 1}", "datasets"),
         ("datasets: [unclosed", "file"),

@@ -15,6 +15,8 @@ from catalog.models import (
     Dataset,
     DatasetField,
     DatasetVersion,
+    Owner,
+    OwnerKind,
     PiiCategory,
     SubjectKind,
 )
@@ -461,6 +463,25 @@ def test_it_sets_owners_from_the_ownership_facet_only_when_it_changes(steward):
     assert sorted(o.owner.name for o in c.ownerships.all()) == ["team:crm", "user:ana"]
     lineage = ChangeRecord.objects.filter(dataset=c, attribute="owners", source="lineage")
     assert [r.at for r in lineage.order_by("at")] == [t(1), t(3)]
+
+
+def test_an_ownership_facet_guesses_a_new_owners_kind_but_keeps_a_stewards(steward):
+    def owned(day, name, *names):
+        facet = {"owners": [{"name": n} for n in names]}
+        return dataset_event(at(day), dataset(name, ownership=facet))
+
+    ingest(owned(1, "c", "user:ana", "crm"))
+    kinds = dict(Owner.objects.values_list("name", "kind"))
+    assert kinds == {"user:ana": OwnerKind.PERSON, "crm": OwnerKind.TEAM}
+    c = Dataset.objects.get(name="c")
+    catalog_actions.update_dataset(
+        c,
+        {"owners": [catalog_actions.OwnerSpec("crm", kind=OwnerKind.PERSON)]},
+        catalog_actions.Actor(user=steward),
+        at=t(1, 12),
+    )
+    ingest(owned(2, "d", "crm"))  # another dataset's facet names the same owner
+    assert Owner.objects.get(name="crm").kind == OwnerKind.PERSON
 
 
 def test_a_late_ownership_facet_leaves_owners_set_after_it(steward, client, viewer):
