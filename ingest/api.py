@@ -15,7 +15,9 @@ from uuid import UUID
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db import connection
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Collate
 from django.http import HttpRequest, HttpResponse
 from django.urls import Resolver404
 from django.views.decorators.csrf import csrf_exempt
@@ -615,34 +617,39 @@ class SearchView(APIView):
             raise ApiError(f"filter must be DATASET or JOB, got {kind[:64]!r}", "filter")
         sort = choice_param(params, "sort", "NAME", SEARCH_SORTS)
         limit = int_param(params, "limit", 10, 1, 1000)
-        where = Q(name__icontains=q)
+        scope = Q()
         if namespace := params.get("namespace"):
-            where &= Q(
+            scope &= Q(
                 namespace__name=naming.canonical_namespace(check_text(namespace, "namespace"))
             )
         if (before := optional_instant(params, "before")) is not None:
-            where &= Q(updated_at__lt=before)
+            scope &= Q(updated_at__lt=before)
         if (after := optional_instant(params, "after")) is not None:
-            where &= Q(updated_at__gte=after)
-        order = ("name", "pk") if sort == "NAME" else ("-updated_at", "pk")
-        found: list[tuple[str, str, str, datetime]] = []
-        kinds: list[tuple[str, QuerySet[Any]]] = [
-            ("DATASET", Dataset.objects.filter(is_hidden=False)),
-            ("JOB", Job.objects.all()),
-        ]
-        for label, model in kinds:
-            if kind in (None, label):
-                rows = model.filter(where).order_by(*order)[:limit]
-                found += [
-                    (label, ns, name, updated)
-                    for ns, name, updated in rows.values_list(
-                        "namespace__name", "name", "updated_at"
-                    )
-                ]
+            scope &= Q(updated_at__gte=after)
+        named = Q(name__icontains=q)
+        # Names compare by code point in the database as here (PostgreSQL's collation may
+        # not), so that each kind's first rows merge into the first rows of all.
+        by_name = Collate("name", "C" if connection.vendor == "postgresql" else "BINARY")
+        order = (by_name.asc(), "pk") if sort == "NAME" else ("-updated_at", "pk")
+        found: dict[tuple[str, str, str], datetime] = {}
+
+        def first(label: str, rows: QuerySet[Any]) -> None:
+            for ns, name, updated in rows.order_by(*order).values_list(
+                "namespace__name", "name", "updated_at"
+            )[:limit]:
+                found[(label, ns, name)] = updated
+
+        if kind in (None, "DATASET"):
+            visible = Dataset.objects.filter(scope, is_hidden=False)
+            first("DATASET", visible.filter(named))
+            # A dataset is found by its aliases' names too (its other names), as on pages.
+            first("DATASET", visible.filter(aliases__name__icontains=q))
+        if kind in (None, "JOB"):
+            first("JOB", Job.objects.filter(scope, named))
         if sort == "NAME":
-            found.sort(key=lambda row: (row[2], row[1], row[0]))
+            ranked = sorted(found.items(), key=lambda row: (row[0][2], row[0][0], row[0][1]))
         else:
-            found.sort(key=lambda row: row[3], reverse=True)
+            ranked = sorted(found.items(), key=lambda row: (-row[1].timestamp(), row[0][2]))
         results = [
             {
                 "type": label,
@@ -651,6 +658,6 @@ class SearchView(APIView):
                 "namespace": ns,
                 "nodeId": (dataset_node_id if label == "DATASET" else job_node_id)(ns, name),
             }
-            for label, ns, name, updated in found[:limit]
+            for (label, ns, name), updated in ranked[:limit]
         ]
         return Response({"totalCount": len(results), "results": results})

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catalog.models import Dataset
+from catalog.models import Dataset, DatasetAlias
 from graph.models import Run, TableEdge
 from ingest.events import MAX_DEPTH, EventError, check_structure
 from ingest.models import RawEvent
@@ -735,6 +735,20 @@ def test_search_finds_datasets_and_jobs_by_part_of_their_names(api, viewer):
     assert names(q="order", after="2026-03-05", before="2026-03-07") == ["shop.public.order_items"]
     assert names(q="o", after="2026-03-08") == ["raw/customers"]
     assert names(q="nothing-like-it") == []
+    # A dataset is found by its other names (a symlink's) too, under its own name.
+    customers = Dataset.objects.get(name="raw/customers")
+    DatasetAlias.objects.create(namespace=spark, name="lake.crm_people", dataset=customers)
+    assert names(q="CRM_PEOPLE") == ["raw/customers"]
+
+
+def test_search_answers_in_a_fixed_number_of_queries(api, viewer, django_assert_max_num_queries):
+    from tests import factories
+
+    for n in range(30):
+        factories.dataset("postgres://shop:5432", f"shop.public.orders_{n}")
+    with django_assert_max_num_queries(8):  # the caller's role, then one query per kind
+        body = api(viewer).get("/api/v1/search", {"q": "orders", "limit": 50}).json()
+    assert body["totalCount"] == 30
 
 
 @pytest.mark.parametrize(
