@@ -3,8 +3,9 @@
 With in-process tasks (no broker: the embedded default that ``make run`` serves with
 runserver) no scheduler runs: the SLI trend, the notices of stale datasets, the compaction
 of old events and run detail, the privacy sweep would never happen. There the server
-process runs each scheduled task itself, the first time after its first response and
-then once per its interval, after a response has been sent.
+process runs each scheduled task itself, on a thread of its own so that no request waits:
+the first time after its first response, then once per its interval (counted from the
+process's start: a restart runs them again).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.signals import request_finished
+from django.db import connection
 
 from lineage_site import dispatch
 
@@ -55,8 +57,18 @@ def run_due(now: float | None = None) -> list[str]:
     return ran
 
 
+def _run_due_and_close() -> None:
+    try:
+        run_due()
+    finally:
+        connection.close()  # this thread's
+
+
 def _after_response(**_: Any) -> None:
-    run_due()
+    now = time.monotonic()
+    due = any(now >= _next_run.get(name, 0.0) for name in settings.CELERY_BEAT_SCHEDULE)
+    if due and not _running.locked():
+        threading.Thread(target=_run_due_and_close, name="embedded-beat", daemon=True).start()
 
 
 def connect() -> None:
