@@ -244,8 +244,11 @@
       labels = pick(2);
       texts = labels.map((i) => axisText(instants[i], 2));
     }
+    // Changes within one second: one label for them.
+    const shown = labels.filter((_, n) => n === 0 || texts[n] !== texts[n - 1]);
+    const shownTexts = texts.filter((t, n) => n === 0 || t !== texts[n - 1]);
     ui.timeAxis.replaceChildren(
-      ...labels.map((i, n) => h("span", { class: "time-tick", style: { left: (100 * i / Math.max(last, 1)) + "%" } }, texts[n])),
+      ...shown.map((i, n) => h("span", { class: "time-tick", style: { left: (100 * i / Math.max(last, 1)) + "%" } }, shownTexts[n])),
       h("span", { class: "time-tick time-tick-now", style: { left: "100%" } }, "now"),
     );
   }
