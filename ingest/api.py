@@ -15,9 +15,6 @@ from uuid import UUID
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import connection
-from django.db.models import Q, QuerySet
-from django.db.models.functions import Collate
 from django.http import HttpRequest, HttpResponse
 from django.urls import Resolver404
 from django.views.decorators.csrf import csrf_exempt
@@ -617,39 +614,18 @@ class SearchView(APIView):
             raise ApiError(f"filter must be DATASET or JOB, got {kind[:64]!r}", "filter")
         sort = choice_param(params, "sort", "NAME", SEARCH_SORTS)
         limit = int_param(params, "limit", 10, 1, 1000)
-        scope = Q()
-        if namespace := params.get("namespace"):
-            scope &= Q(
-                namespace__name=naming.canonical_namespace(check_text(namespace, "namespace"))
-            )
-        if (before := optional_instant(params, "before")) is not None:
-            scope &= Q(updated_at__lt=before)
-        if (after := optional_instant(params, "after")) is not None:
-            scope &= Q(updated_at__gte=after)
-        named = Q(name__icontains=q)
-        # Names compare by code point in the database as here (PostgreSQL's collation may
-        # not), so that each kind's first rows merge into the first rows of all.
-        by_name = Collate("name", "C" if connection.vendor == "postgresql" else "BINARY")
-        order = (by_name.asc(), "pk") if sort == "NAME" else ("-updated_at", "pk")
-        found: dict[tuple[str, str, str], datetime] = {}
-
-        def first(label: str, rows: QuerySet[Any]) -> None:
-            for ns, name, updated in rows.order_by(*order).values_list(
-                "namespace__name", "name", "updated_at"
-            )[:limit]:
-                found[(label, ns, name)] = updated
-
-        if kind in (None, "DATASET"):
-            visible = Dataset.objects.filter(scope, is_hidden=False)
-            first("DATASET", visible.filter(named))
-            # A dataset is found by its aliases' names too (its other names), as on pages.
-            first("DATASET", visible.filter(aliases__name__icontains=q))
-        if kind in (None, "JOB"):
-            first("JOB", Job.objects.filter(scope, named))
-        if sort == "NAME":
-            ranked = sorted(found.items(), key=lambda row: (row[0][2], row[0][0], row[0][1]))
-        else:
-            ranked = sorted(found.items(), key=lambda row: (-row[1].timestamp(), row[0][2]))
+        namespace = params.get("namespace")
+        found = queries.search_names(
+            q,
+            kinds=SEARCH_FILTERS if kind is None else (kind,),
+            by_name=sort == "NAME",
+            limit=limit,
+            namespace=naming.canonical_namespace(check_text(namespace, "namespace"))
+            if namespace
+            else None,
+            before=optional_instant(params, "before"),
+            after=optional_instant(params, "after"),
+        )
         results = [
             {
                 "type": label,
@@ -658,6 +634,6 @@ class SearchView(APIView):
                 "namespace": ns,
                 "nodeId": (dataset_node_id if label == "DATASET" else job_node_id)(ns, name),
             }
-            for (label, ns, name), updated in ranked[:limit]
+            for label, ns, name, updated in found
         ]
         return Response({"totalCount": len(results), "results": results})

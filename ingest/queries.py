@@ -7,7 +7,9 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from django.db import connection
 from django.db.models import Count, Min, Prefetch, Q, QuerySet
+from django.db.models.functions import Collate
 from django.utils import timezone
 
 from catalog.models import NEWEST_VERSION_FIRST, Dataset, DatasetVersion
@@ -149,3 +151,49 @@ def runs_by_uuid(uuids: set[UUID]) -> dict[UUID, Run]:
     if not uuids:
         return {}
     return {r.run_uuid: r for r in runs_with_details().filter(run_uuid__in=uuids)}
+
+
+def search_names(
+    q: str,
+    kinds: tuple[str, ...],
+    by_name: bool,
+    limit: int,
+    namespace: str | None = None,
+    before: datetime | None = None,
+    after: datetime | None = None,
+) -> list[tuple[str, str, str, datetime]]:
+    """(kind, namespace, name, updated at) of the first ``limit`` datasets (DATASET) and jobs
+    (JOB) whose names hold ``q`` in any case, by name or the most recently updated first.
+    Datasets are found by their aliases' names too, as on the pages; hidden ones are left
+    out."""
+    scope = Q()
+    if namespace is not None:
+        scope &= Q(namespace__name=namespace)
+    if before is not None:
+        scope &= Q(updated_at__lt=before)
+    if after is not None:
+        scope &= Q(updated_at__gte=after)
+    named = Q(name__icontains=q)
+    # Names compare by code point in the database as here (PostgreSQL's collation may not),
+    # so that each kind's first rows merge into the first rows of all.
+    name_order = Collate("name", "C" if connection.vendor == "postgresql" else "BINARY")
+    order = (name_order.asc(), "pk") if by_name else ("-updated_at", "pk")
+    found: dict[tuple[str, str, str], datetime] = {}
+
+    def first(label: str, rows: QuerySet[Any]) -> None:
+        for ns, name, updated in rows.order_by(*order).values_list(
+            "namespace__name", "name", "updated_at"
+        )[:limit]:
+            found[(label, ns, name)] = updated
+
+    if "DATASET" in kinds:
+        visible = Dataset.objects.filter(scope, is_hidden=False)
+        first("DATASET", visible.filter(named))
+        first("DATASET", visible.filter(aliases__name__icontains=q))
+    if "JOB" in kinds:
+        first("JOB", Job.objects.filter(scope, named))
+    if by_name:
+        ranked = sorted(found.items(), key=lambda row: (row[0][2], row[0][0], row[0][1]))
+    else:
+        ranked = sorted(found.items(), key=lambda row: (-row[1].timestamp(), row[0][2]))
+    return [(label, ns, name, updated) for (label, ns, name), updated in ranked[:limit]]
