@@ -51,6 +51,7 @@ ACCESS: dict[str, dict[str, str | tuple[str, ...]]] = {
     "api-jobs": {"GET": READ},
     "api-job-runs": {"GET": READ},
     "api-job": {"GET": READ},
+    "api-search": {"GET": READ},
     "api-dataset-versions": {"GET": READ},
     "api-sql-logs": {"GET": OPERATE, "POST": OPERATE},
     "api-sql-log": {"GET": OPERATE},
