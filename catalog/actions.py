@@ -42,6 +42,11 @@ class OwnerSpec:
     display_name: str | None = None
     new_kind: str = OwnerKind.TEAM
 
+    def details(self) -> dict[str, str]:
+        """The owner's own attributes this spec sets (model field: value)."""
+        given = {"kind": self.kind or None, "email": self.email, "display_name": self.display_name}
+        return {attribute: value for attribute, value in given.items() if value is not None}
+
 
 @dataclass
 class Actor:
@@ -95,15 +100,7 @@ def _record(
 def _set_owners(dataset: Dataset, owners: Iterable[OwnerSpec]) -> None:
     dataset.ownerships.all().delete()
     for spec in owners:
-        given = {
-            attribute: value
-            for attribute, value in (
-                ("kind", spec.kind or None),
-                ("email", spec.email),
-                ("display_name", spec.display_name),
-            )
-            if value is not None
-        }
+        given = spec.details()
         owner, created = Owner.objects.get_or_create(
             name=spec.name, defaults={"kind": spec.new_kind, **given}
         )

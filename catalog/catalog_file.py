@@ -63,6 +63,7 @@ DATASET_KEYS = {
 }
 FIELD_KEYS = {"pii", "subjectKind", "sensitivity", "description"}
 OWNER_KEYS = {"name", "type", "kind", "email", "displayName"}
+OWNER_FILE_KEYS = {"display_name": "displayName"}  # the file's name of an Owner field
 
 
 class CatalogFileError(ValueError):
@@ -124,9 +125,7 @@ def _short(value: Any, path: str, limit: int = 255) -> str:
 
 
 def _email(value: Any, path: str) -> str:
-    text = _text(value, path, False)
-    if len(text) > 254:
-        raise CatalogFileError(path, "longer than 254 characters")
+    text = _short(value, path, 254)
     if text:
         try:
             validate_email(text)
@@ -325,18 +324,14 @@ def _apply_dataset(entry: DatasetEntry, actor: Actor, report: ImportReport, now:
         report.created.append(f"dataset {label}")
     values = dict(entry.values)
     owners = values.get("owners", [])
-    known = {
-        name: {"kind": kind, "email": email, "displayName": shown}
-        for name, kind, email, shown in Owner.objects.filter(
-            name__in=[o.name for o in owners]
-        ).values_list("name", "kind", "email", "display_name")
-    }
+    known = {owner.name: owner for owner in Owner.objects.filter(name__in=[o.name for o in owners])}
     for spec in owners:
         before = known.get(spec.name)
-        given = {"kind": spec.kind or None, "email": spec.email, "displayName": spec.display_name}
-        for key, value in given.items():
-            if before is not None and value is not None and before[key] != value:
-                report.changes.append(f"owner {spec.name} {key}: {before[key]!r} → {value!r}")
+        for attribute, value in spec.details().items():
+            if before is not None and getattr(before, attribute) != value:
+                key = OWNER_FILE_KEYS.get(attribute, attribute)
+                old = getattr(before, attribute)
+                report.changes.append(f"owner {spec.name} {key}: {old!r} → {value!r}")
     if "retention_policy" in values:
         name = values["retention_policy"]
         values["retention_policy"] = RetentionPolicy.objects.get(name=name) if name else None
