@@ -488,6 +488,17 @@ def test_pages_run_only_the_projects_own_scripts_and_styles(client, viewer):
     )
 
 
+def test_the_api_reference_pages_load_nothing_from_other_sites(client, viewer):
+    client.force_login(viewer)
+    for path in ("/api/docs/", "/api/redoc/"):
+        response = client.get(path)
+        assert response.status_code == 200, path
+        page = response.content.decode()
+        assert "https://" not in page and "//fonts." not in page, path
+        policy = response["Content-Security-Policy"]
+        assert "https:" not in policy and "http:" not in policy, (path, policy)
+
+
 def test_the_icon_is_found_where_browsers_look_for_it(client):
     from django.contrib.staticfiles import finders
 

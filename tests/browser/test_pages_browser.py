@@ -6,7 +6,7 @@ import itertools
 import re
 import time
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import pytest
 from playwright.sync_api import expect
@@ -332,8 +332,22 @@ def test_the_api_documentation_and_admin_pages_draw_under_the_content_security_p
     page = page_as(viewer)
     page.goto("/api/docs/")
     expect(page.locator(".swagger-ui .opblock").first).to_be_visible()
+    requested: list[str] = []
+    refused: list[str] = []  # by the page's policy, before anything went out
+    page.on("request", lambda request: requested.append(request.url))
+    page.on(
+        "requestfailed",
+        lambda request: refused.append(request.url) if request.failure == "csp" else None,
+    )
     page.goto("/api/redoc/")
     expect(page.get_by_role("heading", name="Lineage Explorer API").first).to_be_visible()
+    page.wait_for_load_state("networkidle")
+    elsewhere = [
+        url
+        for url in requested
+        if urlsplit(url).hostname not in ("localhost", None) and url not in refused
+    ]
+    assert elsewhere == [], elsewhere
 
 
 def test_a_steward_sees_where_a_propagated_flag_came_from_and_blocks_it(page_as, steward, shot):
