@@ -69,8 +69,9 @@ def owners_value(dataset: Dataset) -> list[dict[str, str]]:
     return [{"name": o.owner.name, "type": o.ownership_type} for o in rows]
 
 
-def tags_value(dataset: Dataset) -> list[str]:
-    return sorted(dataset.tags.values_list("name", flat=True))
+def tags_value(target: Dataset | DatasetField) -> list[str]:
+    """A dataset's or a field's tags, sorted: the form history stores."""
+    return sorted(target.tags.values_list("name", flat=True))
 
 
 def _record(
@@ -114,9 +115,9 @@ def _set_owners(dataset: Dataset, owners: Iterable[OwnerSpec]) -> None:
         )
 
 
-def _set_tags(dataset: Dataset, names: Iterable[str]) -> None:
+def _set_tags(target: Dataset | DatasetField, names: Iterable[str]) -> None:
     tags = [Tag.objects.get_or_create(name=name)[0] for name in names]
-    dataset.tags.set(tags)
+    target.tags.set(tags)
 
 
 # The overview's counts and the stewardship lists, cached per process (catalog.views).
@@ -180,7 +181,7 @@ def update_field(
     """Apply steward changes to a field; returns the history records written.
 
     ``changes`` keys: pii_category ("" for none), subject_kind (SubjectKind or None),
-    propagation_blocked (bool), sensitivity, description. Flags a person sets are declared:
+    propagation_blocked (bool), sensitivity, description, tags (list of names). Flags a person sets are declared:
     on a field showing a propagated flag, the attribute not given starts from nothing
     declared (``confirm_flag`` declares both as shown). The history keeps declared values
     and blocks; propagated flags are derived (graph.propagation), so the records of a flag
@@ -216,6 +217,12 @@ def update_field(
                 _record(
                     actor, dataset, "subject_kind", old_kind, kind and kind.name, at, field.name
                 )
+            )
+        if "tags" in changes:
+            old_tags = tags_value(field)
+            _set_tags(field, changes["tags"])
+            records.append(
+                _record(actor, dataset, "tags", old_tags, tags_value(field), at, field.name)
             )
         if flag_changed and actor.source != ChangeSource.PROPAGATION:
             field.flag_source = FlagSource.DECLARED

@@ -194,6 +194,7 @@ def dataset_as_of_json(ds: Dataset, as_of: datetime) -> dict[str, Any]:
                 {
                     "name": f.name,
                     "type": f.type or None,
+                    "tags": f.tags,
                     "description": f.description or None,
                     **flag_json(f.flag),
                     "sensitivity": f.sensitivity or None,
@@ -429,6 +430,12 @@ class FieldPatchInput(StrictInput):
         choices=Sensitivity.values, required=False, allow_null=True, allow_blank=True
     )
     description = TextField(required=False, allow_blank=True, max_length=10000)
+    tags = serializers.ListField(
+        child=TextField(max_length=128),
+        required=False,
+        max_length=100,
+        help_text="the field's tags, all of them: [] removes every one",
+    )
     confirm = serializers.BooleanField(
         required=False, help_text="true: the propagated flag shown becomes declared"
     )
@@ -515,6 +522,8 @@ class FieldDetailView(APIView):
             changes["sensitivity"] = data["sensitivity"] or ""
         if "description" in data:
             changes["description"] = data["description"]
+        if "tags" in data:
+            changes["tags"] = sorted(set(data["tags"]))
         actions.update_field(target, changes, actor)
         return Response(field_json(self._field(namespace, name, field)))
 

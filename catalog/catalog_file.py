@@ -19,7 +19,7 @@ a re-import of the same file changes nothing.
         retentionPolicy: two-years
         fields:
           customer_id: {pii: identifier, subjectKind: customer}
-          email: {pii: email, subjectKind: customer, description: Login e-mail}
+          email: {pii: email, subjectKind: customer, description: Login e-mail, tags: [login]}
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ DATASET_KEYS = {
     "retentionPolicy",
     "fields",
 }
-FIELD_KEYS = {"pii", "subjectKind", "sensitivity", "description"}
+FIELD_KEYS = {"pii", "subjectKind", "sensitivity", "description", "tags"}
 OWNER_KEYS = {"name", "type", "kind", "email", "displayName"}
 OWNER_FILE_KEYS = {"display_name": "displayName"}  # the file's name of an Owner field
 
@@ -122,6 +122,14 @@ def _short(value: Any, path: str, limit: int = 255) -> str:
     if len(text) > limit:
         raise CatalogFileError(path, f"longer than {limit} characters")
     return text
+
+
+def _tags(value: Any, path: str) -> list[str]:
+    """Tag names, each non-empty and at most 128 characters; repeats count once."""
+    tags = []
+    for j, tag in enumerate(_list(value, path)):
+        tags.append(_short(_text(tag, f"{path}[{j}]"), f"{path}[{j}]", 128))
+    return sorted(set(tags))
 
 
 def _email(value: Any, path: str) -> str:
@@ -236,9 +244,7 @@ def _parse_dataset(
             )
         entry.values["owners"] = owners
     if "tags" in item:
-        entry.values["tags"] = [
-            _text(t, f"{path}.tags[{j}]") for j, t in enumerate(_list(item["tags"], f"{path}.tags"))
-        ]
+        entry.values["tags"] = _tags(item["tags"], f"{path}.tags")
     fields = item.get("fields") or {}
     for name, values in _mapping(fields, f"{path}.fields").items():
         fpath = f"{path}.fields.{name}"
@@ -260,6 +266,8 @@ def _parse_dataset(
             )
         if "description" in values:
             parsed["description"] = _text(values["description"], f"{fpath}.description", False)
+        if "tags" in values:
+            parsed["tags"] = _tags(values["tags"], f"{fpath}.tags")
         entry.fields.append(FieldEntry(name=str(name), values=parsed))
     return entry
 
@@ -376,7 +384,7 @@ def export() -> dict[str, Any]:
     }
     datasets = (
         Dataset.objects.select_related("namespace", "retention_policy")
-        .prefetch_related("ownerships__owner", "tags", "fields__subject_kind")
+        .prefetch_related("ownerships__owner", "tags", "fields__subject_kind", "fields__tags")
         .order_by("namespace__name", "name")
     )
     for ds in datasets:
@@ -415,6 +423,9 @@ def export() -> dict[str, Any]:
                 values["sensitivity"] = f.sensitivity
             if f.description:
                 values["description"] = f.description
+            tags = sorted(t.name for t in f.tags.all())
+            if tags:
+                values["tags"] = tags
             if values:
                 fields[f.name] = values
         if fields:

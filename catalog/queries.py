@@ -31,7 +31,7 @@ from graph.models import Direction, RunDataset
 CHUNK = 5000
 
 DATASET_ATTRIBUTES = ("description", "sensitivity", "retention_policy", "owners", "tags")
-FIELD_ATTRIBUTES = ("pii_category", "subject_kind", "sensitivity", "description")
+FIELD_ATTRIBUTES = ("pii_category", "subject_kind", "sensitivity", "description", "tags")
 
 
 def datasets_with_details() -> QuerySet[Dataset]:
@@ -258,6 +258,7 @@ class FieldState:
     description: str
     flag: FieldFlag
     sensitivity: str
+    tags: list[str] = field(default_factory=list)
 
     @property
     def pii_category(self) -> str:
@@ -315,7 +316,9 @@ def dataset_state_as_of(dataset: Dataset, as_of: datetime) -> DatasetState:
         return state
     state.lifecycle, state.lifecycle_since = lifecycle_as_of(dataset, as_of)
     version = version_as_of(dataset, as_of)
-    current_fields = {f.name: f for f in dataset.fields.select_related("subject_kind")}
+    current_fields = {
+        f.name: f for f in dataset.fields.select_related("subject_kind").prefetch_related("tags")
+    }
     if version is not None:
         schema = version.fields
     elif dataset.versions.exists():
@@ -333,6 +336,8 @@ def dataset_state_as_of(dataset: Dataset, as_of: datetime) -> DatasetState:
                 description=attr("description", live.description if live else "", name),
                 flag=flags[live.pk] if live else NO_FLAG,
                 sensitivity=attr("sensitivity", live.sensitivity if live else "", name),
+                tags=attr("tags", sorted(t.name for t in live.tags.all()) if live else [], name)
+                or [],
             )
         )
     return state

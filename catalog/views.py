@@ -178,6 +178,15 @@ def _split(raw: str) -> list[str]:
     return [part.strip() for part in raw.split(",") if part.strip()]
 
 
+def tag_names(raw: str) -> list[str]:
+    """Comma-separated tags as a sorted list of names, each at most 128 characters."""
+    names = sorted(set(_split(raw)))
+    long = next((name for name in names if len(name) > 128), None)
+    if long is not None:
+        raise forms.ValidationError(f"Tag {long[:40]!r}… is longer than 128 characters")
+    return names
+
+
 def owners_text(owners: list[dict[str, str]]) -> str:
     return ", ".join(f"{o['name']} ({o['type']})" if o.get("type") else o["name"] for o in owners)
 
@@ -288,7 +297,7 @@ class DatasetForm(forms.Form):
         return cleaned
 
     def clean_tags(self) -> list[str]:
-        return sorted(set(_split(self.cleaned_data["tags"])))
+        return tag_names(self.cleaned_data["tags"])
 
 
 class FieldForm(forms.Form):
@@ -306,6 +315,10 @@ class FieldForm(forms.Form):
     )
     sensitivity = forms.ChoiceField(choices=[("", "—"), *Sensitivity.choices], required=False)
     description = forms.CharField(required=False, max_length=4000)
+    tags = forms.CharField(required=False, max_length=2000, help_text="Comma-separated")
+
+    def clean_tags(self) -> list[str]:
+        return tag_names(self.cleaned_data["tags"])
 
     def clean_new_subject_kind(self) -> str:
         name: str = self.cleaned_data.get("new_subject_kind", "")
@@ -680,7 +693,8 @@ def dataset_edit(request: HttpRequest) -> HttpResponse:
 @edit_required
 @require_http_methods(["GET", "POST"])
 def field_edit(request: HttpRequest) -> HttpResponse:
-    """Steward edit of one field's PII category, subject kind, sensitivity and description."""
+    """Steward edit of one field's PII category, subject kind, sensitivity, description and
+    tags."""
     dataset = fetch_dataset(request.GET)
     target = fetch_field(dataset, request.GET.get("field", ""))
     if request.method == "POST" and request.POST.get("action"):
@@ -720,6 +734,7 @@ def field_edit(request: HttpRequest) -> HttpResponse:
                 "subject_kind": target.subject_kind,
                 "sensitivity": target.sensitivity,
                 "description": target.description,
+                "tags": ", ".join(t.name for t in target.tags.all()),
             }
         )
     context = {"dataset": dataset, "field": target, "form": form}

@@ -574,7 +574,7 @@ def _rewind_edits(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, D
         new_fields = []
         for f in info.fields:
             field_updates: dict[str, Any] = {
-                attribute: (old or "" if attribute != "subject_kind" else old)
+                attribute: _field_value(attribute, old)
                 for (field_name, attribute), old in changes.items()
                 if field_name == f.name
             }
@@ -582,6 +582,15 @@ def _rewind_edits(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, D
         updates["fields"] = tuple(new_fields)
         out[ds_pk] = replace(info, **updates)
     return out
+
+
+def _field_value(attribute: str, recorded: Any) -> Any:
+    """A field's attribute as FieldInfo holds it, from a history record's value."""
+    if attribute == "subject_kind":
+        return recorded
+    if attribute == "tags":
+        return tuple(sorted(recorded or ()))
+    return recorded or ""
 
 
 def _load_names(table: str, pks: Iterable[int]) -> dict[int, tuple[str, str]]:

@@ -174,12 +174,16 @@ def test_it_reads_the_catalog_as_of_a_past_instant(api, steward, viewer, custome
         ({"subjectKind": "martian"}, "subjectKind"),
         ({"sensitivity": 7}, "sensitivity"),
         ({"colour": "red"}, "colour"),
+        ({"tags": "gold"}, "tags"),
+        ({"tags": ["gold", "x" * 129]}, "tags[1]"),
+        ({"tags": [""]}, "tags[0]"),
     ],
 )
 def test_it_rejects_bad_field_edits_naming_the_field(api, steward, customers, payload, field):
     response = api(steward).patch(dataset_url(suffix="/fields/email"), payload, format="json")
     assert response.status_code == 400
     assert response.json()["field"] == field
+    assert not ChangeRecord.objects.exists()
 
 
 @pytest.mark.parametrize(

@@ -80,7 +80,7 @@ def test_an_export_imported_anew_gives_the_same_catalog(tmp_path):
     name: shop.public.orders
     owners: [{name: ana, kind: person, email: ana@example.com, displayName: Ana Lima}]
     fields:
-      placed_at: {description: When the order was placed}
+      placed_at: {description: When the order was placed, tags: [time, audit]}
 """
     run_import(tmp_path, CATALOG + extra)
     first = StringIO()
@@ -90,7 +90,9 @@ def test_an_export_imported_anew_gives_the_same_catalog(tmp_path):
     assert orders["owners"] == [
         {"name": "ana", "kind": "person", "displayName": "Ana Lima", "email": "ana@example.com"}
     ]
-    assert orders["fields"] == {"placed_at": {"description": "When the order was placed"}}
+    assert orders["fields"] == {
+        "placed_at": {"description": "When the order was placed", "tags": ["audit", "time"]}
+    }
     Dataset.objects.all().delete()
     Owner.objects.all().delete()
     run_import(tmp_path, first.getvalue())
@@ -110,6 +112,21 @@ def test_it_reports_an_owners_new_kind_and_contact(tmp_path):
     assert "owner web-team email: '' → 'web@example.com'" in output
     assert Owner.objects.get(name="web-team").kind == "person"
     assert "nothing changed" in run_import(tmp_path, CATALOG.replace("web-team]", changed))
+
+
+def test_it_sets_a_fields_tags_with_history_and_reports_them(tmp_path):
+    tagged = CATALOG.replace(
+        "email: {pii: email, subjectKind: customer}",
+        "email: {pii: email, subjectKind: customer, tags: [login, login, contact]}",
+    )
+    output = run_import(tmp_path, tagged)
+    assert "shop.public.customers:email tags: [] → ['contact', 'login']" in output
+    email = DatasetField.objects.get(name="email")
+    assert sorted(t.name for t in email.tags.all()) == ["contact", "login"]
+    assert "nothing changed" in run_import(tmp_path, tagged)
+    output = run_import(tmp_path, tagged.replace("tags: [login, login, contact]", "tags: []"))
+    assert "email tags: ['contact', 'login'] → []" in output
+    assert not email.tags.exists()
 
 
 def test_it_reports_without_writing_on_a_dry_run(tmp_path):
@@ -152,6 +169,15 @@ def test_it_reports_without_writing_on_a_dry_run(tmp_path):
         (
             f"datasets: [{{namespace: a, name: b, owners: [{{name: x, displayName: {'a' * 256}}}]}}]",
             "datasets[0].owners[0].displayName",
+        ),
+        (
+            f"datasets: [{{namespace: a, name: b, fields: {{x: {{tags: [ok, {'t' * 129}]}}}}}}]",
+            "datasets[0].fields.x.tags[1]",
+        ),
+        (f"datasets: [{{namespace: a, name: b, tags: [{'t' * 129}]}}]", "datasets[0].tags[0]"),
+        (
+            "datasets: [{namespace: a, name: b, fields: {x: {tags: gold}}}]",
+            "datasets[0].fields.x.tags",
         ),
         ("datasets: {a: 1}", "datasets"),
         ("datasets: [unclosed", "file"),

@@ -7,6 +7,7 @@ from urllib.parse import urlencode
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from catalog.models import ChangeRecord, Dataset, DatasetField, FlagSource
 from catalog.views import schema_diff, version_rows
@@ -409,6 +410,30 @@ def test_it_lets_a_steward_flag_a_field_as_pii(shop, steward):
     assert field.flag_source == FlagSource.DECLARED
     record = ChangeRecord.objects.get(dataset=shop.orders, attribute="pii_category")
     assert (record.old, record.new, record.actor_name) == ("", "identifier", "stella-steward")
+
+
+def test_a_steward_tags_a_field_and_the_dataset_page_shows_its_tags_then_and_now(shop, steward):
+    client = client_for(steward)
+    url = f"/datasets/field?{ds_params(shop.orders, field='customer_id')}"
+    form = {"pii_category": "", "sensitivity": "", "description": "Who ordered"}
+    too_long = client.post(url, {**form, "tags": f"key, {'t' * 129}"}, HTTP_X_FRAGMENT="1")
+    assert too_long.status_code == 422
+    assert "longer than 128 characters" in too_long.content.decode()
+    assert not ChangeRecord.objects.filter(dataset=shop.orders).exists()
+    before = timezone.now()
+    response = client.post(url, {**form, "tags": "key, join key, key"}, HTTP_X_FRAGMENT="1")
+    assert response.status_code == 200
+    row = response.content.decode()
+    assert ">join key</span>" in row and ">key</span>" in row
+    record = ChangeRecord.objects.get(dataset=shop.orders, attribute="tags")
+    assert (record.field_name, record.old, record.new) == ("customer_id", [], ["join key", "key"])
+    assert 'value="join key, key"' in client.get(url, HTTP_X_FRAGMENT="1").content.decode()
+    page = client.get(f"/datasets/show?{ds_params(shop.orders)}").content.decode()
+    assert ">join key</span>" in page
+    then = client.get(
+        f"/datasets/show?{ds_params(shop.orders, asOf=before.strftime('%Y-%m-%dT%H:%M:%S'))}"
+    ).content.decode()
+    assert "Showing this dataset as it was" in then and ">join key</span>" not in then
 
 
 def test_it_forbids_a_viewer_to_edit(shop, viewer):
