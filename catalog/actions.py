@@ -21,6 +21,7 @@ from catalog.models import (
     DatasetField,
     DatasetOwnership,
     FlagSource,
+    Namespace,
     Owner,
     OwnerKind,
     RetentionPolicy,
@@ -246,6 +247,16 @@ def confirm_flag(field: DatasetField, actor: Actor, at: datetime | None = None) 
         actor,
         at,
     )
+
+
+def describe_namespace(namespace: Namespace, owner_name: str, description: str) -> Namespace:
+    """Set a namespace's owner and description (Marquez's PUT: both, every time); its
+    ``updated_at`` moves when either changes."""
+    if (namespace.owner_name, namespace.description) != (owner_name, description):
+        namespace.owner_name, namespace.description = owner_name, description
+        namespace.updated_at = timezone.now()
+        namespace.save(update_fields=["owner_name", "description", "updated_at"])
+    return namespace
 
 
 def ensure_subject_kind(name: str) -> SubjectKind:

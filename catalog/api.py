@@ -274,12 +274,43 @@ class NamespaceListView(APIView):
         return Response({"namespaces": [namespace_json(ns) for ns in Namespace.objects.all()]})
 
 
+class NamespaceInput(StrictInput):
+    ownerName = TextField(max_length=255)
+    description = TextField(required=False, allow_blank=True, allow_null=True, max_length=10000)
+
+
 class NamespaceDetailView(APIView):
-    @extend_schema(responses={200: NAMESPACE}, summary="One namespace", operation_id="getNamespace")
-    def get(self, request: Request, namespace: str) -> Response:
+    permission_classes = [ReadOrEditCatalog]
+
+    def _namespace(self, namespace: str) -> Namespace:
         ns = queries.get_namespace(namespace)
         if ns is None:
             raise ApiError(f"Namespace {namespace} not found", "namespace", status_code=404)
+        return ns
+
+    @extend_schema(responses={200: NAMESPACE}, summary="One namespace", operation_id="getNamespace")
+    def get(self, request: Request, namespace: str) -> Response:
+        return Response(namespace_json(self._namespace(namespace)))
+
+    @extend_schema(
+        request=NamespaceInput,
+        responses={200: NAMESPACE},
+        summary="Set a namespace's owner and description",
+        description="As Marquez's: both are set each time (no description clears it). "
+        "Namespaces come from lineage and catalog files: an unknown one answers 404.",
+        operation_id="updateNamespace",
+    )
+    def put(self, request: Request, namespace: str) -> Response:
+        ns = self._namespace(namespace)
+        payload = require_json_object(request)
+        unknown = set(payload) - set(NamespaceInput().fields)
+        if unknown:
+            bad = sorted(unknown)[0]
+            raise ApiError(f"Unknown key {bad!r}", bad)
+        serializer = NamespaceInput(data=payload)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        actions.describe_namespace(ns, data["ownerName"], data.get("description") or "")
         return Response(namespace_json(ns))
 
 

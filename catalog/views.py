@@ -543,6 +543,10 @@ def dataset_list(request: HttpRequest) -> HttpResponse:
             "namespaces": Namespace.objects.filter(
                 Exists(Dataset.objects.filter(namespace=OuterRef("pk"), is_hidden=False))
             ).order_by("name")[:500],
+            # The namespace filtered on, for its owner and description.
+            "namespace": queries.get_namespace(params["namespace"])
+            if params.get("namespace")
+            else None,
             "policies": RetentionPolicy.objects.order_by("name"),
             "platforms": platforms(),
             "filters": params,

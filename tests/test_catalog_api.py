@@ -35,6 +35,55 @@ def test_it_lists_namespaces_in_marquez_shape(api, viewer, customers):
     )
 
 
+def test_a_steward_sets_a_namespaces_owner_and_description_as_in_marquez(
+    api, viewer, steward, customers
+):
+    url = f"/api/v1/namespaces/{quote(NS, safe='')}"
+    before = api(viewer).get(url).json()
+    body = {"ownerName": "shop-team", "description": "The shop's database"}
+    assert api(viewer).put(url, body, format="json").status_code == 403
+    answer = api(steward).put(url, body, format="json")
+    assert answer.status_code == 200, answer.content
+    assert (answer.json()["ownerName"], answer.json()["description"]) == (
+        "shop-team",
+        "The shop's database",
+    )
+    shown = api(viewer).get(url).json()
+    assert shown == answer.json() and shown["updatedAt"] > before["updatedAt"]
+    listed = api(viewer).get("/api/v1/namespaces").json()["namespaces"]
+    assert {n["name"]: n["ownerName"] for n in listed}[NS] == "shop-team"
+    cleared = api(steward).put(url, {"ownerName": "shop-team"}, format="json").json()
+    assert cleared["description"] is None
+    again = api(steward).put(url, {"ownerName": "shop-team"}, format="json").json()
+    assert again["updatedAt"] == cleared["updatedAt"]  # nothing changed
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({}, "ownerName"),
+        ({"ownerName": ""}, "ownerName"),
+        ({"ownerName": 7}, "ownerName"),
+        ({"ownerName": "x" * 256}, "ownerName"),
+        ({"ownerName": "a", "colour": "red"}, "colour"),
+        ({"ownerName": "a", "description": ["x"]}, "description"),
+    ],
+)
+def test_it_rejects_bad_namespace_edits_naming_the_field(api, steward, customers, payload, field):
+    url = f"/api/v1/namespaces/{quote(NS, safe='')}"
+    response = api(steward).put(url, payload, format="json")
+    assert response.status_code == 400
+    assert response.json()["field"] == field
+    assert api(steward).get(url).json()["ownerName"] is None
+
+
+def test_it_answers_404_for_an_edit_of_an_unknown_namespace(api, steward, customers):
+    response = api(steward).put("/api/v1/namespaces/nowhere", {"ownerName": "a"}, format="json")
+    assert response.status_code == 404
+    assert response.json()["field"] == "namespace"
+    assert api(steward).get("/api/v1/namespaces/nowhere").status_code == 404
+
+
 def test_it_lists_datasets_of_a_namespace_with_url_encoded_names(api, viewer, customers):
     body = api(viewer).get(f"/api/v1/namespaces/{quote(NS, safe='')}/datasets").json()
     assert body["totalCount"] == 1

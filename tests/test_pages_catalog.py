@@ -540,6 +540,17 @@ def test_it_filters_the_dataset_list(shop, viewer):
     assert "shop.public.customers" in html and "shop.public.orders" not in html
 
 
+def test_the_dataset_list_of_one_namespace_says_who_owns_it(shop, viewer):
+    from catalog.actions import describe_namespace
+
+    namespace = shop.orders.namespace
+    url = f"/datasets/?{urlencode({'namespace': namespace.name})}"
+    assert 'id="namespace-about"' not in client_for(viewer).get(url).content.decode()
+    describe_namespace(namespace, "shop-team", "The shop's database")
+    html = client_for(viewer).get(url).content.decode()
+    assert "owned by shop-team · The shop&#x27;s database" in html
+
+
 def test_it_pages_the_dataset_list_by_name_and_caps_the_count(viewer, monkeypatch):
     from catalog import views
 

@@ -82,7 +82,7 @@ ACCESS: dict[str, dict[str, str | tuple[str, ...]]] = {
     "api-dataset-history": {"GET": READ},
     "api-datasets": {"GET": READ},
     "api-dataset": {"GET": READ, "PATCH": EDIT},
-    "api-namespace": {"GET": READ},
+    "api-namespace": {"GET": READ, "PUT": EDIT},
     "api-tokens": {"GET": TOKENS},
     "api-token": {"DELETE": TOKENS},
     "api-slis": {"GET": READ},
