@@ -531,7 +531,7 @@ class ErasureApplyView(ErasureRunView):
 
 class AuditListView(PrivacyView):
     permission_classes = [CanViewAudit]
-    audit_action = AuditAction.LOOKUP
+    audit_action = AuditAction.AUDIT_READ
 
     @extend_schema(
         responses={200: schema.AUDIT},

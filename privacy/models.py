@@ -23,6 +23,7 @@ class AuditAction(models.TextChoices):
     ERASURE_APPLY = "erasure_apply", "Erasure applied"
     EXPORT = "export", "Export"
     LOOKUP = "lookup", "Audit lookup by value"
+    AUDIT_READ = "audit_read", "Audit log read"
     SUBJECT_KINDS = "subject_kinds", "Subject kinds"
 
 

@@ -44,14 +44,16 @@ FORM_ROWS = 3
 View = Callable[..., HttpResponse]
 
 
-def privacy_page(perm: str, action: str) -> Callable[[View], View]:
-    """Sign-in, role check (refusals audited), no caching, POST values hidden from error reports."""
+def privacy_page(perm: str, action: str, post_action: str = "") -> Callable[[View], View]:
+    """Sign-in, role check (refusals audited as ``action``, or ``post_action`` for a POST when
+    given), no caching, POST values hidden from error reports."""
 
     def decorate(view: View) -> View:
         @wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if not has_perm(request.user, perm):
-                actions.log_denied(request.user, action, request.path)
+                asked = post_action if post_action and request.method == "POST" else action
+                actions.log_denied(request.user, asked, request.path)
                 raise PermissionDenied("This page needs the compliance role")
             return view(request, *args, **kwargs)
 
@@ -306,7 +308,7 @@ def run_plan(request: HttpRequest, plan_id: UUID) -> HttpResponse:
     return redirect("privacy-run", run_id=run.id)
 
 
-@privacy_page(VIEW_AUDIT, AuditAction.LOOKUP)
+@privacy_page(VIEW_AUDIT, AuditAction.AUDIT_READ, post_action=AuditAction.LOOKUP)
 @require_http_methods(["GET", "POST"])
 def audit(request: HttpRequest) -> HttpResponse:
     action = request.GET.get("action") or None

@@ -109,7 +109,7 @@ def test_it_refuses_every_role_but_compliance_and_admin(shop, api, request, pers
         "erasure_plan",
         "export",
         "erasure_dry_run",
-        "lookup",
+        "audit_read",
         *(["subject_kinds"] if persona != "steward" else []),
     ]
     assert set(denied.values_list("actor_name", flat=True)) == {
