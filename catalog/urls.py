@@ -13,8 +13,9 @@ NAME = r"(?P<name>[\s\S]+)"
 
 api_urlpatterns = [
     path("namespaces", api.NamespaceListView.as_view(), name="api-namespaces"),
+    # A field's name may hold slashes too: the name is split off at the last "/fields/".
     re_path(
-        rf"^namespaces/{NS}/datasets/{NAME}/fields/(?P<field>[^/]+)$",
+        rf"^namespaces/{NS}/datasets/{NAME}/fields/(?P<field>[\s\S]+)$",
         api.FieldDetailView.as_view(),
         name="api-field",
     ),

@@ -99,6 +99,17 @@ def test_it_finds_datasets_whose_names_hold_slashes(api, viewer):
     assert response.json()["name"] == "/data/lake/raw/customers"
 
 
+def test_a_field_whose_name_holds_slashes_is_reachable(api, viewer, steward):
+    factories.dataset("s3://lake", "raw/events", fields=("payload/user/id", "kind"))
+    url = dataset_url("s3://lake", "raw/events", "/fields/" + quote("payload/user/id", safe=""))
+    assert api(viewer).get(url).json()["name"] == "payload/user/id"
+    edited = api(steward).patch(url, {"description": "Who"}, format="json")
+    assert edited.status_code == 200, edited.content
+    assert edited.json()["description"] == "Who"
+    kind = api(viewer).get(dataset_url("s3://lake", "raw/events", "/fields/kind")).json()
+    assert kind["description"] is None
+
+
 def test_a_dataset_named_datasets_is_reachable_and_so_is_a_namespace_ending_in_datasets(
     api, viewer, steward
 ):
