@@ -81,7 +81,6 @@ class DatasetInfo:
     updated_at: datetime
     first_seen: datetime
     last_seen: datetime
-    dropped_at: datetime | None
     fields: tuple[FieldInfo, ...]
     tags: tuple[str, ...]
     owners: tuple[OwnerInfo, ...]
@@ -160,8 +159,8 @@ def info_json(info: DatasetInfo | JobInfo) -> str:
 def dataset_info_from_json(text: str) -> DatasetInfo:
     (
         pk, namespace, name, description, platform, location, source_name, sensitivity,
-        lifecycle_state, is_hidden, created_at, updated_at, first_seen, last_seen, dropped_at,
-        field_rows, tags, owners, retention,
+        lifecycle_state, is_hidden, created_at, updated_at, first_seen, last_seen, field_rows,
+        tags, owners, retention,
     ) = orjson.loads(text)  # fmt: skip
     return DatasetInfo(
         pk=pk,
@@ -178,7 +177,6 @@ def dataset_info_from_json(text: str) -> DatasetInfo:
         updated_at=read_ts(updated_at),  # type: ignore[arg-type]
         first_seen=read_ts(first_seen),  # type: ignore[arg-type]
         last_seen=read_ts(last_seen),  # type: ignore[arg-type]
-        dropped_at=read_ts(dropped_at),
         fields=tuple(
             FieldInfo(f_pk, f_name, f_type, f_desc, pii, kind, source, sens, tuple(f_tags))
             for f_pk, f_name, f_type, f_desc, pii, kind, source, sens, f_tags in field_rows
@@ -293,7 +291,7 @@ def load_datasets(
             "SELECT d.id, n.name, d.name, d.description, d.platform, d.location, "
             "d.source_name, d.sensitivity, d.lifecycle_state, d.is_hidden, "
             f"{ts_sql('d.created_at')}, {ts_sql('d.updated_at')}, "
-            f"{ts_sql('d.first_seen')}, {ts_sql('d.last_seen')}, {ts_sql('d.dropped_at')}, "
+            f"{ts_sql('d.first_seen')}, {ts_sql('d.last_seen')}, "
             "rp.name, rp.duration, rp.action, rp.legal_basis, "
             f"(SELECT {tags_of} FROM catalog_dataset_tags dt "
             "JOIN catalog_tag t ON t.id = dt.tag_id WHERE dt.dataset_id = d.id), "
@@ -334,7 +332,7 @@ def load_datasets(
     found: dict[int, DatasetInfo] = {}
     for row in rows:
         pk = row[0]
-        retention = RetentionInfo(row[15], _days(row[16]), row[17], row[18]) if row[15] else None
+        retention = RetentionInfo(row[14], _days(row[15]), row[16], row[17]) if row[14] else None
         found[pk] = DatasetInfo(
             pk=pk,
             namespace=row[1],
@@ -350,14 +348,13 @@ def load_datasets(
             updated_at=read_ts(row[11]),  # type: ignore[arg-type]
             first_seen=read_ts(row[12]),  # type: ignore[arg-type]
             last_seen=read_ts(row[13]),  # type: ignore[arg-type]
-            dropped_at=read_ts(row[14]),
             fields=tuple(by_dataset.get(pk, ())),
-            tags=_names(row[19]),
+            tags=_names(row[18]),
             owners=tuple(
                 sorted(
                     (
                         OwnerInfo(name, otype, kind, email)
-                        for name, kind, email, otype in _json(row[20])
+                        for name, kind, email, otype in _json(row[19])
                     ),
                     key=lambda o: (o.name, o.type),
                 )
@@ -444,9 +441,8 @@ def _rewind(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, Dataset
     ``as_of``."""
     closed = closed_datasets(as_of, found)
     found = {
-        pk: replace(info, lifecycle_state=state, dropped_at=since)
+        pk: replace(info, lifecycle_state=closed[pk][0] if pk in closed else LifecycleState.ACTIVE)
         for pk, info in found.items()
-        for state, since in [closed.get(pk, (LifecycleState.ACTIVE, None))]
     }
     found = _rewind_edits(found, as_of)
     ever = _ever_flagged(found)

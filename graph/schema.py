@@ -46,6 +46,7 @@ DATASET_DATA = obj(
                     "description": NSTR,
                     "pii": NSTR,
                     "subjectKind": NSTR,
+                    "sensitivity": NSTR,
                 }
             )
         ),

@@ -232,23 +232,33 @@ def test_what_a_merge_kept_reads_the_same_as_of_any_instant_after_it():
     assert (state.description, state.retention_policy) == ("people", "hr-2y")
 
 
-def test_a_fields_tags_as_of_an_instant_are_the_ones_it_had_then(api, viewer, steward):
+def test_a_fields_tags_and_sensitivity_as_of_an_instant_are_the_ones_it_had_then(
+    api, viewer, steward
+):
     _load_orders(1, "id", "customer_id")
     url = f"/api/v1/namespaces/{quote(PG, safe='')}/datasets/{ORDERS}"
     with time_machine.travel(parse_datetime(at(2))):
-        edit = api(steward).patch(f"{url}/fields/id", {"tags": ["key", "gold"]}, format="json")
+        edit = api(steward).patch(
+            f"{url}/fields/id", {"tags": ["key", "gold"], "sensitivity": "internal"}, format="json"
+        )
     assert edit.status_code == 200, edit.content
     assert edit.json()["tags"] == ["gold", "key"]
     with time_machine.travel(parse_datetime(at(3))):
         api(steward).patch(f"{url}/fields/id", {"tags": ["key"]}, format="json")
     node_store_written()
-    for as_of, tags in ((at(1, 12), []), (at(2, 12), ["gold", "key"]), (None, ["key"])):
+    for as_of, tags, sensitivity in (
+        (at(1, 12), [], None),
+        (at(2, 12), ["gold", "key"], "internal"),
+        (None, ["key"], "internal"),
+    ):
         params = {"asOf": as_of} if as_of else {}
         catalog = api(viewer).get(url, params).json()
-        assert {f["name"]: f["tags"] for f in catalog["fields"]}["id"] == tags, as_of
+        (field,) = [f for f in catalog["fields"] if f["name"] == "id"]
+        assert (field["tags"], field["sensitivity"]) == (tags, sensitivity), as_of
         lineage = api(viewer).get("/api/v1/lineage", {"nodeId": ORDERS_ID, **params}).json()
         (node,) = [n for n in lineage["graph"] if n["id"] == ORDERS_ID]
-        assert {f["name"]: f["tags"] for f in node["data"]["fields"]}["id"] == tags, as_of
+        (field,) = [f for f in node["data"]["fields"] if f["name"] == "id"]
+        assert (field["tags"], field["sensitivity"]) == (tags, sensitivity), as_of
     history = api(viewer).get(f"{url}/history").json()
     assert [
         (c["field"], c["attribute"], c["old"], c["new"])

@@ -78,7 +78,6 @@ def test_node_summaries_read_back_from_their_text_as_they_were_written():
         updated_at=t,
         first_seen=t,
         last_seen=t,
-        dropped_at=t,
         fields=(
             FieldInfo(3, "email", "varchar", "", "email", "customer", "rule", "pii", ("gdpr",)),
             FieldInfo(4, "id", "int", "key", "", None, "", "", ()),
@@ -101,7 +100,7 @@ def test_node_summaries_read_back_from_their_text_as_they_were_written():
         "load",
         RunInfo("a-b", "FAILED", t, None, "boom"),
     )
-    for summary in (dataset, replace(dataset, retention=None, dropped_at=None, fields=())):
+    for summary in (dataset, replace(dataset, retention=None, fields=())):
         assert dataset_info_from_json(info_json(summary)) == summary
     for run in (job, replace(job, latest_run=None, parent_name=None)):
         assert job_info_from_json(info_json(run)) == run
