@@ -11,7 +11,9 @@ from urllib.parse import urlencode
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import transaction
 from django.urls import reverse
+from django.utils import timezone
 
 from catalog.models import Dataset, DatasetField, Namespace
 from graph.models import ColumnEdge, Job, Run, RunState, TableEdge
@@ -474,3 +476,51 @@ def test_a_scratch_named_table_holding_personal_data_stays_in_compliance_answers
         "shop.scratch.cust_emails": "direct",
         "shop.mart.mailing": "derived",
     }
+
+
+def _migrate_stored_sql_logs() -> None:
+    import importlib
+
+    from django.apps import apps as django_apps
+
+    migration = importlib.import_module("ingest.migrations.0013_redact_sql_log_literals")
+    migration.redact_sql_logs(django_apps, None)
+
+
+def _stored() -> tuple[set[tuple[str, str]], set[str]]:
+    events = set(RawEvent.objects.filter(source="sql-log").values_list("fingerprint", "body"))
+    return events, set(Job.objects.values_list("sql", flat=True))
+
+
+class _Undone(Exception):
+    pass
+
+
+@pytest.mark.parametrize("imported_again", [False, True])
+def test_the_migration_redacts_what_sql_logs_stored_before_statements_were_redacted(
+    monkeypatch, imported_again
+):
+    with pytest.raises(_Undone), transaction.atomic():
+        ingest("warehouse.csv")
+        redacted = _stored()  # what the redacting code stores
+        raise _Undone
+    with monkeypatch.context() as before:  # the code before: statements kept as logged
+        before.setattr("ingest.sql.events.redact", lambda sql, spec: sql)
+        ingest("warehouse.csv")
+    assert RawEvent.objects.filter(body__icontains="2026-01-04").exists()
+    assert Job.objects.filter(sql__contains="'").exists()
+    old = set(RawEvent.objects.values_list("fingerprint", flat=True))
+    if imported_again:  # a redacted copy of an event was stored already, as by an import
+        copy = next((f, b) for f, b in redacted[0] if f not in old)
+        RawEvent.objects.create(
+            fingerprint=copy[0],
+            body=copy[1],
+            kind="run",
+            source="sql-log",
+            event_time=timezone.now(),
+        )
+
+    _migrate_stored_sql_logs()
+
+    # Byte for byte as the redacting code stores them, so the fingerprints are its own.
+    assert _stored() == redacted
