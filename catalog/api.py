@@ -240,11 +240,11 @@ def as_dataset(request: Request, namespace: str, whole: str | None) -> Response:
     return response
 
 
+# A read-only route under a dataset's name (``…/datasets/{name}{tail}``): a dataset of the
+# whole name is edited through it too (whole_name), but PATCH is not this route's own, so it
+# is neither in the schema nor in its ``Allow`` header. (A comment, not a docstring: the API
+# reference would show a docstring as each route's description.)
 class UnderDatasetName(APIView):
-    """A read-only route under a dataset's name (``…/datasets/{name}{tail}``): a dataset of
-    the whole name is edited through it too (whole_name), but PATCH is not this route's own,
-    so it is neither in the schema nor in its ``Allow`` header."""
-
     tail = ""
 
     def http_method_not_allowed(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:

@@ -315,7 +315,11 @@ class FieldForm(forms.Form):
     )
     sensitivity = forms.ChoiceField(choices=[("", "—"), *Sensitivity.choices], required=False)
     description = forms.CharField(required=False, max_length=4000)
-    tags = forms.CharField(required=False, max_length=2000, help_text="Comma-separated")
+    tags = forms.CharField(
+        required=False,
+        max_length=2000,
+        widget=forms.TextInput(attrs={"placeholder": "comma-separated"}),
+    )
 
     def clean_tags(self) -> list[str]:
         return tag_names(self.cleaned_data["tags"])

@@ -91,10 +91,10 @@ class MermaidRenderer(_TextRenderer):
     format = "mermaid"
 
 
+# Base of the graph API views: one lineage revision per request (see graph.revision.pinned);
+# an unknown ``format`` is a 400 naming it. (A comment: the API reference would show a
+# docstring as each route's description.)
 class GraphView(APIView):
-    """Base of the graph API views: one lineage revision per request (see
-    graph.revision.pinned); an unknown ``format`` is a 400 naming it."""
-
     permission_classes = [CanReadLineage]
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
@@ -194,9 +194,8 @@ def lineage_json(params: Mapping[str, str]) -> bytes:
     return body
 
 
+# GET /api/v1/lineage (POST on the same path is the ingest endpoint).
 class LineageView(GraphView):
-    """GET /api/v1/lineage (POST on the same path is the ingest endpoint)."""
-
     renderer_classes = [JSONRenderer, CsvRenderer, MermaidRenderer]
 
     @extend_schema(

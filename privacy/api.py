@@ -345,10 +345,11 @@ class CanViewAudit(CanSearchSubjects):
     message = "The privacy audit needs the compliance role"
 
 
+# Base of the privacy API: compliance/admin only (unless a view says otherwise), JSON only,
+# denied attempts audited. (A comment: the API reference shows a docstring as each route's
+# description.)
 @method_decorator(never_cache, name="dispatch")
 class PrivacyView(APIView):
-    """Base: compliance/admin only, JSON only, denied attempts audited."""
-
     permission_classes = [CanSearchSubjects]
     renderer_classes = [JSONRenderer]
     audit_action: str = AuditAction.SEARCH

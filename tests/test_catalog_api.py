@@ -300,3 +300,17 @@ def test_it_serves_the_openapi_schema(api, viewer):
     response = api(viewer).get("/api/schema/")
     assert response.status_code == 200
     assert b"/api/v1/namespaces" in response.content
+
+
+def test_the_api_reference_describes_operations_in_the_users_words(api, viewer):
+    import re
+
+    schema = api(viewer).get("/api/schema/", {"format": "json"}).json()
+    internal = re.compile(r"\b(graph|catalog|ingest|privacy|ops)\.[a-z_]+\.|\bBase\b|\.py\b|^GET ")
+    leaked = [
+        (method, path, op["description"][:80])
+        for path, operations in schema["paths"].items()
+        for method, op in operations.items()
+        if internal.search(op.get("description", ""))
+    ]
+    assert leaked == []
