@@ -455,10 +455,18 @@ def filtered_datasets(params: Any) -> QuerySet[Dataset]:
     if params.get("platform"):
         qs = qs.filter(platform=params["platform"])
     if params.get("tag"):
+        # Tagged themselves, or through a field of theirs.
         qs = qs.filter(
             Exists(
                 Dataset.tags.through.objects.filter(
                     dataset_id=OuterRef("pk"), tag__name=params["tag"]
+                )
+            )
+            | Exists(
+                DatasetField.tags.through.objects.filter(
+                    datasetfield__dataset_id=OuterRef("pk"),
+                    datasetfield__removed_at__isnull=True,
+                    tag__name=params["tag"],
                 )
             )
         )

@@ -614,4 +614,14 @@ def search(
         results.tags, results.more["tags"] = ranked(
             Tag.objects.annotate(n=Count("datasets")), "name", q, min(limit, 10)
         )
+        tagged_fields = {
+            row["tag_id"]: row["fields"]
+            for row in DatasetField.tags.through.objects.filter(
+                tag_id__in=[tag.pk for tag in results.tags], datasetfield__removed_at__isnull=True
+            )
+            .values("tag_id")
+            .annotate(fields=Count("id"))
+        }
+        for tag in results.tags:
+            tag.fields_n = tagged_fields.get(tag.pk, 0)  # type: ignore[attr-defined]
     return results

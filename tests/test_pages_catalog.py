@@ -540,6 +540,23 @@ def test_it_filters_the_dataset_list(shop, viewer):
     assert "shop.public.customers" in html and "shop.public.orders" not in html
 
 
+def test_a_tag_on_a_field_is_found_and_lists_the_fields_dataset(shop, viewer):
+    from catalog import actions
+
+    steward = actions.Actor(name="sam")
+    field = DatasetField.objects.get(dataset=shop.orders, name="customer_id")
+    actions.update_field(field, {"tags": ["join-key"]}, steward)
+    client = client_for(viewer)
+    html = client.get("/search/?q=join-key&kind=tags").content.decode()
+    assert "· 0 datasets, 1 field</span>" in html
+    html = client.get("/datasets/?tag=join-key").content.decode()
+    assert "shop.public.orders" in html and "shop.public.customers" not in html
+    actions.update_field(field, {"tags": ["gold"]}, steward)  # customers has the tag itself
+    html = client.get("/datasets/?tag=gold").content.decode()
+    assert "shop.public.orders" in html and "shop.public.customers" in html
+    assert "· 1 dataset, 1 field</span>" in client.get("/search/?q=gold&kind=tags").content.decode()
+
+
 def test_the_dataset_list_of_one_namespace_says_who_owns_it(shop, viewer):
     from catalog.actions import describe_namespace
 
