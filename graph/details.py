@@ -41,7 +41,6 @@ class FieldInfo:
     pii_category: str
     subject_kind: str | None
     flag_source: str
-    sensitivity: str
     tags: tuple[str, ...] = ()
 
     @property
@@ -178,8 +177,8 @@ def dataset_info_from_json(text: str) -> DatasetInfo:
         first_seen=read_ts(first_seen),  # type: ignore[arg-type]
         last_seen=read_ts(last_seen),  # type: ignore[arg-type]
         fields=tuple(
-            FieldInfo(f_pk, f_name, f_type, f_desc, pii, kind, source, sens, tuple(f_tags))
-            for f_pk, f_name, f_type, f_desc, pii, kind, source, sens, f_tags in field_rows
+            FieldInfo(f_pk, f_name, f_type, f_desc, pii, kind, source, tuple(f_tags))
+            for f_pk, f_name, f_type, f_desc, pii, kind, source, f_tags in field_rows
         ),
         tags=tuple(tags),
         owners=tuple(OwnerInfo(*owner) for owner in owners),
@@ -316,7 +315,7 @@ def load_datasets(
                 params = [*params, _param(as_of)]
         field_rows_ += _rows(
             "SELECT f.id, f.dataset_id, f.name, f.type, f.description, f.pii_category, "
-            "sk.name, f.flag_source, f.sensitivity, "
+            "sk.name, f.flag_source, "
             f"(SELECT {tags_of} FROM catalog_datasetfield_tags ft "
             "JOIN catalog_tag t ON t.id = ft.tag_id WHERE ft.datasetfield_id = f.id) "
             "FROM catalog_datasetfield f "
@@ -325,9 +324,9 @@ def load_datasets(
             params,
         )
     by_dataset: dict[int, list[FieldInfo]] = defaultdict(list)
-    for f_pk, ds_pk, name, ftype, desc, pii, kind, source, sens, ftags in field_rows_:
+    for f_pk, ds_pk, name, ftype, desc, pii, kind, source, ftags in field_rows_:
         by_dataset[ds_pk].append(
-            FieldInfo(f_pk, name, ftype, desc, pii, kind, source, sens, _names(ftags))
+            FieldInfo(f_pk, name, ftype, desc, pii, kind, source, _names(ftags))
         )
     found: dict[int, DatasetInfo] = {}
     for row in rows:
@@ -572,12 +571,16 @@ def _rewind_edits(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, D
             field_updates: dict[str, Any] = {
                 attribute: _field_value(attribute, old)
                 for (field_name, attribute), old in changes.items()
-                if field_name == f.name
+                if field_name == f.name and attribute in FIELD_SHOWN
             }
             new_fields.append(replace(f, **field_updates) if field_updates else f)
         updates["fields"] = tuple(new_fields)
         out[ds_pk] = replace(info, **updates)
     return out
+
+
+# The steward-edited attributes of a field that lineage answers show.
+FIELD_SHOWN = frozenset({"description", "pii_category", "subject_kind", "tags"})
 
 
 def _field_value(attribute: str, recorded: Any) -> Any:

@@ -62,7 +62,6 @@ def dataset_data(info: DatasetInfo) -> dict[str, Any]:
                 "description": f.description or None,
                 "pii": f.pii_category or None,
                 "subjectKind": f.subject_kind,
-                "sensitivity": f.sensitivity or None,
             }
             for f in info.fields
         ],

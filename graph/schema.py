@@ -46,7 +46,6 @@ DATASET_DATA = obj(
                     "description": NSTR,
                     "pii": NSTR,
                     "subjectKind": NSTR,
-                    "sensitivity": NSTR,
                 }
             )
         ),

@@ -79,8 +79,8 @@ def test_node_summaries_read_back_from_their_text_as_they_were_written():
         first_seen=t,
         last_seen=t,
         fields=(
-            FieldInfo(3, "email", "varchar", "", "email", "customer", "rule", "pii", ("gdpr",)),
-            FieldInfo(4, "id", "int", "key", "", None, "", "", ()),
+            FieldInfo(3, "email", "varchar", "", "email", "customer", "rule", ("gdpr",)),
+            FieldInfo(4, "id", "int", "key", "", None, "", ()),
         ),
         tags=("core", "gold"),
         owners=(OwnerInfo("crm-team", "DATA_OWNER", "team", "crm@example.com"),),
