@@ -34,7 +34,7 @@ from catalog.models import (
     Sensitivity,
     SubjectKind,
 )
-from catalog.params import StrictInput, TextField, int_param, optional_instant
+from catalog.params import StrictInput, TextField, int_param, optional_instant, strict_body
 from catalog.schema import (
     CHANGE,
     DATASET,
@@ -302,14 +302,7 @@ class NamespaceDetailView(APIView):
     )
     def put(self, request: Request, namespace: str) -> Response:
         ns = self._namespace(namespace)
-        payload = require_json_object(request)
-        unknown = set(payload) - set(NamespaceInput().fields)
-        if unknown:
-            bad = sorted(unknown)[0]
-            raise ApiError(f"Unknown key {bad!r}", bad)
-        serializer = NamespaceInput(data=payload)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = strict_body(NamespaceInput, request.data)
         actions.describe_namespace(ns, data["ownerName"], data.get("description") or "")
         return Response(namespace_json(ns))
 
@@ -382,13 +375,6 @@ class DatasetPatchInput(StrictInput):
         return policy
 
 
-def require_json_object(request: Request) -> dict[str, Any]:
-    data = request.data
-    if not isinstance(data, dict):
-        raise ApiError("Request body must be a JSON object", "body")
-    return data
-
-
 class DatasetDetailView(APIView):
     permission_classes = [ReadOrEditCatalog]
 
@@ -420,14 +406,7 @@ class DatasetDetailView(APIView):
     )
     def patch(self, request: Request, namespace: str, name: str) -> Response:
         dataset = fetch_dataset(namespace, name)
-        payload = require_json_object(request)
-        unknown = set(payload) - set(DatasetPatchInput().fields)
-        if unknown:
-            bad = sorted(unknown)[0]
-            raise ApiError(f"Unknown key {bad!r}", bad)
-        serializer = DatasetPatchInput(data=payload)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = strict_body(DatasetPatchInput, request.data)
         changes: dict[str, Any] = {}
         if "description" in data:
             changes["description"] = data["description"]
@@ -519,14 +498,7 @@ class FieldDetailView(APIView):
                 )
             return as_dataset(request, namespace, whole)
         target = self._field(namespace, name, field)
-        payload = require_json_object(request)
-        unknown = set(payload) - set(FieldPatchInput().fields)
-        if unknown:
-            bad = sorted(unknown)[0]
-            raise ApiError(f"Unknown key {bad!r}", bad)
-        serializer = FieldPatchInput(data=payload)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = strict_body(FieldPatchInput, request.data)
         actor = actions.Actor(user=request.user)
         propagated = target.flag_source == FlagSource.PROPAGATED
         if data.get("confirm"):

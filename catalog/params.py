@@ -59,6 +59,21 @@ class StrictInput(serializers.Serializer):  # type: ignore[type-arg]
         STRICT_INPUTS.add(cls.__name__)
 
 
+def strict_body(
+    serializer_class: type[serializers.Serializer[Any]], payload: Any
+) -> dict[str, Any]:
+    """A JSON object's fields, checked by ``serializer_class``; a body that is not an object,
+    or a key it does not know, is an error naming it."""
+    if not isinstance(payload, dict):
+        raise ApiError("Request body must be a JSON object", "body")
+    unknown = sorted(set(payload) - set(serializer_class().fields))
+    if unknown:
+        raise ApiError(f"Unknown key {unknown[0]!r}", unknown[0])
+    serializer = serializer_class(data=payload)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
 class TextField(serializers.CharField):
     """DRF's CharField for JSON bodies: a number or a boolean is not text."""
 

@@ -31,7 +31,7 @@ from catalog import actions as catalog_actions
 from catalog.auth import VIEW_AUDIT, CanSearchSubjects, ManageSubjectKinds
 from catalog.errors import ApiError
 from catalog.models import PiiCategory, SubjectKind
-from catalog.params import StrictInput, TextField, int_param, parse_instant
+from catalog.params import StrictInput, TextField, int_param, parse_instant, strict_body
 from catalog.schema import paging_parameters
 from privacy import actions, erasure, queries, schema
 from privacy.models import AuditAction, AuditEntry, ErasurePlan, PrivacyRun
@@ -597,7 +597,7 @@ class SubjectKindListView(PrivacyView):
         summary="Define a kind of data subject (stewards)",
     )
     def post(self, request: Request) -> Response:
-        data = _strict(SubjectKindInput, request.data)
+        data = strict_body(SubjectKindInput, request.data)
         try:
             kind = catalog_actions.create_subject_kind(data["name"], data["description"])
         except catalog_actions.SubjectKindError as exc:
@@ -618,19 +618,9 @@ class SubjectKindDetailView(PrivacyView):
         kind = SubjectKind.objects.filter(name=name).first()
         if kind is None:
             raise ApiError(f"Subject kind {name!r} not found", "name", 404)
-        data = _strict(SubjectKindPatchInput, request.data)
+        data = strict_body(SubjectKindPatchInput, request.data)
         if "description" in data:
             kind = catalog_actions.describe_subject_kind(kind, data["description"])
         return Response(
             subject_kind_json(kind, kind.fields.filter(removed_at__isnull=True).count())
         )
-
-
-def _strict(serializer_class: type[serializers.Serializer[Any]], payload: Any) -> dict[str, Any]:
-    """A JSON object's fields, checked; an unknown key is an error naming it."""
-    if not isinstance(payload, dict):
-        raise ApiError("Request body must be a JSON object", "body")
-    _reject_unknown(payload, set(serializer_class().fields))
-    serializer = serializer_class(data=payload)
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
