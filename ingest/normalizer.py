@@ -1455,6 +1455,7 @@ def _field_said(f: DatasetField) -> dict[str, Any]:
         "propagation_blocked": f.propagation_blocked,
         "sensitivity": f.sensitivity,
         "description": f.description,
+        "tags": catalog_actions.tags_value(f),
     }
 
 

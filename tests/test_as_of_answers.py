@@ -210,6 +210,8 @@ def test_what_a_merge_kept_reads_the_same_as_of_any_instant_after_it():
     catalog_actions.update_dataset(
         survivor, {"description": "people"}, STEWARD, at=parse_datetime(at(2))
     )
+    catalog_actions.update_field(mine, {"tags": ["key"]}, STEWARD, at=parse_datetime(at(2)))
+    catalog_actions.update_field(theirs, {"tags": ["hr"]}, STEWARD, at=parse_datetime(at(3)))
     catalog_actions.update_dataset(
         twin,
         {"description": "a copy", "retention_policy": policy},
@@ -230,6 +232,9 @@ def test_what_a_merge_kept_reads_the_same_as_of_any_instant_after_it():
     assert [hit.name for hit in found.datasets] == ["people"]
     state = dataset_state_as_of(Dataset.objects.get(pk=survivor.pk), after)
     assert (state.description, state.retention_policy) == ("people", "hr-2y")
+    # The merged field holds both names' tags, and so it did as of any instant after.
+    assert sorted(t.name for t in mine.tags.all()) == ["hr", "key"]
+    assert [f.tags for f in state.fields] == [["hr", "key"]]
 
 
 def test_a_fields_tags_as_of_an_instant_are_the_ones_it_had_then(api, viewer, steward):
