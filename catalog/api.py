@@ -375,6 +375,20 @@ class DatasetPatchInput(StrictInput):
         return policy
 
 
+def field_reading(namespace: str, name: str) -> tuple[str, str] | None:
+    """A dataset route's ``name`` read as ``{dataset}/fields/{field}`` when it names no
+    dataset but that does: a field's name may hold slashes, which the field route's cannot."""
+    if "/fields/" not in name or queries.get_dataset(namespace, name) is not None:
+        return None
+    at = name.rfind("/fields/")
+    while at > 0:
+        dataset = queries.get_dataset(namespace, name[:at])
+        if dataset is not None and any(f.name == name[at + 8 :] for f in dataset.fields.all()):
+            return name[:at], name[at + 8 :]
+        at = name.rfind("/fields/", 0, at)
+    return None
+
+
 class DatasetDetailView(APIView):
     permission_classes = [ReadOrEditCatalog]
 
@@ -392,6 +406,8 @@ class DatasetDetailView(APIView):
             and queries.get_namespace(listing) is not None
         ):
             return DatasetListView().get(request, listing)
+        if split := field_reading(namespace, name):
+            return FieldDetailView().get(request, namespace, *split)
         as_of = optional_instant(request.query_params)
         dataset = fetch_dataset(namespace, name)
         if as_of is not None:
@@ -405,6 +421,8 @@ class DatasetDetailView(APIView):
         operation_id="updateDataset",
     )
     def patch(self, request: Request, namespace: str, name: str) -> Response:
+        if split := field_reading(namespace, name):
+            return FieldDetailView().patch(request, namespace, *split)
         dataset = fetch_dataset(namespace, name)
         data = strict_body(DatasetPatchInput, request.data)
         changes: dict[str, Any] = {}

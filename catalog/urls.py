@@ -13,9 +13,9 @@ NAME = r"(?P<name>[\s\S]+)"
 
 api_urlpatterns = [
     path("namespaces", api.NamespaceListView.as_view(), name="api-namespaces"),
-    # A field's name may hold slashes too: the name is split off at the last "/fields/".
+    # A field's name with slashes (URL-encoded) reaches the dataset route, which tells it.
     re_path(
-        rf"^namespaces/{NS}/datasets/{NAME}/fields/(?P<field>[\s\S]+)$",
+        rf"^namespaces/{NS}/datasets/{NAME}/fields/(?P<field>[^/]+)$",
         api.FieldDetailView.as_view(),
         name="api-field",
     ),

@@ -108,6 +108,18 @@ def test_a_field_whose_name_holds_slashes_is_reachable(api, viewer, steward):
     assert edited.json()["description"] == "Who"
     kind = api(viewer).get(dataset_url("s3://lake", "raw/events", "/fields/kind")).json()
     assert kind["description"] is None
+    # A dataset whose own name holds "/fields/" keeps its routes.
+    factories.dataset("s3://lake", "raw/fields/2024", fields=("day",))
+    history = api(viewer).get(dataset_url("s3://lake", "raw/fields/2024", "/history"))
+    assert history.status_code == 200, history.content
+    whole = api(viewer).get(dataset_url("s3://lake", "raw/fields/2024"))
+    assert whole.json()["name"] == "raw/fields/2024"
+    day = api(viewer).get(dataset_url("s3://lake", "raw/fields/2024", "/fields/day"))
+    assert day.json()["name"] == "day"
+    missing = api(viewer).get(
+        dataset_url("s3://lake", "raw/events", "/fields/" + quote("a/b", safe=""))
+    )
+    assert missing.status_code == 404
 
 
 def test_a_dataset_named_datasets_is_reachable_and_so_is_a_namespace_ending_in_datasets(
