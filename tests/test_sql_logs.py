@@ -18,6 +18,7 @@ from django.utils import timezone
 from catalog.models import Dataset, DatasetField, Namespace
 from graph.models import ColumnEdge, Job, Run, RunState, TableEdge
 from ingest import sql_actions
+from ingest.events import fingerprint_of_text
 from ingest.models import DatasetRead, RawEvent, SqlLogProblem, SqlLogState, SqlLogUpload
 from ingest.tasks import process_sql_log
 
@@ -524,3 +525,32 @@ def test_the_migration_redacts_what_sql_logs_stored_before_statements_were_redac
 
     # Byte for byte as the redacting code stores them, so the fingerprints are its own.
     assert _stored() == redacted
+    _migrate_stored_sql_logs()  # a run again changes nothing
+    assert _stored() == redacted
+
+
+def test_the_redacting_migration_collapses_copies_and_leaves_other_text_alone():
+    def stored(query: str, spaced: bool = False) -> RawEvent:
+        event = {
+            "eventType": "COMPLETE",
+            "job": {"facets": {"sql": {"dialect": "postgres", "query": query}}, "name": "j"},
+        }
+        body = json.dumps(event) if spaced else json.dumps(event, separators=(",", ":"))
+        return RawEvent.objects.create(
+            fingerprint=fingerprint_of_text(body),
+            body=body,
+            kind="run",
+            source="sql-log",
+            event_time=timezone.now(),
+        )
+
+    first, second = stored("SELECT 1 WHERE a = 'x'"), stored("SELECT 1 WHERE a = 'y'")
+    spaced = stored("SELECT 1 WHERE a = 'z'", spaced=True)  # not as the SQL-log reader writes
+
+    _migrate_stored_sql_logs()
+
+    # Both old rows read the same once redacted: one event, under the redacted text's print.
+    (kept,) = RawEvent.objects.filter(pk__in=[first.pk, second.pk])
+    assert json.loads(kept.body)["job"]["facets"]["sql"]["query"] == "SELECT ? WHERE a = ?"
+    assert kept.fingerprint == fingerprint_of_text(kept.body)
+    assert RawEvent.objects.get(pk=spaced.pk).body == spaced.body

@@ -4,7 +4,8 @@ literal may be personal data, and viewers read jobs and stored events).
 
 A stored event's body becomes the text the redacting code writes for the same record, so its
 fingerprint is that text's: a later import of the same log finds it. Where that import has
-happened already, the redacted copy is kept and the old one goes.
+happened already, the redacted copy is kept and the old one goes. Each chunk is its own
+transaction (a large store is not held in one), and a run again changes nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from json.encoder import encode_basestring
 from typing import Any
 
 import orjson
-from django.db import migrations
+from django.db import migrations, transaction
 
 CHUNK = 2000
 
@@ -29,48 +30,85 @@ def _redacted(query: str, dialect: str) -> str:
     return redact(query, spec)
 
 
-def redact_sql_logs(apps: Any, schema_editor: Any) -> None:
+def _sql_facet(body: str) -> dict[str, Any]:
+    """The SQL job facet of an event's body ({} when it has none, or is not one)."""
+    found: Any = orjson.loads(body)
+    for key in ("job", "facets", "sql"):
+        found = found.get(key) if isinstance(found, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
+def _redact_events(RawEvent: Any, rows: list[tuple[int, str]]) -> None:
     from ingest.events import fingerprint_of_text
+
+    changed: dict[int, tuple[str, str]] = {}
+    for pk, body in rows:
+        sql = _sql_facet(body)
+        query = sql.get("query")
+        if not isinstance(query, str):
+            continue
+        redacted = _redacted(query, str(sql.get("dialect") or ""))
+        old, new = f'"query":{encode_basestring(query)}', f'"query":{encode_basestring(redacted)}'
+        if redacted == query or old not in body:
+            continue  # already redacted, or not the text the SQL-log reader writes
+        text = body.replace(old, new, 1)
+        changed[pk] = (text, fingerprint_of_text(text))
+    if not changed:
+        return
+    stored = set(
+        RawEvent.objects.filter(
+            fingerprint__in=[fingerprint for _, fingerprint in changed.values()]
+        ).values_list("fingerprint", flat=True)
+    )
+    kept, gone = [], []
+    for pk, (text, fingerprint) in changed.items():
+        if fingerprint in stored:  # stored already: by an import, or by a row just before
+            gone.append(pk)
+        else:
+            stored.add(fingerprint)
+            kept.append(RawEvent(pk=pk, body=text, fingerprint=fingerprint))
+    RawEvent.objects.filter(pk__in=gone).delete()
+    RawEvent.objects.bulk_update(kept, ["body", "fingerprint"])
+
+
+def redact_sql_logs(apps: Any, schema_editor: Any) -> None:
     from ingest.sql.events import PRODUCER
     from ingest.sql_actions import EVENT_SOURCE
 
     RawEvent = apps.get_model("ingest", "RawEvent")
     Job = apps.get_model("graph", "Job")
-    events = RawEvent.objects.filter(source=EVENT_SOURCE, compacted_at__isnull=True)
+    events = RawEvent.objects.filter(
+        source=EVENT_SOURCE, compacted_at__isnull=True, body__contains='"query":'
+    )
     last = 0
-    while True:
-        rows = list(events.filter(pk__gt=last).order_by("pk").values_list("pk", "body")[:CHUNK])
-        if not rows:
-            break
+    while rows := list(
+        events.filter(pk__gt=last).order_by("pk").values_list("pk", "body")[:CHUNK]
+    ):
         last = rows[-1][0]
-        for pk, body in rows:
-            sql = ((orjson.loads(body).get("job") or {}).get("facets") or {}).get("sql") or {}
+        with transaction.atomic():
+            _redact_events(RawEvent, rows)
+    jobs = Job.objects.filter(facets__sql___producer=PRODUCER).order_by("pk")
+    last = 0
+    while chunk := list(jobs.filter(pk__gt=last).only("pk", "facets", "sql")[:CHUNK]):
+        last = chunk[-1].pk
+        changed = []
+        for job in chunk:
+            sql = job.facets["sql"]
             query = sql.get("query")
             if not isinstance(query, str):
                 continue
             redacted = _redacted(query, str(sql.get("dialect") or ""))
-            if redacted == query:
-                continue
-            text = body.replace(
-                f'"query":{encode_basestring(query)}', f'"query":{encode_basestring(redacted)}', 1
-            )
-            fingerprint = fingerprint_of_text(text)
-            if RawEvent.objects.filter(fingerprint=fingerprint).exists():
-                RawEvent.objects.filter(pk=pk).delete()
-            else:
-                RawEvent.objects.filter(pk=pk).update(body=text, fingerprint=fingerprint)
-    for job in Job.objects.filter(facets__sql___producer=PRODUCER).iterator(chunk_size=CHUNK):
-        sql = job.facets["sql"]
-        query = sql.get("query")
-        if not isinstance(query, str):
-            continue
-        redacted = _redacted(query, str(sql.get("dialect") or ""))
-        if redacted != query or job.sql != redacted:
-            job.facets["sql"] = {**sql, "query": redacted}
-            Job.objects.filter(pk=job.pk).update(facets=job.facets, sql=redacted)
+            if redacted != query or job.sql != redacted:
+                job.facets = {**job.facets, "sql": {**sql, "query": redacted}}
+                job.sql = redacted
+                changed.append(job)
+        with transaction.atomic():
+            Job.objects.bulk_update(changed, ["facets", "sql"])
 
 
 class Migration(migrations.Migration):
+    atomic = False  # a transaction per chunk
+
     dependencies = [
         ("ingest", "0012_field_gaps"),
         ("graph", "0014_run_state_time_index"),
