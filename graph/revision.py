@@ -33,7 +33,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from catalog.pgsql import bound_cursor
 
-VERSION = "v7"
+VERSION = "v8"
 
 
 class Kind(StrEnum):
@@ -81,6 +81,8 @@ class Watch:
     kind: str
     ref: str
     events: tuple[str, ...] = ("INSERT", "UPDATE", "DELETE")
+    # When given, an UPDATE is logged only where one of these columns changed.
+    columns: tuple[str, ...] = ()
 
 
 WATCHED = (
@@ -114,8 +116,9 @@ WATCHED = (
     Watch("graph_job", Kind.JOB, "r.id"),
     Watch("graph_run", Kind.JOB, "r.job_id"),
     # Renaming an owner, tag, policy or subject kind changes many datasets' data; a new
-    # namespace may change how node ids resolve (graph/directory.py).
-    Watch("catalog_namespace", Kind.ALL_DATA, "NULL"),
+    # namespace may change how node ids resolve (graph/directory.py), and so may a renamed
+    # one (its owner and description are shown in no node's data).
+    Watch("catalog_namespace", Kind.ALL_DATA, "NULL", columns=("name",)),
     Watch("catalog_owner", Kind.ALL_DATA, "NULL", ("UPDATE", "DELETE")),
     Watch("catalog_tag", Kind.ALL_DATA, "NULL", ("UPDATE", "DELETE")),
     Watch("catalog_retentionpolicy", Kind.ALL_DATA, "NULL", ("UPDATE", "DELETE")),
@@ -124,9 +127,13 @@ WATCHED = (
 
 
 def _pg_log_function(watch: Watch) -> str:
-    rows = f"SELECT DISTINCT tx, '{watch.kind}', {watch.ref} FROM {{rows}} r"
+    rows = f"SELECT DISTINCT tx, '{watch.kind}', {watch.ref} FROM {{rows}}"
     if watch.ref == "NULL":
         rows = f"SELECT tx, '{watch.kind}', NULL::bigint WHERE EXISTS (SELECT 1 FROM {{rows}})"
+    updated = "new_rows r"
+    if watch.columns:
+        differs = " OR ".join(f"o.{c} IS DISTINCT FROM r.{c}" for c in watch.columns)
+        updated = f"new_rows r JOIN old_rows o ON o.id = r.id WHERE {differs}"
     return f"""
 CREATE OR REPLACE FUNCTION graph_log_{watch.table}() RETURNS trigger LANGUAGE plpgsql AS $f$
 DECLARE
@@ -140,10 +147,13 @@ BEGIN
     INSERT INTO graph_change (xid, kind, obj_id, at) VALUES (tx, '{Kind.RESET}', NULL, now());
   ELSIF TG_OP = 'DELETE' THEN
     INSERT INTO graph_change (xid, kind, obj_id, at)
-      SELECT q.*, now() FROM ({rows.format(rows="old_rows")}) q;
+      SELECT q.*, now() FROM ({rows.format(rows="old_rows r")}) q;
+  ELSIF TG_OP = 'UPDATE' THEN
+    INSERT INTO graph_change (xid, kind, obj_id, at)
+      SELECT q.*, now() FROM ({rows.format(rows=updated)}) q;
   ELSE
     INSERT INTO graph_change (xid, kind, obj_id, at)
-      SELECT q.*, now() FROM ({rows.format(rows="new_rows")}) q;
+      SELECT q.*, now() FROM ({rows.format(rows="new_rows r")}) q;
   END IF;
   RETURN NULL;
 END
@@ -186,9 +196,12 @@ CREATE CONSTRAINT TRIGGER graph_change_bump AFTER INSERT ON graph_change
 def _pg_table_triggers(watch: Watch) -> str:
     t = watch.table
     sql = [f"DROP TRIGGER IF EXISTS {t}_log_{e} ON {t};" for e in ("ins", "upd", "del", "trunc")]
+    updated = (
+        "OLD TABLE AS old_rows NEW TABLE AS new_rows" if watch.columns else "NEW TABLE AS new_rows"
+    )
     for event, short, ref in (
         ("INSERT", "ins", "NEW TABLE AS new_rows"),
-        ("UPDATE", "upd", "NEW TABLE AS new_rows"),
+        ("UPDATE", "upd", updated),
         ("DELETE", "del", "OLD TABLE AS old_rows"),
     ):
         if event in watch.events:
@@ -218,8 +231,11 @@ def _sqlite_triggers(watch: Watch) -> list[str]:
         row = "OLD" if event == "DELETE" else "NEW"
         ref = watch.ref.replace("r.", f"{row}.")
         name = f"graph_{VERSION}_{watch.table}_{event.lower()}"
+        when = ""
+        if event == "UPDATE" and watch.columns:
+            when = " WHEN " + " OR ".join(f"OLD.{c} IS NOT NEW.{c}" for c in watch.columns)
         statements.append(
-            f"""CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {watch.table}
+            f"""CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {watch.table}{when}
 BEGIN
 {_SQLITE_BUMP}
   INSERT INTO graph_change (xid, kind, obj_id, at)

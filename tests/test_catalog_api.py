@@ -58,6 +58,21 @@ def test_a_steward_sets_a_namespaces_owner_and_description_as_in_marquez(
     assert again["updatedAt"] == cleared["updatedAt"]  # nothing changed
 
 
+def test_a_namespaces_owner_leaves_lineage_data_alone_and_its_name_does_not(
+    api, steward, customers
+):
+    from catalog.models import Namespace
+    from graph import revision
+    from graph.nodecache import node_changes
+
+    before = revision.current()
+    url = f"/api/v1/namespaces/{quote(NS, safe='')}"
+    api(steward).put(url, {"ownerName": "shop-team", "description": "x"}, format="json")
+    assert revision.current() == before  # no node shows it: nothing to render again
+    Namespace.objects.filter(name=NS).update(name="postgres://shop-db2:5432")
+    assert node_changes(before, revision.current(), 100) is None  # every node's id changed
+
+
 @pytest.mark.parametrize(
     ("payload", "field"),
     [
