@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from django.contrib.auth.models import User
+from django.core.validators import RegexValidator
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from drf_spectacular.utils import extend_schema
@@ -354,13 +355,23 @@ class OwnerInput(serializers.Serializer[Any]):
     )
 
 
+def tag_list(help_text: str) -> serializers.ListField:
+    """Tag names as a PATCH gives them: white space around each is dropped, and a comma is
+    refused (the pages' forms list tags comma-separated)."""
+    name = TextField(
+        max_length=128,
+        validators=[RegexValidator(r"^[^,]*$", "A tag name holds no comma")],
+    )
+    return serializers.ListField(child=name, required=False, max_length=100, help_text=help_text)
+
+
 class DatasetPatchInput(StrictInput):
     description = TextField(required=False, allow_blank=True, max_length=10000)
     sensitivity = serializers.ChoiceField(
         choices=Sensitivity.values, required=False, allow_null=True, allow_blank=True
     )
     owners = serializers.ListField(child=OwnerInput(), required=False, max_length=100)
-    tags = serializers.ListField(child=TextField(max_length=128), required=False, max_length=100)
+    tags = tag_list("the dataset's tags, all of them: [] removes every one")
     retentionPolicy = TextField(required=False, allow_null=True, max_length=128)
 
     def validate_retentionPolicy(self, value: str | None) -> RetentionPolicy | None:
@@ -458,12 +469,7 @@ class FieldPatchInput(StrictInput):
         choices=Sensitivity.values, required=False, allow_null=True, allow_blank=True
     )
     description = TextField(required=False, allow_blank=True, max_length=10000)
-    tags = serializers.ListField(
-        child=TextField(max_length=128),
-        required=False,
-        max_length=100,
-        help_text="the field's tags, all of them: [] removes every one",
-    )
+    tags = tag_list("the field's tags, all of them: [] removes every one")
     confirm = serializers.BooleanField(
         required=False, help_text="true: the propagated flag shown becomes declared"
     )

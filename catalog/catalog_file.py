@@ -125,10 +125,14 @@ def _short(value: Any, path: str, limit: int = 255) -> str:
 
 
 def _tags(value: Any, path: str) -> list[str]:
-    """Tag names, each non-empty and at most 128 characters; repeats count once."""
+    """Tag names as the API takes them: without white space around, non-empty, at most 128
+    characters, no comma; repeats count once."""
     tags = []
     for j, tag in enumerate(_list(value, path)):
-        tags.append(_short(_text(tag, f"{path}[{j}]"), f"{path}[{j}]", 128))
+        name = _short(_text(tag, f"{path}[{j}]").strip(), f"{path}[{j}]", 128)
+        if "," in name:
+            raise CatalogFileError(f"{path}[{j}]", "a tag name holds no comma")
+        tags.append(name)
     return sorted(set(tags))
 
 

@@ -125,7 +125,16 @@ DATASET_AS_OF = obj(
         "asOf": TIME,
         "existed": BOOL,
         "fields": arr(
-            obj({"name": STR, "type": NSTR, "description": NSTR, **FLAG, "sensitivity": NSTR})
+            obj(
+                {
+                    "name": STR,
+                    "type": NSTR,
+                    "tags": arr(STR),
+                    "description": NSTR,
+                    **FLAG,
+                    "sensitivity": NSTR,
+                }
+            )
         ),
         "owners": arr(obj({"name": STR, "type": NSTR})),
         "retentionPolicy": null(obj({"name": STR}, optional=("durationDays", "action"))),

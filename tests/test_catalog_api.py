@@ -264,6 +264,7 @@ def test_it_reads_the_catalog_as_of_a_past_instant(api, steward, viewer, custome
         ({"tags": "gold"}, "tags"),
         ({"tags": ["gold", "x" * 129]}, "tags[1]"),
         ({"tags": [""]}, "tags[0]"),
+        ({"tags": ["key", "a,b"]}, "tags[1]"),
     ],
 )
 def test_it_rejects_bad_field_edits_naming_the_field(api, steward, customers, payload, field):
@@ -279,6 +280,7 @@ def test_it_rejects_bad_field_edits_naming_the_field(api, steward, customers, pa
         ({"retentionPolicy": "forever"}, "retentionPolicy"),
         ({"owners": [{"type": "x"}]}, "owners[0].name"),
         ({"tags": "gold"}, "tags"),
+        ({"tags": ["gold,silver"]}, "tags[0]"),
         ({"sensitivity": "secret"}, "sensitivity"),
     ],
 )

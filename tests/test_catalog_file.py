@@ -117,14 +117,14 @@ def test_it_reports_an_owners_new_kind_and_contact(tmp_path):
 def test_it_sets_a_fields_tags_with_history_and_reports_them(tmp_path):
     tagged = CATALOG.replace(
         "email: {pii: email, subjectKind: customer}",
-        "email: {pii: email, subjectKind: customer, tags: [login, login, contact]}",
+        "email: {pii: email, subjectKind: customer, tags: [login, ' login ', contact]}",
     )
     output = run_import(tmp_path, tagged)
     assert "shop.public.customers:email tags: [] → ['contact', 'login']" in output
     email = DatasetField.objects.get(name="email")
     assert sorted(t.name for t in email.tags.all()) == ["contact", "login"]
     assert "nothing changed" in run_import(tmp_path, tagged)
-    output = run_import(tmp_path, tagged.replace("tags: [login, login, contact]", "tags: []"))
+    output = run_import(tmp_path, tagged.replace("tags: [login, ' login ', contact]", "tags: []"))
     assert "email tags: ['contact', 'login'] → []" in output
     assert not email.tags.exists()
 
@@ -179,6 +179,8 @@ def test_it_reports_without_writing_on_a_dry_run(tmp_path):
             "datasets: [{namespace: a, name: b, fields: {x: {tags: gold}}}]",
             "datasets[0].fields.x.tags",
         ),
+        ("datasets: [{namespace: a, name: b, tags: [ok, 'a,b']}]", "datasets[0].tags[1]"),
+        ("datasets: [{namespace: a, name: b, tags: ['  ']}]", "datasets[0].tags[0]"),
         ("datasets: {a: 1}", "datasets"),
         ("datasets: [unclosed", "file"),
     ],

@@ -413,6 +413,8 @@ def test_it_lets_a_steward_flag_a_field_as_pii(shop, steward):
 
 
 def test_a_steward_tags_a_field_and_the_dataset_page_shows_its_tags_then_and_now(shop, steward):
+    from catalog import actions
+
     client = client_for(steward)
     url = f"/datasets/field?{ds_params(shop.orders, field='customer_id')}"
     form = {"pii_category": "", "sensitivity": "", "description": "Who ordered"}
@@ -434,6 +436,23 @@ def test_a_steward_tags_a_field_and_the_dataset_page_shows_its_tags_then_and_now
         f"/datasets/show?{ds_params(shop.orders, asOf=before.strftime('%Y-%m-%dT%H:%M:%S'))}"
     ).content.decode()
     assert "Showing this dataset as it was" in then and ">join key</span>" not in then
+    # Changed since: the page as of an instant in between shows the tags of then.
+    between = timezone.now()
+    actions.update_field(
+        DatasetField.objects.get(dataset=shop.orders, name="customer_id"),
+        {"tags": ["key"]},
+        actions.Actor(name="sam"),
+        at=between + timedelta(seconds=2),
+    )
+    now = client.get(f"/datasets/show?{ds_params(shop.orders)}").content.decode()
+    assert ">join key</span>" not in now and ">key</span>" in now
+    then = client.get(
+        "/datasets/show?"
+        + ds_params(
+            shop.orders, asOf=(between + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S")
+        )
+    ).content.decode()
+    assert ">join key</span>" in then
 
 
 def test_it_forbids_a_viewer_to_edit(shop, viewer):
