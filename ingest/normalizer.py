@@ -1603,32 +1603,46 @@ def _rewrite_runs(
     graph_actions.bulk_set(graph_models.Run, changed, ["column_lineage"])
 
 
+# A column's attributes a rename carries to its namesake, besides its flag.
+COLUMN_ATTRIBUTES = ("description", "sensitivity", "tags")
+
+
+def _column_value(f: DatasetField, attribute: str) -> Any:
+    return sorted(t.name for t in f.tags.all()) if attribute == "tags" else getattr(f, attribute)
+
+
 def _carry_declarations(dataset_ids: Iterable[int]) -> None:
     """A renamed table keeps what stewards declared of it and of its columns, from the rename
     on: an attribute the new name never had (description, sensitivity, retention policy,
-    owners, tags) takes the old name's, and a column of the new name whose flag was never
-    set takes the one its namesake had declared under the old name (as a declaration, so
-    that it propagates like any other)."""
+    owners, tags) takes the old name's; a column of the new name whose flag was never set
+    takes the one its namesake had declared under the old name (as a declaration, so that it
+    propagates like any other), and so does each of its description, sensitivity and tags
+    that was never set."""
     renamed = Dataset.objects.filter(
         alias_of_id__any_of=sorted(dataset_ids), lifecycle_state=LifecycleState.RENAMED
     ).values_list("pk", "alias_of_id", "dropped_at")
     for old, new, at in renamed:
         _carry_attributes(old, new, at)
-        declared = {
-            f.name: f
-            for f in DatasetField.objects.filter(
-                dataset_id=old, flag_source=FlagSource.DECLARED
-            ).exclude(pii_category="", subject_kind=None)
-        }
-        if not declared:
-            continue
-        ever = ChangeRecord.objects.filter(dataset_id=new, attribute__in=FLAG_ATTRIBUTES)
-        for f in DatasetField.objects.filter(
-            dataset_id=new, name__in=list(declared), removed_at__isnull=True
-        ).exclude(name__in=ever.values("field_name")):
-            source = declared[f.name]
-            changes = {"pii_category": source.pii_category, "subject_kind": source.subject_kind}
-            catalog_actions.update_field(f, changes, LINEAGE_ACTOR, at=at)
+        fields = DatasetField.objects.select_related("subject_kind").prefetch_related("tags")
+        said = {f.name: f for f in fields.filter(dataset_id=old)}
+        ever = set(
+            ChangeRecord.objects.filter(
+                dataset_id=new, attribute__in=FLAG_ATTRIBUTES + COLUMN_ATTRIBUTES
+            ).values_list("field_name", "attribute")
+        )
+        for f in fields.filter(dataset_id=new, name__in=list(said), removed_at__isnull=True):
+            source, changes = said[f.name], {}
+            declared = source.flag_source == FlagSource.DECLARED and (
+                source.pii_category or source.subject_kind
+            )
+            if declared and not any((f.name, a) in ever for a in FLAG_ATTRIBUTES):
+                changes = {"pii_category": source.pii_category, "subject_kind": source.subject_kind}
+            for attribute in COLUMN_ATTRIBUTES:
+                value = _column_value(source, attribute)
+                if value and (f.name, attribute) not in ever and not _column_value(f, attribute):
+                    changes[attribute] = value
+            if changes:
+                catalog_actions.update_field(f, changes, LINEAGE_ACTOR, at=at)
 
 
 def _carry_attributes(old_id: int, new_id: int, at: datetime | None) -> None:

@@ -811,6 +811,9 @@ def test_a_renamed_table_keeps_its_owners_retention_and_description():
         "description": "orders as sold",
     }
     catalog_actions.update_dataset(Dataset.objects.get(name="old"), changes, steward, at=t(2))
+    column = {"description": "the buyer's address", "sensitivity": "confidential", "tags": ["a"]}
+    email = DatasetField.objects.get(dataset__name="old", name="email")
+    catalog_actions.update_field(email, column, steward, at=t(2))
     rename_old_to_new(day=3)
     found = search_subject(kind, [Identifier(0)])
     (hit,) = found.datasets
@@ -823,6 +826,21 @@ def test_a_renamed_table_keeps_its_owners_retention_and_description():
     assert step["operation"] == "anonymise"
     new = Dataset.objects.get(name="new")
     assert new.description == "orders as sold"
+    # Its columns' descriptions, sensitivity and tags too, from the rename on.
+    from catalog.queries import dataset_state_as_of
+
+    carried = DatasetField.objects.get(dataset=new, name="email")
+    assert (carried.description, carried.sensitivity, [t.name for t in carried.tags.all()]) == (
+        "the buyer's address",
+        "confidential",
+        ["a"],
+    )
+    (then,) = [f for f in dataset_state_as_of(new, t(3)).fields if f.name == "email"]
+    assert (then.description, then.sensitivity, then.tags) == (
+        "the buyer's address",
+        "confidential",
+        ["a"],
+    )
     # From the rename on: as of the day before, the new name had none of it.
     before = search_subject(kind, [Identifier(0)], t(2))
     assert [h.name for h in before.datasets] == ["old"]
