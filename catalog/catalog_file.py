@@ -8,6 +8,8 @@ a re-import of the same file changes nothing.
       - {name: customer, description: People who buy from us}
     retentionPolicies:
       - {name: two-years, days: 730, action: delete, legalBasis: "GDPR 6(1)(b)"}
+    namespaces:   # each file's whole say: an omitted owner or description is cleared
+      - {name: "postgres://shop-db:5432", ownerName: shop-team, description: The shop}
     datasets:
       - namespace: postgres://shop-db:5432
         name: shop.public.customers
@@ -64,6 +66,10 @@ DATASET_KEYS = {
 FIELD_KEYS = {"pii", "subjectKind", "sensitivity", "description", "tags"}
 OWNER_KEYS = {"name", "type", "kind", "email", "displayName"}
 OWNER_FILE_KEYS = {"display_name": "displayName"}  # the file's name of an Owner field
+SUBJECT_KIND_KEYS = {"name", "description"}
+POLICY_KEYS = {"name", "days", "action", "legalBasis", "description"}
+NAMESPACE_KEYS = {"name", "ownerName", "description"}
+MAX_DAYS = 999_999_999  # Python's largest timedelta
 
 
 class CatalogFileError(ValueError):
@@ -92,12 +98,17 @@ class DatasetEntry:
 class CatalogFile:
     subject_kinds: list[dict[str, str]] = field(default_factory=list)
     retention_policies: list[dict[str, Any]] = field(default_factory=list)
+    namespaces: list[dict[str, str]] = field(default_factory=list)
     datasets: list[DatasetEntry] = field(default_factory=list)
 
 
-def _mapping(value: Any, path: str) -> dict[str, Any]:
+def _mapping(value: Any, path: str, keys: set[str] | None = None) -> dict[str, Any]:
+    """``value`` as a mapping, with no key but ``keys`` when they are given."""
     if not isinstance(value, dict):
         raise CatalogFileError(path, f"expected a mapping, got {type(value).__name__}")
+    unknown = sorted(set(value) - keys) if keys is not None else []
+    if unknown:
+        raise CatalogFileError(f"{path}.{unknown[0]}", "unknown key")
     return value
 
 
@@ -161,34 +172,50 @@ def parse(text: str) -> CatalogFile:
     except yaml.YAMLError as exc:
         raise CatalogFileError("file", f"not valid YAML: {exc}") from exc
     doc = _mapping(doc or {}, "file")
-    unknown = set(doc) - {"subjectKinds", "retentionPolicies", "datasets"}
+    unknown = set(doc) - {"subjectKinds", "retentionPolicies", "namespaces", "datasets"}
     if unknown:
         raise CatalogFileError(sorted(unknown)[0], "unknown top-level key")
     result = CatalogFile()
     for i, item in enumerate(_list(doc.get("subjectKinds"), "subjectKinds")):
         path = f"subjectKinds[{i}]"
-        item = _mapping(item, path)
+        item = _mapping(item, path, SUBJECT_KIND_KEYS)
+        name = _text(item.get("name"), f"{path}.name")
+        if not actions.SUBJECT_KIND_NAME.match(name):
+            raise CatalogFileError(f"{path}.name", actions.SUBJECT_KIND_RULE)
         result.subject_kinds.append(
             {
-                "name": _text(item.get("name"), f"{path}.name"),
+                "name": name,
                 "description": _text(item.get("description"), f"{path}.description", False),
             }
         )
     for i, item in enumerate(_list(doc.get("retentionPolicies"), "retentionPolicies")):
         path = f"retentionPolicies[{i}]"
-        item = _mapping(item, path)
+        item = _mapping(item, path, POLICY_KEYS)
         days = item.get("days")
-        if not isinstance(days, int) or isinstance(days, bool) or days < 0:
-            raise CatalogFileError(f"{path}.days", "expected a whole number of days ≥ 0")
+        if not isinstance(days, int) or isinstance(days, bool) or not 0 <= days <= MAX_DAYS:
+            raise CatalogFileError(
+                f"{path}.days", f"expected a whole number of days from 0 to {MAX_DAYS:,}"
+            )
         action = _choice(item.get("action"), f"{path}.action", RetentionAction.values)
         if not action:
             raise CatalogFileError(f"{path}.action", "required")
         result.retention_policies.append(
             {
-                "name": _text(item.get("name"), f"{path}.name"),
+                "name": _short(_text(item.get("name"), f"{path}.name"), f"{path}.name", 128),
                 "days": days,
                 "action": action,
-                "legal_basis": _text(item.get("legalBasis"), f"{path}.legalBasis", False),
+                "legal_basis": _short(item.get("legalBasis"), f"{path}.legalBasis"),
+                "description": _text(item.get("description"), f"{path}.description", False),
+            }
+        )
+    for i, item in enumerate(_list(doc.get("namespaces"), "namespaces")):
+        path = f"namespaces[{i}]"
+        item = _mapping(item, path, NAMESPACE_KEYS)
+        name = _text(item.get("name"), f"{path}.name")
+        result.namespaces.append(
+            {
+                "name": _short(naming.canonical_namespace(name), f"{path}.name", 1024),
+                "owner_name": _short(item.get("ownerName"), f"{path}.ownerName"),
                 "description": _text(item.get("description"), f"{path}.description", False),
             }
         )
@@ -312,6 +339,17 @@ def apply(catalog: CatalogFile, actor: Actor | None = None) -> ImportReport:
             elif any(getattr(policy, k) != v for k, v in values.items()):
                 RetentionPolicy.objects.filter(pk=policy.pk).update(**values)
                 report.changes.append(f"retention policy {p['name']} updated")
+        for spec in catalog.namespaces:
+            ns, created = Namespace.objects.get_or_create(name=spec["name"])
+            if created:
+                report.created.append(f"namespace {spec['name']}")
+            for key, attribute in (("ownerName", "owner_name"), ("description", "description")):
+                old = getattr(ns, attribute)
+                if old != spec[attribute]:
+                    report.changes.append(
+                        f"namespace {ns.name} {key}: {old!r} → {spec[attribute]!r}"
+                    )
+            actions.describe_namespace(ns, spec["owner_name"], spec["description"])
         for entry in catalog.datasets:
             _apply_dataset(entry, actor, report, now)
     return report
@@ -383,6 +421,14 @@ def export() -> dict[str, Any]:
                 **({"description": p.description} if p.description else {}),
             }
             for p in RetentionPolicy.objects.order_by("name")
+        ],
+        "namespaces": [
+            {
+                "name": ns.name,
+                **({"ownerName": ns.owner_name} if ns.owner_name else {}),
+                **({"description": ns.description} if ns.description else {}),
+            }
+            for ns in Namespace.objects.exclude(owner_name="", description="").order_by("name")
         ],
         "datasets": [],
     }

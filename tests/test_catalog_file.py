@@ -8,7 +8,7 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
-from catalog.models import ChangeRecord, Dataset, DatasetField, Owner, RetentionPolicy
+from catalog.models import ChangeRecord, Dataset, DatasetField, Namespace, Owner, RetentionPolicy
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -129,6 +129,35 @@ def test_it_sets_a_fields_tags_with_history_and_reports_them(tmp_path):
     assert not email.tags.exists()
 
 
+def test_it_sets_namespaces_owners_and_descriptions_and_exports_them(tmp_path):
+    owned = CATALOG.replace(
+        "datasets:",
+        "namespaces:\n  - {name: 'postgres://shop-db:5432', ownerName: shop-team,"
+        " description: The shop}\ndatasets:",
+        1,
+    )
+    output = run_import(tmp_path, owned)
+    assert "namespace postgres://shop-db:5432 ownerName: '' → 'shop-team'" in output
+    namespace = Namespace.objects.get(name="postgres://shop-db:5432")
+    assert (namespace.owner_name, namespace.description) == ("shop-team", "The shop")
+    assert "nothing changed" in run_import(tmp_path, owned)
+    out = StringIO()
+    call_command("catalog_export", stdout=out)
+    exported = yaml.safe_load(out.getvalue())
+    assert exported["namespaces"] == [
+        {"name": "postgres://shop-db:5432", "ownerName": "shop-team", "description": "The shop"}
+    ]
+    Namespace.objects.all().delete()
+    Owner.objects.all().delete()
+    run_import(tmp_path, out.getvalue())
+    again = StringIO()
+    call_command("catalog_export", stdout=again)
+    assert again.getvalue() == out.getvalue()
+    # The file's whole say: without a description, the namespace has none.
+    run_import(tmp_path, owned.replace(" description: The shop", ""))
+    assert Namespace.objects.get(name="postgres://shop-db:5432").description == ""
+
+
 def test_it_reports_without_writing_on_a_dry_run(tmp_path):
     output = run_import(tmp_path, CATALOG, "--dry-run")
     assert "would change" in output
@@ -182,6 +211,28 @@ def test_it_reports_without_writing_on_a_dry_run(tmp_path):
         ("datasets: [{namespace: a, name: b, tags: [ok, 'a,b']}]", "datasets[0].tags[1]"),
         ("datasets: [{namespace: a, name: b, tags: ['  ']}]", "datasets[0].tags[0]"),
         ("datasets: {a: 1}", "datasets"),
+        ("namespaces: [{name: a, owner: x}]", "namespaces[0].owner"),
+        ("namespaces: [{ownerName: x}]", "namespaces[0].name"),
+        (f"namespaces: [{{name: a, ownerName: {'o' * 256}}}]", "namespaces[0].ownerName"),
+        ("subjectKinds: [{name: customer, descripton: typo}]", "subjectKinds[0].descripton"),
+        ("subjectKinds: [{name: Big Customers}]", "subjectKinds[0].name"),
+        (f"subjectKinds: [{{name: {'k' * 65}}}]", "subjectKinds[0].name"),
+        (
+            "retentionPolicies: [{name: p, days: 1, action: delete, basis: x}]",
+            "retentionPolicies[0].basis",
+        ),
+        (
+            "retentionPolicies: [{name: p, days: 10000000000, action: delete}]",
+            "retentionPolicies[0].days",
+        ),
+        (
+            f"retentionPolicies: [{{name: {'p' * 129}, days: 1, action: delete}}]",
+            "retentionPolicies[0].name",
+        ),
+        (
+            f"retentionPolicies: [{{name: p, days: 1, action: delete, legalBasis: {'b' * 256}}}]",
+            "retentionPolicies[0].legalBasis",
+        ),
         ("datasets: [unclosed", "file"),
     ],
 )
