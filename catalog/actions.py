@@ -116,6 +116,14 @@ def _set_owners(dataset: Dataset, owners: Iterable[OwnerSpec]) -> None:
         )
 
 
+def tag_name_problem(name: str) -> str:
+    """Why ``name`` cannot name a new tag ("" when it can, or when a tag has it already):
+    the pages' forms list tags comma-separated, so a new one holds no comma."""
+    if "," in name and not Tag.objects.filter(name=name).exists():
+        return "a tag name holds no comma"
+    return ""
+
+
 def _set_tags(target: Dataset | DatasetField, names: Iterable[str]) -> None:
     tags = [Tag.objects.get_or_create(name=name)[0] for name in names]
     target.tags.set(tags)

@@ -6,7 +6,6 @@ from datetime import datetime
 from typing import Any, cast
 
 from django.contrib.auth.models import User
-from django.core.validators import RegexValidator
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from drf_spectacular.utils import extend_schema
@@ -220,12 +219,31 @@ def change_json(record: ChangeRecord) -> dict[str, Any]:
 
 
 def whole_name(namespace: str, name: str, tail: str) -> str | None:
-    """``name + tail`` when that names a dataset: a name's %2F decodes to a slash before
-    routing, so ``…/datasets/raw%2Fhistory`` reaches the history route of ``raw`` too. The
-    longer reading wins, as the longest namespace does in a node id."""
+    """``name + tail`` when that names a dataset, or a field of a dataset other than
+    ``name`` (field_reading): a name's %2F decodes to a slash before routing, so
+    ``…/datasets/raw%2Fhistory`` reaches the history route of ``raw`` too, and a field
+    named ``a/history`` that route as well. The longer reading wins, as the longest
+    namespace does in a node id."""
     canonical_namespace, canonical_name = naming.canonical(namespace, name + tail)
     found = Dataset.objects.filter(namespace__name=canonical_namespace, name=canonical_name)
-    return name + tail if found.exists() else None
+    if found.exists() or field_reading(namespace, name + tail, skip=name):
+        return name + tail
+    return None
+
+
+def field_reading(namespace: str, path: str, skip: str = "") -> tuple[str, str] | None:
+    """``path`` (a name after ``…/datasets/``) read as ``{dataset}/fields/{field}``, the
+    longest dataset first, for a dataset that has that field; ``skip`` is a dataset the
+    caller has read it as already. A field's name may hold slashes, which no route's
+    pattern can tell from the name's."""
+    at = path.rfind("/fields/")
+    while at > 0:
+        if path[:at] != skip:
+            dataset = queries.get_dataset(namespace, path[:at])
+            if dataset is not None and any(f.name == path[at + 8 :] for f in dataset.fields.all()):
+                return path[:at], path[at + 8 :]
+        at = path.rfind("/fields/", 0, at)
+    return None
 
 
 def as_dataset(request: Request, namespace: str, whole: str | None) -> Response:
@@ -355,13 +373,15 @@ class OwnerInput(serializers.Serializer[Any]):
     )
 
 
+def _new_tag_name(name: str) -> None:
+    if problem := actions.tag_name_problem(name):
+        raise serializers.ValidationError(problem[0].upper() + problem[1:])
+
+
 def tag_list(help_text: str) -> serializers.ListField:
-    """Tag names as a PATCH gives them: white space around each is dropped, and a comma is
-    refused (the pages' forms list tags comma-separated)."""
-    name = TextField(
-        max_length=128,
-        validators=[RegexValidator(r"^[^,]*$", "A tag name holds no comma")],
-    )
+    """Tag names as a PATCH gives them: white space around each is dropped, and a new one
+    holds no comma (catalog.actions.tag_name_problem)."""
+    name = TextField(max_length=128, validators=[_new_tag_name])
     return serializers.ListField(child=name, required=False, max_length=100, help_text=help_text)
 
 
@@ -386,22 +406,15 @@ class DatasetPatchInput(StrictInput):
         return policy
 
 
-def field_reading(namespace: str, name: str) -> tuple[str, str] | None:
-    """A dataset route's ``name`` read as ``{dataset}/fields/{field}`` when it names no
-    dataset but that does: a field's name may hold slashes, which the field route's cannot."""
-    if "/fields/" not in name or queries.get_dataset(namespace, name) is not None:
-        return None
-    at = name.rfind("/fields/")
-    while at > 0:
-        dataset = queries.get_dataset(namespace, name[:at])
-        if dataset is not None and any(f.name == name[at + 8 :] for f in dataset.fields.all()):
-            return name[:at], name[at + 8 :]
-        at = name.rfind("/fields/", 0, at)
-    return None
-
-
 class DatasetDetailView(APIView):
     permission_classes = [ReadOrEditCatalog]
+
+    @staticmethod
+    def _field_reading(namespace: str, name: str) -> tuple[str, str] | None:
+        """A name of no dataset read as a dataset's field (a field's name with slashes)."""
+        if "/fields/" not in name or queries.get_dataset(namespace, name) is not None:
+            return None
+        return field_reading(namespace, name)
 
     @extend_schema(
         responses={200: {"oneOf": [DATASET, DATASET_AS_OF]}},
@@ -417,7 +430,7 @@ class DatasetDetailView(APIView):
             and queries.get_namespace(listing) is not None
         ):
             return DatasetListView().get(request, listing)
-        if split := field_reading(namespace, name):
+        if split := self._field_reading(namespace, name):
             return FieldDetailView().get(request, namespace, *split)
         as_of = optional_instant(request.query_params)
         dataset = fetch_dataset(namespace, name)
@@ -432,7 +445,7 @@ class DatasetDetailView(APIView):
         operation_id="updateDataset",
     )
     def patch(self, request: Request, namespace: str, name: str) -> Response:
-        if split := field_reading(namespace, name):
+        if split := self._field_reading(namespace, name):
             return FieldDetailView().patch(request, namespace, *split)
         dataset = fetch_dataset(namespace, name)
         data = strict_body(DatasetPatchInput, request.data)

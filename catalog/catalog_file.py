@@ -69,7 +69,7 @@ OWNER_FILE_KEYS = {"display_name": "displayName"}  # the file's name of an Owner
 SUBJECT_KIND_KEYS = {"name", "description"}
 POLICY_KEYS = {"name", "days", "action", "legalBasis", "description"}
 NAMESPACE_KEYS = {"name", "ownerName", "description"}
-MAX_DAYS = 999_999_999  # Python's largest timedelta
+MAX_DAYS = 36_525  # a hundred years
 
 
 class CatalogFileError(ValueError):
@@ -106,7 +106,8 @@ def _mapping(value: Any, path: str, keys: set[str] | None = None) -> dict[str, A
     """``value`` as a mapping, with no key but ``keys`` when they are given."""
     if not isinstance(value, dict):
         raise CatalogFileError(path, f"expected a mapping, got {type(value).__name__}")
-    unknown = sorted(set(value) - keys) if keys is not None else []
+    # Keys as text: YAML keys may be numbers, which do not sort with strings.
+    unknown = sorted(map(str, set(value) - keys)) if keys is not None else []
     if unknown:
         raise CatalogFileError(f"{path}.{unknown[0]}", "unknown key")
     return value
@@ -137,12 +138,12 @@ def _short(value: Any, path: str, limit: int = 255) -> str:
 
 def _tags(value: Any, path: str) -> list[str]:
     """Tag names as the API takes them: without white space around, non-empty, at most 128
-    characters, no comma; repeats count once."""
+    characters, a new one without a comma; repeats count once."""
     tags = []
     for j, tag in enumerate(_list(value, path)):
         name = _short(_text(tag, f"{path}[{j}]").strip(), f"{path}[{j}]", 128)
-        if "," in name:
-            raise CatalogFileError(f"{path}[{j}]", "a tag name holds no comma")
+        if problem := actions.tag_name_problem(name):
+            raise CatalogFileError(f"{path}[{j}]", problem)
         tags.append(name)
     return sorted(set(tags))
 
@@ -174,13 +175,14 @@ def parse(text: str) -> CatalogFile:
     doc = _mapping(doc or {}, "file")
     unknown = set(doc) - {"subjectKinds", "retentionPolicies", "namespaces", "datasets"}
     if unknown:
-        raise CatalogFileError(sorted(unknown)[0], "unknown top-level key")
+        raise CatalogFileError(sorted(map(str, unknown))[0], "unknown top-level key")
     result = CatalogFile()
     for i, item in enumerate(_list(doc.get("subjectKinds"), "subjectKinds")):
         path = f"subjectKinds[{i}]"
         item = _mapping(item, path, SUBJECT_KIND_KEYS)
         name = _text(item.get("name"), f"{path}.name")
-        if not actions.SUBJECT_KIND_NAME.match(name):
+        known = SubjectKind.objects.filter(name=name).exists()  # named before the rule
+        if not actions.SUBJECT_KIND_NAME.match(name) and not known:
             raise CatalogFileError(f"{path}.name", actions.SUBJECT_KIND_RULE)
         result.subject_kinds.append(
             {
@@ -215,8 +217,10 @@ def parse(text: str) -> CatalogFile:
         result.namespaces.append(
             {
                 "name": _short(naming.canonical_namespace(name), f"{path}.name", 1024),
-                "owner_name": _short(item.get("ownerName"), f"{path}.ownerName"),
-                "description": _text(item.get("description"), f"{path}.description", False),
+                "owner_name": _short(item.get("ownerName"), f"{path}.ownerName").strip(),
+                "description": _short(
+                    item.get("description"), f"{path}.description", 10_000
+                ).strip(),
             }
         )
     known_kinds = {k["name"] for k in result.subject_kinds} | set(
@@ -233,10 +237,7 @@ def parse(text: str) -> CatalogFile:
 def _parse_dataset(
     item: Any, path: str, known_kinds: set[str], known_policies: set[str]
 ) -> DatasetEntry:
-    item = _mapping(item, path)
-    unknown = set(item) - DATASET_KEYS
-    if unknown:
-        raise CatalogFileError(f"{path}.{sorted(unknown)[0]}", "unknown key")
+    item = _mapping(item, path, DATASET_KEYS)
     namespace, name = naming.canonical(
         _text(item.get("namespace"), f"{path}.namespace"), _text(item.get("name"), f"{path}.name")
     )
@@ -258,10 +259,7 @@ def _parse_dataset(
             opath = f"{path}.owners[{j}]"
             if isinstance(owner, str):
                 owner = {"name": owner}
-            owner = _mapping(owner, opath)
-            unknown = set(owner) - OWNER_KEYS
-            if unknown:
-                raise CatalogFileError(f"{opath}.{sorted(unknown)[0]}", "unknown key")
+            owner = _mapping(owner, opath, OWNER_KEYS)
             owners.append(
                 OwnerSpec(
                     name=_text(owner.get("name"), f"{opath}.name"),
@@ -279,10 +277,7 @@ def _parse_dataset(
     fields = item.get("fields") or {}
     for name, values in _mapping(fields, f"{path}.fields").items():
         fpath = f"{path}.fields.{name}"
-        values = _mapping(values or {}, fpath)
-        unknown = set(values) - FIELD_KEYS
-        if unknown:
-            raise CatalogFileError(f"{fpath}.{sorted(unknown)[0]}", "unknown key")
+        values = _mapping(values or {}, fpath, FIELD_KEYS)
         parsed: dict[str, Any] = {}
         if "pii" in values:
             parsed["pii_category"] = _choice(values["pii"], f"{fpath}.pii", PiiCategory.values)

@@ -9,7 +9,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from catalog.models import ChangeRecord, RetentionPolicy, SubjectKind
+from catalog.models import ChangeRecord, Dataset, DatasetField, RetentionPolicy, SubjectKind
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -131,6 +131,18 @@ def test_a_field_whose_name_holds_slashes_is_reachable(api, viewer, steward):
     assert whole.json()["name"] == "raw/fields/2024"
     day = api(viewer).get(dataset_url("s3://lake", "raw/fields/2024", "/fields/day"))
     assert day.json()["name"] == "day"
+    # Field names that end as other routes do, or hold "/fields/" themselves.
+    factories.dataset("s3://lake", "raw/odd", fields=())
+    odd_url = dataset_url("s3://lake", "raw/odd", "/fields/")
+    for field in ("x/history", "a/fields/b", "v/versions"):
+        DatasetField.objects.get_or_create(
+            dataset=Dataset.objects.get(name="raw/odd"), name=field, defaults={"ordinal": 9}
+        )
+        url = odd_url + quote(field, safe="")
+        assert api(viewer).get(url).json()["name"] == field, field
+        edited = api(steward).patch(url, {"description": field}, format="json")
+        assert edited.status_code == 200, (field, edited.content)
+        assert edited.json()["description"] == field
     missing = api(viewer).get(
         dataset_url("s3://lake", "raw/events", "/fields/" + quote("a/b", safe=""))
     )
@@ -289,6 +301,15 @@ def test_it_rejects_bad_dataset_edits_naming_the_field(api, steward, customers, 
     assert response.status_code == 400
     assert response.json()["field"] == field
     assert not ChangeRecord.objects.exists()
+
+
+def test_a_tag_named_before_the_comma_rule_can_be_sent_back(api, steward, customers):
+    from catalog.models import Tag
+
+    Tag.objects.create(name="eu,us")
+    response = api(steward).patch(dataset_url(), {"tags": ["eu,us"]}, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["tags"] == ["eu,us"]
 
 
 def test_it_rejects_a_body_that_is_not_json(api, steward, customers):

@@ -158,6 +158,23 @@ def test_it_sets_namespaces_owners_and_descriptions_and_exports_them(tmp_path):
     assert Namespace.objects.get(name="postgres://shop-db:5432").description == ""
 
 
+def test_names_made_before_todays_rules_are_still_taken(tmp_path):
+    from catalog.models import SubjectKind, Tag
+
+    SubjectKind.objects.create(name="Customer")
+    Tag.objects.create(name="eu,us")
+    text = """
+subjectKinds: [{name: Customer}]
+retentionPolicies: [{name: century, days: 36525, action: delete}]
+datasets: [{namespace: a, name: b, tags: ['eu,us'], fields: {x: {subjectKind: Customer}}}]
+"""
+    run_import(tmp_path, text)
+    ds = Dataset.objects.get(name="b")
+    assert [t.name for t in ds.tags.all()] == ["eu,us"]
+    assert ds.fields.get(name="x").subject_kind.name == "Customer"
+    assert RetentionPolicy.objects.get(name="century").duration_days == 36525
+
+
 def test_it_reports_without_writing_on_a_dry_run(tmp_path):
     output = run_import(tmp_path, CATALOG, "--dry-run")
     assert "would change" in output
@@ -222,9 +239,10 @@ def test_it_reports_without_writing_on_a_dry_run(tmp_path):
             "retentionPolicies[0].basis",
         ),
         (
-            "retentionPolicies: [{name: p, days: 10000000000, action: delete}]",
+            "retentionPolicies: [{name: p, days: 36526, action: delete}]",
             "retentionPolicies[0].days",
         ),
+        ("namespaces: [{name: a, 1: x, foo: y}]", "namespaces[0].1"),
         (
             f"retentionPolicies: [{{name: {'p' * 129}, days: 1, action: delete}}]",
             "retentionPolicies[0].name",
