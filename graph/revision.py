@@ -28,7 +28,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from catalog.pgsql import bound_cursor
@@ -256,11 +256,13 @@ def install_triggers(connection: BaseDatabaseWrapper) -> None:
             )
             row = cursor.fetchone()
             if row is None or row[0] != f"lineage revision triggers {VERSION}":
-                for watch in WATCHED:
-                    cursor.execute(_pg_log_function(watch))
-                    cursor.execute(_pg_table_triggers(watch))
-                cursor.execute("DROP FUNCTION IF EXISTS graph_log_change() CASCADE")
-                cursor.execute(_PG_BUMP)
+                # At once: a write between a new function and its new trigger would fail.
+                with transaction.atomic(using=connection.alias):
+                    for watch in WATCHED:
+                        cursor.execute(_pg_log_function(watch))
+                        cursor.execute(_pg_table_triggers(watch))
+                    cursor.execute("DROP FUNCTION IF EXISTS graph_log_change() CASCADE")
+                    cursor.execute(_PG_BUMP)
         elif connection.vendor == "sqlite":
             # Tables rebuilt by schema changes lose their triggers: recreate what is missing.
             cursor.execute(

@@ -1624,7 +1624,11 @@ def _carry_declarations(dataset_ids: Iterable[int]) -> None:
     for old, new, at in renamed:
         _carry_attributes(old, new, at)
         fields = DatasetField.objects.select_related("subject_kind").prefetch_related("tags")
-        said = {f.name: f for f in fields.filter(dataset_id=old)}
+        flagged = Q(flag_source=FlagSource.DECLARED) & ~Q(pii_category="", subject_kind=None)
+        said_something = flagged | ~Q(description="") | ~Q(sensitivity="") | Q(tags__isnull=False)
+        said = {f.name: f for f in fields.filter(said_something, dataset_id=old).distinct()}
+        if not said:
+            continue
         ever = set(
             ChangeRecord.objects.filter(
                 dataset_id=new, attribute__in=FLAG_ATTRIBUTES + COLUMN_ATTRIBUTES

@@ -67,10 +67,18 @@ def test_a_namespaces_owner_leaves_lineage_data_alone_and_its_name_does_not(
 
     before = revision.current()
     url = f"/api/v1/namespaces/{quote(NS, safe='')}"
-    api(steward).put(url, {"ownerName": "shop-team", "description": "x"}, format="json")
+    edit = api(steward).put(url, {"ownerName": "shop-team", "description": "x"}, format="json")
+    assert edit.status_code == 200 and edit.json()["ownerName"] == "shop-team"
     assert revision.current() == before  # no node shows it: nothing to render again
     Namespace.objects.filter(name=NS).update(name="postgres://shop-db2:5432")
-    assert node_changes(before, revision.current(), 100) is None  # every node's id changed
+    renamed = revision.current()
+    assert node_changes(before, renamed, 100) is None  # every node's id changed
+    # A namespace made or deleted may change how node ids resolve: logged too.
+    made = Namespace.objects.create(name="s3://new")
+    assert node_changes(renamed, revision.current(), 100) is None
+    created = revision.current()
+    made.delete()
+    assert node_changes(created, revision.current(), 100) is None
 
 
 @pytest.mark.parametrize(

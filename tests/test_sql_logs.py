@@ -529,7 +529,13 @@ def test_the_migration_redacts_what_sql_logs_stored_before_statements_were_redac
     assert _stored() == redacted
 
 
-def test_the_redacting_migration_collapses_copies_and_leaves_other_text_alone():
+@pytest.mark.parametrize("chunk", [1, 2000])
+def test_the_redacting_migration_collapses_copies_and_leaves_other_text_alone(monkeypatch, chunk):
+    import importlib
+
+    migration = importlib.import_module("ingest.migrations.0013_redact_sql_log_literals")
+    monkeypatch.setattr(migration, "CHUNK", chunk)  # copies in one chunk, or across chunks
+
     def stored(query: str, spaced: bool = False) -> RawEvent:
         event = {
             "eventType": "COMPLETE",

@@ -38,7 +38,8 @@ def _sql_facet(body: str) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def _redact_events(RawEvent: Any, rows: list[tuple[int, str]]) -> None:
+def _redact_events(events: Any, rows: list[tuple[int, str]]) -> None:
+    """Redact these rows of ``events`` (RawEvent's manager on the migrated database)."""
     from ingest.events import fingerprint_of_text
 
     changed: dict[int, tuple[str, str]] = {}
@@ -56,7 +57,7 @@ def _redact_events(RawEvent: Any, rows: list[tuple[int, str]]) -> None:
     if not changed:
         return
     stored = set(
-        RawEvent.objects.filter(
+        events.filter(
             fingerprint__in=[fingerprint for _, fingerprint in changed.values()]
         ).values_list("fingerprint", flat=True)
     )
@@ -66,28 +67,30 @@ def _redact_events(RawEvent: Any, rows: list[tuple[int, str]]) -> None:
             gone.append(pk)
         else:
             stored.add(fingerprint)
-            kept.append(RawEvent(pk=pk, body=text, fingerprint=fingerprint))
-    RawEvent.objects.filter(pk__in=gone).delete()
-    RawEvent.objects.bulk_update(kept, ["body", "fingerprint"])
+            kept.append(events.model(pk=pk, body=text, fingerprint=fingerprint))
+    events.filter(pk__in=gone).delete()
+    events.bulk_update(kept, ["body", "fingerprint"])
 
 
 def redact_sql_logs(apps: Any, schema_editor: Any) -> None:
     from ingest.sql.events import PRODUCER
     from ingest.sql_actions import EVENT_SOURCE
 
+    db = schema_editor.connection.alias if schema_editor is not None else "default"
     RawEvent = apps.get_model("ingest", "RawEvent")
     Job = apps.get_model("graph", "Job")
-    events = RawEvent.objects.filter(
+    events = RawEvent.objects.using(db)
+    logged = events.filter(
         source=EVENT_SOURCE, compacted_at__isnull=True, body__contains='"query":'
     )
     last = 0
     while rows := list(
-        events.filter(pk__gt=last).order_by("pk").values_list("pk", "body")[:CHUNK]
+        logged.filter(pk__gt=last).order_by("pk").values_list("pk", "body")[:CHUNK]
     ):
         last = rows[-1][0]
-        with transaction.atomic():
-            _redact_events(RawEvent, rows)
-    jobs = Job.objects.filter(facets__sql___producer=PRODUCER).order_by("pk")
+        with transaction.atomic(using=db):
+            _redact_events(events, rows)
+    jobs = Job.objects.using(db).filter(facets__sql___producer=PRODUCER).order_by("pk")
     last = 0
     while chunk := list(jobs.filter(pk__gt=last).only("pk", "facets", "sql")[:CHUNK]):
         last = chunk[-1].pk
@@ -102,8 +105,8 @@ def redact_sql_logs(apps: Any, schema_editor: Any) -> None:
                 job.facets = {**job.facets, "sql": {**sql, "query": redacted}}
                 job.sql = redacted
                 changed.append(job)
-        with transaction.atomic():
-            Job.objects.bulk_update(changed, ["facets", "sql"])
+        with transaction.atomic(using=db):
+            Job.objects.using(db).bulk_update(changed, ["facets", "sql"])
 
 
 class Migration(migrations.Migration):
