@@ -82,6 +82,9 @@ from lineage_site import dispatch
 
 logger = logging.getLogger(__name__)
 LINEAGE_ACTOR = catalog_actions.Actor(name="openlineage", source=ChangeSource.LINEAGE)
+# What people said of a description, which lineage's own description does not overrule: a
+# steward's edit, or a catalog file's.
+PEOPLES_SAY = (ChangeSource.STEWARD, ChangeSource.IMPORT)
 JOB_EVENT_RUNS = uuid.UUID("5b1d3a52-7f0e-4c1a-9d43-0c6b3f1e2a77")
 VERSION_IDS = uuid.UUID("0c1f6a4e-93b2-4f7e-8a55-4d2b9e61c0d8")
 # Conditions OR-ed in one query: SQLite builds a tree one level deep per OR, at most 1,000.
@@ -521,7 +524,7 @@ class _Batch:
         if not self._newest(ds, "documentation", value, at, fp) or ds.description == value:
             return
         edited = ChangeRecord.objects.filter(
-            dataset_id=ds.pk, field_name="", attribute="description", source=ChangeSource.STEWARD
+            dataset_id=ds.pk, field_name="", attribute="description", source__in=PEOPLES_SAY
         ).exists()
         if not edited:
             catalog_actions.update_dataset(ds, {"description": value}, LINEAGE_ACTOR, at=at)
@@ -859,7 +862,7 @@ class _Batch:
                 ChangeRecord.objects.filter(
                     dataset_id__any_of=set(self.versions_changed),
                     attribute="description",
-                    source=ChangeSource.STEWARD,
+                    source__in=PEOPLES_SAY,
                 )
                 .exclude(field_name="")
                 .values_list("dataset_id", "field_name")

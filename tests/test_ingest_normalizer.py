@@ -533,6 +533,26 @@ def test_it_sets_the_description_until_a_steward_edits_it(steward):
     assert c.description == "Curated"
 
 
+def test_a_description_from_a_catalog_file_is_not_overruled_by_lineage():
+    from catalog.catalog_file import apply, parse
+
+    ingest(dataset_event(at(1), dataset("c", schema=schema("id"))))
+    apply(
+        parse(
+            f"datasets: [{{namespace: '{PG}', name: c, description: Curated,"
+            " fields: {id: {description: The key}}}]"
+        )
+    )
+    described = dataset(
+        "c",
+        documentation={"description": "From dbt"},
+        schema={"fields": [{"name": "id", "type": "string", "description": "dbt's id"}]},
+    )
+    ingest(dataset_event(at(2), described))
+    c = Dataset.objects.get(name="c")
+    assert (c.description, c.fields.get(name="id").description) == ("Curated", "The key")
+
+
 def test_it_ignores_documentation_older_than_what_it_has():
     ingest(dataset_event(at(2), dataset("c", documentation={"description": "newer"})))
     ingest(dataset_event(at(1), dataset("c", documentation={"description": "older"})))
