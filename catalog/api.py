@@ -417,8 +417,10 @@ class DatasetDetailView(APIView):
         return field_reading(namespace, name)
 
     @extend_schema(
-        responses={200: {"oneOf": [DATASET, DATASET_AS_OF]}},
+        responses={200: {"oneOf": [DATASET, DATASET_AS_OF, FIELD]}},
         summary="One dataset (optionally as of a past instant)",
+        description="A name that is no dataset's but reads as ``{dataset}/fields/{field}`` "
+        "(a field whose name holds slashes) answers that field.",
         operation_id="getDataset",
         parameters=[instant_parameter("asOf")],
     )
@@ -440,8 +442,9 @@ class DatasetDetailView(APIView):
 
     @extend_schema(
         request=DatasetPatchInput,
-        responses={200: DATASET},
+        responses={200: {"oneOf": [DATASET, FIELD]}},
         summary="Edit a dataset",
+        description="A name that reads as a dataset's field (see getDataset) edits that field.",
         operation_id="updateDataset",
     )
     def patch(self, request: Request, namespace: str, name: str) -> Response:
