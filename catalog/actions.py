@@ -190,9 +190,9 @@ def update_field(
     """Apply steward changes to a field; returns the history records written.
 
     ``changes`` keys: pii_category ("" for none), subject_kind (SubjectKind or None),
-    propagation_blocked (bool), sensitivity, description, tags (list of names). Flags a person sets are declared:
-    on a field showing a propagated flag, the attribute not given starts from nothing
-    declared (``confirm_flag`` declares both as shown). The history keeps declared values
+    propagation_blocked (bool), sensitivity, description, tags (list of names). Flags a
+    person sets are declared: on a field showing a propagated flag, the attribute not given
+    starts from nothing declared (``confirm_flag`` declares both as shown). The history keeps declared values
     and blocks; propagated flags are derived (graph.propagation), so the records of a flag
     edit say what was declared before, not what was shown. Unless ``propagate`` is False
     (the caller sends ``flags_changed`` once for many fields), the flags this field
