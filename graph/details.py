@@ -579,8 +579,8 @@ def _rewind_edits(found: dict[int, DatasetInfo], as_of: datetime) -> dict[int, D
     return out
 
 
-# The steward-edited attributes of a field that lineage answers show.
-FIELD_SHOWN = frozenset({"description", "pii_category", "subject_kind", "tags"})
+# The steward-edited attributes of a field that lineage answers show (FieldInfo holds them).
+FIELD_SHOWN = frozenset(FIELD_ATTRIBUTES) & {f.name for f in fields(FieldInfo)}
 
 
 def _field_value(attribute: str, recorded: Any) -> Any:
