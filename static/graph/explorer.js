@@ -660,7 +660,6 @@
       layout: { name: "preset" },
       minZoom: 0.03,
       maxZoom: 3,
-      wheelSensitivity: 0.8,
       boxSelectionEnabled: false,
       textureOnViewport: large,
       hideEdgesOnViewport: large,
