@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Model, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from catalog import bulk
@@ -119,11 +119,6 @@ def merge_facets(
                 facets[name] = value
                 changed = True
     return changed
-
-
-def bulk_set(model: type[Model], rows: list[Any], fields: list[str]) -> None:
-    """Write ``fields`` of many rows by primary key in one statement (catalog.bulk.update)."""
-    bulk.update(model, rows, fields)
 
 
 # -- jobs ---------------------------------------------------------------------------------
@@ -335,7 +330,7 @@ def record_runs(observations: list[RunObservation], jobs: Mapping[int, Job]) -> 
                 io_update.append(existing)
     bulk.insert_values(RunDataset, IO_FIELDS, io_of_new_runs)
     bulk.insert_values(RunDataset, IO_FIELDS, io_create, ignore_conflicts=True)
-    bulk_set(RunDataset, io_update, ["event_time", "dataset_version"])
+    bulk.update(RunDataset, io_update, ["event_time", "dataset_version"])
 
     since: dict[int, Span] = {}
     moved: list[tuple[Run, _Step | None, _Step | None]] = []
@@ -354,7 +349,7 @@ def record_runs(observations: list[RunObservation], jobs: Mapping[int, Job]) -> 
             moved.append((run, old, after))
     _replay_points(moved, since, jobs)
     if changed_runs:
-        bulk_set(
+        bulk.update(
             Run,
             changed_runs,
             [
@@ -593,7 +588,7 @@ def _link_parents(runs: list[Run]) -> None:
 def _link_parents_and_children(new_runs: list[Run]) -> None:
     """Point new runs at parents already stored, and runs already stored at new parents."""
     _link_parents(new_runs)
-    bulk_set(Run, [r for r in new_runs if r.parent_id is not None], ["parent"])
+    bulk.update(Run, [r for r in new_runs if r.parent_id is not None], ["parent"])
     by_uuid = {r.run_uuid: r.pk for r in new_runs}
     children = list(
         # Spelled as the partial index "run_waiting_for_parent" is, so it is used whatever
@@ -609,7 +604,7 @@ def _link_parents_and_children(new_runs: list[Run]) -> None:
     for child in children:
         assert child.parent_run_uuid is not None
         child.parent_id = by_uuid[child.parent_run_uuid]
-    bulk_set(Run, children, ["parent"])
+    bulk.update(Run, children, ["parent"])
 
 
 def _run_time_key(run: Run) -> tuple[datetime, str]:
@@ -641,23 +636,6 @@ def _update_latest_runs(runs: list[Run], jobs: Mapping[int, Job]) -> None:
 
 
 @dataclass
-class EdgeChanges:
-    """What a recompute wrote: counts of edge rows opened, closed/moved and removed."""
-
-    inserted: int = 0
-    updated: int = 0
-    deleted: int = 0
-
-    def __bool__(self) -> bool:
-        return bool(self.inserted or self.updated or self.deleted)
-
-    def add(self, other: EdgeChanges) -> None:
-        self.inserted += other.inserted
-        self.updated += other.updated
-        self.deleted += other.deleted
-
-
-@dataclass
 class _RunStep:
     at: datetime
     run_uuid: str
@@ -675,7 +653,7 @@ FIRST_REACH = timedelta(hours=2)
 
 def recompute_jobs(
     spans: Mapping[int, tuple[datetime, datetime | None]], jobs: Mapping[int, Job]
-) -> EdgeChanges:
+) -> None:
     """Replay each job's timeline around the instants where it changed, and store the
     resulting edge intervals.
 
@@ -701,7 +679,7 @@ def recompute_jobs(
         for job_id in _replay_windows(windows, jobs, plan):
             del pending[job_id]
         reach *= 16
-    return plan.apply()
+    plan.apply()
 
 
 def _replay_windows(
@@ -893,7 +871,7 @@ class _WritePlan:
                 known.append(self.carrying_since)
             self.carrying_since = min(known)
 
-    def apply(self) -> EdgeChanges:
+    def apply(self) -> None:
         # Deletes, then closings, then re-openings, then inserts: the at-most-one-open-edge
         # constraints hold after every statement.
         if self.table_delete:
@@ -902,18 +880,13 @@ class _WritePlan:
             ColumnEdge.objects.filter(pk__any_of=self.column_delete).delete()
         for closing in (True, False):
             rows = [e for e in self.table_update if (e.valid_to is not None) == closing]
-            bulk_set(TableEdge, rows, ["valid_to"])
+            bulk.update(TableEdge, rows, ["valid_to"])
             crows = [e for e in self.column_update if (e.valid_to is not None) == closing]
-            bulk_set(ColumnEdge, crows, ["valid_to", "masking", "description"])
+            bulk.update(ColumnEdge, crows, ["valid_to", "masking", "description"])
         bulk.insert_values(TableEdge, TABLE_EDGE_FIELDS, self.table_insert)
         bulk.insert_values(ColumnEdge, COLUMN_EDGE_FIELDS, self.column_insert)
         if self.carrying_sources:
             propagation.edges_changed(self.carrying_sources, self.carrying_since)
-        return EdgeChanges(
-            inserted=len(self.table_insert) + len(self.column_insert),
-            updated=len(self.table_update) + len(self.column_update),
-            deleted=len(self.table_delete) + len(self.column_delete),
-        )
 
 
 def _replay_tables(

@@ -101,12 +101,10 @@ class NormalizeResult:
 
     jobs: set[int] = field(default_factory=set)
     datasets: set[int] = field(default_factory=set)
-    edges: graph_actions.EdgeChanges = field(default_factory=graph_actions.EdgeChanges)
 
     def merge(self, other: NormalizeResult) -> None:
         self.jobs |= other.jobs
         self.datasets |= other.datasets
-        self.edges.add(other.edges)
 
 
 def field_gaps(
@@ -744,7 +742,7 @@ class _Batch:
             self.latest[d] = newest or before
         if gone:
             DatasetVersion.objects.filter(pk__any_of=gone).delete()
-        graph_actions.bulk_set(DatasetVersion, moved, ["created_at", "version", "run_uuid"])
+        bulk.update(DatasetVersion, moved, ["created_at", "version", "run_uuid"])
         if create:
             bulk.insert(DatasetVersion, create)
             # Owners downstream are told of columns a new schema removes or retypes.
@@ -981,7 +979,7 @@ class _Batch:
                     row.dataset_version_id = wanted
                     stale.append(row)
         if stale:
-            graph_actions.bulk_set(RunDataset, stale, ["dataset_version"])
+            bulk.update(RunDataset, stale, ["dataset_version"])
 
     # -- writing it all down -----------------------------------------------------------------
 
@@ -1018,11 +1016,9 @@ class _Batch:
             for job_id in graph_actions.jobs_with_edges_open_at([(dataset_id, at)]):
                 if job_id in self.jobs:
                     graph_actions.widen(since, job_id, at, at)
-        edges = graph_actions.recompute_jobs(since, self.jobs)
+        graph_actions.recompute_jobs(since, self.jobs)
         self._flush_jobs()
-        return NormalizeResult(
-            jobs=set(self.jobs) | set(since), datasets=set(self.datasets), edges=edges
-        )
+        return NormalizeResult(jobs=set(self.jobs) | set(since), datasets=set(self.datasets))
 
     def _flush_fields(self) -> None:
         new = [row for row in self.fields.values() if row.pk is None]
@@ -1032,7 +1028,7 @@ class _Batch:
         changed = [
             self.fields[key] for key in self.dirty_fields if id(self.fields[key]) not in created
         ]
-        graph_actions.bulk_set(
+        bulk.update(
             DatasetField, changed, ["type", "ordinal", "description", "removed_at", "first_seen"]
         )
         if self.gaps:
@@ -1070,7 +1066,7 @@ class _Batch:
             if _dataset_state(ds) != self.dataset_states.get(ds.pk):
                 ds.updated_at = self.now
                 changed.append(ds)
-        graph_actions.bulk_set(Dataset, changed, [*DATASET_FIELDS, "updated_at"])
+        bulk.update(Dataset, changed, [*DATASET_FIELDS, "updated_at"])
 
     def _flush_jobs(self) -> None:
         """Write the jobs this batch changed: facets, and the latest run and timeline end
@@ -1093,7 +1089,7 @@ class _Batch:
             job.updated_at = self.now
             changed.append(job)
         if changed:
-            graph_actions.bulk_set(
+            bulk.update(
                 Job,
                 changed,
                 [
@@ -1603,7 +1599,7 @@ def _rewrite_runs(
         if lineage and merged != lineage:
             run.column_lineage = merged
             changed.append(run)
-    graph_actions.bulk_set(graph_models.Run, changed, ["column_lineage"])
+    bulk.update(graph_models.Run, changed, ["column_lineage"])
 
 
 # A column's attributes a rename carries to its namesake, besides its flag.
