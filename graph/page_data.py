@@ -25,7 +25,6 @@ from django.db.models import (
 )
 from django.urls import reverse
 
-from catalog.errors import ApiError
 from catalog.flags import chunks
 from catalog.models import (
     PERSONAL_DATA,
@@ -36,7 +35,7 @@ from catalog.models import (
     Owner,
     Tag,
 )
-from graph import nodedata, nodeids, queries, render, resolve, snapshot
+from graph import nodedata, nodeids, queries, render, snapshot
 from graph.details import JobInfo, load_datasets, load_jobs
 from graph.models import Job, Taint
 from graph.nodedata import iso
@@ -46,21 +45,6 @@ MAX_INSTANTS = 500
 
 
 # --- node ids --------------------------------------------------------------
-
-
-class NodeNotFound(Exception):
-    pass
-
-
-def resolve_node(raw: str) -> nodeids.ResolvedNode:
-    """Resolve a node id (dataset, job or datasetField) to its row; ApiError when malformed."""
-    try:
-        resolved = resolve.resolve_node_id(raw)
-    except nodeids.MalformedNodeId as exc:
-        raise ApiError(str(exc), "node") from exc
-    except nodeids.UnknownNodeId as exc:
-        raise NodeNotFound(f"Unknown node {raw}") from exc
-    return resolved
 
 
 def dataset_ref(dataset: Dataset) -> nodeids.ResolvedNode:

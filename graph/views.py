@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import wraps
 from typing import Any
 from urllib.parse import urlencode
 
@@ -27,16 +29,17 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.text import slugify
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_http_methods
 
 from catalog import auth
 from catalog import queries as catalog_queries
-from catalog.errors import ApiError, error_response
+from catalog.errors import ApiError, error_response, json_error
 from catalog.models import Dataset, Namespace, RetentionPolicy
 from catalog.params import choice_param, int_param, optional_instant
 from catalog.views import cached, filtered_datasets, platforms
 from graph import nodeids, queries
 from graph import page_data as data
+from graph.api import node_param
 from graph.details import run_info
 from graph.models import Job, Run, RunDataset, TableEdge, Taint
 from graph.nodedata import iso
@@ -44,6 +47,7 @@ from graph.render import impact_csv, impact_mermaid, lineage_csv, lineage_mermai
 from graph.taint import TaintError, clear_taint, mark_tainted
 
 read_required = permission_required(auth.READ_LINEAGE, raise_exception=True)
+View = Callable[..., HttpResponse]
 
 SEARCH_LIMIT = 25
 MAX_DEPTH = 20
@@ -63,25 +67,25 @@ KIND_CHOICES = [
 ]
 
 
-class PageError(Exception):
-    """Bad page input: shown to the user on the page with its status, never a 500."""
+def page(*methods: str, json_errors: bool = False) -> Callable[[View], View]:
+    """A lineage reader's page (sign-in, the role, GET unless ``methods`` say otherwise).
+    Bad input (ApiError) is answered with its status: the error page, or the API's JSON
+    error for what the page script fetches (``json_errors``), never a 500."""
 
-    def __init__(self, message: str, param: str = "", status: int = 400) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.status = status
+    def decorate(view: View) -> View:
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            try:
+                return view(request, *args, **kwargs)
+            except ApiError as exc:
+                if json_errors:
+                    return json_error(exc.message, exc.status_code, exc.field)
+                return error_response(request, exc.status_code, exc.message, exc.field)
 
+        allowed = require_http_methods(list(methods or ("GET",)))
+        return login_required(read_required(allowed(wrapper)))
 
-def _error_page(request: HttpRequest, error: PageError) -> HttpResponse:
-    return error_response(request, error.status, error.message, error.param)
-
-
-def _instant(params: Any, name: str) -> datetime | None:
-    try:
-        return optional_instant(params, name)
-    except ApiError as exc:
-        raise PageError(exc.message, name) from exc
+    return decorate
 
 
 def _iso(value: datetime | None) -> str:
@@ -114,38 +118,29 @@ class ViewState:
 
 
 def parse_state(params: Any, default_depth: int = 3, default_direction: str = "both") -> ViewState:
-    """Read node, level, direction, depth, asOf, compare and limit; PageError on bad input."""
-    raw = (params.get("node") or "").strip()
-    if not raw:
-        raise PageError("Choose a dataset, job or column to start from.", "node")
-    try:
-        node = data.resolve_node(raw)
-        level = choice_param(
-            params,
-            "level",
-            "column" if node.kind == "datasetField" else "table",
-            ("table", "column"),
-        )
-        direction = choice_param(
-            params, "direction", default_direction, ("upstream", "downstream", "both")
-        )
-        depth = int_param(params, "depth", default_depth, 1, MAX_DEPTH)
-        limit = int_param(params, "limit", DEFAULT_NODE_LIMIT, 10, 10_000)
-    except ApiError as exc:
-        raise PageError(exc.message, exc.field or "", exc.status_code) from exc
-    except data.NodeNotFound as exc:
-        raise PageError(str(exc), "node", 404) from exc
+    """Read node, level, direction, depth, asOf, compare and limit; ApiError on bad input."""
+    if not (params.get("node") or "").strip():
+        raise ApiError("Choose a dataset, job or column to start from.", "node")
+    node = node_param({"node": params["node"].strip()}, "node")
+    level = choice_param(
+        params, "level", "column" if node.kind == "datasetField" else "table", ("table", "column")
+    )
+    direction = choice_param(
+        params, "direction", default_direction, ("upstream", "downstream", "both")
+    )
+    depth = int_param(params, "depth", default_depth, 1, MAX_DEPTH)
+    limit = int_param(params, "limit", DEFAULT_NODE_LIMIT, 10, 10_000)
     if level == "table":
         node = node.dataset()
     if level == "column" and node.kind == "job":
-        raise PageError("Column level starts from a dataset or a column; a job has none.", "level")
+        raise ApiError("Column level starts from a dataset or a column; a job has none.", "level")
     return ViewState(
         node=node,
         level=level,
         direction=direction,
         depth=depth,
-        as_of=_instant(params, "asOf"),
-        compare=_instant(params, "compare"),
+        as_of=optional_instant(params, "asOf"),
+        compare=optional_instant(params, "compare"),
         limit=limit,
     )
 
@@ -162,9 +157,7 @@ def _has_dataset_filters(params: Any) -> bool:
     return any(params.get(k) for k in ("platform", "owner", "retention", "pii"))
 
 
-@login_required
-@read_required
-@require_GET
+@page()
 def search(request: HttpRequest) -> HttpResponse:
     """Datasets, jobs, columns, owners and tags matching ``q``, best matches first."""
     params = request.GET
@@ -208,9 +201,7 @@ def search(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
-@read_required
-@require_GET
+@page()
 def suggest(request: HttpRequest) -> HttpResponse:
     """A short list of the best matches for the search box, as an HTML fragment."""
     q = (request.GET.get("q") or "").strip()[:200]
@@ -250,9 +241,7 @@ def interval_rows(edges: list[TableEdge], now: datetime) -> list[IntervalRow]:
     return rows
 
 
-@login_required
-@read_required
-@require_GET
+@page()
 def job_detail(request: HttpRequest) -> HttpResponse:
     job = (
         Job.objects.select_related("namespace", "latest_run", "parent__namespace")
@@ -294,9 +283,7 @@ def job_detail(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
-@read_required
-@require_GET
+@page()
 def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = (
         Run.objects.select_related("job__namespace", "parent__job").filter(run_uuid=run_id).first()
@@ -327,9 +314,7 @@ def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
 # --- explorer --------------------------------------------------------------
 
 
-@login_required
-@read_required
-@require_GET
+@page()
 def explorer(request: HttpRequest) -> HttpResponse:
     """The interactive graph page; the drawing itself is fetched from ``explorer_json``."""
     context: dict[str, Any] = {
@@ -341,9 +326,9 @@ def explorer(request: HttpRequest) -> HttpResponse:
     if request.GET.get("node"):
         try:
             state = parse_state(request.GET)
-        except PageError as exc:
+        except ApiError as exc:
             context["error"] = exc
-            return render(request, "graph/explorer.html", context, status=exc.status)
+            return render(request, "graph/explorer.html", context, status=exc.status_code)
         context.update(
             state=state,
             node_value=str(state.node.id),
@@ -378,19 +363,10 @@ def _node_page(node: nodeids.ResolvedNode) -> str:
     return data.dataset_url(shown.namespace, shown.name)
 
 
-def _json_error(error: PageError) -> JsonResponse:
-    return JsonResponse({"error": error.message, "field": error.param}, status=error.status)
-
-
-@login_required
-@read_required
-@require_GET
+@page(json_errors=True)
 def explorer_json(request: HttpRequest) -> JsonResponse:
     """The graph around a node as the page draws it: nodes, edges, hidden counts, instants."""
-    try:
-        state = parse_state(request.GET)
-    except PageError as exc:
-        return _json_error(exc)
+    state = parse_state(request.GET)
     graph = data.build_view(
         state.node,
         level=state.level,
@@ -406,17 +382,12 @@ def explorer_json(request: HttpRequest) -> JsonResponse:
 # --- impact ----------------------------------------------------------------
 
 
-@login_required
-@read_required
-@require_GET
+@page()
 def impact(request: HttpRequest) -> HttpResponse:
     """Everything downstream of a node, grouped by distance, with owners, PII and retention."""
     if not request.GET.get("node"):
         return render(request, "graph/impact.html", {"report": None, "nav": "graph"})
-    try:
-        state = parse_state(request.GET, default_depth=MAX_DEPTH, default_direction="downstream")
-    except PageError as exc:
-        return _error_page(request, exc)
+    state = parse_state(request.GET, default_depth=MAX_DEPTH, default_direction="downstream")
     report = data.impact(state.node, depth=state.depth, as_of=state.as_of, level=state.level)
     taints: dict[str, Any] = {}
     if state.node.kind != "job":
@@ -437,17 +408,12 @@ def impact(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
-@read_required
-@require_GET
+@page()
 def root_cause(request: HttpRequest) -> HttpResponse:
     """Everything upstream of a node with each job's latest run: failures first, then suspects."""
     if not request.GET.get("node"):
         return render(request, "graph/root_cause.html", {"result": None, "nav": "graph"})
-    try:
-        state = parse_state(request.GET, default_depth=MAX_DEPTH, default_direction="upstream")
-    except PageError as exc:
-        return _error_page(request, exc)
+    state = parse_state(request.GET, default_depth=MAX_DEPTH, default_direction="upstream")
     start = state.node.dataset()
     result = queries.root_cause(
         start, depth=state.depth, as_of=state.as_of, max_nodes=ROOT_CAUSE_LIMIT
@@ -499,12 +465,9 @@ def root_cause(request: HttpRequest) -> HttpResponse:
 
 
 def _export_state(request: HttpRequest, **defaults: Any) -> tuple[ViewState, str]:
-    """The state to export and ``format`` (csv or mermaid); PageError on bad input."""
-    try:
-        state = parse_state(request.GET, **defaults)
-        return state, choice_param(request.GET, "format", "csv", ("csv", "mermaid"))
-    except ApiError as exc:
-        raise PageError(exc.message, exc.field or "") from exc
+    """The state to export and ``format`` (csv or mermaid); ApiError on bad input."""
+    state = parse_state(request.GET, **defaults)
+    return state, choice_param(request.GET, "format", "csv", ("csv", "mermaid"))
 
 
 def _download(text: str, fmt: str, stem: str) -> HttpResponse:
@@ -515,36 +478,26 @@ def _download(text: str, fmt: str, stem: str) -> HttpResponse:
     return response
 
 
-@login_required
-@read_required
-@require_GET
+@page(json_errors=True)
 def impact_export(request: HttpRequest) -> HttpResponse:
     """The impact as CSV (``format=csv``) or a Mermaid flowchart (``format=mermaid``).
 
     The same text the lineage impact API exports, so a page download and an
     API call agree.
     """
-    try:
-        state, fmt = _export_state(request, default_depth=MAX_DEPTH, default_direction="downstream")
-    except PageError as exc:
-        return _json_error(exc)
+    state, fmt = _export_state(request, default_depth=MAX_DEPTH, default_direction="downstream")
     start = data.impact_start(state.node, state.level)
     result = queries.impact(start, depth=state.depth, as_of=state.as_of)
     text = impact_mermaid(result) if fmt == "mermaid" else impact_csv(result)
     return _download(text, fmt, f"impact-{slugify(start.label)[:80] or 'impact'}")
 
 
-@login_required
-@read_required
-@require_GET
+@page(json_errors=True)
 def explorer_export(request: HttpRequest) -> HttpResponse:
     """The graph the explorer draws for this state (before any node is expanded), as its
     edge list in CSV (``format=csv``; between fields, a row per job that makes one field
     from another) or a Mermaid flowchart (``format=mermaid``)."""
-    try:
-        state, fmt = _export_state(request)
-    except PageError as exc:
-        return _json_error(exc)
+    state, fmt = _export_state(request)
     graph = data.drawing(
         state.node, state.level, state.direction, state.depth, state.as_of, state.limit
     )
@@ -566,16 +519,11 @@ def _dataset_from_params(params: Any) -> Dataset:
     return dataset
 
 
-@login_required
-@read_required
-@require_GET
+@page()
 def dataset_lineage_fragment(request: HttpRequest) -> HttpResponse:
     """Producers, consumers and the datasets one job away, plus reach counts."""
     dataset = _dataset_from_params(request.GET)
-    try:
-        as_of = _instant(request.GET, "asOf")
-    except PageError as exc:
-        return _error_page(request, exc)
+    as_of = optional_instant(request.GET, "asOf")
     summary = data.lineage_summary(dataset, as_of=as_of)
     lifecycle, since = catalog_queries.dataset_lifecycle(dataset, as_of)
     return render(
@@ -591,16 +539,11 @@ def dataset_lineage_fragment(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
-@read_required
-@require_GET
+@page()
 def dataset_runs_fragment(request: HttpRequest) -> HttpResponse:
     """The latest runs that wrote and read the dataset."""
     dataset = _dataset_from_params(request.GET)
-    try:
-        as_of = _instant(request.GET, "asOf")
-    except PageError as exc:
-        return _error_page(request, exc)
+    as_of = optional_instant(request.GET, "asOf")
     recent: dict[str, list[RunDataset]] = defaultdict(list)
     for direction in ("out", "in"):
         rows = RunDataset.objects.filter(dataset=dataset, direction=direction)
@@ -629,9 +572,7 @@ def dataset_runs_fragment(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
-@read_required
-@require_GET
+@page()
 def orphans_fragment(request: HttpRequest) -> HttpResponse:
     """Datasets that no current job reads: candidates for archiving."""
     found = cached(ORPHANS_CACHE_KEY, lambda: queries.untouched(limit=50), ORPHANS_CACHE_SECONDS)
@@ -677,9 +618,7 @@ def _same_site(url: str | None, request: HttpRequest) -> str:
     return ""
 
 
-@login_required
-@read_required
-@require_http_methods(["GET", "POST"])
+@page("GET", "POST")
 def dataset_taints(request: HttpRequest) -> HttpResponse:
     """GET: the dataset's taints and the re-run order (a fragment of the dataset and impact
     pages). POST (engineers): mark the dataset as tainted, for a window of data if given."""
@@ -690,12 +629,12 @@ def dataset_taints(request: HttpRequest) -> HttpResponse:
         return render(request, "graph/_taints.html", _taint_context(request, dataset))
     values = {key: request.POST.get(key, "") for key in ("reason", "windowStart", "windowEnd")}
     try:
-        start = _instant(request.POST, "windowStart")
-        end = _instant(request.POST, "windowEnd")
+        start = optional_instant(request.POST, "windowStart")
+        end = optional_instant(request.POST, "windowEnd")
         mark_tainted(
             dataset, reason=values["reason"], actor=request.user, window_start=start, window_end=end
         )
-    except (PageError, TaintError) as exc:
+    except (ApiError, TaintError) as exc:
         # In the form's words ("from", "to"), not the API's parameter names.
         words = (("reason", "“what is wrong”"), ("windowStart", "“from”"), ("windowEnd", "“to”"))
         error = exc.message

@@ -14,6 +14,7 @@ from catalog.models import Dataset
 from graph import page_data
 from graph.models import Taint
 from graph.nodeids import FieldNodeId, JobNodeId
+from graph.resolve import resolve_node_id
 from tests import page_builders as pb
 
 pytestmark = pytest.mark.django_db
@@ -442,10 +443,10 @@ def test_it_rejects_bad_explorer_input_naming_the_parameter(shop, viewer, params
 
 
 def test_it_resolves_node_ids_whose_namespaces_hold_colons(shop):
-    ref = page_data.resolve_node(f"datasetField:{pb.SHOP}:shop.public.customers:email")
+    ref = resolve_node_id(f"datasetField:{pb.SHOP}:shop.public.customers:email")
     assert ref.id == FieldNodeId(pb.SHOP, "shop.public.customers", "email")
     assert ref.label == "shop.public.customers · email"
-    job = page_data.resolve_node("job:spark://etl:revenue_report")
+    job = resolve_node_id("job:spark://etl:revenue_report")
     assert job.id == JobNodeId("spark://etl", "revenue_report")
 
 
