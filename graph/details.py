@@ -155,7 +155,7 @@ def info_json(info: DatasetInfo | JobInfo) -> str:
     return orjson.dumps(_plain(info)).decode()
 
 
-def dataset_info_from_json(text: str) -> DatasetInfo:
+def dataset_info_from_json(text: str | bytes) -> DatasetInfo:
     (
         pk, namespace, name, description, platform, location, source_name, sensitivity,
         lifecycle_state, is_hidden, created_at, updated_at, first_seen, last_seen, field_rows,
@@ -186,7 +186,7 @@ def dataset_info_from_json(text: str) -> DatasetInfo:
     )
 
 
-def job_info_from_json(text: str) -> JobInfo:
+def job_info_from_json(text: str | bytes) -> JobInfo:
     (
         pk, namespace, name, job_type, processing_type, integration, description, location,
         created_at, updated_at, parent_name, run,

@@ -54,11 +54,10 @@ from graph import revision as rev
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"LXDOCS05"
-# A node's name, its document (node data) and its summary (graph.details' info).
-COLUMNS = ("namespace", "name", "data", "info")
-# The columns kept compressed, document by document (an empty text stays empty).
-PACKED = ("data", "info")
+MAGIC = b"LXDOCS06"
+# A node's document (node data) and its summary (graph.details' info), each kept
+# compressed, document by document.
+COLUMNS = ("data", "info")
 # Where a column's dictionary is among the file's arrays.
 DICTIONARY = "zdict.{kind}.{column}"
 # A dictionary's size, and the fewest documents one is trained on (fewer: none).
@@ -73,8 +72,6 @@ IntArray = npt.NDArray[np.int64]
 # madvise(2)'s "populate (prefault) page tables readable": Linux 5.14 on; Python 3.11 does
 # not name it.
 MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
-# (namespace, name, data, summary text or "") of a document.
-Document = tuple[str, str, str, str]
 
 
 def prefault(view: mmap.mmap) -> None:
@@ -122,7 +119,7 @@ class DocFile:
         # Each packed column's dictionary (empty: compressed without one).
         self.dictionaries: dict[tuple[str, str], bytes] = {}
         for kind in self.parts:
-            for column in PACKED:
+            for column in COLUMNS:
                 name = DICTIONARY.format(kind=kind, column=column)
                 if name not in self.arrays:
                     raise CorruptFile(f"{path}: the {column} column has no dictionary")
@@ -145,21 +142,16 @@ class DocFile:
         pks: list[int],
         horizon: int,
         changed: dict[tuple[str, int], int],
-        info: bool = False,
     ) -> tuple[_Part, list[int], IntArray] | None:
         """(the kind's part, the pks of the trusted documents of these nodes, where they
         are in the part): none when the file is older than ``horizon``, and none of a node
-        changed after the file's revision (``changed``); with ``info``, only those with a
-        summary."""
+        changed after the file's revision (``changed``)."""
         part = self.parts.get(kind)
         if part is None or part.pks.size == 0 or not pks or self.revision.value < horizon:
             return None
         wanted = np.asarray(pks, dtype=np.int64)
         at = np.minimum(np.searchsorted(part.pks, wanted), part.pks.size - 1)
         usable = part.pks[at] == wanted
-        if info:
-            summaries = part.offsets["info"]
-            usable &= summaries[at + 1] > summaries[at]
         found = wanted[usable].tolist()
         at = at[usable]
         if changed:
@@ -172,7 +164,7 @@ class DocFile:
 
     def slices(self, part: _Part, at: IntArray, column: str, packed: bool = False) -> list[bytes]:
         """The ``column`` text (UTF-8) of the documents at ``at``, copied out of the map;
-        with ``packed``, as stored (compressed, for the columns in PACKED)."""
+        with ``packed``, as stored (compressed)."""
         offsets, start = part.offsets[column], part.starts[column]
         view = self.map
         texts = [
@@ -181,7 +173,7 @@ class DocFile:
                 (offsets[at] + start).tolist(), (offsets[at + 1] + start).tolist(), strict=True
             )
         ]
-        if packed or column not in PACKED:
+        if packed:
             return texts
         unpack = self._decompressor(part.kind, column).decompress
         try:
@@ -201,53 +193,25 @@ class DocFile:
             found = held[(kind, column)] = decompressor(self.dictionaries[(kind, column)])
         return found
 
-    def lookup(
-        self,
-        kind: str,
-        pks: list[int],
-        horizon: int,
-        changed: dict[tuple[str, int], int],
-        info: bool = False,
-    ) -> dict[int, Document]:
-        """The trusted documents of these nodes by pk (as :meth:`trusted`). With ``info``,
-        only those that carry a summary, with the data left out (""); without, the summary
-        is left out."""
-        wanted = ("namespace", "name", "info" if info else "data")
-        found = self.spliced(kind, pks, horizon, changed, wanted, info)
-        spaces, names, texts, summaries = (found.get(column, {}) for column in COLUMNS)
-        return {
-            pk: (
-                space.decode(),
-                names[pk].decode(),
-                texts.get(pk, b"").decode(),
-                summaries.get(pk, b"").decode(),
-            )
-            for pk, space in spaces.items()
-        }
-
     def spliced(
         self,
         kind: str,
         pks: list[int],
         horizon: int,
         changed: dict[tuple[str, int], int],
-        columns: tuple[str, ...],
-        info: bool = False,
-    ) -> dict[str, dict[int, bytes]]:
-        """Each of ``columns`` of the trusted documents of these nodes (as :meth:`trusted`),
-        by pk, as UTF-8 copied out of the map: what a lineage answer splices in."""
-        trusted = self.trusted(kind, pks, horizon, changed, info)
+        column: str,
+    ) -> dict[int, bytes]:
+        """The ``column`` of the trusted documents of these nodes (as :meth:`trusted`), by
+        pk, as UTF-8 copied out of the map: what a lineage answer splices in."""
+        trusted = self.trusted(kind, pks, horizon, changed)
         if trusted is None:
-            return {column: {} for column in columns}
+            return {}
         part, found, at = trusted
         try:
-            return {
-                column: dict(zip(found, self.slices(part, at, column), strict=True))
-                for column in columns
-            }
+            return dict(zip(found, self.slices(part, at, column), strict=True))
         except CorruptFile as exc:
             refuse(self, exc)
-            return {column: {} for column in columns}
+            return {}
 
 
 def _stamp(path: Path, status: os.stat_result) -> tuple[str, int, int, int]:

@@ -143,7 +143,7 @@ def _write(
             dictionaries = (
                 {}
                 if previous is None
-                else {c: previous.dictionaries[(kind, c)] for c in docfile.PACKED}
+                else {c: previous.dictionaries[(kind, c)] for c in docfile.COLUMNS}
             )
             packers = None
             try:
@@ -169,7 +169,7 @@ def _write(
             pks[kind] = np.asarray(written, dtype=np.int64)
             for column in docfile.COLUMNS:
                 lengths[(kind, column)] = np.asarray(sizes[column], dtype=np.int64)
-            for column in docfile.PACKED:
+            for column in docfile.COLUMNS:
                 dictionary = dictionaries.get(column, b"")
                 name = docfile.DICTIONARY.format(kind=kind, column=column)
                 extra[name] = np.frombuffer(dictionary, dtype=np.uint8)
@@ -203,42 +203,30 @@ def _copied(
     if previous is None or trusted is None:
         return {}
     part, found, at = trusted
-    columns = [previous.slices(part, at, column, packed=True) for column in docfile.COLUMNS]
-    for column in docfile.PACKED:
+    columns = []
+    for column in docfile.COLUMNS:
         previous.slices(part, at, column)  # damaged bytes are not carried on (CorruptFile)
+        columns.append(previous.slices(part, at, column, packed=True))
     return dict(zip(found, zip(*columns, strict=True), strict=True))
 
 
-_AT = {column: docfile.COLUMNS.index(column) for column in docfile.PACKED}
-
-
 def _trained(documents: dict[int, Columns]) -> dict[str, bytes]:
-    """A dictionary for each packed column, trained on these documents."""
-    return {c: docfile.train([d[at] for d in documents.values()]) for c, at in _AT.items()}
+    """A dictionary for each column, trained on these documents."""
+    texts = list(zip(*documents.values(), strict=True)) or [() for _ in docfile.COLUMNS]
+    return {c: docfile.train(list(t)) for c, t in zip(docfile.COLUMNS, texts, strict=True)}
 
 
 def _packed(
     documents: dict[int, Columns], packers: dict[str, zstandard.ZstdCompressor]
 ) -> dict[int, Columns]:
-    """The documents with their packed columns compressed (an empty text stays empty)."""
-    out = {}
-    for pk, columns in documents.items():
-        texts = list(columns)
-        for column, at in _AT.items():
-            if texts[at]:
-                texts[at] = packers[column].compress(texts[at])
-        out[pk] = tuple(texts)
-    return out
+    """The documents with their columns compressed (an empty text stays empty)."""
+    pack = [packers[column].compress for column in docfile.COLUMNS]
+    return {
+        pk: tuple(p(text) if text else text for p, text in zip(pack, texts, strict=True))
+        for pk, texts in documents.items()
+    }
 
 
 def _columns(entries: dict[int, Entry]) -> dict[int, Columns]:
     """Every column (graph.docfile.COLUMNS) of freshly rendered documents."""
-    return {
-        pk: (
-            entry.namespace.encode(),
-            entry.name.encode(),
-            entry.data.encode(),
-            b"" if entry.info is None else info_json(entry.info).encode(),
-        )
-        for pk, entry in entries.items()
-    }
+    return {pk: (e.data.encode(), info_json(e.info).encode()) for pk, e in entries.items()}

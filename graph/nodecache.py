@@ -28,7 +28,6 @@ from django.conf import settings
 
 from graph import docfile
 from graph import revision as rev
-from graph.details import dataset_info_from_json, job_info_from_json
 
 # The kinds of node a document is of, as the change log names them.
 DATASET, JOB = rev.Kind.DATASET, rev.Kind.JOB
@@ -42,8 +41,7 @@ CHANGED_LIMIT = 200_000
 class Entry:
     namespace: str
     name: str
-    # The node's Marquez ``data`` as JSON text ("" when read from the host's document file
-    # for its summary alone).
+    # The node's Marquez ``data`` as JSON text.
     data: str
     # A small summary object (graph.details.DatasetInfo with personal fields only, or JobInfo).
     info: Any
@@ -138,44 +136,29 @@ class NodeCache:
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
 
-    def entries(
-        self, kind: str, pks: Iterable[int], render: Render, info: bool = False
-    ) -> dict[int, Entry]:
-        """Entries by pk: kept ones, then the host's document file's, and the rest rendered
-        by ``render`` in one call and kept. With ``info``, every entry has its summary
-        object, and its data only if it was rendered; without, every entry has its data.
-        What the file gives is not kept: it holds every document for all the host's
-        processes, and a process keeping its reads (summaries parsed into objects) grew
-        by tens of megabytes after a few impact answers."""
+    def entries(self, kind: str, pks: Iterable[int], render: Render) -> dict[int, Entry]:
+        """Entries by pk: kept ones, and the rest rendered by ``render`` in one call and
+        kept. Callers look in the host's document file first (:meth:`file_column`)."""
         self.sync()
         found, missing = self._get(kind, pks)
-        if not missing:
-            return found
-        mapped = self.document_file()
-        if mapped is not None:
-            documents = mapped.lookup(kind, missing, self.horizon, self.changed, info)
-            if documents:
-                read = {pk: _entry(kind, *document) for pk, document in documents.items()}
-                found.update(read)
-                missing = [pk for pk in missing if pk not in read]
         if missing:
             rendered = render(missing)
             found.update(rendered)
             self._put(kind, rendered)
         return found
 
-    def file_columns(
-        self, kind: str, pks: list[int], columns: tuple[str, ...]
-    ) -> dict[str, dict[int, bytes]]:
-        """Each of ``columns`` (graph.docfile.COLUMNS, UTF-8) of those of these nodes whose
+    def file_column(self, kind: str, pks: list[int], column: str) -> dict[int, bytes]:
+        """The ``column`` (graph.docfile.COLUMNS, UTF-8) of those of these nodes whose
         document in the host's document file this process trusts, read straight from the
         file. Nothing is kept: the file holds every document for all the host's processes,
-        and reading a few thousand from it costs no more than finding them here."""
+        reading a few thousand from it costs no more than finding them here, and a process
+        that kept the summaries it read grew by tens of megabytes after a few impact
+        answers."""
         self.sync()
         mapped = self.document_file()
         if mapped is None:
-            return {column: {} for column in columns}
-        return mapped.spliced(kind, pks, self.horizon, self.changed, columns)
+            return {}
+        return mapped.spliced(kind, pks, self.horizon, self.changed, column)
 
     def document_file(self) -> docfile.DocFile | None:
         """The host's document file, when there is one on the current timeline (checked
@@ -187,13 +170,6 @@ class NodeCache:
         if self._file_checked[:2] != key:
             self._file_checked = (*key, rev.on_timeline(found.revision))
         return found if self._file_checked[2] else None
-
-
-def _entry(kind: str, namespace: str, name: str, data: str, summary: str) -> Entry:
-    read = None
-    if summary:
-        read = dataset_info_from_json(summary) if kind == DATASET else job_info_from_json(summary)
-    return Entry(namespace, name, data, read)
 
 
 def node_changes(

@@ -24,6 +24,8 @@ from graph.details import (
     JobInfo,
     RunInfo,
     changed_since,
+    dataset_info_from_json,
+    job_info_from_json,
     latest_runs,
     load_datasets,
     load_jobs,
@@ -151,7 +153,7 @@ def lineage_data(
 def _current_data(kind: str, pks: list[int], render: Render) -> dict[int, bytes]:
     """Current node data by pk: from the host's document file, the rest from the node
     cache."""
-    out = cache.file_columns(kind, pks, ("data",))["data"]
+    out = cache.file_column(kind, pks, "data")
     rest = [pk for pk in pks if pk not in out]
     if rest:
         entries = cache.entries(kind, rest, render)
@@ -203,24 +205,32 @@ def _flags_then(
     return out
 
 
+def _summaries(kind: str, pks: list[int], render: Render) -> dict[int, Any]:
+    """Current summaries (DatasetInfo with personal fields only, or JobInfo) by pk: from
+    the host's document file, the rest from the node cache."""
+    read = dataset_info_from_json if kind == DATASET else job_info_from_json
+    out = {pk: read(text) for pk, text in cache.file_column(kind, pks, "info").items()}
+    rest = [pk for pk in pks if pk not in out]
+    if rest:
+        out.update({pk: entry.info for pk, entry in cache.entries(kind, rest, render).items()})
+    return out
+
+
 def dataset_infos(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, DatasetInfo]:
     """Datasets with their personal-data fields only (what impact and taint lists show),
-    from the node cache; as of a past instant, rewound where they changed since."""
+    from the node store; as of a past instant, rewound where they changed since."""
     wanted = sorted({int(pk) for pk in pks})
     changed = set() if as_of is None else changed_datasets(wanted, as_of)[0]
-    current = cache.entries(
-        DATASET, [pk for pk in wanted if pk not in changed], render_datasets, info=True
-    )
-    out: dict[int, DatasetInfo] = {pk: entry.info for pk, entry in current.items()}
+    out = _summaries(DATASET, [pk for pk in wanted if pk not in changed], render_datasets)
     if changed:
         out.update(load_datasets(sorted(changed), as_of, "personal"))
     return out
 
 
 def job_infos(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, JobInfo]:
-    """Jobs with their latest run (as of ``as_of``), from the node cache."""
+    """Jobs with their latest run (as of ``as_of``), from the node store."""
     wanted = sorted({int(pk) for pk in pks})
-    current = {pk: e.info for pk, e in cache.entries(JOB, wanted, render_jobs, info=True).items()}
+    current = _summaries(JOB, wanted, render_jobs)
     if as_of is None:
         return current
     shown, runs = runs_as_of(wanted, as_of)

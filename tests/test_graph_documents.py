@@ -136,6 +136,6 @@ def test_a_file_without_the_dictionaries_of_its_compressed_columns_is_not_read(t
     empty = np.zeros(0, dtype=np.uint8)
     dictionaries = {
         docfile.DICTIONARY.format(kind=revision.Kind.DATASET, column=column): empty
-        for column in docfile.PACKED
+        for column in docfile.COLUMNS
     }
     assert write(dictionaries).documents == 0

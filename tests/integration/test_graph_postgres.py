@@ -182,6 +182,14 @@ def rendered_by(calls: list[list[int]]):
     return render
 
 
+def shown(process, kind, pks, render) -> dict[int, str]:
+    """Node data as a process shows it (graph.nodedata): the documents of the host's file
+    it trusts, the rest from its overlay, rendered there when missing."""
+    out = {pk: text.decode() for pk, text in process.file_column(kind, pks, "data").items()}
+    rest = [pk for pk in pks if pk not in out]
+    return out | {pk: entry.data for pk, entry in process.entries(kind, rest, render).items()}
+
+
 def describe(steward, ds, text: str) -> None:
     from catalog import actions
 
@@ -205,24 +213,17 @@ def test_the_file_holds_every_node_as_rendering_gives_it(settings):
     jobs = sorted(job.pk for job in g.jobs.values())
     for kind, pks, render in ((DATASET, datasets, nodedata.render_datasets), (JOB, jobs, None)):
         fresh = render(pks) if render else nodedata.render_jobs(pks)
-        found = mapped.lookup(kind, [*pks, 10**9], 0, {}, info=True)
-        assert found == {
-            pk: (e.namespace, e.name, "", info_json(e.info)) for pk, e in fresh.items()
-        }
-        found = mapped.lookup(kind, [*pks, 10**9], 0, {})
-        assert found == {pk: (e.namespace, e.name, e.data, "") for pk, e in fresh.items()}
+        found = mapped.spliced(kind, [*pks, 10**9], 0, {}, "info")
+        assert found == {pk: info_json(e.info).encode() for pk, e in fresh.items()}
+        found = mapped.spliced(kind, [*pks, 10**9], 0, {}, "data")
+        assert found == {pk: e.data.encode() for pk, e in fresh.items()}
     # A new process takes every node from the file: nothing rendered.
     calls: list[list[int]] = []
     process = NodeCache(100)
-    served = process.entries(DATASET, datasets, rendered_by(calls), info=True)
-    assert calls == [] and set(served) == set(datasets)
-    assert all(entry.info is not None for entry in served.values())
-    # Read for their summaries, they still give their data when it is asked for.
+    assert set(process.file_column(DATASET, datasets, "info")) == set(datasets)
     fresh = nodedata.render_datasets(datasets)
-    shown = process.entries(DATASET, datasets, rendered_by(calls))
-    assert calls == [] and {pk: e.data for pk, e in shown.items()} == {
-        pk: e.data for pk, e in fresh.items()
-    }
+    served = shown(process, DATASET, datasets, rendered_by(calls))
+    assert calls == [] and served == {pk: e.data for pk, e in fresh.items()}
 
 
 def test_compressed_documents_read_back_as_rendered_through_follow_up_passes(steward):
@@ -243,11 +244,9 @@ def test_compressed_documents_read_back_as_rendered_through_follow_up_passes(ste
             (JOB, jobs, nodedata.render_jobs),
         ):
             fresh = render(pks)
-            found = mapped.lookup(kind, pks, 0, {}, info=True)
-            assert found == {
-                pk: (e.namespace, e.name, "", info_json(e.info)) for pk, e in fresh.items()
-            }
-            spliced = mapped.spliced(kind, pks, 0, {}, ("data",))["data"]
+            found = mapped.spliced(kind, pks, 0, {}, "info")
+            assert found == {pk: info_json(e.info).encode() for pk, e in fresh.items()}
+            spliced = mapped.spliced(kind, pks, 0, {}, "data")
             assert spliced == {pk: e.data.encode() for pk, e in fresh.items()}
             text += sum(len(e.data.encode()) + len(info_json(e.info)) for e in fresh.values())
         return text
@@ -257,7 +256,7 @@ def test_compressed_documents_read_back_as_rendered_through_follow_up_passes(ste
     text = assert_as_rendered()
     # Node documents repeat their keys and shapes: the file holds them in far less room.
     parts = docfile.current().parts.values()
-    stored = sum(int(p.offsets[c][-1]) for p in parts for c in docfile.PACKED)
+    stored = sum(int(p.offsets[c][-1]) for p in parts for c in docfile.COLUMNS)
     assert stored < text / 4
     # A follow-up pass keeps the dictionaries: what it copies and what it renders agree.
     describe(steward, Dataset.objects.get(pk=datasets[7]), "Copied from the CRM, nightly")
@@ -268,8 +267,8 @@ def test_compressed_documents_read_back_as_rendered_through_follow_up_passes(ste
         len(datasets) + len(jobs) - 1,
     )
     assert_as_rendered()
-    described = docfile.current().lookup(DATASET, [datasets[7]], 0, {})[datasets[7]]
-    assert "Copied from the CRM" in described[2]
+    described = docfile.current().spliced(DATASET, [datasets[7]], 0, {}, "data")[datasets[7]]
+    assert "Copied from the CRM" in described.decode()
 
 
 def test_a_process_renders_only_the_nodes_changed_since_the_file(steward):
@@ -285,12 +284,12 @@ def test_a_process_renders_only_the_nodes_changed_since_the_file(steward):
     g.dataset("d")
     late = NodeCache(100)
     calls: list[list[int]] = []
-    served = late.entries(DATASET, [a, b, c], rendered_by(calls))
+    served = shown(late, DATASET, [a, b, c], rendered_by(calls))
     assert calls == [[a]]
-    assert '"description":"Raw"' in served[a].data
-    assert late.entries(JOB, [g.jobs["job_0"].pk], lambda pks: {})  # from the file
+    assert '"description":"Raw"' in served[a]
+    assert shown(late, JOB, [g.jobs["job_0"].pk], lambda pks: {})  # from the file
     # A process that had followed the log since before the change judges it the same way.
-    assert '"description":"Raw"' in late.entries(DATASET, [a], rendered_by([]))[a].data
+    assert '"description":"Raw"' in shown(late, DATASET, [a], rendered_by([]))[a]
 
 
 def test_a_follow_up_pass_renders_what_changed_and_takes_the_rest_from_the_file(steward):
@@ -318,9 +317,9 @@ def test_a_follow_up_pass_renders_what_changed_and_takes_the_rest_from_the_file(
     assert docfile.current().revision.value == follow_up.revision
     assert docfile.current().documents == 5  # the deleted dataset's is gone
     calls: list[list[int]] = []
-    served = NodeCache(100).entries(DATASET, [a, b, c], rendered_by(calls))
+    served = shown(NodeCache(100), DATASET, [a, b, c], rendered_by(calls))
     assert calls == []
-    assert '"description":"Raw"' in served[a].data
+    assert '"description":"Raw"' in served[a]
     # The scheduled task asks for many changes.
     from graph import tasks
 
@@ -336,13 +335,13 @@ def test_a_running_process_maps_the_newer_file_at_its_next_look(steward):
     a, b = g.ds["a"].pk, g.ds["b"].pk
     assert documents.render_documents().full
     process = NodeCache(100)
-    process.entries(DATASET, [b], rendered_by([]))
+    shown(process, DATASET, [b], rendered_by([]))
     first = docfile.current()
     describe(steward, g.ds["a"], "Raw")
     second = documents.render_documents()
     calls: list[list[int]] = []
-    served = process.entries(DATASET, [a], rendered_by(calls))
-    assert calls == [] and '"description":"Raw"' in served[a].data
+    served = shown(process, DATASET, [a], rendered_by(calls))
+    assert calls == [] and '"description":"Raw"' in served[a]
     assert docfile.current() is not first and docfile.current().revision.value == second.revision
 
 
@@ -366,19 +365,19 @@ def test_a_file_of_another_release_or_timeline_is_never_served(steward, monkeypa
     with pytest.raises(docfile.CorruptFile, match="written by another release"):
         docfile.DocFile(docfile.file_path())
     calls: list[list[int]] = []
-    NodeCache(100).entries(DATASET, [a, b], rendered_by(calls))
+    shown(NodeCache(100), DATASET, [a, b], rendered_by(calls))
     assert calls == [[a, b]]
     again = documents.render_documents()
     assert (again.full, again.datasets) == (True, 2)
     assert not old.exists()  # swept: this database's file of the earlier release
     calls.clear()
-    NodeCache(100).entries(DATASET, [a, b], rendered_by(calls))
+    shown(NodeCache(100), DATASET, [a, b], rendered_by(calls))
     assert calls == []
     other = NodeCache(100)
     other.sync()
     docfile.current().revision = revision.Revision(again.revision, "elsewhere")
     other.clear()
-    other.entries(DATASET, [a], rendered_by(calls))
+    shown(other, DATASET, [a], rendered_by(calls))
     assert calls == [[a]]
 
 
@@ -394,13 +393,13 @@ def test_a_change_the_change_log_cannot_pin_to_nodes_makes_the_next_pass_full():
     assert documents.render_documents().full
     Owner.objects.filter(pk=owner.pk).update(name="team-renamed")  # every dataset's data
     calls: list[list[int]] = []
-    NodeCache(100).entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
+    shown(NodeCache(100), DATASET, [g.ds["a"].pk], rendered_by(calls))
     assert calls == [[g.ds["a"].pk]]
     second = documents.render_documents()
     assert (second.full, second.datasets) == (True, 2)
-    served = NodeCache(100).entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
+    served = shown(NodeCache(100), DATASET, [g.ds["a"].pk], rendered_by(calls))
     assert len(calls) == 1
-    assert "team-renamed" in served[g.ds["a"].pk].data
+    assert "team-renamed" in served[g.ds["a"].pk]
     assert documents.render_documents(full=True).full
 
 
@@ -478,7 +477,7 @@ def test_an_unreadable_file_is_not_used_and_the_next_pass_writes_it_whole(caplog
     assert docfile.current() is None
     assert "node document file not used" in caplog.text
     calls: list[list[int]] = []
-    NodeCache(100).entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
+    shown(NodeCache(100), DATASET, [g.ds["a"].pk], rendered_by(calls))
     assert calls == [[g.ds["a"].pk]]
     assert documents.render_documents().full
     assert docfile.current().documents == 3
@@ -576,8 +575,8 @@ def test_without_a_file_every_node_is_rendered_once_per_process():
     g.chain("a", "b")
     process = NodeCache(100)
     calls: list[list[int]] = []
-    process.entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
-    process.entries(DATASET, [g.ds["a"].pk], rendered_by(calls))
+    shown(process, DATASET, [g.ds["a"].pk], rendered_by(calls))
+    shown(process, DATASET, [g.ds["a"].pk], rendered_by(calls))
     assert calls == [[g.ds["a"].pk]]
     assert docfile.current() is None and not docfile.file_path().exists()
 
