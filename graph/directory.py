@@ -24,7 +24,7 @@ database, so a stale directory costs a query, never a wrong answer.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -104,13 +104,11 @@ class Names:
         i = int(np.searchsorted(self.hashes, wanted))
         while i < self.hashes.size and int(self.hashes[i]) == wanted:
             row = int(self.rows[i])
-            if int(self.ns[row]) == namespace and self.name_bytes(row) == encoded:
+            name_at = self.text[int(self.at[row]) : int(self.at[row + 1])]
+            if int(self.ns[row]) == namespace and name_at == encoded:
                 return int(self.pks[row])
             i += 1
         return None
-
-    def name_bytes(self, row: int) -> memoryview:
-        return self.text[int(self.at[row]) : int(self.at[row + 1])]
 
     def found(self, pks: list[int]) -> tuple[list[int], list[int]]:
         """(the pks it holds, their rows)."""
@@ -123,56 +121,45 @@ class Names:
     def keys(self, pks: list[int]) -> dict[int, tuple[int, str]]:
         """(namespace pk, name) of the pks it holds."""
         found, rows = self.found(pks)
+        at, text = np.asarray(rows, dtype=np.int64), self.text
         return {
-            pk: (int(self.ns[row]), str(self.name_bytes(row), "utf-8"))
-            for pk, row in zip(found, rows, strict=True)
+            pk: (ns, str(text[lo:hi], "utf-8"))
+            for pk, ns, lo, hi in zip(
+                found,
+                self.ns[at].tolist(),
+                self.at[at].tolist(),
+                self.at[at + 1].tolist(),
+                strict=True,
+            )
         }
 
-    def arrays(self, prefix: str) -> dict[str, npt.NDArray[Any]]:
-        return {
-            f"{prefix}.{name}": np.frombuffer(value, dtype=np.uint8)
-            if isinstance(value, memoryview)
-            else value
-            for name, value in vars(self).items()
-        }
 
-    @classmethod
-    def from_arrays(cls, prefix: str, arrays: dict[str, Any]) -> Names:
-        def get(name: str) -> Any:
-            return arrays[f"{prefix}.{name}"]
+# What of the directory the document file's header holds rather than its arrays.
+IN_HEADER = ("revision", "namespaces", "namespace_ids", "datasets", "jobs", "subject_kinds")
 
-        return cls(
-            get("pks"), get("ns"), get("at"), memoryview(get("text")), get("hashes"), get("rows")
+
+def _arrays(held: Any, prefix: str, skip: tuple[str, ...] = ()) -> dict[str, npt.NDArray[Any]]:
+    """A dataclass's arrays and byte strings (memoryviews) by name, under ``prefix``."""
+    out = {}
+    for name in (f.name for f in fields(held) if f.name not in skip):
+        value = getattr(held, name)
+        out[f"{prefix}{name}"] = (
+            np.frombuffer(value, dtype=np.uint8) if isinstance(value, memoryview) else value
         )
+    return out
 
 
-# The directory's arrays, by name, as the host's document file holds them.
-ARRAYS = (
-    "f_id",
-    "f_ds",
-    "f_sk",
-    "f_first",
-    "f_removed",
-    "name_lo",
-    "name_hi",
-    "type_lo",
-    "type_hi",
-    "ids",
-    "by_id",
-    "ds_pks",
-    "ds_start",
-    "changed_pks",
-    "changed_at",
-    "edited_at",
-    "gap_pks",
-    "gap_until",
-    "flagged_rows",
-    "run_jobs",
-    "run_first",
-    "run_last",
-    "run_settled",
-    "run_shown",
-)
+def _fields(
+    cls: Any, prefix: str, arrays: dict[str, Any], skip: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The inverse of :func:`_arrays`: each field of ``cls`` from the arrays, its byte
+    strings as memoryviews."""
+    out = {}
+    for field in fields(cls):
+        if field.name not in skip:
+            value = arrays[f"{prefix}{field.name}"]
+            out[field.name] = memoryview(value) if field.type == "memoryview" else value
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -236,7 +223,7 @@ class Directory:
     def trusts(self, kind: str, pk: int) -> bool:
         """Whether the process has seen no change to the node since the directory was
         read: the rule the node cache applies to the host's document file."""
-        return self.trusted() and cache.changed.get((kind, pk), 0) <= self.revision
+        return bool(cache.unchanged(kind, [pk], self.revision))
 
     def _names(self, kind: str) -> Names:
         return self.datasets if kind == DATASET else self.jobs
@@ -255,25 +242,8 @@ class Directory:
 
     def node_names(self, kind: str, pks: list[int]) -> dict[int, tuple[str, str]]:
         """(namespace, name) of the trusted datasets (``kind`` DATASET) or jobs found."""
-        names = self._names(kind)
-        if not pks or not self.trusted() or names.pks.size == 0:
-            return {}
-        wanted = np.asarray(pks, dtype=np.int64)
-        rows, hit = rows_of(names.pks, wanted)
-        rows = rows[hit]
-        changed, revision, text, spaces = cache.changed, self.revision, names.text, self.namespaces
-        out = {}
-        # As :meth:`trusts`, for each of them.
-        for pk, ns, lo, hi in zip(
-            wanted[hit].tolist(),
-            names.ns[rows].tolist(),
-            names.at[rows].tolist(),
-            names.at[rows + 1].tolist(),
-            strict=True,
-        ):
-            if not changed or changed.get((kind, pk), 0) <= revision:
-                out[pk] = (spaces[ns], str(text[lo:hi], "utf-8"))
-        return out
+        keys = self._names(kind).keys(cache.unchanged(kind, pks, self.revision))
+        return {pk: (self.namespaces[ns], name) for pk, (ns, name) in keys.items()}
 
     # --- fields -----------------------------------------------------------------------
 
@@ -320,19 +290,18 @@ class Directory:
     def field_rows(self, pks: list[int]) -> dict[int, FieldRow]:
         """(dataset pk, namespace, dataset, field, type, subject kind) of the fields found
         whose dataset is trusted."""
-        if not pks or self.ids.size == 0 or not self.trusted():
+        if not pks or self.ids.size == 0:
             return {}
         wanted = np.asarray(pks, dtype=np.int64)
         at, hit = rows_of(self.ids, wanted)
         rows = self.by_id[at[hit]].tolist()
         found = wanted[hit].tolist()
         datasets = self.f_ds[rows].tolist()
-        keys = self.datasets.keys(sorted(set(datasets)))
-        changed, revision = cache.changed, self.revision
+        keys = self.datasets.keys(cache.unchanged(DATASET, sorted(set(datasets)), self.revision))
         out: dict[int, FieldRow] = {}
         for pk, row, ds in zip(found, rows, datasets, strict=True):
             key = keys.get(ds)
-            if key is None or (changed and changed.get((DATASET, ds), 0) > revision):
+            if key is None:
                 continue
             sk = int(self.f_sk[row])
             out[pk] = (
@@ -347,13 +316,7 @@ class Directory:
 
     def _split_trusted(self, kind: str, pks: list[int]) -> tuple[IntArray, list[int]]:
         """(the pks it knows and trusts, the others)."""
-        if not self.trusted():
-            return np.zeros(0, dtype=np.int64), list(pks)
-        found, _ = self._names(kind).found(pks)
-        changed, revision = cache.changed, self.revision
-        # As :meth:`trusts`, once for all of them.
-        if changed:
-            found = [pk for pk in found if changed.get((kind, pk), 0) <= revision]
+        found, _ = self._names(kind).found(cache.unchanged(kind, pks, self.revision))
         unknown: list[int] = []
         if len(found) < len(pks):
             kept = set(found)
@@ -418,11 +381,9 @@ class Directory:
 
     def arrays(self) -> tuple[dict[str, npt.NDArray[Any]], dict[str, Any]]:
         """The directory as named arrays, and what is not an array (the header's)."""
-        arrays = {name: getattr(self, name) for name in ARRAYS}
-        arrays["names"] = np.frombuffer(self.names, dtype=np.uint8)
-        arrays["types"] = np.frombuffer(self.types, dtype=np.uint8)
-        arrays.update(self.datasets.arrays("datasets"))
-        arrays.update(self.jobs.arrays("jobs"))
+        arrays = _arrays(self, "", IN_HEADER)
+        arrays.update(_arrays(self.datasets, "datasets."))
+        arrays.update(_arrays(self.jobs, "jobs."))
         meta = {
             "revision": self.revision,
             "namespaces": {str(pk): name for pk, name in self.namespaces.items()},
@@ -437,12 +398,10 @@ class Directory:
             revision=int(meta["revision"]),
             namespaces=namespaces,
             namespace_ids={name: pk for pk, name in namespaces.items()},
-            datasets=Names.from_arrays("datasets", arrays),
-            jobs=Names.from_arrays("jobs", arrays),
+            datasets=Names(**_fields(Names, "datasets.", arrays)),
+            jobs=Names(**_fields(Names, "jobs.", arrays)),
             subject_kinds={int(pk): str(name) for pk, name in meta["subject_kinds"].items()},
-            names=memoryview(arrays["names"]),
-            types=memoryview(arrays["types"]),
-            **{name: arrays[name] for name in ARRAYS},
+            **_fields(cls, "", arrays, IN_HEADER),
         )
 
 

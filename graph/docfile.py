@@ -136,31 +136,16 @@ class DocFile:
         proportional set splits it between them."""
         prefault(self.map)
 
-    def trusted(
-        self,
-        kind: str,
-        pks: list[int],
-        horizon: int,
-        changed: dict[tuple[str, int], int],
-    ) -> tuple[_Part, list[int], IntArray] | None:
-        """(the kind's part, the pks of the trusted documents of these nodes, where they
-        are in the part): none when the file is older than ``horizon``, and none of a node
-        changed after the file's revision (``changed``)."""
+    def held(self, kind: str, pks: list[int]) -> tuple[_Part, list[int], IntArray] | None:
+        """(the kind's part, the pks of the documents it holds of these nodes, where they
+        are in the part); whether to trust them is the node cache's rule."""
         part = self.parts.get(kind)
-        if part is None or part.pks.size == 0 or not pks or self.revision.value < horizon:
+        if part is None or part.pks.size == 0 or not pks:
             return None
         wanted = np.asarray(pks, dtype=np.int64)
         at = np.minimum(np.searchsorted(part.pks, wanted), part.pks.size - 1)
         usable = part.pks[at] == wanted
-        found = wanted[usable].tolist()
-        at = at[usable]
-        if changed:
-            revision = self.revision.value
-            kept = [i for i, pk in enumerate(found) if changed.get((kind, pk), 0) <= revision]
-            if len(kept) < len(found):
-                found = [found[i] for i in kept]
-                at = at[kept]
-        return part, found, at
+        return part, wanted[usable].tolist(), at[usable]
 
     def slices(self, part: _Part, at: IntArray, column: str, packed: bool = False) -> list[bytes]:
         """The ``column`` text (UTF-8) of the documents at ``at``, copied out of the map;
@@ -193,20 +178,13 @@ class DocFile:
             found = held[(kind, column)] = decompressor(self.dictionaries[(kind, column)])
         return found
 
-    def spliced(
-        self,
-        kind: str,
-        pks: list[int],
-        horizon: int,
-        changed: dict[tuple[str, int], int],
-        column: str,
-    ) -> dict[int, bytes]:
-        """The ``column`` of the trusted documents of these nodes (as :meth:`trusted`), by
-        pk, as UTF-8 copied out of the map: what a lineage answer splices in."""
-        trusted = self.trusted(kind, pks, horizon, changed)
-        if trusted is None:
+    def spliced(self, kind: str, pks: list[int], column: str) -> dict[int, bytes]:
+        """The ``column`` of the documents it holds of these nodes, by pk, as UTF-8 copied
+        out of the map: what a lineage answer splices in."""
+        held = self.held(kind, pks)
+        if held is None:
             return {}
-        part, found, at = trusted
+        part, found, at = held
         try:
             return dict(zip(found, self.slices(part, at, column), strict=True))
         except CorruptFile as exc:

@@ -199,10 +199,11 @@ def _copied(
 ) -> dict[int, Columns]:
     """Every column of the documents of ``previous`` for these nodes that did not change
     since it was written."""
-    trusted = None if previous is None else previous.trusted(kind, pks, 0, changed)
-    if previous is None or trusted is None:
+    unchanged = [pk for pk in pks if (kind, pk) not in changed]  # all changed after it
+    held = None if previous is None else previous.held(kind, unchanged)
+    if previous is None or held is None:
         return {}
-    part, found, at = trusted
+    part, found, at = held
     columns = []
     for column in docfile.COLUMNS:
         previous.slices(part, at, column)  # damaged bytes are not carried on (CorruptFile)

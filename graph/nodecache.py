@@ -136,6 +136,17 @@ class NodeCache:
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
 
+    def unchanged(self, kind: str, pks: list[int], revision: int) -> list[int]:
+        """The one trust rule of what was read at ``revision`` (the host's document file,
+        the node directory): those of ``pks`` seen unchanged since, when the process follows
+        the change log from ``revision`` or earlier; none otherwise."""
+        if revision < self.horizon:
+            return []
+        changed = self.changed
+        if not changed:
+            return pks
+        return [pk for pk in pks if changed.get((kind, pk), 0) <= revision]
+
     def entries(self, kind: str, pks: Iterable[int], render: Render) -> dict[int, Entry]:
         """Entries by pk: kept ones, and the rest rendered by ``render`` in one call and
         kept. Callers look in the host's document file first (:meth:`file_column`)."""
@@ -158,7 +169,7 @@ class NodeCache:
         mapped = self.document_file()
         if mapped is None:
             return {}
-        return mapped.spliced(kind, pks, self.horizon, self.changed, column)
+        return mapped.spliced(kind, self.unchanged(kind, pks, mapped.revision.value), column)
 
     def document_file(self) -> docfile.DocFile | None:
         """The host's document file, when there is one on the current timeline (checked

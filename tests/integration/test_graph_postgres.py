@@ -213,9 +213,9 @@ def test_the_file_holds_every_node_as_rendering_gives_it(settings):
     jobs = sorted(job.pk for job in g.jobs.values())
     for kind, pks, render in ((DATASET, datasets, nodedata.render_datasets), (JOB, jobs, None)):
         fresh = render(pks) if render else nodedata.render_jobs(pks)
-        found = mapped.spliced(kind, [*pks, 10**9], 0, {}, "info")
+        found = mapped.spliced(kind, [*pks, 10**9], "info")
         assert found == {pk: info_json(e.info).encode() for pk, e in fresh.items()}
-        found = mapped.spliced(kind, [*pks, 10**9], 0, {}, "data")
+        found = mapped.spliced(kind, [*pks, 10**9], "data")
         assert found == {pk: e.data.encode() for pk, e in fresh.items()}
     # A new process takes every node from the file: nothing rendered.
     calls: list[list[int]] = []
@@ -244,9 +244,9 @@ def test_compressed_documents_read_back_as_rendered_through_follow_up_passes(ste
             (JOB, jobs, nodedata.render_jobs),
         ):
             fresh = render(pks)
-            found = mapped.spliced(kind, pks, 0, {}, "info")
+            found = mapped.spliced(kind, pks, "info")
             assert found == {pk: info_json(e.info).encode() for pk, e in fresh.items()}
-            spliced = mapped.spliced(kind, pks, 0, {}, "data")
+            spliced = mapped.spliced(kind, pks, "data")
             assert spliced == {pk: e.data.encode() for pk, e in fresh.items()}
             text += sum(len(e.data.encode()) + len(info_json(e.info)) for e in fresh.values())
         return text
@@ -267,7 +267,7 @@ def test_compressed_documents_read_back_as_rendered_through_follow_up_passes(ste
         len(datasets) + len(jobs) - 1,
     )
     assert_as_rendered()
-    described = docfile.current().spliced(DATASET, [datasets[7]], 0, {}, "data")[datasets[7]]
+    described = docfile.current().spliced(DATASET, [datasets[7]], "data")[datasets[7]]
     assert "Copied from the CRM" in described.decode()
 
 
