@@ -11,11 +11,9 @@ rather than logging every edge.
 
 from __future__ import annotations
 
-import io
-import json
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,6 +24,7 @@ from django.core.management.color import no_style
 from django.db import DatabaseError, connection, models, transaction
 from django.utils.dateparse import parse_datetime
 
+from catalog import bulk
 from catalog.models import (
     Dataset,
     DatasetField,
@@ -50,107 +49,36 @@ from graph.synthetic import (
     generate,
 )
 
-Column = tuple[str, Any]  # (kind, values): kind in int, str, ts, bool, json, const
 
-
-def _ts_text(values: np.ndarray, postgres: bool) -> list[str | None]:
-    """Microsecond timestamps (-1 = NULL) as text both backends accept."""
-    stamps = np.datetime_as_string(np.maximum(values, 0).astype("datetime64[us]"), unit="us")
-    suffix = "+00" if postgres else ""
+def _times(us: np.ndarray) -> list[datetime | None]:
+    """Microsecond timestamps (-1: none) as instants."""
+    stamps = np.maximum(us, 0).astype("datetime64[us]").tolist()
     return [
-        None if v < 0 else s.replace("T", " ") + suffix
-        for v, s in zip(values.tolist(), stamps.tolist(), strict=True)
+        None if v < 0 else stamp.replace(tzinfo=UTC)
+        for v, stamp in zip(us.tolist(), stamps, strict=True)
     ]
 
 
 class Writer:
-    """Bulk-writes rows of one model at a time, filling unset columns with field defaults."""
+    """Bulk-writes rows of one model at a time (catalog.bulk: COPY on PostgreSQL), a
+    transaction per batch; unset columns get what the model's constructor gives."""
 
     def __init__(self, progress: Callable[[str, int], None], batch: int) -> None:
-        self.postgres = connection.vendor == "postgresql"
         self.progress = progress
         self.batch = batch
-        self.now = datetime.now(UTC)
 
-    def _default(self, field: models.Field[Any, Any]) -> Any:
-        if field.null and not field.has_default():
-            return None
-        default = field.get_default()
-        if isinstance(field, models.JSONField):
-            return json.dumps(default if default is not None else {})
-        if isinstance(field, models.DateTimeField):
-            return self._ts(default if isinstance(default, datetime) else self.now)
-        if isinstance(field, models.BooleanField):
-            return bool(default)
-        return default
-
-    def _ts(self, moment: datetime) -> str:
-        text = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-        return text + "+00" if self.postgres else text
-
-    def _render(self, kind: str, values: Any, count: int) -> Sequence[Any]:
-        if kind == "const":
-            return [values] * count
-        if kind == "int":
-            return np.asarray(values).tolist()  # type: ignore[no-any-return]
-        if kind == "ts":
-            return _ts_text(np.asarray(values, dtype=np.int64), self.postgres)
-        if kind == "bool":
-            return [bool(v) for v in values]
-        return list(values)
-
-    def write(self, model: type[models.Model], columns: dict[str, Column], count: int) -> None:
-        fields = model._meta.concrete_fields
-        names = [f.column for f in fields]
-        unknown = set(columns) - set(names)
-        if unknown:
-            raise CommandError(f"{model.__name__} has no column(s) {sorted(unknown)}")
-        rendered = [
-            self._render(*columns[f.column], count)
-            if f.column in columns
-            else [self._default(f)] * count
-            for f in fields
+    def write(self, model: type[models.Model], columns: dict[str, Any], count: int) -> None:
+        """``columns``: each field's values (a list or an array), or one value for all."""
+        values = [
+            v.tolist() if isinstance(v, np.ndarray) else v if isinstance(v, list) else [v] * count
+            for v in columns.values()
         ]
-        label = model._meta.db_table
         for start in range(0, count, self.batch):
             stop = min(count, start + self.batch)
-            rows = list(zip(*(col[start:stop] for col in rendered), strict=True))
+            rows = list(zip(*(column[start:stop] for column in values), strict=True))
             with transaction.atomic():
-                if self.postgres:
-                    self._copy(label, names, rows)
-                else:
-                    marks = ", ".join(["%s"] * len(names))
-                    with connection.cursor() as cursor:
-                        cursor.executemany(
-                            f"INSERT INTO {label} ({', '.join(names)}) VALUES ({marks})", rows
-                        )
-            self.progress(label, stop - start)
-
-    def _copy(self, table: str, names: list[str], rows: list[tuple[Any, ...]]) -> None:
-        buffer = io.StringIO()
-        for row in rows:
-            buffer.write("\t".join(_copy_value(v) for v in row))
-            buffer.write("\n")
-        raw = connection.connection
-        assert raw is not None
-        with (
-            raw.cursor() as cursor,
-            cursor.copy(f"COPY {table} ({', '.join(names)}) FROM STDIN") as copy,
-        ):
-            copy.write(buffer.getvalue())
-
-
-def _copy_value(value: Any) -> str:
-    if value is None:
-        return "\\N"
-    if value is True:
-        return "t"
-    if value is False:
-        return "f"
-    text = str(value)
-    if "\\" in text or "\t" in text or "\n" in text:
-        text = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
-    return text
+                bulk.insert_values(model, list(columns), rows)
+            self.progress(model._meta.db_table, stop - start)
 
 
 @contextmanager
@@ -335,10 +263,10 @@ class Command(BaseCommand):
         writer.write(
             Owner,
             {
-                "id": ("int", np.arange(cfg.owners) + owner_base),
-                "name": ("str", owner_names),
-                "kind": ("const", "team"),
-                "email": ("str", [f"{name}@example.com" for name in owner_names]),
+                "id": np.arange(cfg.owners) + owner_base,
+                "name": owner_names,
+                "kind": "team",
+                "email": [f"{name}@example.com" for name in owner_names],
             },
             cfg.owners,
         )
@@ -350,29 +278,21 @@ class Command(BaseCommand):
         writer.write(
             Dataset,
             {
-                "id": ("int", ds_ids),
-                "namespace_id": ("int", ns_of),
-                "name": ("str", gen.ds_name),
-                "platform": (
-                    "str",
-                    [
-                        name.split(":")[0]
-                        for name in np.asarray(gen.namespaces)[gen.ds_namespace].tolist()
-                    ],
-                ),
-                "retention_policy_id": (
-                    "str",
-                    [
-                        None if r < 0 else int(p)
-                        for r, p in zip(
-                            gen.ds_retention.tolist(), retention_ids.tolist(), strict=True
-                        )
-                    ],
-                ),
-                "first_seen": ("ts", gen.ds_first_seen),
-                "last_seen": ("ts", np.full(n, snapshot.to_us(cfg.anchor))),
-                "created_at": ("ts", gen.ds_first_seen),
-                "updated_at": ("ts", gen.ds_first_seen),
+                "id": ds_ids,
+                "namespace_id": ns_of,
+                "name": gen.ds_name,
+                "platform": [
+                    name.split(":")[0]
+                    for name in np.asarray(gen.namespaces)[gen.ds_namespace].tolist()
+                ],
+                "retention_policy_id": [
+                    None if r < 0 else int(p)
+                    for r, p in zip(gen.ds_retention.tolist(), retention_ids.tolist(), strict=True)
+                ],
+                "first_seen": _times(gen.ds_first_seen),
+                "last_seen": _times(np.full(n, snapshot.to_us(cfg.anchor))),
+                "created_at": _times(gen.ds_first_seen),
+                "updated_at": _times(gen.ds_first_seen),
             },
             n,
         )
@@ -393,15 +313,15 @@ class Command(BaseCommand):
         writer.write(
             DatasetField,
             {
-                "id": ("int", np.arange(n * cols) + field_base),
-                "dataset_id": ("int", field_ds),
-                "name": ("str", names),
-                "type": ("str", np.asarray(FIELD_TYPES)[gen.field_type].tolist()),
-                "ordinal": ("int", ordinal),
-                "pii_category": ("str", pii),
-                "subject_kind_id": ("str", subject),
-                "flag_source": ("const", FlagSource.DECLARED),
-                "first_seen": ("ts", np.repeat(gen.ds_first_seen, cols)),
+                "id": np.arange(n * cols) + field_base,
+                "dataset_id": field_ds,
+                "name": names,
+                "type": np.asarray(FIELD_TYPES)[gen.field_type].tolist(),
+                "ordinal": ordinal,
+                "pii_category": pii,
+                "subject_kind_id": subject,
+                "flag_source": FlagSource.DECLARED,
+                "first_seen": _times(np.repeat(gen.ds_first_seen, cols)),
             },
             n * cols,
         )
@@ -411,10 +331,10 @@ class Command(BaseCommand):
         writer.write(
             DatasetOwnership,
             {
-                "id": ("int", np.arange(own_ds.size) + _next_id(DatasetOwnership)),
-                "dataset_id": ("int", own_ds),
-                "owner_id": ("int", own_owner),
-                "ownership_type": ("const", "DATA_OWNER"),
+                "id": np.arange(own_ds.size) + _next_id(DatasetOwnership),
+                "dataset_id": own_ds,
+                "owner_id": own_owner,
+                "ownership_type": "DATA_OWNER",
             },
             int(own_ds.size),
         )
@@ -427,14 +347,14 @@ class Command(BaseCommand):
         writer.write(
             Job,
             {
-                "id": ("int", job_ids),
-                "namespace_id": ("int", job_ns),
-                "name": ("str", gen.job_name),
-                "job_type": ("const", "JOB"),
-                "processing_type": ("const", "BATCH"),
-                "integration": ("const", "SPARK"),
-                "created_at": ("ts", gen.job_created),
-                "updated_at": ("ts", gen.job_created),
+                "id": job_ids,
+                "namespace_id": job_ns,
+                "name": gen.job_name,
+                "job_type": "JOB",
+                "processing_type": "BATCH",
+                "integration": "SPARK",
+                "created_at": _times(gen.job_created),
+                "updated_at": _times(gen.job_created),
             },
             jobs,
         )
@@ -444,22 +364,20 @@ class Command(BaseCommand):
         writer.write(
             Run,
             {
-                "id": ("int", np.arange(jobs) + run_base),
-                "run_uuid": ("str", uuids),
-                "job_id": ("int", job_ids),
-                "state": ("str", gen.job_state),
-                "state_event_time": (
-                    "ts",
+                "id": np.arange(jobs) + run_base,
+                "run_uuid": uuids,
+                "job_id": job_ids,
+                "state": gen.job_state,
+                "state_event_time": _times(
                     np.where(gen.job_ended == OPEN, gen.job_started, gen.job_ended),
                 ),
-                "started_at": ("ts", gen.job_started),
-                "ended_at": ("ts", gen.job_ended),
-                "error_message": (
-                    "str",
-                    ["Task failed: upstream file missing" if f else "" for f in failed],
-                ),
-                "created_at": ("ts", gen.job_started),
-                "updated_at": ("ts", gen.job_started),
+                "started_at": _times(gen.job_started),
+                "ended_at": _times(gen.job_ended),
+                "error_message": [
+                    "Task failed: upstream file missing" if f else "" for f in failed
+                ],
+                "created_at": _times(gen.job_started),
+                "updated_at": _times(gen.job_started),
             },
             jobs,
         )
@@ -474,12 +392,12 @@ class Command(BaseCommand):
         writer.write(
             TableEdge,
             {
-                "id": ("int", np.arange(te) + _next_id(TableEdge)),
-                "job_id": ("int", gen.te_job + job_base),
-                "dataset_id": ("int", gen.te_ds + ds_base),
-                "direction": ("str", np.where(gen.te_out == 1, "out", "in").tolist()),
-                "valid_from": ("ts", gen.te_from),
-                "valid_to": ("ts", gen.te_to),
+                "id": np.arange(te) + _next_id(TableEdge),
+                "job_id": gen.te_job + job_base,
+                "dataset_id": gen.te_ds + ds_base,
+                "direction": np.where(gen.te_out == 1, "out", "in").tolist(),
+                "valid_from": _times(gen.te_from),
+                "valid_to": _times(gen.te_to),
             },
             te,
         )
@@ -489,18 +407,15 @@ class Command(BaseCommand):
         writer.write(
             ColumnEdge,
             {
-                "id": ("int", np.arange(ce) + _next_id(ColumnEdge)),
-                "job_id": ("int", gen.ce_job + job_base),
-                "source_field_id": ("int", gen.ce_src + field_base),
-                "target_dataset_id": ("int", gen.ce_tds + ds_base),
-                "target_field_id": (
-                    "str",
-                    [None if t < 0 else t + field_base for t in gen.ce_tgt.tolist()],
-                ),
-                "transformation_type": ("str", ttype.tolist()),
-                "transformation_subtype": ("str", subtype.tolist()),
-                "valid_from": ("ts", gen.ce_from),
-                "valid_to": ("ts", gen.ce_to),
+                "id": np.arange(ce) + _next_id(ColumnEdge),
+                "job_id": gen.ce_job + job_base,
+                "source_field_id": gen.ce_src + field_base,
+                "target_dataset_id": gen.ce_tds + ds_base,
+                "target_field_id": [None if t < 0 else t + field_base for t in gen.ce_tgt.tolist()],
+                "transformation_type": ttype.tolist(),
+                "transformation_subtype": subtype.tolist(),
+                "valid_from": _times(gen.ce_from),
+                "valid_to": _times(gen.ce_to),
             },
             ce,
         )
