@@ -32,10 +32,10 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import Q
 from django.utils import timezone
@@ -786,15 +786,16 @@ def _replay_windows(
         timeline.sort(key=lambda item: (item[0], item[1], item[2]))
         # A window short of the timeline's end counts only once both replays settle in it.
         settle = None if end is None else until
-        mine = _WritePlan()
-        if not (
-            _replay_tables(job_id, since, timeline, table_rows[job_id], mine, settle)
-            and _replay_columns(
-                job_id, since, timeline, column_rows[job_id], field_dataset, mine, settle
-            )
-        ):
+        tables = _replay(since, timeline, table_rows[job_id], settle, TABLE_EDGES)
+        if tables is None:
             continue
-        plan.merge(mine)
+        columns = _replay(
+            since, timeline, column_rows[job_id], settle, _column_edges(field_dataset)
+        )
+        if columns is None:
+            continue
+        _write_tables(job_id, table_rows[job_id], *tables, plan)
+        _write_columns(job_id, column_rows[job_id], *columns, plan)
         done.add(job_id)
         if end is not None:
             continue  # the timeline's end lies past the window, as it was
@@ -845,24 +846,6 @@ class _WritePlan:
     carrying_sources: set[int] = field(default_factory=set)
     carrying_since: datetime | None = None
 
-    def merge(self, other: _WritePlan) -> None:
-        for name in (
-            "table_delete",
-            "table_update",
-            "table_insert",
-            "column_delete",
-            "column_update",
-            "column_insert",
-        ):
-            getattr(self, name).extend(getattr(other, name))
-        self.carrying_sources |= other.carrying_sources
-        if other.carrying_since is not None:
-            self.touch_since(other.carrying_since)
-
-    def touch_since(self, moment: datetime) -> None:
-        known = self.carrying_since
-        self.carrying_since = moment if known is None else min(known, moment)
-
     def touch(self, key: ColumnKey, *moments: datetime | None) -> None:
         if key[2] is not None and propagation.carries(key[3], key[4]):
             self.carrying_sources.add(key[0])
@@ -889,92 +872,63 @@ class _WritePlan:
             propagation.edges_changed(self.carrying_sources, self.carrying_since)
 
 
-def _replay_tables(
-    job_id: int,
+class _Edges(NamedTuple):
+    """One kind of edge (table or column) as the replay sees it."""
+
+    key: Callable[[Any], Any]  # of a stored row
+    attrs: Callable[[Any], tuple[Any, ...]]  # of a stored row: must match for it to settle
+    closes: Callable[[Any, _RunStep], bool]  # whether a run closes an open key
+    opens: Callable[[_RunStep], Mapping[Any, tuple[Any, ...]]]  # a run's keys, attributes
+    closed_by: Callable[[Any, int], bool]  # whether a dataset's closing closes a key
+
+
+TABLE_EDGES = _Edges(
+    key=lambda e: (e.dataset_id, e.direction),
+    attrs=lambda e: (),
+    closes=lambda key, step: key not in step.io,
+    opens=lambda step: dict.fromkeys(step.io, ()),
+    closed_by=lambda key, dataset: key[0] == dataset,
+)
+
+
+def _column_edges(field_dataset: dict[int, int]) -> _Edges:
+    """Column edges: a run closes those into its outputs it does not report (into a
+    dataset its facet covers) or all of them (into one it does not), and a closing those
+    into or out of the dataset."""
+    return _Edges(
+        key=_column_key,
+        attrs=lambda e: (e.masking, e.description),
+        closes=lambda key, step: (
+            key[1] not in step.outputs or (key[1] in step.covered and key not in step.columns)
+        ),
+        opens=lambda step: step.columns,
+        closed_by=lambda key, dataset: key[1] == dataset or field_dataset.get(key[0]) == dataset,
+    )
+
+
+Intervals = dict[tuple[Any, datetime], tuple[datetime | None, tuple[Any, ...]]]
+
+
+def _replay(
     since: datetime,
     timeline: list[tuple[datetime, int, str, _RunStep | int]],
-    rows: list[TableEdge],
-    plan: _WritePlan,
-    settle: datetime | None = None,
-) -> bool:
-    """Replay the job's table edges from ``since``; with ``settle``, stop at the first
-    instant after it where the open edges are the stored ones (False: none in the window)."""
-    open_: dict[TableKey, datetime] = {}
+    rows: list[Any],
+    settle: datetime | None,
+    edges: _Edges,
+) -> tuple[Intervals, datetime | None] | None:
+    """Replay one kind of the job's edges (``rows``: those stored that reach the window)
+    from ``since``: the intervals, by (key, start), with their end and attributes, and
+    where it settled. With ``settle``, it stops at the first instant after it where the
+    open edges are the stored ones, attributes included (None: none in the window)."""
+    open_: dict[Any, tuple[datetime, tuple[Any, ...]]] = {}
     for edge in rows:
         if edge.valid_from < since:
-            key = (edge.dataset_id, edge.direction)
-            open_[key] = min(edge.valid_from, open_.get(key, edge.valid_from))
-    intervals: dict[tuple[TableKey, datetime], datetime | None] = {}
-
-    def close(key: TableKey, at: datetime) -> None:
-        start = open_.pop(key)
-        if start < at:
-            intervals[(key, start)] = at
-
-    settled_at = None
-    for index, (at, _, _, item) in enumerate(timeline):
-        if isinstance(item, _RunStep):
-            for key in [k for k in open_ if k not in item.io]:
-                close(key, at)
-            for key in item.io:
-                open_.setdefault(key, at)
-        else:
-            for key in [k for k in open_ if k[0] == item]:
-                close(key, at)
-        if _settled(timeline, index, settle):
-            alive = {
-                (e.dataset_id, e.direction): e
-                for e in rows
-                if e.valid_from <= at and (e.valid_to is None or e.valid_to > at)
-            }
-            if alive.keys() == open_.keys():
-                # From here on the stored intervals stand; an open one may start earlier.
-                for key, start in open_.items():
-                    intervals[(key, start)] = alive[key].valid_to
-                open_.clear()
-                settled_at = at
-                break
-    if settle is not None and settled_at is None:
-        return False
-    for key, start in open_.items():
-        intervals[(key, start)] = None
-
-    for edge in rows:
-        if settled_at is not None and edge.valid_from > settled_at:
-            continue  # after the replay settled: as stored
-        ident = ((edge.dataset_id, edge.direction), edge.valid_from)
-        if ident in intervals:
-            wanted = intervals.pop(ident)
-            if edge.valid_to != wanted:
-                edge.valid_to = wanted
-                plan.table_update.append(edge)
-        else:
-            plan.table_delete.append(edge.pk)
-    for ((dataset_id, direction), start), end in intervals.items():
-        plan.table_insert.append((job_id, dataset_id, direction, start, end))
-    return True
-
-
-def _replay_columns(
-    job_id: int,
-    since: datetime,
-    timeline: list[tuple[datetime, int, str, _RunStep | int]],
-    rows: list[ColumnEdge],
-    field_dataset: dict[int, int],
-    plan: _WritePlan,
-    settle: datetime | None = None,
-) -> bool:
-    """As ``_replay_tables``, for the job's column edges (which settle only where their
-    masking and description are the stored ones too)."""
-    open_: dict[ColumnKey, tuple[datetime, ColumnAttrs]] = {}
-    for edge in rows:
-        if edge.valid_from < since:
-            key = _column_key(edge)
+            key = edges.key(edge)
             if key not in open_ or edge.valid_from < open_[key][0]:
-                open_[key] = (edge.valid_from, (edge.masking, edge.description))
-    intervals: dict[tuple[ColumnKey, datetime], tuple[datetime | None, ColumnAttrs]] = {}
+                open_[key] = (edge.valid_from, edges.attrs(edge))
+    intervals: Intervals = {}
 
-    def close(key: ColumnKey, at: datetime) -> None:
+    def close(key: Any, at: datetime) -> None:
         start, attrs = open_.pop(key)
         if start < at:
             intervals[(key, start)] = (at, attrs)
@@ -982,38 +936,67 @@ def _replay_columns(
     settled_at = None
     for index, (at, _, _, item) in enumerate(timeline):
         if isinstance(item, _RunStep):
-            for key in list(open_):
-                target = key[1]
-                if target not in item.outputs or (
-                    target in item.covered and key not in item.columns
-                ):
-                    close(key, at)
-            for key, attrs in item.columns.items():
+            for key in [k for k in open_ if edges.closes(k, item)]:
+                close(key, at)
+            for key, attrs in edges.opens(item).items():
                 if key not in open_:
                     open_[key] = (at, attrs)
         else:
-            for key in [k for k in open_ if k[1] == item or field_dataset.get(k[0]) == item]:
+            for key in [k for k in open_ if edges.closed_by(k, item)]:
                 close(key, at)
         if _settled(timeline, index, settle):
             alive = {
-                _column_key(e): e
+                edges.key(e): e
                 for e in rows
                 if e.valid_from <= at and (e.valid_to is None or e.valid_to > at)
             }
             if alive.keys() == open_.keys() and all(
-                (alive[key].masking, alive[key].description) == attrs
-                for key, (_, attrs) in open_.items()
+                edges.attrs(alive[key]) == attrs for key, (_, attrs) in open_.items()
             ):
+                # From here on the stored intervals stand; an open one may start earlier.
                 for key, (start, attrs) in open_.items():
                     intervals[(key, start)] = (alive[key].valid_to, attrs)
                 open_.clear()
                 settled_at = at
                 break
     if settle is not None and settled_at is None:
-        return False
+        return None
     for key, (start, attrs) in open_.items():
         intervals[(key, start)] = (None, attrs)
+    return intervals, settled_at
 
+
+def _write_tables(
+    job_id: int,
+    rows: list[TableEdge],
+    intervals: Intervals,
+    settled_at: datetime | None,
+    plan: _WritePlan,
+) -> None:
+    """Plan the writes that make the job's stored table edges the replayed intervals."""
+    for edge in rows:
+        if settled_at is not None and edge.valid_from > settled_at:
+            continue  # after the replay settled: as stored
+        ident = ((edge.dataset_id, edge.direction), edge.valid_from)
+        if ident in intervals:
+            wanted, _ = intervals.pop(ident)
+            if edge.valid_to != wanted:
+                edge.valid_to = wanted
+                plan.table_update.append(edge)
+        else:
+            plan.table_delete.append(edge.pk)
+    for ((dataset_id, direction), start), (end, _) in intervals.items():
+        plan.table_insert.append((job_id, dataset_id, direction, start, end))
+
+
+def _write_columns(
+    job_id: int,
+    rows: list[ColumnEdge],
+    intervals: Intervals,
+    settled_at: datetime | None,
+    plan: _WritePlan,
+) -> None:
+    """As :func:`_write_tables`, for column edges, noting those that carry flags."""
     for edge in rows:
         if settled_at is not None and edge.valid_from > settled_at:
             continue
@@ -1034,7 +1017,6 @@ def _replay_columns(
     for (key, start), (end, (masking, description)) in intervals.items():
         plan.column_insert.append((job_id, *key, masking, description, start, end))
         plan.touch(key, start)
-    return True
 
 
 def _earlier(a: datetime | None, b: datetime | None) -> datetime | None:
