@@ -745,46 +745,32 @@ def find_path(
     s_field, t_field = isinstance(source.id, FieldNodeId), isinstance(target.id, FieldNodeId)
     if s_field != t_field:
         raise ValueError("a path joins two fields or two datasets/jobs, not one of each")
-    if s_field:
-        snap = snapshot.columns()
-        ways: tuple[tuple[Literal["downstream", "upstream"], ResolvedNode, ResolvedNode], ...] = (
-            ("downstream", source, target),
-            ("upstream", target, source),
-        )
-        for direction, a, b in ways:
-            steps = traverse.field_path(snap, tf, a.pk, b.pk)
-            if steps is None:
-                continue
-            info = field_rows(pk for pk, _ in steps)
-            jobs = load_job_names(j for _, j in steps if j >= 0)
-            ids: list[str] = []
-            for pk, job in steps:
-                if job >= 0 and job in jobs:
-                    ids.append(job_node_id(*jobs[job]))
-                row = info[pk]
-                ids.append(field_node_id(row[1], row[2], row[3]))
-            return LineagePath("column", direction, tuple(ids))
-        return None
-    snap = snapshot.table()
+    snap = snapshot.columns() if s_field else snapshot.table()
 
     def key(n: ResolvedNode) -> tuple[str, int]:
-        return ("job", n.pk) if isinstance(n.id, JobNodeId) else ("ds", n.pk)
+        kind = "field" if s_field else "job" if isinstance(n.id, JobNodeId) else "ds"
+        return kind, n.pk
 
-    table_ways: tuple[tuple[Literal["downstream", "upstream"], ResolvedNode, ResolvedNode], ...] = (
+    ways: tuple[tuple[Literal["downstream", "upstream"], ResolvedNode, ResolvedNode], ...] = (
         ("downstream", source, target),
         ("upstream", target, source),
     )
-    for direction, a, b in table_ways:
-        table_steps = traverse.table_path(snap, tf, key(a), key(b))
-        if table_steps is None:
+    for direction, a, b in ways:
+        steps = traverse.path(snap, tf, key(a), key(b))
+        if steps is None:
             continue
-        ds_names = load_dataset_names(pk for kind, pk in table_steps if kind == "ds")
-        job_names = load_job_names(pk for kind, pk in table_steps if kind == "job")
-        nodes = tuple(
-            dataset_node_id(*ds_names[pk]) if kind == "ds" else job_node_id(*job_names[pk])
-            for kind, pk in table_steps
-        )
-        return LineagePath("table", direction, nodes)
+        ds_names = load_dataset_names(pk for kind, pk in steps if kind == "ds")
+        job_names = load_job_names(pk for kind, pk in steps if kind == "job")
+        fields = field_rows(pk for kind, pk in steps if kind == "field")
+        ids: list[str] = []
+        for kind, pk in steps:
+            if kind == "field":
+                ids.append(field_node_id(*fields[pk][1:4]))
+            elif kind == "ds":
+                ids.append(dataset_node_id(*ds_names[pk]))
+            elif pk in job_names:  # a job deleted meanwhile is left out
+                ids.append(job_node_id(*job_names[pk]))
+        return LineagePath("column" if s_field else "table", direction, tuple(ids))
     return None
 
 

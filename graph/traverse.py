@@ -497,76 +497,46 @@ def ranked_field_reach(
     )
 
 
-def _first_parents(batch: EdgeBatch, dist: npt.NDArray[np.int32]) -> tuple[IntArray, IntArray]:
-    """Unseen targets of ``batch`` (each once) and the edge index that first reached each."""
-    dst = batch.dst.astype(np.int64)
-    fresh = np.flatnonzero(dist[dst] == UNSEEN)
-    targets, first = distinct_first(dst[fresh])
-    return targets, fresh[first]
+# Each kind of node, the adjacency that leads downstream from it and the kind it reaches.
+DOWNSTREAM = {"ds": ("ds_down", "job"), "job": ("job_down", "ds"), "field": ("down", "field")}
 
 
-def table_path(
-    snap: Snapshot,
-    tf: TimeFilter,
-    source: tuple[str, int],
-    target: tuple[str, int],
+def path(
+    snap: Snapshot, tf: TimeFilter, source: tuple[str, int], target: tuple[str, int]
 ) -> list[tuple[str, int]] | None:
-    """A shortest downstream path from ``source`` to ``target`` as [(kind, pk), …] where kind
-    is "ds" or "job"; None when ``target`` is not downstream of ``source``."""
-    sizes = {
-        "ds": snap.size_of("ds", *(pk for kind, pk in (source, target) if kind == "ds")),
-        "job": snap.size_of("job", *(pk for kind, pk in (source, target) if kind == "job")),
-    }
+    """A shortest downstream path from ``source`` to ``target`` as [(kind, pk), …]: "ds"
+    and "job" alternate in the table snapshot; in the column snapshot, fields ("field")
+    with the job that made each from the one before between them. None when ``target``
+    is not downstream of ``source``."""
+    kinds = ("field",) if source[0] == "field" else ("ds", "job")
+    sizes = {k: snap.size_of(k, *(pk for kind, pk in (source, target) if kind == k)) for k in kinds}
     dist = {k: np.full(n, UNSEEN, dtype=np.int32) for k, n in sizes.items()}
     parent = {k: np.full(n, -1, dtype=np.int64) for k, n in sizes.items()}
+    via = np.full(sizes.get("field", 0), -1, dtype=np.int64)  # the job that made a field
     kind, pk = source
     dist[kind][pk] = 0
     frontier = np.asarray([pk], dtype=np.int64)
     step = 0
     while frontier.size and dist[target[0]][target[1]] == UNSEEN:
         step += 1
-        adj, nxt = ("ds_down", "job") if kind == "ds" else ("job_down", "ds")
+        adj, nxt = DOWNSTREAM[kind]
         batch = snap.expand(adj, frontier, tf)
-        targets, idx = _first_parents(batch, dist[nxt])
+        dst = batch.dst.astype(np.int64)
+        fresh = np.flatnonzero(dist[nxt][dst] == UNSEEN)
+        targets, first = distinct_first(dst[fresh])
         dist[nxt][targets] = step
-        parent[nxt][targets] = batch.src.astype(np.int64)[idx]
+        parent[nxt][targets] = batch.src.astype(np.int64)[fresh[first]]
+        if nxt == "field":
+            via[targets] = snap.column("job", batch.take(fresh[first])).astype(np.int64)
         kind, frontier = nxt, targets
     if dist[target[0]][target[1]] == UNSEEN:
         return None
-    path = [target]
+    steps = [target]
     kind, pk = target
     while (kind, pk) != source:
+        if kind == "field":
+            steps.append(("job", int(via[pk])))
         pk = int(parent[kind][pk])
-        kind = "job" if kind == "ds" else "ds"
-        path.append((kind, pk))
-    return path[::-1]
-
-
-def field_path(
-    snap: Snapshot, tf: TimeFilter, source: int, target: int
-) -> list[tuple[int, int]] | None:
-    """A shortest downstream field path as [(field pk, job pk that produced it or -1), …]."""
-    size = snap.size_of("field", source, target)
-    dist = np.full(size, UNSEEN, dtype=np.int32)
-    parent = np.full(size, -1, dtype=np.int64)
-    via = np.full(size, -1, dtype=np.int64)
-    dist[source] = 0
-    frontier = np.asarray([source], dtype=np.int64)
-    step = 0
-    while frontier.size and dist[target] == UNSEEN:
-        step += 1
-        batch = snap.expand("down", frontier, tf)
-        targets, idx = _first_parents(batch, dist)
-        dist[targets] = step
-        parent[targets] = batch.src.astype(np.int64)[idx]
-        picked = batch.take(idx)
-        via[targets] = snap.column("job", picked).astype(np.int64)
-        frontier = targets
-    if dist[target] == UNSEEN:
-        return None
-    path = [(target, int(via[target]))]
-    node = target
-    while node != source:
-        node = int(parent[node])
-        path.append((node, int(via[node]) if node != source else -1))
-    return path[::-1]
+        kind = {"ds": "job", "job": "ds", "field": "field"}[kind]
+        steps.append((kind, pk))
+    return steps[::-1]
