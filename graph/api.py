@@ -183,15 +183,12 @@ def lineage_json(params: Mapping[str, str]) -> bytes:
     """The JSON body of ``GET /api/v1/lineage`` for ``params`` (ApiError for bad ones); large
     answers are kept until a change touches a node they reached (graph/responses.py)."""
     node, asked = _table_query(params)
-    key = ("lineage", node.kind, node.pk, *asked.values())
-    if (cached := responses.cache.get(key)) is not None:
-        return cached
-    started = responses.building()
-    graph = queries.lineage(node, **asked)
-    body = render.lineage_json(graph)
-    if responses.worth_keeping(started):
-        responses.cache.put(key, body, *graph.reached)
-    return body
+
+    def build() -> tuple[bytes, responses.Reached]:
+        graph = queries.lineage(node, **asked)
+        return render.lineage_json(graph), graph.reached
+
+    return responses.cache.through(("lineage", node.kind, node.pk, *asked.values()), build)
 
 
 # GET /api/v1/lineage (POST on the same path is the ingest endpoint).
@@ -369,19 +366,19 @@ class ImpactView(GraphView):
         depth = _depth(params, queries.MAX_DEPTH)
         as_of = optional_instant(params)
         max_nodes = _max_nodes(params)
-        key = ("impact", node.kind, node.pk, depth, as_of, max_nodes)
-        if fmt == "json" and (cached := responses.cache.get(key)) is not None:
-            return _json(cached)
-        started = responses.building()
+
+        def build() -> tuple[bytes, responses.Reached | None]:
+            impact = queries.impact(node, depth=depth, as_of=as_of, max_nodes=max_nodes)
+            body = _dumps(impact_json(impact)).encode()
+            return body, impact.reached if impact.level == "table" else None
+
+        if fmt not in ("csv", "mermaid"):
+            key = ("impact", node.kind, node.pk, depth, as_of, max_nodes)
+            return _json(responses.cache.through(key, build))
         impact = queries.impact(node, depth=depth, as_of=as_of, max_nodes=max_nodes)
         if fmt == "csv":
             return _text(render.impact_csv(impact), "text/csv", "impact.csv")
-        if fmt == "mermaid":
-            return _text(render.impact_mermaid(impact), "text/vnd.mermaid")
-        body = _dumps(impact_json(impact)).encode()
-        if impact.level == "table" and responses.worth_keeping(started):
-            responses.cache.put(key, body, *impact.reached)
-        return _json(body)
+        return _text(render.impact_mermaid(impact), "text/vnd.mermaid")
 
 
 class RootCauseView(GraphView):

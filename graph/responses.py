@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +43,7 @@ MAX_ENTRIES = 256
 CHANGE_LIMIT = 5000
 
 IntArray = npt.NDArray[np.int64]
+Reached = tuple[IntArray, IntArray]  # (datasets, jobs)
 
 
 @dataclass
@@ -81,18 +82,6 @@ def _edge_endpoints(edge_ids: list[int]) -> tuple[set[int], set[int]] | None:
     return jobs, datasets
 
 
-def building() -> float:
-    """The CPU clock of this thread (unmoved while it waits for a core): the start of a
-    build, for :func:`worth_keeping`."""
-    return time.thread_time()
-
-
-def worth_keeping(started: float) -> bool:
-    """Whether an answer whose build began at ``started`` (:func:`building`) cost enough
-    CPU to keep (see MIN_BUILD_SECONDS)."""
-    return time.thread_time() - started >= MIN_BUILD_SECONDS
-
-
 class ResponseCache:
     def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
         self.max_entries = max_entries
@@ -120,18 +109,23 @@ class ResponseCache:
                 self.entries.move_to_end(key)
         return zstandard.ZstdDecompressor().decompress(entry.body)
 
-    def put(self, key: Hashable, body: bytes, datasets: IntArray, jobs: IntArray) -> None:
-        # A copy: the compressor's own result keeps the room of an incompressible body.
-        packed = bytes(memoryview(zstandard.ZstdCompressor(level=1).compress(body)))
-        entry = Cached(packed, rev.current(), datasets, jobs)
-        with self.lock:
-            self._insert(key, entry)
-
-    def _insert(self, key: Hashable, entry: Cached) -> None:
-        self.entries[key] = entry
-        self.entries.move_to_end(key)
-        while len(self.entries) > self.max_entries:
-            self.entries.popitem(last=False)
+    def through(self, key: Hashable, build: Callable[[], tuple[bytes, Reached | None]]) -> bytes:
+        """The body kept for ``key``, or the one ``build`` gives with the datasets and jobs
+        its traversal reached (None: never kept), kept when it cost enough CPU (this
+        thread's clock, unmoved while it waits for a core; MIN_BUILD_SECONDS)."""
+        if (kept := self.get(key)) is not None:
+            return kept
+        started = time.thread_time()
+        body, reached = build()
+        if reached is not None and time.thread_time() - started >= MIN_BUILD_SECONDS:
+            # A copy: the compressor's own result keeps the room of an incompressible body.
+            packed = bytes(memoryview(zstandard.ZstdCompressor(level=1).compress(body)))
+            with self.lock:
+                self.entries[key] = Cached(packed, rev.current(), *reached)
+                self.entries.move_to_end(key)
+                while len(self.entries) > self.max_entries:
+                    self.entries.popitem(last=False)
+        return body
 
     def _still_valid(self, entry: Cached, current: rev.Revision) -> bool:
         known = entry.revision
