@@ -619,11 +619,6 @@ def load_jobs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, Jo
     """Jobs by pk with their latest run (as of ``as_of``: _latest_run_join), one query
     whatever the number of jobs."""
     out: dict[int, JobInfo] = {}
-    run_cols = "r.run_uuid, r.state, {started}, {ended}, r.error_message, {state_at}".format(
-        started=ts_sql("r.started_at"),
-        ended=ts_sql("r.ended_at"),
-        state_at=ts_sql("r.state_event_time"),
-    )
     for chunk in chunks(sorted({int(pk) for pk in pks})):
         where, params = where_in("j.id", chunk)
         run_join, run_params = _latest_run_join(as_of)
@@ -631,24 +626,11 @@ def load_jobs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, Jo
         for row in _rows(
             "SELECT j.id, n.name, j.name, j.job_type, j.processing_type, j.integration, "
             f"j.description, j.location, {ts_sql('j.created_at')}, "
-            f"{ts_sql('j.updated_at')}, p.name, {run_cols} "
+            f"{ts_sql('j.updated_at')}, p.name, {_run_columns()} "
             "FROM graph_job j JOIN catalog_namespace n ON n.id = j.namespace_id "
             f"LEFT JOIN graph_job p ON p.id = j.parent_id LEFT {run_join} WHERE {where}",
             params,
         ):
-            run = (
-                run_info(
-                    row[11],
-                    row[12],
-                    read_ts(row[13]),
-                    read_ts(row[14]),
-                    row[15],
-                    read_ts(row[16]),
-                    as_of,
-                )
-                if row[11] is not None
-                else None
-            )
             out[row[0]] = JobInfo(
                 pk=row[0],
                 namespace=row[1],
@@ -661,7 +643,7 @@ def load_jobs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, Jo
                 created_at=read_ts(row[8]),  # type: ignore[arg-type]
                 updated_at=read_ts(row[9]),  # type: ignore[arg-type]
                 parent_name=row[10],
-                latest_run=run,
+                latest_run=_run_of(row[11:], as_of),
             )
     return out
 
@@ -691,6 +673,22 @@ def _latest_run_join(as_of: datetime | None) -> tuple[str, list[Any]]:
     ), [_param(as_of)] * 4
 
 
+def _run_columns() -> str:
+    """A run's columns as :func:`_run_of` takes them (``r``: the run of _latest_run_join)."""
+    return (
+        f"r.run_uuid, r.state, {ts_sql('r.started_at')}, {ts_sql('r.ended_at')}, "
+        f"r.error_message, {ts_sql('r.state_event_time')}"
+    )
+
+
+def _run_of(row: Sequence[Any], as_of: datetime | None) -> RunInfo | None:
+    """The run of _run_columns' values (None when there is none)."""
+    uuid, state, started, ended, error, state_at = row
+    if uuid is None:
+        return None
+    return run_info(uuid, state, read_ts(started), read_ts(ended), error, read_ts(state_at), as_of)
+
+
 def latest_runs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, RunInfo]:
     """Each job's latest run (as of ``as_of``: _latest_run_join, seen from then), one
     query."""
@@ -698,15 +696,11 @@ def latest_runs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, 
     for chunk in chunks(sorted({int(pk) for pk in pks})):
         where, params = where_in("j.id", chunk)
         run_join, run_params = _latest_run_join(as_of)
-        for pk, uuid, state, started, ended, error, state_at in _rows(
-            f"SELECT j.id, r.run_uuid, r.state, {ts_sql('r.started_at')}, "
-            f"{ts_sql('r.ended_at')}, r.error_message, {ts_sql('r.state_event_time')} "
-            f"FROM graph_job j {run_join} WHERE {where}",
+        for pk, *run in _rows(
+            f"SELECT j.id, {_run_columns()} FROM graph_job j {run_join} WHERE {where}",
             [*run_params, *params],
         ):
-            out[pk] = run_info(
-                uuid, state, read_ts(started), read_ts(ended), error, read_ts(state_at), as_of
-            )
+            out[pk] = _run_of(run, as_of)  # type: ignore[assignment]
     return out
 
 
