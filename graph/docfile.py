@@ -180,7 +180,7 @@ class DocFile:
 
     def spliced(self, kind: str, pks: list[int], column: str) -> dict[int, bytes]:
         """The ``column`` of the documents it holds of these nodes, by pk, as UTF-8 copied
-        out of the map: what a lineage answer splices in."""
+        out of the map; whether to trust them is the caller's (NodeCache.file_column)."""
         held = self.held(kind, pks)
         if held is None:
             return {}
@@ -265,13 +265,14 @@ def file_path() -> Path:
 
 def sweep(path: Path, suffix: str) -> None:
     """Remove the files ``path`` replaces: this database's of other releases (``path`` from
-    host_path), and what a writer that died left half-written over an hour ago. A process
-    of an older release that still maps a file keeps its pages."""
+    host_path) with their lock files, and what a writer that died left half-written over
+    an hour ago. A process of an older release that still maps a file keeps its pages."""
     name = path.name.removesuffix(suffix)[:-13]  # the database's name, before "-<digest>"
-    mine = re.compile(rf"{re.escape(name)}-[0-9a-f]{{12}}{re.escape(suffix)}")
+    lock = suffix.rsplit(".", 1)[0] + ".lock"  # as :func:`locked` names it
+    mine = re.compile(rf"{re.escape(name)}-[0-9a-f]{{12}}({re.escape(suffix)}|{re.escape(lock)})")
     abandoned = time.time() - 3600
     for other in path.parent.iterdir():
-        if other != path and mine.fullmatch(other.name):
+        if other not in (path, path.with_suffix(".lock")) and mine.fullmatch(other.name):
             other.unlink(missing_ok=True)
         elif other.name.startswith(".writing-") and other.stat().st_mtime < abandoned:
             if other.is_dir():

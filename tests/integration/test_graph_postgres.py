@@ -196,7 +196,7 @@ def describe(steward, ds, text: str) -> None:
     actions.update_dataset(ds, {"description": text}, actions.Actor(user=steward))
 
 
-def test_the_file_holds_every_node_as_rendering_gives_it(settings):
+def test_the_file_holds_every_node_as_rendering_gives_it(settings, monkeypatch):
     from graph import docfile, documents, nodedata
     from graph.details import info_json
     from graph.nodecache import DATASET, JOB, NodeCache
@@ -224,6 +224,10 @@ def test_the_file_holds_every_node_as_rendering_gives_it(settings):
     fresh = nodedata.render_datasets(datasets)
     served = shown(process, DATASET, datasets, rendered_by(calls))
     assert calls == [] and served == {pk: e.data for pk, e in fresh.items()}
+    # So do the summaries that impact and taint lists show.
+    monkeypatch.setattr(nodedata, "render_datasets", rendered_by(calls))
+    assert nodedata.dataset_infos(datasets) == {pk: e.info for pk, e in fresh.items()}
+    assert calls == []
 
 
 def test_compressed_documents_read_back_as_rendered_through_follow_up_passes(steward):
@@ -370,6 +374,9 @@ def test_a_file_of_another_release_or_timeline_is_never_served(steward, monkeypa
     again = documents.render_documents()
     assert (again.full, again.datasets) == (True, 2)
     assert not old.exists()  # swept: this database's file of the earlier release
+    assert (
+        not old.with_suffix(".lock").exists() and docfile.file_path().with_suffix(".lock").exists()
+    )
     calls.clear()
     shown(NodeCache(100), DATASET, [a, b], rendered_by(calls))
     assert calls == []
