@@ -103,16 +103,18 @@ class NodeCache:
     def _start_epoch(self, current: rev.Revision) -> None:
         """Start following the change log afresh at ``current``: no earlier document is
         trusted, unless the host's document file is on the change log's timeline and few
-        enough nodes changed since it to remember them all."""
-        self.changed.clear()
+        enough nodes changed since it to remember them all. Readers take no lock: the
+        horizon rises before the changes are replaced and falls after, so one that reads
+        in between trusts nothing rather than too much."""
         self.horizon = current.value
         self.epoch += 1
+        changed: dict[tuple[str, int], int] = {}
         mapped = docfile.current()
-        if mapped is None:
-            return
-        since = node_changes(mapped.revision, current, SYNC_LIMIT)
+        since = None if mapped is None else node_changes(mapped.revision, current, SYNC_LIMIT)
         if since is not None:
-            self.changed.update(since)
+            changed = since
+        self.changed = changed
+        if mapped is not None and since is not None:
             self.horizon = mapped.revision.value
 
     def _get(self, kind: str, pks: Iterable[int]) -> tuple[dict[int, Entry], list[int]]:
