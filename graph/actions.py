@@ -892,9 +892,9 @@ TABLE_EDGES = _Edges(
 
 
 def _column_edges(field_dataset: dict[int, int]) -> _Edges:
-    """Column edges: a run closes those into its outputs it does not report (into a
-    dataset its facet covers) or all of them (into one it does not), and a closing those
-    into or out of the dataset."""
+    """Column edges: a run closes those into a dataset it did not write, and those into
+    an output its facet covers that it does not report; a closing closes those into or
+    out of the dataset."""
     return _Edges(
         key=_column_key,
         attrs=lambda e: (e.masking, e.description),

@@ -700,7 +700,8 @@ def latest_runs(pks: Iterable[int], as_of: datetime | None = None) -> dict[int, 
             f"SELECT j.id, {_run_columns()} FROM graph_job j {run_join} WHERE {where}",
             [*run_params, *params],
         ):
-            out[pk] = _run_of(run, as_of)  # type: ignore[assignment]
+            if (found := _run_of(run, as_of)) is not None:
+                out[pk] = found
     return out
 
 

@@ -134,6 +134,8 @@ class Names:
         }
 
 
+# The fields held as memoryviews (UTF-8 byte strings sliced on use).
+BYTE_STRINGS = ("text", "names", "types")
 # What of the directory the document file's header holds rather than its arrays.
 IN_HEADER = ("revision", "namespaces", "namespace_ids", "datasets", "jobs", "subject_kinds")
 
@@ -158,7 +160,7 @@ def _fields(
     for field in fields(cls):
         if field.name not in skip:
             value = arrays[f"{prefix}{field.name}"]
-            out[field.name] = memoryview(value) if field.type == "memoryview" else value
+            out[field.name] = memoryview(value) if field.name in BYTE_STRINGS else value
     return out
 
 

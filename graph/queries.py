@@ -760,7 +760,7 @@ def find_path(
         if steps is None:
             continue
         ds_names = load_dataset_names(pk for kind, pk in steps if kind == "ds")
-        job_names = load_job_names(pk for kind, pk in steps if kind == "job")
+        job_names = load_job_names(pk for kind, pk in steps if kind == "job" and pk >= 0)
         fields = field_rows(pk for kind, pk in steps if kind == "field")
         ids: list[str] = []
         for kind, pk in steps:
@@ -768,7 +768,7 @@ def find_path(
                 ids.append(field_node_id(*fields[pk][1:4]))
             elif kind == "ds":
                 ids.append(dataset_node_id(*ds_names[pk]))
-            elif pk in job_names:  # a job deleted meanwhile is left out
+            elif pk in job_names or not s_field:  # between fields, a job may be unknown
                 ids.append(job_node_id(*job_names[pk]))
         return LineagePath("column" if s_field else "table", direction, tuple(ids))
     return None

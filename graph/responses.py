@@ -120,8 +120,9 @@ class ResponseCache:
         if reached is not None and time.thread_time() - started >= MIN_BUILD_SECONDS:
             # A copy: the compressor's own result keeps the room of an incompressible body.
             packed = bytes(memoryview(zstandard.ZstdCompressor(level=1).compress(body)))
+            entry = Cached(packed, rev.current(), *reached)
             with self.lock:
-                self.entries[key] = Cached(packed, rev.current(), *reached)
+                self.entries[key] = entry
                 self.entries.move_to_end(key)
                 while len(self.entries) > self.max_entries:
                     self.entries.popitem(last=False)

@@ -238,8 +238,8 @@ def table_edges(snap: Snapshot, ds: IntArray, jobs: IntArray, tf: TimeFilter) ->
     # One open edge per (job, dataset, direction) (a unique constraint): only intervals
     # from the past can repeat a pair.
     dedupe = not tf.current
-    read_pairs = _pairs(reads.src[keep_r], reads.dst[keep_r], dedupe)
-    write_pairs = _pairs(writes.dst[keep_w], writes.src[keep_w], dedupe)
+    read_pairs = unique_pairs(reads.src[keep_r], reads.dst[keep_r])
+    write_pairs = unique_pairs(writes.dst[keep_w], writes.src[keep_w])
     return TableEdges(
         read_ds=read_pairs[0],
         read_job=read_pairs[1],
@@ -250,16 +250,6 @@ def table_edges(snap: Snapshot, ds: IntArray, jobs: IntArray, tf: TimeFilter) ->
         hidden_up_job=_hidden_counts(snap.expand("job_up", jobs, tf), ds_set, dedupe),
         hidden_down_job=_hidden_counts(snap.expand("job_down", jobs, tf), ds_set, dedupe),
     )
-
-
-def _pairs(a: npt.NDArray[np.integer], b: npt.NDArray[np.integer], distinct: bool) -> IntArray:
-    """(a, b) pairs as a (2, n) array sorted by a then b; made distinct when asked."""
-    if distinct:
-        return unique_pairs(a, b)
-    a64, b64 = a.astype(np.int64), b.astype(np.int64)
-    order = np.lexsort((b64, a64))
-    pairs: IntArray = np.stack([a64[order], b64[order]])
-    return pairs
 
 
 def unique_pairs(a: npt.NDArray[np.integer], b: npt.NDArray[np.integer]) -> IntArray:
@@ -498,7 +488,9 @@ def ranked_field_reach(
 
 
 # Each kind of node, the adjacency that leads downstream from it and the kind it reaches.
-DOWNSTREAM = {"ds": ("ds_down", "job"), "job": ("job_down", "ds"), "field": ("down", "field")}
+_DOWNSTREAM = {"ds": ("ds_down", "job"), "job": ("job_down", "ds"), "field": ("down", "field")}
+# The kind of node upstream of each.
+_UPSTREAM_KIND = {"ds": "job", "job": "ds", "field": "field"}
 
 
 def path(
@@ -519,7 +511,7 @@ def path(
     step = 0
     while frontier.size and dist[target[0]][target[1]] == UNSEEN:
         step += 1
-        adj, nxt = DOWNSTREAM[kind]
+        adj, nxt = _DOWNSTREAM[kind]
         batch = snap.expand(adj, frontier, tf)
         dst = batch.dst.astype(np.int64)
         fresh = np.flatnonzero(dist[nxt][dst] == UNSEEN)
@@ -537,6 +529,6 @@ def path(
         if kind == "field":
             steps.append(("job", int(via[pk])))
         pk = int(parent[kind][pk])
-        kind = {"ds": "job", "job": "ds", "field": "field"}[kind]
+        kind = _UPSTREAM_KIND[kind]
         steps.append((kind, pk))
     return steps[::-1]
