@@ -54,7 +54,7 @@ from graph import revision as rev
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"LXDOCS06"
+MAGIC = b"LXDOCS07"
 # A node's document (node data) and its summary (graph.details' info), each kept
 # compressed, document by document.
 COLUMNS = ("data", "info")
@@ -89,8 +89,10 @@ class CorruptFile(ValueError):
 
 @dataclass(frozen=True, eq=False)
 class _Part:
-    """One kind's documents: pks ascending, and for each column the offsets (count + 1) of
-    each document's text in that column's bytes, which start at ``starts[column]``."""
+    """One kind's documents (sections ``{kind}.pks``, ``{kind}.{column}.at`` and
+    ``{kind}.{column}``): pks ascending, and for each column the offsets (count + 1) of
+    each document's text in that column's bytes, which start at ``starts[column]`` of the
+    file."""
 
     kind: str
     pks: IntArray
@@ -108,26 +110,42 @@ class DocFile:
             if status.st_size < 16:
                 raise CorruptFile(f"{path}: {status.st_size} bytes, too short for a document file")
             self.map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        # The arrays are views of the map: it is unmapped with the last of them.
-        self.header, self.parts = _read_layout(self.map, status.st_size, path)
+        self.header = _read_header(self.map, status.st_size, path)
         if self.header.get("code") != rev.code_digest():
             raise CorruptFile(f"{path}: written by another release")
         value, token = self.header["revision"]
         self.revision = rev.Revision(int(value), str(token))
-        # Whatever else the writer put in (graph/directory.py's arrays), and its header.
-        self.arrays = _read_arrays(self.map, self.header.get("arrays", {}), status.st_size, path)
-        # Each packed column's dictionary (empty: compressed without one).
+        self.meta: dict[str, Any] = self.header.get("meta", {})
+        # Every section as a view of the map (unmapped with the last of them): the kinds'
+        # documents, their dictionaries, and whatever else the writer put in
+        # (graph/directory.py's arrays).
+        layout = self.header.get("arrays", {})
+        self.arrays = _read_arrays(self.map, layout, status.st_size, path)
+        self.parts: dict[str, _Part] = {}
+        # Each column's dictionary (empty: compressed without one).
         self.dictionaries: dict[tuple[str, str], bytes] = {}
-        for kind in self.parts:
+        for kind in self.meta.get("kinds", ()):
+            pks = self._section(f"{kind}.pks")
+            offsets, starts = {}, {}
             for column in COLUMNS:
+                offsets[column] = self._section(f"{kind}.{column}.at")
+                text = self._section(f"{kind}.{column}")
+                if offsets[column].size != pks.size + 1 or offsets[column][-1] > text.size:
+                    raise CorruptFile(f"{path}: the {column} offsets run past its text")
+                starts[column] = int(layout[f"{kind}.{column}"][0])
                 name = DICTIONARY.format(kind=kind, column=column)
                 if name not in self.arrays:
                     raise CorruptFile(f"{path}: the {column} column has no dictionary")
                 self.dictionaries[(kind, column)] = self.arrays.pop(name).tobytes()
+            self.parts[kind] = _Part(kind, pks, offsets, starts)
         # Decompressors, per thread (one may not be used by two threads at once).
         self._local = threading.local()
-        self.meta: dict[str, Any] = self.header.get("meta", {})
         self.documents = sum(part.pks.size for part in self.parts.values())
+
+    def _section(self, name: str) -> npt.NDArray[Any]:
+        if name not in self.arrays:
+            raise CorruptFile(f"{self.path}: no section {name}")
+        return self.arrays.pop(name)
 
     def prefault(self) -> None:
         """Map every page of the file into this process now (they are in the page cache,
@@ -212,7 +230,7 @@ def _read_arrays(
     return arrays
 
 
-def _read_layout(view: mmap.mmap, size: int, path: Path) -> tuple[dict[str, Any], dict[str, _Part]]:
+def _read_header(view: mmap.mmap, size: int, path: Path) -> dict[str, Any]:
     if view[:8] != MAGIC:
         older = view[:6] == MAGIC[:6]
         raise CorruptFile(
@@ -222,28 +240,11 @@ def _read_layout(view: mmap.mmap, size: int, path: Path) -> tuple[dict[str, Any]
     if 16 + length > size:
         raise CorruptFile(f"{path}: header runs past the end of the file")
     try:
-        header = json.loads(view[16 : 16 + length])
-        parts = {}
-        for kind, layout in header["kinds"].items():
-            count = int(layout["count"])
-
-            def array(offset: int, n: int) -> IntArray:
-                if offset < 0 or offset + 8 * n > size:
-                    raise CorruptFile(f"{path}: an array runs past the end of the file")
-                return np.frombuffer(view, dtype=np.int64, count=n, offset=offset)
-
-            offsets = {c: array(int(layout[c][0]), count + 1) for c in COLUMNS}
-            starts = {c: int(layout[c][1]) for c in COLUMNS}
-            for column in COLUMNS:
-                if count and starts[column] + int(offsets[column][-1]) > size:
-                    raise CorruptFile(f"{path}: the {column} text runs past the end of the file")
-            parts[kind] = _Part(kind, array(int(layout["pks"]), count), offsets, starts)
+        header: dict[str, Any] = json.loads(view[16 : 16 + length])
         header["revision"] = [int(header["revision"][0]), str(header["revision"][1])]
-    except CorruptFile:
-        raise
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise CorruptFile(f"{path}: unreadable header ({exc})") from exc
-    return header, parts
+    return header
 
 
 # --- writing -------------------------------------------------------------------------------
@@ -284,32 +285,25 @@ def sweep(path: Path, suffix: str) -> None:
 def assemble(
     out: IO[bytes],
     revision: rev.Revision,
-    pks: dict[str, IntArray],
-    lengths: dict[tuple[str, str], IntArray],
-    texts: dict[tuple[str, str], Path],
-    extra: dict[str, npt.NDArray[Any]],
+    sections: dict[str, npt.NDArray[Any] | Path],
     meta: dict[str, Any],
 ) -> None:
-    """Write a document file: the header (with ``meta``), then per kind the pks and each
-    column's offsets (int64, native order), then each column's text (``texts``, files whose
-    documents have ``lengths`` bytes each, in pk order), then the ``extra`` arrays (native
-    order); every section starts on 8 bytes."""
-    arrays: list[IntArray] = []
-    layout: dict[str, dict[str, Any]] = {}
-    for kind, kind_pks in pks.items():
-        arrays.append(kind_pks.astype(np.int64))
-        for column in COLUMNS:
-            offsets = np.zeros(kind_pks.size + 1, dtype=np.int64)
-            np.cumsum(lengths[(kind, column)], out=offsets[1:])
-            arrays.append(offsets)
-        layout[kind] = {"count": int(kind_pks.size)}
-    others = {name: [10**19, array.dtype.str, int(array.size)] for name, array in extra.items()}
+    """Write a file: the header (the revision, the code's digest, ``meta`` and where each
+    section lies), then each section from an 8-byte boundary: an array (native order),
+    or a file's bytes (a ``Path``, streamed; read back as bytes)."""
+
+    def size(value: npt.NDArray[Any] | Path) -> int:
+        return value.stat().st_size if isinstance(value, Path) else int(value.nbytes)
+
+    layout = {
+        name: [10**19, "|u1", size(v)] if isinstance(v, Path) else [10**19, v.dtype.str, v.size]
+        for name, v in sections.items()
+    }
     header = {
         "revision": [revision.value, revision.token],
         "code": rev.code_digest(),
         "written": time.time(),
-        "kinds": layout,
-        "arrays": others,
+        "arrays": layout,
         "meta": meta,
     }
 
@@ -318,41 +312,20 @@ def assemble(
 
     # Offsets depend on the header's length, which depends on the offsets: settle it by
     # reserving room for numbers up to 20 digits.
-    for kind in pks:
-        layout[kind].update({"pks": 10**19, **{c: [10**19, 10**19] for c in COLUMNS}})
-    body = _align(16 + len(encoded()) + 64)
-    position = body
-    index = 0
-    for kind in pks:
-        layout[kind]["pks"] = position
-        position = _align(position + arrays[index].nbytes)
-        index += 1
-        for column in COLUMNS:
-            layout[kind][column] = [position, 0]
-            position = _align(position + arrays[index].nbytes)
-            index += 1
-    for kind in pks:
-        for column in COLUMNS:
-            layout[kind][column][1] = position
-            position = _align(position + texts[(kind, column)].stat().st_size)
-    for name, array in extra.items():
-        others[name][0] = position
-        position = _align(position + array.nbytes)
+    position = body = _align(16 + len(encoded()) + 64)
+    for name, value in sections.items():
+        layout[name][0] = position
+        position = _align(position + size(value))
     head = encoded()
     out.write(MAGIC + len(head).to_bytes(8, "little") + head)
     out.write(b"\0" * (body - 16 - len(head)))
-    for array in arrays:
-        out.write(array.tobytes())
-        out.write(b"\0" * (_align(array.nbytes) - array.nbytes))
-    for kind in pks:
-        for column in COLUMNS:
-            with open(texts[(kind, column)], "rb") as text:
+    for value in sections.values():
+        if isinstance(value, Path):
+            with open(value, "rb") as text:
                 shutil.copyfileobj(text, out, 1 << 20)
-            size = texts[(kind, column)].stat().st_size
-            out.write(b"\0" * (_align(size) - size))
-    for array in extra.values():
-        out.write(np.ascontiguousarray(array).tobytes())
-        out.write(b"\0" * (_align(array.nbytes) - array.nbytes))
+        else:
+            out.write(np.ascontiguousarray(value).tobytes())
+        out.write(b"\0" * (_align(size(value)) - size(value)))
 
 
 def compressor(dictionary: bytes) -> zstandard.ZstdCompressor:

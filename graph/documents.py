@@ -122,19 +122,15 @@ def _write(
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".writing-", dir=path.parent))
     try:
-        pks: dict[str, np.ndarray] = {}
-        lengths: dict[tuple[str, str], np.ndarray] = {}
-        texts: dict[tuple[str, str], Path] = {}
+        sections: dict[str, np.ndarray | Path] = {}
         rendered = {DATASET: 0, JOB: 0}
         copied = 0
-        extra: dict[str, np.ndarray] = {}
         for kind, model, render in (
             (DATASET, Dataset, render_datasets),
             (JOB, Job, render_jobs),
         ):
             all_pks = list(model.objects.order_by("pk").values_list("pk", flat=True))
             files = {column: scratch / f"{kind}.{column}" for column in docfile.COLUMNS}
-            texts.update({(kind, column): file for column, file in files.items()})
             written: list[int] = []
             sizes: dict[str, list[int]] = {column: [] for column in docfile.COLUMNS}
             handles = {column: open(file, "wb") for column, file in files.items()}  # noqa: SIM115
@@ -166,19 +162,20 @@ def _write(
             finally:
                 for handle in handles.values():
                     handle.close()
-            pks[kind] = np.asarray(written, dtype=np.int64)
+            sections[f"{kind}.pks"] = np.asarray(written, dtype=np.int64)
             for column in docfile.COLUMNS:
-                lengths[(kind, column)] = np.asarray(sizes[column], dtype=np.int64)
-            for column in docfile.COLUMNS:
-                dictionary = dictionaries.get(column, b"")
-                name = docfile.DICTIONARY.format(kind=kind, column=column)
-                extra[name] = np.frombuffer(dictionary, dtype=np.uint8)
+                offsets = np.zeros(len(written) + 1, dtype=np.int64)
+                np.cumsum(sizes[column], out=offsets[1:])
+                sections[f"{kind}.{column}.at"] = offsets
+                sections[f"{kind}.{column}"] = files[column]
+                dictionary = np.frombuffer(dictionaries.get(column, b""), dtype=np.uint8)
+                sections[docfile.DICTIONARY.format(kind=kind, column=column)] = dictionary
         # The node directory, read now (at ``current`` or later), is part of the base.
         arrays, meta = directory.build().arrays()
-        arrays.update(extra)
+        sections.update(arrays)
         target = scratch / "file"
         with open(target, "wb") as out:
-            docfile.assemble(out, current, pks, lengths, texts, arrays, {"directory": meta})
+            docfile.assemble(out, current, sections, {"directory": meta, "kinds": [DATASET, JOB]})
             out.flush()
             os.fsync(out.fileno())
         os.replace(target, path)

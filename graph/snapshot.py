@@ -811,7 +811,7 @@ def _write_shared(path: Path, snapshot: Snapshot) -> None:
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".writing-", delete=False) as out:
         try:
             os.fchmod(out.fileno(), 0o644)  # readable by the host's other users (workers)
-            docfile.assemble(out, snapshot.revision, {}, {}, {}, arrays, meta)
+            docfile.assemble(out, snapshot.revision, dict(arrays), meta)
             out.flush()
             os.fsync(out.fileno())
             os.replace(out.name, path)

@@ -113,21 +113,15 @@ def test_a_file_without_the_dictionaries_of_its_compressed_columns_is_not_read(t
 
     def write(extra: dict[str, np.ndarray]) -> docfile.DocFile:
         kind = revision.Kind.DATASET
-        none = np.zeros(0, dtype=np.int64)
-        texts = {}
+        sections: dict = {f"{kind}.pks": np.zeros(0, dtype=np.int64)}
         for column in docfile.COLUMNS:
-            texts[(kind, column)] = tmp_path / column
-            texts[(kind, column)].write_bytes(b"")
+            sections[f"{kind}.{column}.at"] = np.zeros(1, dtype=np.int64)
+            sections[f"{kind}.{column}"] = tmp_path / column
+            sections[f"{kind}.{column}"].write_bytes(b"")
         path = tmp_path / "file.docs"
         with open(path, "wb") as out:
             docfile.assemble(
-                out,
-                revision.Revision(1, "t"),
-                {kind: none},
-                {(kind, column): none for column in docfile.COLUMNS},
-                texts,
-                extra,
-                {},
+                out, revision.Revision(1, "t"), {**sections, **extra}, {"kinds": [kind]}
             )
         return docfile.DocFile(path)
 
