@@ -1106,6 +1106,13 @@ def _degree(batch: snapshot.EdgeBatch) -> dict[int, int]:
     return dict(zip(nodes.tolist(), counts.tolist(), strict=True))
 
 
+def _edges_into(direction: str, as_of: datetime | None) -> QuerySet[TableEdge]:
+    """The outer dataset's table edges of ``direction`` valid at ``as_of`` (a subquery)."""
+    return TableEdge.objects.filter(dataset=OuterRef("pk"), direction=direction).filter(
+        _edge_valid(as_of)
+    )
+
+
 def _existing(as_of: datetime | None, namespace: str | None) -> QuerySet[Dataset]:
     qs = Dataset.objects.filter(is_hidden=False)
     if as_of is None:
@@ -1125,10 +1132,7 @@ def orphans(
     namespace: str | None = None,
 ) -> DatasetPage:
     """Datasets no job reads (as of ``as_of``), by namespace and name."""
-    readers = TableEdge.objects.filter(dataset=OuterRef("pk"), direction=Direction.INPUT).filter(
-        _edge_valid(as_of)
-    )
-    qs = _existing(as_of, namespace).filter(~Exists(readers))
+    qs = _existing(as_of, namespace).filter(~Exists(_edges_into(Direction.INPUT, as_of)))
     return _dataset_page(qs, as_of, limit, offset)
 
 
@@ -1178,13 +1182,8 @@ def sources(
     namespace: str | None = None,
 ) -> DatasetPage:
     """Datasets jobs read but no job writes: where data enters the graph."""
-    readers = TableEdge.objects.filter(dataset=OuterRef("pk"), direction=Direction.INPUT).filter(
-        _edge_valid(as_of)
-    )
-    writers = TableEdge.objects.filter(dataset=OuterRef("pk"), direction=Direction.OUTPUT).filter(
-        _edge_valid(as_of)
-    )
-    qs = _existing(as_of, namespace).filter(Exists(readers)).filter(~Exists(writers))
+    qs = _existing(as_of, namespace).filter(Exists(_edges_into(Direction.INPUT, as_of)))
+    qs = qs.filter(~Exists(_edges_into(Direction.OUTPUT, as_of)))
     return _dataset_page(qs, as_of, limit, offset)
 
 
