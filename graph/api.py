@@ -477,6 +477,25 @@ def _required_instant(params: Mapping[str, str], name: str) -> datetime:
     return parse_instant(raw, name)
 
 
+def _around(params: Mapping[str, str], limit: int) -> dict[str, Any]:
+    """The optional node, depth, direction and limit of a diff or of change instants."""
+    return {
+        "node": node_param(params) if params.get("nodeId") else None,
+        "depth": int_param(params, "depth", 5, 0, queries.MAX_DEPTH),
+        "direction": choice_param(params, "direction", "both", DIRECTIONS),
+        "limit": int_param(params, "limit", limit, 1, 10_000),
+    }
+
+
+def _around_parameters(node: str, limit: str) -> list[OpenApiParameter]:
+    return [
+        node_id_parameter(required=False, description=node),
+        int_parameter("depth", 0, queries.MAX_DEPTH, "default 5"),
+        OpenApiParameter("direction", str, enum=list(DIRECTIONS)),
+        int_parameter("limit", 1, 10_000, limit),
+    ]
+
+
 class DiffView(GraphView):
     @extend_schema(
         responses={200: schema.DIFF},
@@ -484,25 +503,14 @@ class DiffView(GraphView):
         parameters=[
             instant_parameter("t1", required=True),
             instant_parameter("t2", required=True),
-            node_id_parameter(required=False, description="limit to this node's lineage"),
-            int_parameter("depth", 0, queries.MAX_DEPTH, "default 5"),
-            OpenApiParameter("direction", str, enum=list(DIRECTIONS)),
-            int_parameter("limit", 1, 10_000, "items per list (default 1000)"),
+            *_around_parameters("limit to this node's lineage", "items per list (default 1000)"),
         ],
     )
     def get(self, request: Request) -> HttpResponse:
         params = request.query_params
         t1 = _required_instant(params, "t1")
         t2 = _required_instant(params, "t2")
-        node = node_param(params) if params.get("nodeId") else None
-        result = queries.diff(
-            t1,
-            t2,
-            node=node,
-            depth=int_param(params, "depth", 5, 0, queries.MAX_DEPTH),
-            direction=choice_param(params, "direction", "both", DIRECTIONS),  # type: ignore[arg-type]
-            limit=int_param(params, "limit", 1000, 1, 10_000),
-        )
+        result = queries.diff(t1, t2, **_around(params, limit=1000))
 
         def column_edges(items: tuple[queries.ColumnDiffEdge, ...]) -> list[dict[str, Any]]:
             return [{"origin": e.origin, "destination": e.destination, "job": e.job} for e in items]
@@ -533,21 +541,12 @@ class ChangesView(GraphView):
         responses={200: schema.CHANGES},
         summary="Instants at which the graph around a node (or anywhere) changed",
         parameters=[
-            node_id_parameter(required=False, description="around this node (or anywhere)"),
-            int_parameter("depth", 0, queries.MAX_DEPTH, "default 5"),
-            OpenApiParameter("direction", str, enum=list(DIRECTIONS)),
-            int_parameter("limit", 1, 10_000, "default 500"),
+            *_around_parameters("around this node (or anywhere)", "default 500"),
         ],
     )
     def get(self, request: Request) -> HttpResponse:
         params = request.query_params
-        node = node_param(params) if params.get("nodeId") else None
-        instants = queries.change_instants(
-            node,
-            depth=int_param(params, "depth", 5, 0, queries.MAX_DEPTH),
-            direction=choice_param(params, "direction", "both", DIRECTIONS),  # type: ignore[arg-type]
-            limit=int_param(params, "limit", 500, 1, 10_000),
-        )
+        instants = queries.change_instants(**_around(params, limit=500))
         return _json(_dumps({"instants": [iso(t) for t in instants]}))
 
 

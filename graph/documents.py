@@ -44,8 +44,6 @@ log = logging.getLogger(__name__)
 
 # The scheduled pass writes the file again once more nodes than this changed since it.
 REWRITE_AFTER = 2_000
-# Past the most a process reads of the change log, it renders everything again.
-FULL_PASS_AFTER = SYNC_LIMIT
 BATCH = 1_000
 
 
@@ -80,7 +78,8 @@ def render_documents(full: bool = False, batch: int = BATCH, at_least: int = 1) 
         previous = None if full else docfile.readable(path)
         changed = None
         if previous is not None:
-            changed = node_changes(previous.revision, current, FULL_PASS_AFTER)
+            # Past the most a process reads of the change log, it renders everything again.
+            changed = node_changes(previous.revision, current, SYNC_LIMIT)
         if previous is not None and changed is not None:
             if len(changed) < at_least:
                 return PassResult(

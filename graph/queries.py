@@ -164,23 +164,23 @@ def _among(values: IntArray, members: IntArray) -> npt.NDArray[np.bool_]:
 
 
 def _select(
-    reaches: list[tuple[int, traverse.TableReach]],
+    parts: list[tuple[int, int, IntArray, IntArray]],
     roots_ds: IntArray,
     roots_job: IntArray,
     max_nodes: int,
 ) -> _Selection:
-    """Merge traversals (a node reached both ways keeps its nearer side) and keep the nearest."""
-    kinds, pks, dists, sides = [], [], [], []
-    for side, reach in reaches:
-        for kind, values, d in (
-            (KIND_DS, reach.ds, reach.ds_dist),
-            (KIND_JOB, reach.job, reach.job_dist),
-        ):
-            kinds.append(np.full(values.size, kind, dtype=np.int64))
-            pks.append(values)
-            dists.append(d)
-            sides.append(np.full(values.size, side, dtype=np.int64))
-    k, p, d, s = (np.concatenate(a) for a in (kinds, pks, dists, sides))
+    """Merge traversals, each (kind, side, pks, distances): a node reached both ways keeps
+    its nearer side; keep the nearest ``max_nodes``."""
+    k, p, d, s = (
+        np.concatenate(column)
+        for column in zip(
+            *(
+                (np.full(pks.size, kind, dtype=np.int64), pks, dists, np.full(pks.size, side))
+                for kind, side, pks, dists in parts
+            ),
+            strict=True,
+        )
+    )
     is_root = ((k == KIND_DS) & _among(p, roots_ds)) | ((k == KIND_JOB) & _among(p, roots_job))
     s = np.where(is_root, SIDE_ROOT, s)
     order = np.lexsort((s, d, p, k))
@@ -228,7 +228,15 @@ def lineage(
         reaches.append(
             (SIDE_DOWN, traverse.table_reach(snap, "down", depth, tf, roots_ds, roots_job))
         )
-    sel = _select(reaches, roots_ds, roots_job, max_nodes)
+    parts = [
+        (kind, side, values, dists)
+        for side, reach in reaches
+        for kind, values, dists in (
+            (KIND_DS, reach.ds, reach.ds_dist),
+            (KIND_JOB, reach.job, reach.job_dist),
+        )
+    ]
+    sel = _select(parts, roots_ds, roots_job, max_nodes)
     is_ds = sel.kinds == KIND_DS
     edges = traverse.table_edges(snap, sel.pks[is_ds], sel.pks[~is_ds], tf)
     ds_names = nodedata.dataset_names(sel.pks[is_ds].tolist())
@@ -318,22 +326,12 @@ def column_lineage(
     snap = snapshot.columns()
     tf = TimeFilter.at(as_of)
     roots = _field_roots(node, as_of)
-    parts = [(SIDE_UP, traverse.field_reach(snap, "up", depth, tf, roots))]
+    reaches = [(SIDE_UP, traverse.field_reach(snap, "up", depth, tf, roots))]
     if with_downstream:
-        parts.append((SIDE_DOWN, traverse.field_reach(snap, "down", depth, tf, roots)))
-    pks = np.concatenate([r.field for _, r in parts])
-    dists = np.concatenate([r.dist for _, r in parts])
-    sides = np.concatenate([np.full(r.field.size, s, dtype=np.int64) for s, r in parts])
-    sides = np.where(np.isin(pks, roots), SIDE_ROOT, sides)
-    order = np.lexsort((sides, dists, pks))
-    pks, dists, sides = pks[order], dists[order], sides[order]
-    keep = np.ones(pks.size, dtype=bool)
-    keep[1:] = pks[1:] != pks[:-1]
-    pks, dists, sides = pks[keep], dists[keep], sides[keep]
-    chosen, truncated = traverse.nearest(np.zeros(pks.size, dtype=np.int64), pks, dists, max_nodes)
-    cut = Cut(fields=int(pks.size - chosen.size)) if truncated else Cut()
-    chosen = np.sort(chosen)
-    pks, dists, sides = pks[chosen], dists[chosen], sides[chosen]
+        reaches.append((SIDE_DOWN, traverse.field_reach(snap, "down", depth, tf, roots)))
+    parts = [(KIND_DS, side, r.field, r.dist) for side, r in reaches]
+    sel = _select(parts, roots, snapshot.EMPTY, max_nodes)
+    pks, dists, sides = sel.pks, sel.dists, sel.sides
     links = traverse.column_edges(snap, pks, tf)
     info = nodedata.field_rows(pks.tolist())
     if as_of is not None:
@@ -394,8 +392,8 @@ def column_lineage(
         max_nodes=max_nodes,
         nodes=nodes,
         edges=edges,
-        truncated=truncated,
-        cut=cut,
+        truncated=sel.truncated,
+        cut=Cut(fields=sel.cut.datasets),
     )
 
 

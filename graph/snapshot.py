@@ -263,9 +263,15 @@ class Snapshot:
         """A mask over job ids: the jobs that have written datasets and write none now."""
         found = self._memo.get("now")
         if found is None:
-            now = TimeFilter()
-            found = self._memo["now"] = self._retired_under(self._layers(now), now)
+            found = self._memo["now"] = self._retired_mask(TimeFilter())
         return found
+
+    def _retired_mask(self, tf: TimeFilter) -> BoolArray:
+        """``retired_jobs`` of every job, as a mask over job ids."""
+        retired = self.retired_jobs(np.arange(self.size_of("job"), dtype=np.int64), tf)
+        mask = np.zeros(self.size_of("job", retired), dtype=np.bool_)
+        mask[retired] = True
+        return mask
 
     def retired_jobs(self, jobs: IntArray, tf: TimeFilter) -> IntArray:
         """The ``jobs`` that had written a dataset by ``tf``'s instant (ever, for a window
@@ -344,7 +350,7 @@ class Snapshot:
         # instants ask this on every answer).
         ever = not tf.current and tf.hi is None and tf.lo <= np.iinfo(np.int64).min
         if READS[0] in self.specs and layers and not ever:
-            mask = self.retired_now() if tf.current else self._retired_under(layers, tf)
+            mask = self.retired_now() if tf.current else self._retired_mask(tf)
             for index, (layer, store, keep) in enumerate(layers):
                 jobs = store.cols["job"]
                 known = jobs < mask.size
@@ -365,25 +371,6 @@ class Snapshot:
                 keep &= self.alive
             layers.append((layer, store, keep))
         return layers
-
-    def _retired_under(
-        self, layers: list[tuple[int, EdgeStore, BoolArray]], tf: TimeFilter
-    ) -> BoolArray:
-        """A mask over jobs: those that had written by ``tf``'s end and write none under it."""
-        by_then = TimeFilter(current=False, lo=np.iinfo(np.int64).min, hi=tf.hi)
-        wrote, writing = [], []
-        for layer, store, keep in layers:
-            outputs = store.cols["out"] == 1
-            if layer == 0:
-                outputs &= self.alive
-            wrote.append(
-                store.cols["job"][outputs & by_then.mask(store.cols["vf"], store.cols["vt"])]
-            )
-            writing.append(store.cols["job"][outputs & keep])
-        retired = np.setdiff1d(np.concatenate(wrote or [EMPTY]), np.concatenate(writing or [EMPTY]))
-        mask = np.zeros(self.size_of("job", retired), dtype=np.bool_)
-        mask[retired] = True
-        return mask
 
     def store(self, layer: int) -> EdgeStore:
         return self.base if layer == 0 else self.overlay
