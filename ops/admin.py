@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.db import models
 from django.http import HttpRequest
 
 from ops.models import Delivery, Notice, Subscription
@@ -16,6 +17,8 @@ class SubscriptionAdmin(admin.ModelAdmin[Subscription]):
     list_filter = ("active",)
     search_fields = ("name", "email", "webhook_url")
     raw_id_fields = ("dataset",)
+    # A webhook written without a scheme is an https one.
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
 
 class RecordAdmin(admin.ModelAdmin[Any]):

@@ -2,25 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
 
+from catalog.admin import ReadOnlyAdmin
 from privacy.models import AuditEntry, ErasurePlan, PrivacyRun
-
-
-class ReadOnlyAdmin(admin.ModelAdmin[Any]):
-    """The audit trail and its runs are evidence: nobody edits or deletes them here."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(AuditEntry)
