@@ -106,3 +106,4 @@ for model in (
 ):
     admin.site.register(model, ReadOnlyAdmin)
 admin.site.site_header = "Lineage Explorer administration"
+admin.site.index_title = "Users, roles and subscriptions (the catalog is edited on its own pages)"
