@@ -7,15 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.db.models import Model
 from django.test import Client
 from django.urls import reverse
 
 from catalog.actions import issue_token
-from catalog.models import ApiToken, ChangeRecord, DatasetField
-from graph.models import ColumnEdge, TableEdge, Taint
-from ingest.models import RawEvent
+from catalog.auth import STEWARD
+from catalog.models import ChangeRecord, DatasetField, DatasetVersion, Owner, RetentionPolicy
+from graph.models import ColumnEdge, RunDataset, TableEdge, Taint
+from ingest.models import EventState, RawEvent
 from ops.models import Subscription
 from tests.page_builders import T0, build_shop
 
@@ -37,27 +38,25 @@ def _url(obj: Model, action: str) -> str:
 
 def _read_only_objects() -> list[Model]:
     shop = build_shop()
-    taint = Taint.objects.create(dataset=shop.raw, reason="bad load")
-    records = [
+    run = next(iter(shop.runs.values()))
+    found: list[Model | None] = [
         shop.customers,
         DatasetField.objects.get(dataset=shop.customers, name="email"),
-        shop.customers.namespace,
-        shop.retention,
-        shop.customer_kind,
         ChangeRecord.objects.first(),
+        DatasetVersion.objects.first(),
         shop.ingest,
-        shop.runs[next(iter(shop.runs))],
+        run,
+        RunDataset.objects.first(),
         TableEdge.objects.first(),
         ColumnEdge.objects.first(),
-        taint,
+        Taint.objects.create(dataset=shop.raw, reason="bad load"),
     ]
-    return [obj for obj in records if obj is not None]
+    assert all(obj is not None for obj in found)
+    return [obj for obj in found if obj is not None]
 
 
 def test_catalog_lineage_and_evidence_are_shown_but_not_edited(superuser: Client) -> None:
-    objects = _read_only_objects()
-    assert len(objects) == 11
-    for obj in objects:
+    for obj in _read_only_objects():
         meta = obj._meta
         listing = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")
         assert superuser.get(listing).status_code == 200, listing
@@ -87,20 +86,76 @@ def test_a_flag_cannot_be_set_in_the_admin_where_it_would_reach_no_copy(
     assert ChangeRecord.objects.count() == history
 
 
-def test_stored_events_are_shown_read_only(superuser: Client) -> None:
-    event = RawEvent.objects.create(
-        fingerprint="f" * 64, kind="run", body='{"eventType": "START"}', event_time=T0
+def test_what_datasets_name_is_described_there_never_renamed_nor_deleted(
+    superuser: Client,
+) -> None:
+    shop = build_shop()
+    owner = Owner.objects.get(name="crm-team")
+    page = superuser.post(
+        _url(owner, "change"),
+        {"name": "someone-else", "kind": "team", "display_name": "CRM", "email": "crm@x.org"},
     )
-    assert superuser.get(_url(event, "change")).status_code == 200
-    assert superuser.post(_url(event, "change"), {"state": "done"}).status_code == 403
+    assert page.status_code == 302
+    owner.refresh_from_db()
+    assert (owner.name, owner.display_name, owner.email) == ("crm-team", "CRM", "crm@x.org")
+    for named in (owner, shop.customer_kind, shop.customers.namespace, shop.retention):
+        assert named is not None
+        assert superuser.get(_url(named, "delete")).status_code == 403
+    assert superuser.get(reverse("admin:catalog_tag_add")).status_code == 403
 
 
-def test_subscriptions_are_managed_and_tokens_revoked_in_the_admin(superuser: Client) -> None:
-    assert superuser.get(reverse("admin:ops_subscription_add")).status_code == 200
-    assert Subscription.objects.count() == 0
+def test_retention_policies_are_defined_there_in_whole_days(superuser: Client) -> None:
+    add = reverse("admin:catalog_retentionpolicy_add")
+    form = {"name": "five-years", "action": "delete", "legal_basis": "", "description": ""}
+    page = superuser.post(add, {**form, "days": "40000"})
+    assert page.status_code == 200
+    assert "less than or equal to 36525" in page.content.decode()
+    assert superuser.post(add, {**form, "days": "1825"}).status_code == 302
+    policy = RetentionPolicy.objects.get(name="five-years")
+    assert policy.duration_days == 1825
+    page = superuser.get(_url(policy, "change"))
+    assert b'name="days" value="1825"' in page.content
+
+
+def test_dead_letters_alone_are_deleted_there_one_at_a_time(superuser: Client) -> None:
+    failed, done = (
+        RawEvent.objects.create(
+            fingerprint=f"{n}" * 64, kind="run", body="{}", event_time=T0, state=state
+        )
+        for n, state in ((1, EventState.FAILED), (2, EventState.DONE))
+    )
+    assert superuser.post(_url(done, "change"), {"state": "pending"}).status_code == 403
+    assert superuser.get(_url(done, "delete")).status_code == 403
+    assert superuser.post(_url(failed, "delete"), {"post": "yes"}).status_code == 302
+    assert list(RawEvent.objects.values_list("pk", flat=True)) == [done.pk]
+
+
+def test_role_groups_keep_their_permissions(superuser: Client) -> None:
+    role = Group.objects.get(name=STEWARD)
+    granted = set(role.permissions.values_list("pk", flat=True))
+    page = superuser.post(_url(role, "change"), {"name": "stewards", "permissions": []})
+    assert page.status_code == 302
+    role.refresh_from_db()
+    assert role.name == STEWARD
+    assert set(role.permissions.values_list("pk", flat=True)) == granted
+    assert superuser.get(_url(role, "delete")).status_code == 403
+
+
+def test_subscriptions_are_managed_and_tokens_revoked_there(superuser: Client) -> None:
+    team = Owner.objects.create(name="crm-team")
+    page = superuser.post(
+        reverse("admin:ops_subscription_add"),
+        {"name": "crm", "owner": team.pk, "webhook_url": "hooks.example.com/x", "active": "on"},
+    )
+    assert page.status_code == 302
+    assert Subscription.objects.get().webhook_url == "https://hooks.example.com/x"
     owner = User.objects.create_user("tom")
-    issue_token(owner, "laptop")
-    token = ApiToken.objects.get(user=owner)
+    token, _ = issue_token(owner, "laptop")
     assert superuser.get(reverse("admin:catalog_apitoken_add")).status_code == 403
-    page = superuser.get(_url(token, "change"))
-    assert page.status_code == 200 and b'name="_save"' in page.content
+    assert superuser.post(_url(token, "change"), {"user": "", "name": "x"}).status_code == 403
+    assert superuser.get(_url(token, "delete")).status_code == 403
+    listing = reverse("admin:catalog_apitoken_changelist")
+    page = superuser.post(listing, {"action": "revoke", "_selected_action": [token.pk]})
+    assert page.status_code == 302
+    token.refresh_from_db()
+    assert token.revoked_at is not None and token.user == owner
