@@ -175,7 +175,12 @@ def _select(
         np.concatenate(column)
         for column in zip(
             *(
-                (np.full(pks.size, kind, dtype=np.int64), pks, dists, np.full(pks.size, side))
+                (
+                    np.full(pks.size, kind, dtype=np.int64),
+                    pks,
+                    dists,
+                    np.full(pks.size, side, dtype=np.int64),
+                )
                 for kind, side, pks, dists in parts
             ),
             strict=True,
@@ -329,6 +334,7 @@ def column_lineage(
     reaches = [(SIDE_UP, traverse.field_reach(snap, "up", depth, tf, roots))]
     if with_downstream:
         reaches.append((SIDE_DOWN, traverse.field_reach(snap, "down", depth, tf, roots)))
+    # Fields go through as one kind, with no job roots: nearest by distance alone.
     parts = [(KIND_DS, side, r.field, r.dist) for side, r in reaches]
     sel = _select(parts, roots, snapshot.EMPTY, max_nodes)
     pks, dists, sides = sel.pks, sel.dists, sel.sides
