@@ -50,12 +50,10 @@ from graph.nodedata import iso
 from graph.nodeids import (
     DatasetNodeId,
     FieldNodeId,
-    MalformedNodeId,
     ResolvedNode,
-    UnknownNodeId,
 )
 from graph.render import dumps as _dumps
-from graph.resolve import resolve_node_id
+from graph.resolve import node_param
 from graph.taint import TaintError, clear_taint, mark_tainted
 
 DIRECTIONS = ("upstream", "downstream", "both")
@@ -119,19 +117,6 @@ class GraphView(APIView):
             if fmt not in known:
                 raise ApiError(f"format must be one of {', '.join(known)}, got {fmt!r}", "format")
         return super().perform_content_negotiation(request, force)
-
-
-def node_param(params: Mapping[str, str], name: str = "nodeId") -> ResolvedNode:
-    """The node named by query parameter ``name``: 400 when malformed, 404 when unknown."""
-    raw = params.get(name)
-    if raw is None or raw == "":
-        raise ApiError(f"{name} is required", name)
-    try:
-        return resolve_node_id(raw)
-    except MalformedNodeId as exc:
-        raise ApiError(str(exc).replace("nodeId", name, 1), name) from exc
-    except UnknownNodeId as exc:
-        raise ApiError(f"Node {raw} not found", name, 404, {"nodeId": raw}) from exc
 
 
 def _depth(params: Mapping[str, str], default: int = DEFAULT_DEPTH) -> int:

@@ -4,9 +4,12 @@ namespaces that exist."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from django.db.models import Model
 
 from catalog import naming
+from catalog.errors import ApiError
 from catalog.models import Dataset, DatasetAlias, DatasetField, Namespace
 from graph import directory as node_directory
 from graph.models import Job
@@ -23,6 +26,19 @@ from graph.nodeids import (
 
 # (namespace, the rest of the id after it), longest namespace first.
 Split = tuple[str, str]
+
+
+def node_param(params: Mapping[str, str], name: str = "nodeId") -> ResolvedNode:
+    """The node named by query parameter ``name``: 400 when malformed, 404 when unknown."""
+    raw = params.get(name)
+    if raw is None or raw == "":
+        raise ApiError(f"{name} is required", name)
+    try:
+        return resolve_node_id(raw)
+    except MalformedNodeId as exc:
+        raise ApiError(str(exc).replace("nodeId", name, 1), name) from exc
+    except UnknownNodeId as exc:
+        raise ApiError(f"Node {raw} not found", name, 404, {"nodeId": raw}) from exc
 
 
 def resolve_node_id(raw: str) -> ResolvedNode:

@@ -39,11 +39,11 @@ from catalog.params import choice_param, int_param, optional_instant
 from catalog.views import cached, filtered_datasets, platforms
 from graph import nodeids, queries
 from graph import page_data as data
-from graph.api import node_param
 from graph.details import run_info
 from graph.models import Job, Run, RunDataset, TableEdge, Taint
 from graph.nodedata import iso
 from graph.render import impact_csv, impact_mermaid, lineage_csv, lineage_mermaid
+from graph.resolve import node_param
 from graph.taint import TaintError, clear_taint, mark_tainted
 
 read_required = permission_required(auth.READ_LINEAGE, raise_exception=True)
