@@ -26,21 +26,8 @@ from catalog.auth import ROLES
 from catalog.catalog_file import MAX_DAYS
 
 
-class ReadOnlyAdmin(admin.ModelAdmin[Any]):
+class ReadOnly:
     """Shown, never added, changed or deleted here (see the module's docstring)."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-class ReadOnlyInline(admin.TabularInline[Any, Any]):
-    extra = 0
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -50,6 +37,14 @@ class ReadOnlyInline(admin.TabularInline[Any, Any]):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class ReadOnlyAdmin(ReadOnly, admin.ModelAdmin[Any]):
+    pass
+
+
+class ReadOnlyInline(ReadOnly, admin.TabularInline[Any, Any]):
+    extra = 0
 
 
 class FieldInline(ReadOnlyInline):

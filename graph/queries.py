@@ -171,21 +171,10 @@ def _select(
 ) -> _Selection:
     """Merge traversals, each (kind, side, pks, distances): a node reached both ways keeps
     its nearer side; keep the nearest ``max_nodes``."""
-    k, p, d, s = (
-        np.concatenate(column)
-        for column in zip(
-            *(
-                (
-                    np.full(pks.size, kind, dtype=np.int64),
-                    pks,
-                    dists,
-                    np.full(pks.size, side, dtype=np.int64),
-                )
-                for kind, side, pks, dists in parts
-            ),
-            strict=True,
-        )
-    )
+    k = np.concatenate([np.full(pks.size, kind, dtype=np.int64) for kind, _, pks, _ in parts])
+    s = np.concatenate([np.full(pks.size, side, dtype=np.int64) for _, side, pks, _ in parts])
+    p = np.concatenate([pks for _, _, pks, _ in parts])
+    d = np.concatenate([dists for *_, dists in parts])
     is_root = ((k == KIND_DS) & _among(p, roots_ds)) | ((k == KIND_JOB) & _among(p, roots_job))
     s = np.where(is_root, SIDE_ROOT, s)
     order = np.lexsort((s, d, p, k))
