@@ -79,6 +79,7 @@ from graph.nodeids import dataset_node_id
 from ingest.events import ColumnMapping, DatasetRef, ParsedEvent, SchemaField
 from ingest.models import NO_RUN, DatasetRead, SchemaObservation
 from lineage_site import dispatch
+from ops.models import Subscription
 
 logger = logging.getLogger(__name__)
 LINEAGE_ACTOR = catalog_actions.Actor(name="openlineage", source=ChangeSource.LINEAGE)
@@ -1706,11 +1707,14 @@ def _lifecycle(ds: Dataset) -> LifecycleState:
 
 
 def _move_facts(twin: Dataset, survivor: Dataset) -> None:
-    """The twin's owners, tags, taints, history and descriptions, to the survivor; where
-    what the two histories now say differs from what the merge kept, a record of the
-    merge."""
+    """The twin's owners, tags, taints, history, descriptions and subscriptions, to the
+    survivor; where what the two histories now say differs from what the merge kept, a
+    record of the merge."""
     held = _dataset_said(survivor)
     ChangeRecord.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)
+    # Whoever was told of the twin is told of the table (the twin's row goes, and with it
+    # would go the subscription, its notices and their deliveries).
+    Subscription.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)
     for owner_id, kind in DatasetOwnership.objects.filter(dataset_id=twin.pk).values_list(
         "owner_id", "ownership_type"
     ):

@@ -285,6 +285,25 @@ def test_it_merges_twins_keeping_their_lineage_fields_flags_and_history(monkeypa
     assert canonicalise_names() == NamingReport()
 
 
+def test_whoever_was_told_of_a_twin_is_told_of_the_table_it_merged_into(monkeypatch):
+    from ops.models import Delivery, Notice, Subscription
+
+    twin = _lineage_of_twins(monkeypatch)
+    told = Subscription.objects.create(name="sales team", dataset=twin, email="s@example.com")
+    notice = Notice.objects.create(subscription=told, kind="schema", key="k", title="earlier")
+    Delivery.objects.create(notice=notice, channel="email", target="s@example.com")
+
+    canonicalise_names()
+
+    orders = Dataset.objects.get(name="RAW_DB.SALES.ORDERS")
+    told.refresh_from_db()
+    assert told.dataset == orders
+    # What the team was told before the merge is still on record.
+    assert list(told.notices.values_list("title", "deliveries__target")) == [
+        ("earlier", "s@example.com")
+    ]
+
+
 def test_it_makes_one_dataset_of_a_table_named_with_and_without_its_default_port(
     api, viewer, tmp_path
 ):
