@@ -1,4 +1,5 @@
-"""Subscriptions to notices are managed in the admin; notices and deliveries are records."""
+"""Subscriptions to notices are managed in the admin; notices and deliveries are records of
+what was told to whom, neither edited nor deleted."""
 
 from __future__ import annotations
 
@@ -20,12 +21,21 @@ class SubscriptionAdmin(admin.ModelAdmin[Subscription]):
     # A webhook written without a scheme is an https one.
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
+    def has_delete_permission(self, request: HttpRequest, obj: Subscription | None = None) -> bool:
+        """One that was told something is turned off instead: its notices are a record."""
+        if obj is not None and obj.notices.exists():
+            return False
+        return super().has_delete_permission(request, obj)
+
 
 class RecordAdmin(admin.ModelAdmin[Any]):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 

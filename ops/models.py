@@ -51,7 +51,11 @@ class Subscription(models.Model):
     kinds = models.JSONField(default=list, blank=True)
     webhook_url = models.URLField(max_length=2048, blank=True)
     email = models.EmailField(blank=True)
-    active = models.BooleanField(default=True)
+    active = models.BooleanField(
+        default=True,
+        help_text="Clear to tell it nothing more: one that was told something keeps its "
+        "notices on record and cannot be deleted.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -89,7 +93,8 @@ class Subscription(models.Model):
 class Notice(models.Model):
     """One event told to one subscription: never twice (``key`` names the event)."""
 
-    subscription = models.ForeignKey(Subscription, on_delete=models.CASCADE, related_name="notices")
+    # What was told, when and to whom is a record: it outlives no subscription's deletion.
+    subscription = models.ForeignKey(Subscription, on_delete=models.PROTECT, related_name="notices")
     kind = models.CharField(max_length=16, choices=NoticeKind.choices)
     key = models.CharField(max_length=255)
     title = models.CharField(max_length=255)

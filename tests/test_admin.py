@@ -17,7 +17,7 @@ from catalog.auth import STEWARD
 from catalog.models import ChangeRecord, DatasetField, DatasetVersion, Owner, RetentionPolicy
 from graph.models import ColumnEdge, RunDataset, TableEdge, Taint
 from ingest.models import EventState, RawEvent
-from ops.models import Subscription
+from ops.models import Delivery, Notice, Subscription
 from tests.page_builders import T0, build_shop
 
 pytestmark = pytest.mark.django_db
@@ -159,3 +159,23 @@ def test_subscriptions_are_managed_and_tokens_revoked_there(superuser: Client) -
     assert page.status_code == 302
     token.refresh_from_db()
     assert token.revoked_at is not None and token.user == owner
+
+
+def test_what_a_subscription_was_told_stays_on_record(superuser: Client) -> None:
+    team = Owner.objects.create(name="crm-team")
+    told, untold = (
+        Subscription.objects.create(name=name, owner=team, email="crm@example.com")
+        for name in ("told", "untold")
+    )
+    notice = Notice.objects.create(subscription=told, kind="stale", key="k", title="stale")
+    delivery = Delivery.objects.create(notice=notice, channel="email", target="crm@example.com")
+    for record in (notice, delivery):
+        assert superuser.get(_url(record, "delete")).status_code == 403
+    # One that was told something is turned off, not deleted: not one at a time, nor in bulk.
+    assert superuser.get(_url(told, "delete")).status_code == 403
+    listing = reverse("admin:ops_subscription_changelist")
+    chosen = {"action": "delete_selected", "_selected_action": [told.pk], "post": "yes"}
+    assert b"Cannot delete subscription" in superuser.post(listing, chosen).content
+    assert superuser.post(_url(untold, "delete"), {"post": "yes"}).status_code == 302
+    assert list(Subscription.objects.values_list("name", flat=True)) == ["told"]
+    assert list(Delivery.objects.values_list("notice__title", flat=True)) == ["stale"]
