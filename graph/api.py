@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
@@ -154,12 +154,16 @@ COMMON_PARAMETERS = [_depth_parameter(DEFAULT_DEPTH), *AS_OF_AND_CAP]
 # --- table lineage -----------------------------------------------------------------------
 
 
+def _direction(params: Mapping[str, str]) -> queries.DirectionName:
+    return cast(queries.DirectionName, choice_param(params, "direction", "both", DIRECTIONS))
+
+
 def _table_query(params: Mapping[str, str]) -> tuple[ResolvedNode, dict[str, Any]]:
     """The node and the asking of ``GET /api/v1/lineage`` (ApiError for bad parameters)."""
     return node_param(params), {
         "depth": _depth(params),
         "as_of": optional_instant(params),
-        "direction": choice_param(params, "direction", "both", DIRECTIONS),
+        "direction": _direction(params),
         "max_nodes": _max_nodes(params),
     }
 
@@ -462,12 +466,19 @@ def _required_instant(params: Mapping[str, str], name: str) -> datetime:
     return parse_instant(raw, name)
 
 
-def _around(params: Mapping[str, str], limit: int) -> dict[str, Any]:
+class _Around(TypedDict):
+    node: ResolvedNode | None
+    depth: int
+    direction: queries.DirectionName
+    limit: int
+
+
+def _around(params: Mapping[str, str], limit: int) -> _Around:
     """The optional node, depth, direction and limit of a diff or of change instants."""
     return {
         "node": node_param(params) if params.get("nodeId") else None,
         "depth": int_param(params, "depth", 5, 0, queries.MAX_DEPTH),
-        "direction": choice_param(params, "direction", "both", DIRECTIONS),
+        "direction": _direction(params),
         "limit": int_param(params, "limit", limit, 1, 10_000),
     }
 
