@@ -39,7 +39,7 @@ import logging
 import threading
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -1622,7 +1622,8 @@ def _carry_declarations(dataset_ids: Iterable[int]) -> None:
         alias_of_id__any_of=sorted(dataset_ids), lifecycle_state=LifecycleState.RENAMED
     ).values_list("pk", "alias_of_id", "dropped_at")
     for old, new, at in renamed:
-        _carry_attributes(old, new, at)
+        wrote = _people_wrote(old, new)
+        _carry_attributes(old, new, at, wrote)
         fields = DatasetField.objects.select_related("subject_kind").prefetch_related("tags")
         flagged = Q(flag_source=FlagSource.DECLARED) & ~Q(pii_category="", subject_kind=None)
         said_something = flagged | ~Q(description="") | ~Q(sensitivity="") | Q(tags__isnull=False)
@@ -1636,6 +1637,7 @@ def _carry_declarations(dataset_ids: Iterable[int]) -> None:
         )
         for f in fields.filter(dataset_id=new, name__in=list(said), removed_at__isnull=True):
             source, changes = said[f.name], {}
+            _carry_description(catalog_actions.update_field, f, source.description, wrote, at)
             declared = source.flag_source == FlagSource.DECLARED and (
                 source.pii_category or source.subject_kind
             )
@@ -1649,19 +1651,63 @@ def _carry_declarations(dataset_ids: Iterable[int]) -> None:
                 catalog_actions.update_field(f, changes, LINEAGE_ACTOR, at=at)
 
 
-def _carry_attributes(old_id: int, new_id: int, at: datetime | None) -> None:
-    """The old name's attributes that the new name never had, to the new name at ``at``."""
+def _people_wrote(old_id: int, new_id: int) -> dict[str, catalog_actions.Actor]:
+    """Who wrote the description the old name's history ends with, by field name ("" for
+    the table's own), where a person did (PEOPLES_SAY) and no person wrote one under the new
+    name."""
+    last: dict[str, ChangeRecord] = {}
+    written = ChangeRecord.objects.filter(dataset_id__in=[old_id, new_id], attribute="description")
+    for record in written.select_related("actor").order_by("at", "id"):
+        if record.dataset_id == old_id:
+            last[record.field_name] = record
+    taken = {
+        r.field_name
+        for r in written.filter(dataset_id=new_id, source__in=PEOPLES_SAY).only("field_name")
+    }
+    return {
+        name: catalog_actions.Actor(r.actor, r.actor_name, r.source)
+        for name, r in last.items()
+        if r.source in PEOPLES_SAY and name not in taken
+    }
+
+
+def _carry_description(
+    update: Callable[..., Any],
+    target: Dataset | DatasetField,
+    value: str,
+    wrote: dict[str, catalog_actions.Actor],
+    at: datetime | None,
+) -> None:
+    """A description a person wrote under the old name is theirs under the new one, from
+    ``at`` on: lineage's own description gives way to it there, as it would have had they
+    written it there (so what lineage recorded of it from ``at`` on goes, which it would
+    never have recorded then)."""
+    name = target.name if isinstance(target, DatasetField) else ""
+    dataset_id = target.dataset_id if isinstance(target, DatasetField) else target.pk
+    if name not in wrote or not value or target.description == value:
+        return
+    if at is not None:
+        ChangeRecord.objects.filter(
+            dataset_id=dataset_id, field_name=name, attribute="description", at__gte=at
+        ).delete()
+    update(target, {"description": value}, wrote[name], at=at)
+
+
+def _carry_attributes(
+    old_id: int, new_id: int, at: datetime | None, wrote: dict[str, catalog_actions.Actor]
+) -> None:
+    """The old name's attributes that the new name never had, to the new name at ``at``; a
+    description a person wrote, unless a person wrote one under the new name."""
+    old = Dataset.objects.select_related("retention_policy").get(pk=old_id)
+    new = Dataset.objects.get(pk=new_id)
+    _carry_description(catalog_actions.update_dataset, new, old.description, wrote, at)
     ever = ChangeRecord.objects.filter(
         dataset_id=new_id, field_name="", attribute__in=DATASET_ATTRIBUTES
     )
     missing = set(DATASET_ATTRIBUTES) - set(ever.values_list("attribute", flat=True))
-    if not missing:
-        return
-    old = Dataset.objects.select_related("retention_policy").get(pk=old_id)
     said = _dataset_said(old)
     if not any(said[attribute] for attribute in missing):
         return
-    new = Dataset.objects.get(pk=new_id)
     have = _dataset_said(new)
     values = {
         "description": said["description"],

@@ -868,3 +868,47 @@ def test_a_renamed_table_keeps_its_owners_retention_and_description():
     catalog_actions.update_dataset(new, {"owners": []}, steward)
     ingest(*completed(2, 5, [dataset("new")], [dataset("copy")], job="etl.copy"))
     assert not Dataset.objects.get(name="new").ownerships.exists()
+
+
+@pytest.mark.parametrize("rename_first", [True, False])
+def test_what_a_person_wrote_of_a_renamed_table_stays_theirs_under_the_new_name(rename_first):
+    """A description a person wrote under the old name is carried as theirs: lineage's own
+    descriptions of the new name (documentation, a schema's column descriptions) give way to
+    it, as they would to one written under the new name, whichever event came first."""
+    from catalog.queries import dataset_state_as_of
+
+    ingest(*completed(1, 1, [dataset("src")], [dataset("old", schema=schema("id", "email"))]))
+    stella = catalog_actions.Actor(name="stella")
+    catalog_actions.update_dataset(
+        Dataset.objects.get(name="old"), {"description": "orders as sold"}, stella, at=t(2)
+    )
+    email = DatasetField.objects.get(dataset__name="old", name="email")
+    catalog_actions.update_field(email, {"description": "the buyer's address"}, stella, at=t(2))
+    documented = dataset(
+        "new",
+        schema={"fields": [{"name": "email", "type": "string", "description": "raw"}]},
+        documentation={"description": "loaded by etl"},
+    )
+    load = completed(2, 5, [dataset("src")], [documented], job="etl.load")
+    if rename_first:
+        rename_old_to_new(day=3)
+        ingest(*load)
+    else:
+        ingest(*load)
+        rename_old_to_new(day=3)
+
+    new = Dataset.objects.get(name="new")
+    assert new.description == "orders as sold"
+    assert new.fields.get(name="email").description == "the buyer's address"
+    said = new.changes.filter(attribute="description").order_by("field_name")
+    assert [(c.field_name, c.at, c.actor_name, c.source) for c in said] == [
+        ("", t(3), "stella", "steward"),
+        ("email", t(3), "stella", "steward"),
+    ]
+    then = dataset_state_as_of(new, t(6))
+    assert then.description == "orders as sold"
+    assert [f.description for f in then.fields if f.name == "email"] == ["the buyer's address"]
+    # A person who writes another under the new name has the last word.
+    catalog_actions.update_dataset(new, {"description": "orders"}, stella)
+    ingest(*completed(3, 7, [dataset("src")], [documented], job="etl.load"))
+    assert Dataset.objects.get(name="new").description == "orders"
