@@ -1099,11 +1099,19 @@ def _degree(batch: snapshot.EdgeBatch) -> dict[int, int]:
     return dict(zip(nodes.tolist(), counts.tolist(), strict=True))
 
 
+def _not_retired(as_of: datetime | None) -> Q:
+    """The edge's job writes a dataset at ``as_of`` or had written none by then: a read by
+    a retired job is no read (snapshot.retired_jobs, for a subquery over table edges)."""
+    outputs = TableEdge.objects.filter(job=OuterRef("job"), direction=Direction.OUTPUT)
+    wrote = outputs if as_of is None else outputs.filter(valid_from__lte=as_of)
+    return Exists(outputs.filter(_edge_valid(as_of))) | ~Exists(wrote)
+
+
 def _edges_into(direction: str, as_of: datetime | None) -> QuerySet[TableEdge]:
     """The outer dataset's table edges of ``direction`` valid at ``as_of`` (a subquery)."""
-    return TableEdge.objects.filter(dataset=OuterRef("pk"), direction=direction).filter(
-        _edge_valid(as_of)
-    )
+    edges = TableEdge.objects.filter(dataset=OuterRef("pk"), direction=direction)
+    edges = edges.filter(_edge_valid(as_of))
+    return edges.filter(_not_retired(as_of)) if direction == Direction.INPUT else edges
 
 
 def _existing(as_of: datetime | None, namespace: str | None) -> QuerySet[Dataset]:
@@ -1158,12 +1166,8 @@ def written_now() -> tuple[IntArray, IntArray]:
 def untouched(*, limit: int = 100) -> DatasetPage:
     """Datasets no job reads or writes now (a final output a job still writes is in use;
     a read by a retired job, one that wrote datasets and writes none now, does not count)."""
-    outputs = TableEdge.objects.filter(job=OuterRef("job"), direction=Direction.OUTPUT)
-    edges = TableEdge.objects.filter(dataset=OuterRef("pk"), valid_to__isnull=True).filter(
-        Q(direction=Direction.OUTPUT)
-        | Exists(outputs.filter(valid_to__isnull=True))
-        | ~Exists(outputs)
-    )
+    edges = TableEdge.objects.filter(dataset=OuterRef("pk"), valid_to__isnull=True)
+    edges = edges.filter(Q(direction=Direction.OUTPUT) | _not_retired(None))
     return _dataset_page(_existing(None, None).filter(~Exists(edges)), None, limit, 0)
 
 

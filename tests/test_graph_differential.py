@@ -30,7 +30,8 @@ INSTANTS = [T0 + timedelta(days=10 * i) for i in range(8)]
 
 def random_graph(rng: random.Random) -> LineageBuilder:
     """Four layers of datasets; each job reads one to three datasets of lower layers and
-    writes one or two of the next, over a random interval of time."""
+    writes one or two of the next, over a random interval of time (some stop writing and
+    read on: retired jobs)."""
     g = LineageBuilder()
     layers = [[f"l{layer}_{i}" for i in range(rng.randint(2, 5))] for layer in range(4)]
     for names in layers:
@@ -47,6 +48,10 @@ def random_graph(rng: random.Random) -> LineageBuilder:
             at=start,
             until=until,
         )
+        if until is None and rng.random() < 0.25:  # it stops writing, reading on: retired
+            TableEdge.objects.filter(
+                job=g.jobs[f"job_{n}"], direction=Direction.OUTPUT, valid_to=None
+            ).update(valid_to=rng.choice([t for t in INSTANTS if t > start]))
         add_runs(rng, g, f"job_{n}")
     return g
 
@@ -232,7 +237,26 @@ def test_lineage_answers_are_a_search_over_the_edge_rows(seed, api, viewer, stew
             flags = [j["failed"] for j in found["jobs"]]
             assert flags == sorted(flags, reverse=True), "failures first"
 
+    def check_ends() -> None:
+        """Orphans (no job reads them) and sources (read, written by none), with their
+        readers and writers counted, as the rows say at each instant."""
+        datasets = [g.id(name) for name in g.ds]
+        for at in (None, *INSTANTS):
+            reads, _, written_by, _ = live_table_edges(at)
+            expected = {
+                "orphans": {d: (len(written_by[d]), 0) for d in datasets if not reads[d]},
+                "sources": {
+                    d: (0, len(reads[d])) for d in datasets if reads[d] and not written_by[d]
+                },
+            }
+            for end, wanted in expected.items():
+                params = {"limit": 1000} | ({} if at is None else {"asOf": at.isoformat()})
+                page = client.get(f"/api/v1/lineage/{end}", params).json()
+                found = {d["nodeId"]: (d["producers"], d["consumers"]) for d in page["datasets"]}
+                assert found == wanted, (end, at)
+
     check(25)
+    check_ends()
     # Changes after the answers were read (and after the pass): a job rewired, a read
     # closed, a dataset edited. Every answer follows.
     name = rng.choice(sorted(g.jobs))
@@ -245,6 +269,7 @@ def test_lineage_answers_are_a_search_over_the_edge_rows(seed, api, viewer, stew
         TableEdge.objects.filter(pk=edge.pk).update(valid_to=INSTANTS[-2])
     actions.update_dataset(g.ds[target], {"description": "Edited"}, actions.Actor(user=steward))
     check(25)
+    check_ends()
     shown = client.get("/api/v1/lineage", {"nodeId": g.id(target), "depth": 1}).json()
     (node,) = [n for n in shown["graph"] if n["id"] == g.id(target)]
     assert node["data"]["description"] == "Edited"

@@ -442,3 +442,19 @@ def test_orphans_and_sources(chain):
     chain.close("job_3", "d", Direction.INPUT, T2)
     assert [i.name for i in queries.orphans(as_of=T1).items] == ["e", "lonely"]
     assert "d" in [i.name for i in queries.orphans().items]
+
+
+def test_a_read_by_a_retired_job_makes_no_dataset_read_now_or_then(chain):
+    """job_3 reads d and stopped writing e at T2: from then on it is retired, and its read
+    counts for orphans and sources as it counts for lineage (no consumer)."""
+    chain.close("job_3", "e", Direction.OUTPUT, T2)
+    for as_of in (None, T3):
+        orphans = {i.name: i.consumers for i in queries.orphans(as_of=as_of).items}
+        assert orphans == {"d": 0, "e": 0}, as_of
+        assert [i.name for i in queries.sources(as_of=as_of).items] == ["a"]
+        graph = queries.lineage(node(chain, "d"), depth=1, direction="downstream", as_of=as_of)
+        assert names(graph) == {"d"}
+    # Before it stopped, job_3 read d.
+    assert [i.name for i in queries.orphans(as_of=T1).items] == ["e"]
+    chain.close("job_0", "b", Direction.OUTPUT, T2)
+    assert [i.name for i in queries.sources().items] == ["b"]  # a's reader is retired too
