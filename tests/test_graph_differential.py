@@ -432,7 +432,8 @@ def test_node_data_as_of_any_instant_is_what_the_rows_render(seed, api, viewer, 
     is what rendering it from the rows as of then gives: descriptions, sensitivity and
     flags declared at random instants (and copied along the column edges), runs created
     and settled at random instants, edits after the pass that wrote the node store."""
-    from catalog.models import PiiCategory
+    from catalog.flags import field_flags, flags_as_of
+    from catalog.models import DatasetField, PiiCategory
     from graph import documents, nodedata
     from graph.details import latest_runs
 
@@ -465,6 +466,7 @@ def test_node_data_as_of_any_instant_is_what_the_rows_render(seed, api, viewer, 
     client = api(viewer)
     pks = {g.id(name): ("dataset", ds.pk) for name, ds in g.ds.items()}
     pks |= {g.id(f"job:{name}"): ("job", job.pk) for name, job in g.jobs.items()}
+    fields = {g.id(spec): f.pk for spec, f in g.fields.items()}
 
     def check() -> None:
         for at in (None, *INSTANTS):
@@ -483,6 +485,21 @@ def test_node_data_as_of_any_instant_is_what_the_rows_render(seed, api, viewer, 
                         run = latest_runs([pk], at).get(pk)
                         shown = node["data"]["latestRun"]
                         assert shown == nodedata.run_json(run), (node["id"], at)
+            # Each field of a column answer with the subject kind it showed then.
+            for spec in sorted(g.fields):
+                params = {"nodeId": g.id(spec), "depth": 1, "withDownstream": "true"}
+                if at is not None:
+                    params["asOf"] = at.isoformat()
+                response = client.get("/api/v1/column-lineage", params)
+                assert response.status_code == 200, response.content
+                shown = {n["id"]: n["data"]["subjectKind"] for n in response.json()["graph"]}
+                by_pk = {fields[node_id]: kind for node_id, kind in shown.items()}
+                flags = (
+                    flags_as_of(list(by_pk), at)
+                    if at
+                    else field_flags(list(DatasetField.objects.filter(pk__in=list(by_pk))))
+                )
+                assert by_pk == {pk: flags[pk].subject_kind for pk in by_pk}, (spec, at)
 
     edit(INSTANTS)
     if connection.vendor == "postgresql":
