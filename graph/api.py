@@ -23,7 +23,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from catalog.api import PLAIN_ACCEPT
 from catalog.auth import CanReadLineage, CanTaint
 from catalog.errors import ApiError
 from catalog.models import Dataset
@@ -108,10 +107,6 @@ class GraphView(APIView):
 
     def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
         fmt = request.query_params.get("format")
-        if not fmt and request.META.get("HTTP_ACCEPT", "*/*") in PLAIN_ACCEPT:
-            # What API clients send: the first renderer (JSON) without parsing media types.
-            renderer = self.get_renderers()[0]
-            return renderer, renderer.media_type
         if fmt and not force:
             known = sorted({r.format for r in self.get_renderers()})
             if fmt not in known:

@@ -19,7 +19,6 @@ from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import numpy as np
-import numpy.typing as npt
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from catalog import naming
@@ -155,14 +154,6 @@ class _Selection:
     cut: Cut
 
 
-def _among(values: IntArray, members: IntArray) -> npt.NDArray[np.bool_]:
-    """``np.isin`` for the one or two roots of an answer, without its set-up cost."""
-    if members.size == 1:
-        found: npt.NDArray[np.bool_] = values == members[0]
-        return found
-    return np.isin(values, members)
-
-
 def _select(
     parts: list[tuple[int, int, IntArray, IntArray]],
     roots_ds: IntArray,
@@ -175,7 +166,7 @@ def _select(
     s = np.concatenate([np.full(pks.size, side, dtype=np.int64) for _, side, pks, _ in parts])
     p = np.concatenate([pks for _, _, pks, _ in parts])
     d = np.concatenate([dists for *_, dists in parts])
-    is_root = ((k == KIND_DS) & _among(p, roots_ds)) | ((k == KIND_JOB) & _among(p, roots_job))
+    is_root = ((k == KIND_DS) & np.isin(p, roots_ds)) | ((k == KIND_JOB) & np.isin(p, roots_job))
     s = np.where(is_root, SIDE_ROOT, s)
     order = np.lexsort((s, d, p, k))
     k, p, d, s = k[order], p[order], d[order], s[order]

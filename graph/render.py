@@ -39,8 +39,6 @@ def dumps(value: Any) -> str:
 
 def quoted(text: str) -> bytes:
     """``text`` as a JSON string (UTF-8)."""
-    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
-        return b'"%s"' % text.encode()
     return orjson.dumps(text)
 
 
@@ -58,18 +56,6 @@ def _cut(text: str, truncated: bool, cut: Cut, comment: str) -> str:
 
 
 # --- JSON ---------------------------------------------------------------------------------
-
-# Distances and hidden-edge counts as JSON text, for the small ones a body is full of.
-_NUMBERS = {n: b"%d" % n for n in range(1024)}
-
-
-_TYPES = {
-    kind: b',"type":"%s","data":' % kind.encode() for kind in ("DATASET", "JOB", "DATASET_FIELD")
-}
-_SIDES = {
-    side: b',"side":"%s","hiddenInEdges":' % side.encode()
-    for side in ("root", "upstream", "downstream")
-}
 
 
 def lineage_json(graph: LineageGraph) -> bytes:
@@ -104,19 +90,14 @@ def lineage_json(graph: LineageGraph) -> bytes:
         parts += (
             opening,
             ids[key],
-            _TYPES[node.kind],
+            b',"type":"%s","data":' % node.kind.encode(),
             data.get(key, b"null"),
             b',"inEdges":[',
             b",".join(ins.get(key, none)),
             b'],"outEdges":[',
             b",".join(outs.get(key, none)),
-            b'],"distance":',
-            _NUMBERS.get(node.distance) or b"%d" % node.distance,
-            _SIDES[node.side],
-            _NUMBERS.get(node.hidden_upstream) or b"%d" % node.hidden_upstream,
-            b',"hiddenOutEdges":',
-            _NUMBERS.get(node.hidden_downstream) or b"%d" % node.hidden_downstream,
-            b"}",
+            b'],"distance":%d,"side":"%s","hiddenInEdges":%d,"hiddenOutEdges":%d}'
+            % (node.distance, node.side.encode(), node.hidden_upstream, node.hidden_downstream),
         )
         opening = b',{"id":'
     parts += (b"],", dumps(meta)[1:].encode())

@@ -149,8 +149,6 @@ class Adjacency:
         total = int(lengths.sum())
         if total == 0:
             return EMPTY
-        if nodes.size == 1:
-            return self.order[int(starts[0]) : int(ends[0])]
         offsets = np.repeat(starts - np.cumsum(lengths) + lengths, lengths)
         offsets += np.arange(total, dtype=np.int64)
         found: IntArray = self.order[offsets]
