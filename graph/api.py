@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict, cast, get_args
 
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
@@ -55,7 +55,7 @@ from graph.render import dumps as _dumps
 from graph.resolve import node_param
 from graph.taint import TaintError, clear_taint, mark_tainted
 
-DIRECTIONS = ("upstream", "downstream", "both")
+DIRECTIONS: tuple[str, ...] = get_args(queries.DirectionName)
 DEFAULT_DEPTH = 20
 
 
@@ -150,6 +150,7 @@ COMMON_PARAMETERS = [_depth_parameter(DEFAULT_DEPTH), *AS_OF_AND_CAP]
 
 
 def _direction(params: Mapping[str, str]) -> queries.DirectionName:
+    """The ``direction`` parameter, one of DIRECTIONS (default both)."""
     return cast(queries.DirectionName, choice_param(params, "direction", "both", DIRECTIONS))
 
 

@@ -1099,7 +1099,8 @@ def _not_retired(as_of: datetime | None) -> Q:
 
 
 def _edges_into(direction: str, as_of: datetime | None) -> QuerySet[TableEdge]:
-    """The outer dataset's table edges of ``direction`` valid at ``as_of`` (a subquery)."""
+    """The outer dataset's table edges of ``direction`` valid at ``as_of`` (a subquery),
+    without the reads of jobs retired then (``_not_retired``)."""
     edges = TableEdge.objects.filter(dataset=OuterRef("pk"), direction=direction)
     edges = edges.filter(_edge_valid(as_of))
     return edges.filter(_not_retired(as_of)) if direction == Direction.INPUT else edges

@@ -1473,8 +1473,8 @@ def _dataset_said(ds: Dataset) -> dict[str, Any]:
 def merge_datasets(twin_id: int, survivor_id: int) -> tuple[str, str]:
     """Fold dataset ``twin_id`` into ``survivor_id``: the same table under another name.
 
-    What people said moves over (owners, tags, descriptions, flags, taints, history, and a
-    field's declaration where the survivor's field has none); what lineage derived is
+    What people said moves over (owners, tags, descriptions, flags, taints, history,
+    subscriptions, and a field's declaration where the survivor's field has none); what lineage derived is
     derived again for the survivor from the facts both had (run io, schema sightings, the
     runs' column lineage): versions, fields, edge intervals and propagated flags. The merge
     is recorded in the survivor's history. Returns (twin's node id, survivor's).
@@ -1680,16 +1680,23 @@ def _carry_description(
 ) -> None:
     """A description a person wrote under the old name is theirs under the new one, from
     ``at`` on: lineage's own description gives way to it there, as it would have had they
-    written it there (so what lineage recorded of it from ``at`` on goes, which it would
-    never have recorded then)."""
+    written it there. So what lineage's events recorded of it from ``at`` on goes (it
+    would never have recorded it then), and the carry's record starts from the value the
+    history gives just before ``at``, whichever event came first."""
     name = target.name if isinstance(target, DatasetField) else ""
     dataset_id = target.dataset_id if isinstance(target, DatasetField) else target.pk
-    if name not in wrote or not value or target.description == value:
+    if name not in wrote or not value:
         return
+    before = target.description
     if at is not None:
-        ChangeRecord.objects.filter(
-            dataset_id=dataset_id, field_name=name, attribute="description", at__gte=at
+        records = ChangeRecord.objects.filter(
+            dataset_id=dataset_id, field_name=name, attribute="description"
+        )
+        records.filter(
+            at__gte=at, source=ChangeSource.LINEAGE, actor_name=LINEAGE_ACTOR.display
         ).delete()
+        before = value_as_of(list(records.order_by("at", "id")), at, "")
+    type(target).objects.filter(pk=target.pk).update(description=before)
     update(target, {"description": value}, wrote[name], at=at)
 
 
@@ -1758,9 +1765,16 @@ def _move_facts(twin: Dataset, survivor: Dataset) -> None:
     record of the merge."""
     held = _dataset_said(survivor)
     ChangeRecord.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)
+
     # Whoever was told of the twin is told of the table (the twin's row goes, and with it
-    # would go the subscription, its notices and their deliveries).
-    Subscription.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)
+    # would go the subscription and its notices), once: a copy of one it has is turned off.
+    def told(sub: Subscription) -> tuple[str, str, list[str]]:
+        return (sub.email, sub.webhook_url, sorted(sub.kinds or []))
+
+    kept = [told(sub) for sub in Subscription.objects.filter(dataset=survivor, active=True)]
+    for sub in Subscription.objects.filter(dataset_id=twin.pk):
+        sub.dataset_id, sub.active = survivor.pk, sub.active and told(sub) not in kept
+        sub.save(update_fields=["dataset", "active"])
     for owner_id, kind in DatasetOwnership.objects.filter(dataset_id=twin.pk).values_list(
         "owner_id", "ownership_type"
     ):

@@ -93,7 +93,8 @@ class Subscription(models.Model):
 class Notice(models.Model):
     """One event told to one subscription: never twice (``key`` names the event)."""
 
-    # What was told, when and to whom is a record: it outlives no subscription's deletion.
+    # What was told, when and to whom is a record: a subscription told something cannot be
+    # deleted (it is turned off instead).
     subscription = models.ForeignKey(Subscription, on_delete=models.PROTECT, related_name="notices")
     kind = models.CharField(max_length=16, choices=NoticeKind.choices)
     key = models.CharField(max_length=255)

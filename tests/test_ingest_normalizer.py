@@ -870,8 +870,13 @@ def test_a_renamed_table_keeps_its_owners_retention_and_description():
     assert not Dataset.objects.get(name="new").ownerships.exists()
 
 
-@pytest.mark.parametrize("rename_first", [True, False])
-def test_what_a_person_wrote_of_a_renamed_table_stays_theirs_under_the_new_name(rename_first):
+@pytest.mark.parametrize(
+    ("rename_first", "documented"),
+    [(True, "loaded by etl"), (False, "loaded by etl"), (False, "orders as sold")],
+)
+def test_what_a_person_wrote_of_a_renamed_table_stays_theirs_under_the_new_name(
+    rename_first, documented
+):
     """A description a person wrote under the old name is carried as theirs: lineage's own
     descriptions of the new name (documentation, a schema's column descriptions) give way to
     it, as they would to one written under the new name, whichever event came first."""
@@ -887,7 +892,7 @@ def test_what_a_person_wrote_of_a_renamed_table_stays_theirs_under_the_new_name(
     documented = dataset(
         "new",
         schema={"fields": [{"name": "email", "type": "string", "description": "raw"}]},
-        documentation={"description": "loaded by etl"},
+        documentation={"description": documented},
     )
     load = completed(2, 5, [dataset("src")], [documented], job="etl.load")
     if rename_first:
@@ -901,9 +906,9 @@ def test_what_a_person_wrote_of_a_renamed_table_stays_theirs_under_the_new_name(
     assert new.description == "orders as sold"
     assert new.fields.get(name="email").description == "the buyer's address"
     said = new.changes.filter(attribute="description").order_by("field_name")
-    assert [(c.field_name, c.at, c.actor_name, c.source) for c in said] == [
-        ("", t(3), "stella", "steward"),
-        ("email", t(3), "stella", "steward"),
+    assert [(c.field_name, c.at, c.actor_name, c.source, c.old, c.new) for c in said] == [
+        ("", t(3), "stella", "steward", "", "orders as sold"),
+        ("email", t(3), "stella", "steward", "", "the buyer's address"),
     ]
     then = dataset_state_as_of(new, t(6))
     assert then.description == "orders as sold"

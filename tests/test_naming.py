@@ -289,18 +289,26 @@ def test_whoever_was_told_of_a_twin_is_told_of_the_table_it_merged_into(monkeypa
     from ops.models import Delivery, Notice, Subscription
 
     twin = _lineage_of_twins(monkeypatch)
+    survivor = Dataset.objects.get(name="RAW_DB.SALES.ORDERS")
     told = Subscription.objects.create(name="sales team", dataset=twin, email="s@example.com")
     notice = Notice.objects.create(subscription=told, kind="schema", key="k", title="earlier")
     Delivery.objects.create(notice=notice, channel="email", target="s@example.com")
+    # Another team subscribed under both names: told once after the merge.
+    for ds in (twin, survivor):
+        Subscription.objects.create(name="ops", dataset=ds, email="ops@example.com")
 
     canonicalise_names()
 
-    orders = Dataset.objects.get(name="RAW_DB.SALES.ORDERS")
     told.refresh_from_db()
-    assert told.dataset == orders
+    assert told.dataset == survivor and told.active
     # What the team was told before the merge is still on record.
     assert list(told.notices.values_list("title", "deliveries__target")) == [
         ("earlier", "s@example.com")
+    ]
+    assert sorted(Subscription.objects.filter(dataset=survivor).values_list("email", "active")) == [
+        ("ops@example.com", False),
+        ("ops@example.com", True),
+        ("s@example.com", True),
     ]
 
 
