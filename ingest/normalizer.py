@@ -1474,10 +1474,11 @@ def merge_datasets(twin_id: int, survivor_id: int) -> tuple[str, str]:
     """Fold dataset ``twin_id`` into ``survivor_id``: the same table under another name.
 
     What people said moves over (owners, tags, descriptions, flags, taints, history,
-    subscriptions, and a field's declaration where the survivor's field has none); what lineage derived is
-    derived again for the survivor from the facts both had (run io, schema sightings, the
-    runs' column lineage): versions, fields, edge intervals and propagated flags. The merge
-    is recorded in the survivor's history. Returns (twin's node id, survivor's).
+    subscriptions, and a field's declaration where the survivor's field has none); what
+    lineage derived is derived again for the survivor from the facts both had (run io,
+    schema sightings, the runs' column lineage): versions, fields, edge intervals and
+    propagated flags. The merge is recorded in the survivor's history. Returns (twin's node
+    id, survivor's).
     """
     with transaction.atomic():
         # Jobs before datasets: the global lock order. Events naming the twin land on the
