@@ -1090,20 +1090,26 @@ def _degree(batch: snapshot.EdgeBatch) -> dict[int, int]:
     return dict(zip(nodes.tolist(), counts.tolist(), strict=True))
 
 
-def _not_retired(as_of: datetime | None) -> Q:
-    """The edge's job writes a dataset at ``as_of`` or had written none by then: a read by
-    a retired job is no read (snapshot.retired_jobs, for a subquery over table edges)."""
-    outputs = TableEdge.objects.filter(job=OuterRef("job"), direction=Direction.OUTPUT)
-    wrote = outputs if as_of is None else outputs.filter(valid_from__lte=as_of)
-    return Exists(outputs.filter(_edge_valid(as_of))) | ~Exists(wrote)
+def _retired(as_of: datetime | None) -> list[int]:
+    """The jobs retired at ``as_of`` (now when None): they had written datasets by then and
+    write none then, so their reads are no reads. The edge snapshot's (retired_jobs), so
+    that lists of datasets agree with lineage."""
+    snap = snapshot.table()
+    tf = TimeFilter.at(as_of)
+    if tf.current:
+        jobs: IntArray = np.flatnonzero(snap.retired_now())
+    else:
+        jobs = snap.retired_jobs(np.arange(snap.size_of("job"), dtype=np.int64), tf)
+    return [int(pk) for pk in jobs]
 
 
 def _edges_into(direction: str, as_of: datetime | None) -> QuerySet[TableEdge]:
     """The outer dataset's table edges of ``direction`` valid at ``as_of`` (a subquery),
-    without the reads of jobs retired then (``_not_retired``)."""
+    without the reads of jobs retired then."""
     edges = TableEdge.objects.filter(dataset=OuterRef("pk"), direction=direction)
     edges = edges.filter(_edge_valid(as_of))
-    return edges.filter(_not_retired(as_of)) if direction == Direction.INPUT else edges
+    retired = _retired(as_of) if direction == Direction.INPUT else []
+    return edges.exclude(job_id__any_of=retired) if retired else edges
 
 
 def _existing(as_of: datetime | None, namespace: str | None) -> QuerySet[Dataset]:
@@ -1159,7 +1165,8 @@ def untouched(*, limit: int = 100) -> DatasetPage:
     """Datasets no job reads or writes now (a final output a job still writes is in use;
     a read by a retired job, one that wrote datasets and writes none now, does not count)."""
     edges = TableEdge.objects.filter(dataset=OuterRef("pk"), valid_to__isnull=True)
-    edges = edges.filter(Q(direction=Direction.OUTPUT) | _not_retired(None))
+    if retired := _retired(None):
+        edges = edges.exclude(direction=Direction.INPUT, job_id__any_of=retired)
     return _dataset_page(_existing(None, None).filter(~Exists(edges)), None, limit, 0)
 
 
