@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, TypedDict, cast, get_args
+from typing import Any, TypedDict
 
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
@@ -30,7 +30,6 @@ from catalog.params import (
     InstantField,
     TextField,
     bool_param,
-    choice_param,
     int_param,
     optional_instant,
     parse_instant,
@@ -52,10 +51,9 @@ from graph.nodeids import (
     ResolvedNode,
 )
 from graph.render import dumps as _dumps
-from graph.resolve import node_param
+from graph.resolve import DIRECTIONS, direction_param, node_param
 from graph.taint import TaintError, clear_taint, mark_tainted
 
-DIRECTIONS: tuple[str, ...] = get_args(queries.DirectionName)
 DEFAULT_DEPTH = 20
 
 
@@ -149,17 +147,12 @@ COMMON_PARAMETERS = [_depth_parameter(DEFAULT_DEPTH), *AS_OF_AND_CAP]
 # --- table lineage -----------------------------------------------------------------------
 
 
-def _direction(params: Mapping[str, str]) -> queries.DirectionName:
-    """The ``direction`` parameter, one of DIRECTIONS (default both)."""
-    return cast(queries.DirectionName, choice_param(params, "direction", "both", DIRECTIONS))
-
-
 def _table_query(params: Mapping[str, str]) -> tuple[ResolvedNode, dict[str, Any]]:
     """The node and the asking of ``GET /api/v1/lineage`` (ApiError for bad parameters)."""
     return node_param(params), {
         "depth": _depth(params),
         "as_of": optional_instant(params),
-        "direction": _direction(params),
+        "direction": direction_param(params),
         "max_nodes": _max_nodes(params),
     }
 
@@ -474,7 +467,7 @@ def _around(params: Mapping[str, str], limit: int) -> _Around:
     return {
         "node": node_param(params) if params.get("nodeId") else None,
         "depth": int_param(params, "depth", 5, 0, queries.MAX_DEPTH),
-        "direction": _direction(params),
+        "direction": direction_param(params),
         "limit": int_param(params, "limit", limit, 1, 10_000),
     }
 

@@ -193,7 +193,7 @@ def run_states(pks: list[int], as_of: datetime | None) -> dict[int, str]:
 def drawing(
     root: nodeids.ResolvedNode,
     level: str,
-    direction: str,
+    direction: queries.DirectionName,
     depth: int,
     as_of: datetime | None,
     limit: int,
@@ -212,7 +212,7 @@ def drawing(
         root,
         depth=depth,
         as_of=as_of,
-        direction=direction,  # type: ignore[arg-type]
+        direction=direction,
         max_nodes=limit,
     )
 
@@ -220,7 +220,7 @@ def drawing(
 def build_view(
     root: nodeids.ResolvedNode,
     level: str,
-    direction: str,
+    direction: queries.DirectionName,
     depth: int,
     as_of: datetime | None,
     compare: datetime | None,
@@ -249,7 +249,7 @@ def build_view(
     instants = queries.change_instants(
         root.dataset(),
         depth=depth,
-        direction=direction,  # type: ignore[arg-type]
+        direction=direction,
         limit=MAX_INSTANTS,
         level=level,
     )

@@ -5,12 +5,14 @@ namespaces that exist."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast, get_args
 
 from django.db.models import Model
 
 from catalog import naming
 from catalog.errors import ApiError
 from catalog.models import Dataset, DatasetAlias, DatasetField, Namespace
+from catalog.params import choice_param
 from graph import directory as node_directory
 from graph.models import Job
 from graph.nodeids import (
@@ -23,6 +25,7 @@ from graph.nodeids import (
     namespace_candidates,
     split_kind,
 )
+from graph.queries import DirectionName
 
 # (namespace, the rest of the id after it), longest namespace first.
 Split = tuple[str, str]
@@ -39,6 +42,14 @@ def node_param(params: Mapping[str, str], name: str = "nodeId") -> ResolvedNode:
         raise ApiError(str(exc).replace("nodeId", name, 1), name) from exc
     except UnknownNodeId as exc:
         raise ApiError(f"Node {raw} not found", name, 404, {"nodeId": raw}) from exc
+
+
+DIRECTIONS: tuple[str, ...] = get_args(DirectionName)
+
+
+def direction_param(params: Mapping[str, str], default: DirectionName = "both") -> DirectionName:
+    """The ``direction`` query parameter, one of DIRECTIONS: 400 otherwise."""
+    return cast(DirectionName, choice_param(params, "direction", default, DIRECTIONS))
 
 
 def resolve_node_id(raw: str) -> ResolvedNode:

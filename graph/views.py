@@ -43,7 +43,7 @@ from graph.details import run_info
 from graph.models import Job, Run, RunDataset, TableEdge, Taint
 from graph.nodedata import iso
 from graph.render import impact_csv, impact_mermaid, lineage_csv, lineage_mermaid
-from graph.resolve import node_param
+from graph.resolve import direction_param, node_param
 from graph.taint import TaintError, clear_taint, mark_tainted
 
 read_required = permission_required(auth.READ_LINEAGE, raise_exception=True)
@@ -98,7 +98,7 @@ class ViewState:
 
     node: nodeids.ResolvedNode
     level: str
-    direction: str
+    direction: queries.DirectionName
     depth: int
     as_of: datetime | None
     compare: datetime | None
@@ -117,7 +117,9 @@ class ViewState:
         return urlencode({k: v for k, v in values.items() if v not in ("", None)})
 
 
-def parse_state(params: Any, default_depth: int = 3, default_direction: str = "both") -> ViewState:
+def parse_state(
+    params: Any, default_depth: int = 3, default_direction: queries.DirectionName = "both"
+) -> ViewState:
     """Read node, level, direction, depth, asOf, compare and limit; ApiError on bad input."""
     if not (params.get("node") or "").strip():
         raise ApiError("Choose a dataset, job or column to start from.", "node")
@@ -125,9 +127,7 @@ def parse_state(params: Any, default_depth: int = 3, default_direction: str = "b
     level = choice_param(
         params, "level", "column" if node.kind == "datasetField" else "table", ("table", "column")
     )
-    direction = choice_param(
-        params, "direction", default_direction, ("upstream", "downstream", "both")
-    )
+    direction = direction_param(params, default_direction)
     depth = int_param(params, "depth", default_depth, 1, MAX_DEPTH)
     limit = int_param(params, "limit", DEFAULT_NODE_LIMIT, 10, 10_000)
     if level == "table":
