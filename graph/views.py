@@ -37,7 +37,7 @@ from catalog.errors import ApiError, error_response, json_error
 from catalog.models import Dataset, Namespace, RetentionPolicy
 from catalog.params import choice_param, int_param, optional_instant
 from catalog.views import cached, filtered_datasets, platforms
-from graph import nodeids, queries
+from graph import nodeids, queries, revision
 from graph import page_data as data
 from graph.details import run_info
 from graph.models import Job, Run, RunDataset, TableEdge, Taint
@@ -575,7 +575,10 @@ def dataset_runs_fragment(request: HttpRequest) -> HttpResponse:
 @page()
 def orphans_fragment(request: HttpRequest) -> HttpResponse:
     """Datasets that no current job reads: candidates for archiving."""
-    found = cached(ORPHANS_CACHE_KEY, lambda: queries.untouched(limit=50), ORPHANS_CACHE_SECONDS)
+    with revision.pinned():  # the retired jobs and the readers from one snapshot
+        found = cached(
+            ORPHANS_CACHE_KEY, lambda: queries.untouched(limit=50), ORPHANS_CACHE_SECONDS
+        )
     return render(request, "graph/_orphans.html", {"orphans": found.items, "total": found.total})
 
 
