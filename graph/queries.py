@@ -1094,13 +1094,8 @@ def _retired(as_of: datetime | None) -> list[int]:
     """The jobs retired at ``as_of`` (now when None): they had written datasets by then and
     write none then, so their reads are no reads. The edge snapshot's (retired_jobs), so
     that lists of datasets agree with lineage."""
-    snap = snapshot.table()
-    tf = TimeFilter.at(as_of)
-    if tf.current:
-        jobs: IntArray = np.flatnonzero(snap.retired_now())
-    else:
-        jobs = snap.retired_jobs(np.arange(snap.size_of("job"), dtype=np.int64), tf)
-    return [int(pk) for pk in jobs]
+    mask = snapshot.table().retired_mask(TimeFilter.at(as_of))
+    return [int(pk) for pk in np.flatnonzero(mask)]
 
 
 def _edges_into(direction: str, as_of: datetime | None) -> QuerySet[TableEdge]:

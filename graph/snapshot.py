@@ -249,7 +249,7 @@ class Snapshot:
             return batch
         jobs = batch.dst if name == "ds_down" else batch.src
         if tf.current:
-            mask = self.retired_now()
+            mask = self.retired_mask(tf)
             gone = np.zeros(batch.size, dtype=np.bool_)
             known = jobs < mask.size
             gone[known] = mask[jobs[known]]
@@ -257,19 +257,17 @@ class Snapshot:
         retired = self.retired_jobs(np.unique(jobs), tf)
         return batch.take(~np.isin(jobs, retired)) if retired.size else batch
 
-    def retired_now(self) -> BoolArray:
-        """A mask over job ids: the jobs that have written datasets and write none now."""
-        found = self._memo.get("now")
+    def retired_mask(self, tf: TimeFilter) -> BoolArray:
+        """``retired_jobs`` of every job, as a mask over job ids (the one for now is kept
+        with the snapshot)."""
+        found = self._memo.get("now") if tf.current else None
         if found is None:
-            found = self._memo["now"] = self._retired_mask(TimeFilter())
+            retired = self.retired_jobs(np.arange(self.size_of("job"), dtype=np.int64), tf)
+            found = np.zeros(self.size_of("job", retired), dtype=np.bool_)
+            found[retired] = True
+            if tf.current:
+                self._memo["now"] = found
         return found
-
-    def _retired_mask(self, tf: TimeFilter) -> BoolArray:
-        """``retired_jobs`` of every job, as a mask over job ids."""
-        retired = self.retired_jobs(np.arange(self.size_of("job"), dtype=np.int64), tf)
-        mask = np.zeros(self.size_of("job", retired), dtype=np.bool_)
-        mask[retired] = True
-        return mask
 
     def retired_jobs(self, jobs: IntArray, tf: TimeFilter) -> IntArray:
         """The ``jobs`` that had written a dataset by ``tf``'s instant (ever, for a window
@@ -348,7 +346,7 @@ class Snapshot:
         # instants ask this on every answer).
         ever = not tf.current and tf.hi is None and tf.lo <= np.iinfo(np.int64).min
         if READS[0] in self.specs and layers and not ever:
-            mask = self.retired_now() if tf.current else self._retired_mask(tf)
+            mask = self.retired_mask(tf)
             for index, (layer, store, keep) in enumerate(layers):
                 jobs = store.cols["job"]
                 known = jobs < mask.size
