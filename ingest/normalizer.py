@@ -1698,7 +1698,20 @@ def _carry_description(
         ).delete()
         before = value_as_of(list(records.order_by("at", "id")), at, "")
     type(target).objects.filter(pk=target.pk).update(description=before)
-    update(target, {"description": value}, wrote[name], at=at)
+    if not update(target, {"description": value}, wrote[name], at=at):
+        # Lineage had said the same before: the record still says it is the person's now.
+        actor = wrote[name]
+        ChangeRecord.objects.create(
+            at=at or timezone.now(),
+            actor=actor.user,
+            actor_name=actor.display,
+            source=actor.source,
+            dataset_id=dataset_id,
+            field_name=name,
+            attribute="description",
+            old=before,
+            new=value,
+        )
 
 
 def _carry_attributes(

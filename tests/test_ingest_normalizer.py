@@ -917,3 +917,38 @@ def test_what_a_person_wrote_of_a_renamed_table_stays_theirs_under_the_new_name(
     catalog_actions.update_dataset(new, {"description": "orders"}, stella)
     ingest(*completed(3, 7, [dataset("src")], [documented], job="etl.load"))
     assert Dataset.objects.get(name="new").description == "orders"
+
+
+def test_a_persons_description_lineage_had_sent_before_the_rename_is_still_theirs():
+    """Lineage documented the new name with the very text a person wrote under the old one,
+    before the rename: from the rename on the text is the person's, the history says so, and
+    a later documentation facet does not overrule it. (A schema's column descriptions keep no history, so the
+    column's record starts from nothing.)"""
+    ingest(*completed(1, 1, [dataset("src")], [dataset("old", schema=schema("id", "email"))]))
+    stella = catalog_actions.Actor(name="stella")
+    catalog_actions.update_dataset(
+        Dataset.objects.get(name="old"), {"description": "orders as sold"}, stella, at=t(2)
+    )
+    email = DatasetField.objects.get(dataset__name="old", name="email")
+    catalog_actions.update_field(email, {"description": "the buyer's address"}, stella, at=t(2))
+
+    def load(n, day, text, column):
+        documented = dataset(
+            "new",
+            schema={"fields": [{"name": "email", "type": "string", "description": column}]},
+            documentation={"description": text},
+        )
+        ingest(*completed(n, day, [dataset("src")], [documented], job="etl.load"))
+
+    load(2, 2, "orders as sold", "the buyer's address")
+    rename_old_to_new(day=3)
+    load(3, 5, "loaded by etl", "raw")
+
+    new = Dataset.objects.get(name="new")
+    assert new.description == "orders as sold"
+    assert new.fields.get(name="email").description == "the buyer's address"
+    said = new.changes.filter(attribute="description", source="steward").order_by("field_name")
+    assert [(c.field_name, c.at, c.actor_name, c.old, c.new) for c in said] == [
+        ("", t(3), "stella", "orders as sold", "orders as sold"),
+        ("email", t(3), "stella", "", "the buyer's address"),
+    ]
