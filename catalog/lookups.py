@@ -1,8 +1,9 @@
-"""``__any_of``: ``IN`` for a long list of ids, sent as one array parameter on PostgreSQL.
+"""``__any_of``: ``IN`` for a long list of ids, sent as one array parameter.
 
 ``IN (%s, %s, …)`` with thousands of values costs milliseconds of client-side
-query building per statement; ``= ANY(%s)`` is one parameter. Elsewhere it is
-a plain ``IN``.
+query building per statement; ``= ANY(%s)`` is one parameter. On SQLite, where
+a list of parameters fails past its limit (32,766 in a stock build), ints and
+strings go as one JSON array, read by ``json_each``.
 
 Django binds parameters on the client, where psycopg quotes a list element by
 element in Python (5 ms for 10,000 ids). Integers, UUIDs and strings compared
@@ -15,6 +16,7 @@ would cut a longer value down to one that matches. Other values (and
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -62,6 +64,18 @@ class AnyOf(In[Any]):
         text, array_type = literal
         return f"{lhs} = ANY(%s::{array_type})", [*lhs_params, text]
 
+    def as_sqlite(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        values = [
+            self.lhs.output_field.get_db_prep_value(v, connection)
+            for v in self.rhs
+            if v is not None  # as IN: None matches nothing
+        ]
+        if not values or not {type(v) for v in values} <= {int, str}:
+            sql, params = super().as_sql(compiler, connection)
+            return sql, list(params)
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        return f"{lhs} IN (SELECT value FROM json_each(%s))", [*lhs_params, json.dumps(values)]
+
 
 Field.register_lookup(AnyOf)
 # Relations keep a lookup table of their own (Django stops at ForeignObject).
@@ -69,11 +83,12 @@ ForeignObject.register_lookup(AnyOf)
 
 
 def where_in(column: str, values: Sequence[int]) -> tuple[str, list[Any]]:
-    """Raw SQL's ``column IN values`` for integer ids: one array parameter on PostgreSQL
-    (its text built as ``__any_of`` builds it), a plain ``IN`` list elsewhere."""
+    """Raw SQL's ``column IN values`` for integer ids: one array parameter, its text built as
+    ``__any_of`` builds it (on SQLite a JSON array)."""
+    listed = ",".join(map(str, values))
     if connection.vendor == "postgresql":
-        return f"{column} = ANY(%s::bigint[])", ["{" + ",".join(map(str, values)) + "}"]
-    return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)
+        return f"{column} = ANY(%s::bigint[])", ["{" + listed + "}"]
+    return f"{column} IN (SELECT value FROM json_each(%s))", ["[" + listed + "]"]
 
 
 def in_windows(

@@ -66,9 +66,6 @@ AGGREGATE = "aggregate"
 RELATION_RANK = {DIRECT: 0, DERIVED: 1, AGGREGATE: 2}
 UNCATEGORISED_KIND = "identifier"
 
-_CHUNK = 900
-
-
 # -- catalog state of fields and datasets at an instant ------------------------------------------
 
 
@@ -111,7 +108,7 @@ def subject_fields(
     return _placed(kind, holding, as_of, excluded, list(holding))
 
 
-_SIZE = 20_000  # ids per query on PostgreSQL (one array parameter)
+_SIZE = 20_000  # ids per query (one array parameter)
 
 
 def _holding_then(kind: SubjectKind, as_of: datetime) -> dict[int, tuple[str, bool]]:
@@ -133,7 +130,6 @@ def _declared_then(
 ) -> _DeclaredThen:
     """The fields that might have declared ``kind`` at ``as_of`` (declaring it now, or named
     in its history), and of those, the ones that did."""
-    size = _SIZE if connection.vendor == "postgresql" else _CHUNK
     stamp = connection.ops.adapt_datetimefield_value(as_of)
     rows = {
         row[0]: row
@@ -150,7 +146,7 @@ def _declared_then(
         .values_list("dataset_id", "field_name")
     ):
         named[dataset_id].add(name)
-    for chunk in chunks(sorted(named), size):
+    for chunk in chunks(sorted(named), _SIZE):
         where, params = where_in("dataset_id", list(chunk))
         for row in _field_rows(where, params, existed_at=stamp):
             if row[2] in named[row[1]]:
@@ -180,14 +176,13 @@ def _copies_then(
     """The fields propagation had given ``kind`` at ``as_of`` from these candidate sources,
     but for those in ``skip`` (sorted): field id -> category."""
     stamp = connection.ops.adapt_datetimefield_value(as_of)
-    size = _SIZE if connection.vendor == "postgresql" else _CHUNK
     valid = "valid_from <= %s AND (valid_to IS NULL OR valid_to > %s)"
     # The fields the candidates reached then; where each field is comes after, for the
     # fields holding the kind only (joining every row to its field made PostgreSQL scan all
     # fields).
     reached: list[tuple[int]] = []
     with connection.cursor() as cursor:
-        for chunk in chunks(sorted(candidates), size):
+        for chunk in chunks(sorted(candidates), _SIZE):
             where, params = where_in("source_id", list(chunk))
             cursor.execute(
                 f"SELECT field_id FROM catalog_propagatedflag WHERE {where} AND {valid}",
@@ -199,7 +194,7 @@ def _copies_then(
             fields = np.setdiff1d(fields, skip, assume_unique=True)
         # Every row reaching each of them then: a field's flag is the union of its sources.
         found_rows: list[tuple[int, int]] = []
-        for chunk in chunks(fields.tolist(), size):
+        for chunk in chunks(fields.tolist(), _SIZE):
             where, params = where_in("field_id", list(chunk))
             cursor.execute(
                 f"SELECT field_id, source_id FROM catalog_propagatedflag WHERE {where} AND {valid}",
@@ -226,8 +221,7 @@ def _placed(
     existed = field_existed_sql("catalog_datasetfield")
     gone = set(excluded.tolist())
     found = []
-    size = _SIZE if connection.vendor == "postgresql" else _CHUNK
-    for chunk in chunks(sorted(ids), size):
+    for chunk in chunks(sorted(ids), _SIZE):
         where, params = where_in("id", list(chunk))
         for pk, ds, name, ftype, _, _ in _field_rows(
             f"{where} AND {existed}", [*params, *[stamp] * 4]

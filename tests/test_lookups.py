@@ -107,3 +107,32 @@ def test_in_windows_holds_every_row_in_its_own_window_and_no_other():
         assert found == wanted
     assert {r for r in found if within(r) and r.edges_applied} == wanted
     assert not Run.objects.filter(in_windows(Run, "job", "ended_at", {})).exists()
+
+
+def test_any_of_and_where_in_take_more_values_than_sqlite_takes_parameters():
+    """On SQLite a list of parameters fails past its limit (32,766 in a stock build): here
+    the limit is lowered to 20 and 500 ids are asked for."""
+    import sqlite3
+
+    from django.db import connection
+
+    from catalog.lookups import where_in
+
+    made = [make_dataset(name=f"shop.public.t{i}") for i in range(3)]
+    wanted = [made[0].pk, made[2].pk, *range(10**6, 10**6 + 500)]
+    connection.ensure_connection()
+    lowered = connection.vendor == "sqlite"
+    if lowered:
+        before = connection.connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 20)
+    try:
+        assert set(Dataset.objects.filter(pk__any_of=wanted)) == {made[0], made[2]}
+        assert list(Dataset.objects.exclude(pk__any_of=wanted)) == [made[1]]
+        assert set(Dataset.objects.filter(name__any_of=[d.name for d in made] * 200)) == set(made)
+        where, params = where_in("id", wanted)
+        table = Dataset._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT id FROM {table} WHERE {where} ORDER BY id", params)
+            assert [row[0] for row in cursor.fetchall()] == [made[0].pk, made[2].pk]
+    finally:
+        if lowered:
+            connection.connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, before)
