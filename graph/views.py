@@ -68,15 +68,17 @@ KIND_CHOICES = [
 
 
 def page(*methods: str, json_errors: bool = False) -> Callable[[View], View]:
-    """A lineage reader's page (sign-in, the role, GET unless ``methods`` say otherwise).
-    Bad input (ApiError) is answered with its status: the error page, or the API's JSON
-    error for what the page script fetches (``json_errors``), never a 500."""
+    """A lineage reader's page (sign-in, the role, GET unless ``methods`` say otherwise),
+    its every read from one lineage revision, as the API's (graph.revision.pinned). Bad
+    input (ApiError) is answered with its status: the error page, or the API's JSON error
+    for what the page script fetches (``json_errors``), never a 500."""
 
     def decorate(view: View) -> View:
         @wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             try:
-                return view(request, *args, **kwargs)
+                with revision.pinned():
+                    return view(request, *args, **kwargs)
             except ApiError as exc:
                 if json_errors:
                     return json_error(exc.message, exc.status_code, exc.field)
@@ -575,10 +577,7 @@ def dataset_runs_fragment(request: HttpRequest) -> HttpResponse:
 @page()
 def orphans_fragment(request: HttpRequest) -> HttpResponse:
     """Datasets that no current job reads: candidates for archiving."""
-    with revision.pinned():  # the retired jobs and the readers from one snapshot
-        found = cached(
-            ORPHANS_CACHE_KEY, lambda: queries.untouched(limit=50), ORPHANS_CACHE_SECONDS
-        )
+    found = cached(ORPHANS_CACHE_KEY, lambda: queries.untouched(limit=50), ORPHANS_CACHE_SECONDS)
     return render(request, "graph/_orphans.html", {"orphans": found.items, "total": found.total})
 
 
