@@ -12,6 +12,7 @@ import json
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from functools import wraps
@@ -68,8 +69,9 @@ KIND_CHOICES = [
 
 
 def page(*methods: str, json_errors: bool = False) -> Callable[[View], View]:
-    """A lineage reader's page (sign-in, the role, GET unless ``methods`` say otherwise),
-    its every read from one lineage revision, as the API's (graph.revision.pinned). Bad
+    """A lineage reader's page (sign-in, the role, GET unless ``methods`` say otherwise);
+    a GET reads from one lineage revision, as the API does (graph.revision.pinned; not a
+    POST, whose writes, and the tasks they run in this process, must see themselves). Bad
     input (ApiError) is answered with its status: the error page, or the API's JSON error
     for what the page script fetches (``json_errors``), never a 500."""
 
@@ -77,7 +79,7 @@ def page(*methods: str, json_errors: bool = False) -> Callable[[View], View]:
         @wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             try:
-                with revision.pinned():
+                with revision.pinned() if request.method == "GET" else nullcontext():
                     return view(request, *args, **kwargs)
             except ApiError as exc:
                 if json_errors:

@@ -581,6 +581,7 @@ def _excluded_datasets(as_of: datetime | None) -> npt.NDArray[np.int64]:
     return found
 
 
+@revision.pinned()  # every traversal and list of one search from one lineage revision
 def search_subject(
     kind: SubjectKind,
     identifiers: Sequence[Identifier],

@@ -408,3 +408,22 @@ def test_a_copy_a_hash_reaches_by_a_longer_path_is_scanned_for_digests():
     assert copy.masked is False
     steps = {s["name"]: s for s in erasure.plan_steps(found, dataset_links(found))}
     assert [c["masked"] for c in steps["t1"]["keyColumns"]] == [True]
+
+
+def test_a_search_reads_one_lineage_revision(shop, monkeypatch):
+    """Everything one search lists (the datasets it excludes, each identifier's reach) is
+    of one state of the lineage: the revision is read once."""
+    from graph import revision
+
+    reads = []
+    read = revision.read
+
+    def counted():
+        reads.append(1)
+        return read()
+
+    monkeypatch.setattr(revision, "read", counted)
+    kind = SubjectKind.objects.get(name="customer")
+    with time_machine.travel(NOW, tick=False):
+        found = search_subject(kind, [Identifier(0), Identifier(1, kind="email")])
+    assert found.all_hits and len(reads) == 1
