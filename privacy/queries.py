@@ -512,7 +512,7 @@ def _traverse(seeds: list[FieldInfo], as_of: datetime | None, depth: int | None)
 
 def _best_per_field(groups: list[_Group], extra: list[FieldInfo]) -> _Best:
     """Merge the traversals: each field keeps its strongest relation, then its nearest path;
-    masked when it is in every traversal that reaches it, hashed when in any."""
+    masked when it is in every traversal that reaches it so, hashed when in any."""
     parts = [
         (
             g.arrays.field,
@@ -527,23 +527,29 @@ def _best_per_field(groups: list[_Group], extra: list[FieldInfo]) -> _Best:
         )
         for i, g in enumerate(groups)
     ]
-    if extra:  # flagged by propagation, reached by nothing: derived, without a path
+    if extra:
+        # Flagged by propagation, reached by nothing: derived, without a path, so whether a
+        # path masks is unknown: it may hold pseudonyms (hashed, which a scan matches too).
         ids = np.asarray([f.id for f in extra], dtype=np.int64)
         none = np.full(ids.size, -1)
         datasets = np.asarray([f.dataset_id for f in extra], dtype=np.int64)
-        zero = np.zeros(ids.size, dtype=np.int64)
+        zero, one = np.zeros(ids.size, dtype=np.int64), np.ones(ids.size, dtype=np.int64)
         parts.append(
-            (ids, datasets, np.full(ids.size, _DERIVED_CODE), zero, none, zero, none, none, zero)
+            (ids, datasets, np.full(ids.size, _DERIVED_CODE), zero, none, zero, none, none, one)
         )
     if not parts:
         return _Best(*([_EMPTY] * 9))
     cols = [np.concatenate([p[i] for p in parts]).astype(np.int64) for i in range(9)]
     order = np.lexsort((cols[3], cols[2], cols[0]))
     sorted_cols = [c[order] for c in cols]
-    _, first = np.unique(sorted_cols[0], return_index=True)
+    _, first, counts = np.unique(sorted_cols[0], return_index=True, return_counts=True)
     best = [c[first] for c in sorted_cols]
-    best[5] = np.minimum.reduceat(sorted_cols[5], first) if first.size else best[5]
-    best[8] = np.maximum.reduceat(sorted_cols[8], first) if first.size else best[8]
+    if first.size:
+        # Masked when every traversal reaching it with its best relation masks (one that
+        # only aggregates into it says nothing of the values it holds).
+        as_best = sorted_cols[2] == np.repeat(best[2], counts)
+        best[5] = np.minimum.reduceat(np.where(as_best, sorted_cols[5], 1), first)
+        best[8] = np.maximum.reduceat(sorted_cols[8], first)
     return _Best(*best)
 
 
@@ -638,10 +644,12 @@ def search_subject(
         flagged += _placed(
             kind, {pk: (pii, False) for pk, pii in copies.items()}, as_of, excluded, copies
         )
+    # Copies propagation flagged that no walk reached, unless the walk was cut short (their
+    # distance is unknown, so ``depth`` cannot tell whether they are within it).
     extra_identifiers = {
         f.id: {i.index for i in identifiers if i.matches(f, node)}
         for f in flagged
-        if not f.declared and f.id not in reached
+        if not f.declared and f.id not in reached and depth is None
     }
     extra = [f for f in flagged if extra_identifiers.get(f.id)]
     best = _best_per_field(groups, extra)

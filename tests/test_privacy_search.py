@@ -410,6 +410,67 @@ def test_a_copy_a_hash_reaches_by_a_longer_path_is_scanned_for_digests():
     assert [c["masked"] for c in steps["t1"]["keyColumns"]] == [True]
 
 
+@pytest.mark.django_db
+def test_a_depth_limited_search_leaves_out_copies_beyond_it():
+    """t1.c is a hash of t0.c and t2.c a copy of t1.c: one job from t0, t2 is two. Its
+    flag came by propagation, which knows no distance; a search one job deep stops at t1."""
+    from catalog.models import PiiCategory
+    from tests.test_propagation import World, at
+
+    world = World(3)
+    world.declare(0, PiiCategory.IDENTIFIER, at(0))
+    world.open(0, 1, "TRANSFORMATION", True, at(1), None)
+    world.open(1, 2, "IDENTITY", False, at(1), None)
+    near = search_subject(world.kind, [Identifier(0)], depth=1)
+    assert {h.name: h.distance for h in near.datasets} == {"t0": 0, "t1": 1}
+    far = search_subject(world.kind, [Identifier(0)])
+    assert {h.name: h.distance for h in far.datasets} == {"t0": 0, "t1": 1, "t2": 2}
+
+
+@pytest.mark.django_db
+def test_a_copy_no_path_reaches_is_scanned_for_digests_too():
+    """t0 is hidden, so no walk starts there, but propagation flagged t1.c, a hash of its
+    column: listed without a path, whether it holds pseudonyms is unknown, so the erasure
+    plan matches the digests as well as the values."""
+    from catalog.models import PiiCategory
+    from privacy import erasure
+    from tests.test_propagation import World, at
+
+    world = World(2)
+    world.declare(0, PiiCategory.IDENTIFIER, at(0))
+    world.open(0, 1, "TRANSFORMATION", True, at(1), None)
+    hidden = world.fields[0].dataset
+    hidden.is_hidden = True
+    hidden.save()
+    found = search_subject(world.kind, [Identifier(0)])
+    assert [(h.name, h.relation) for h in found.datasets] == [("t1", "derived")]
+    steps = {s["name"]: s for s in erasure.plan_steps(found, dataset_links(found))}
+    assert [c["masked"] for c in steps["t1"]["keyColumns"]] == [True]
+
+
+@pytest.mark.django_db
+def test_a_hash_is_masked_though_another_identifier_only_aggregates_into_it():
+    """t2.c is a hash of t0.c (the customer id) and a count of t1.c (their email): it holds
+    pseudonyms only, whether the search names the email too or not."""
+    from catalog import actions as catalog_actions
+    from catalog.models import PiiCategory
+    from tests.test_propagation import STEWARD, World, at
+
+    world = World(3)
+    world.declare(0, PiiCategory.IDENTIFIER, at(0))
+    changes = {"pii_category": PiiCategory.EMAIL, "subject_kind": world.kind}
+    catalog_actions.update_field(world.fields[1], changes, STEWARD, at=at(0))
+    world.open(0, 2, "TRANSFORMATION", True, at(1), None)
+    world.open(1, 2, "AGGREGATION", False, at(1), None)
+    for identifiers in (
+        [Identifier(0, kind="identifier")],
+        [Identifier(0, kind="identifier"), Identifier(1, kind="email")],
+    ):
+        found = search_subject(world.kind, identifiers)
+        (copy,) = {h.name: h for h in found.datasets}["t2"].fields
+        assert (copy.masked, copy.hashed) == (True, True)
+
+
 def test_a_search_reads_one_lineage_revision(shop, monkeypatch):
     """Everything one search lists (the datasets it excludes, each identifier's reach) is
     of one state of the lineage: the revision is read once."""
