@@ -489,7 +489,10 @@ class _Batch:
                 old.last_seen = max(old.last_seen, at)
                 old.first_seen = min(old.first_seen, at)
                 self._close(old, at, "RENAMED", run_uuid)
-                old.alias_of_id = ds.pk
+                # Renamed more than once (created again in between): the newest rename says
+                # where the name went, whichever arrived last.
+                if self._newest(old, "renamedTo", ds.pk, at, event.fingerprint):
+                    old.alias_of_id = ds.pk
                 detail = f"RENAME from {ref.previous[0]}:{ref.previous[1]}"
             self._lifecycle_record(ds, at, detail)
         facets = ref.facets
@@ -871,8 +874,8 @@ class _Batch:
     def _sync_fields(self) -> None:
         """Make field rows a function of the dataset's schema versions, whatever their order.
 
-        Each field takes type, position and description from the newest version
-        holding it, is removed from the version after its last appearance, and
+        Each field takes type and position from the newest version holding it, and its
+        description from the newest one giving it one (an empty one gives none), is removed from the version after its last appearance, and
         was first seen at its earliest appearance. Fields known only from column
         lineage stay current unless the dataset's newest version closed it.
         """
@@ -886,10 +889,13 @@ class _Batch:
             versions = self._versions_of(dataset_id)
             newest: dict[str, tuple[int, int, dict[str, str]]] = {}
             earliest: dict[str, datetime] = {}
+            described: dict[str, str] = {}  # the newest description given (none: not given)
             for index, version in enumerate(versions):
                 for ordinal, spec in enumerate(version.fields):
                     newest[spec["name"]] = (index, ordinal, spec)
                     earliest.setdefault(spec["name"], version.created_at)
+                    if spec["description"]:
+                        described[spec["name"]] = spec["description"]
             if len(versions) > 2:  # a gap needs a version before, one without and one after
                 self.gaps[dataset_id] = field_gaps(
                     [(v.created_at, [spec["name"] for spec in v.fields]) for v in versions]
@@ -898,12 +904,9 @@ class _Batch:
                 row = self._field(dataset_id, name, earliest[name])
                 removed_at = versions[index + 1].created_at if index + 1 < len(versions) else None
                 description = row.description
-                if (
-                    spec["description"]
-                    and description != spec["description"]
-                    and not self._steward_edited(dataset_id, name)
-                ):
-                    description = spec["description"]
+                given = described.get(name, "")
+                if given and description != given and not self._steward_edited(dataset_id, name):
+                    description = given
                 first_seen = min(row.first_seen, earliest[name])
                 self._set_field(row, spec["type"], ordinal, description, removed_at, first_seen)
             closing = (

@@ -782,6 +782,29 @@ def rename_old_to_new(day: int) -> None:
     ingest(dataset_event(at(day), renamed))
 
 
+@pytest.mark.parametrize("newest_first", [False, True])
+def test_a_name_renamed_twice_points_at_its_newest_new_name_whatever_the_order(newest_first):
+    """ "old" became "new" on day 3; created again, it became "newer" on day 5 (then was
+    dropped on day 6). Where the name went is the newest rename's, in either order."""
+
+    def renamed(day: int, name: str) -> dict[str, Any]:
+        change = {
+            "lifecycleStateChange": "RENAME",
+            "previousIdentifier": {"namespace": PG, "name": "old"},
+        }
+        return dataset_event(at(day), dataset(name, lifecycleStateChange=change))
+
+    dropped = dataset_event(
+        at(6), dataset("old", lifecycleStateChange={"lifecycleStateChange": "DROP"})
+    )
+    ingest(*completed(1, 1, [dataset("src")], [dataset("old", schema=schema("id"))]))
+    events = [renamed(3, "new"), renamed(5, "newer"), dropped]
+    for event in reversed(events) if newest_first else events:
+        ingest(event)
+    old = Dataset.objects.select_related("alias_of").get(name="old")
+    assert old.alias_of is not None and old.alias_of.name == "newer"
+
+
 def test_a_renamed_table_keeps_its_declared_columns_and_its_copies_are_flagged():
     """old.id identifies customers; old is renamed new on day 3; a job copies new.id on
     day 5. The search finds the table under the name it had at each instant, and the copy."""
@@ -952,3 +975,22 @@ def test_a_persons_description_lineage_had_sent_before_the_rename_is_still_their
         ("", t(3), "stella", "orders as sold", "orders as sold"),
         ("email", t(3), "stella", "", "the buyer's address"),
     ]
+
+
+@pytest.mark.parametrize("batches", [[[0, 1, 2]], [[0], [1], [2]], [[2], [1], [0]], [[1], [2, 0]]])
+def test_a_columns_description_is_the_newest_one_given_however_events_are_batched(batches):
+    """Day 1 describes x "raw id", day 2 gives it no description (OpenLineage's is optional),
+    day 3 "customer id" for y only: x keeps "raw id", y has "customer id"."""
+
+    def described(day: int, **descriptions: str) -> dict[str, Any]:
+        fields = [
+            {"name": name, "type": "int", "description": descriptions.get(name, "")}
+            for name in ("x", "y")
+        ]
+        return dataset_event(at(day), dataset("a", schema={"fields": fields}))
+
+    events = [described(1, x="raw id"), described(2), described(3, y="customer id")]
+    for batch in batches:
+        ingest(*(events[n] for n in batch))
+    shown = dict(DatasetField.objects.filter(dataset__name="a").values_list("name", "description"))
+    assert shown == {"x": "raw id", "y": "customer id"}
