@@ -1776,6 +1776,15 @@ def _lifecycle(ds: Dataset) -> LifecycleState:
     return LifecycleState.ACTIVE
 
 
+# The attributes lineage sets from a dataset facet, and the facet.
+FROM_FACET = {
+    "description": "documentation",
+    "platform": "dataSource",
+    "source_name": "dataSource",
+    "storage_format": "storage",
+}
+
+
 def _move_facts(twin: Dataset, survivor: Dataset) -> None:
     """The twin's owners, tags, taints, history, descriptions and subscriptions, to the
     survivor; where what the two histories now say differs from what the merge kept, a
@@ -1802,6 +1811,11 @@ def _move_facts(twin: Dataset, survivor: Dataset) -> None:
     graph_models.Taint.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)
     Dataset.objects.filter(alias_of_id=twin.pk).update(alias_of_id=survivor.pk)
     DatasetAlias.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)
+    twin_newer = {
+        facet
+        for facet, value in twin.lineage_facets.items()
+        if str(value.get("at", "")) > str((survivor.lineage_facets.get(facet) or {}).get("at", ""))
+    }
     for attribute in (
         "description",
         "sensitivity",
@@ -1811,8 +1825,17 @@ def _move_facts(twin: Dataset, survivor: Dataset) -> None:
         "source_name",
         "retention_policy_id",
     ):
-        if not getattr(survivor, attribute):
-            setattr(survivor, attribute, getattr(twin, attribute))
+        # What lineage sets from a facet is the newest facet's, as under one name; the rest
+        # is the survivor's unless it has none.
+        theirs = getattr(twin, attribute)
+        if theirs and (not getattr(survivor, attribute) or FROM_FACET.get(attribute) in twin_newer):
+            setattr(survivor, attribute, theirs)
+    # Nor does lineage overrule a person's description, whichever name they wrote it under.
+    people = ChangeRecord.objects.filter(
+        dataset_id=survivor.pk, field_name="", attribute="description", source__in=PEOPLES_SAY
+    )
+    if (wrote := people.order_by("at", "id").last()) is not None:
+        survivor.description = wrote.new or ""
     for facet, value in twin.lineage_facets.items():
         mine = survivor.lineage_facets.get(facet)
         if mine is None or str(value.get("at", "")) > str(mine.get("at", "")):

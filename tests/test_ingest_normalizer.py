@@ -994,3 +994,54 @@ def test_a_columns_description_is_the_newest_one_given_however_events_are_batche
         ingest(*(events[n] for n in batch))
     shown = dict(DatasetField.objects.filter(dataset__name="a").values_list("name", "description"))
     assert shown == {"x": "raw id", "y": "customer id"}
+
+
+@pytest.mark.parametrize("twin_first", [False, True])
+def test_twins_merged_show_the_newest_documentation_whichever_name_came_first(
+    twin_first, django_capture_on_commit_callbacks
+):
+    """shop.orders (documented on day 1) names raw.orders as its symlink; raw.orders was
+    documented on day 2. Sent first, raw.orders is a dataset of its own until the merge: the
+    table then shows day 2's description either way."""
+    symlink = {
+        "identifiers": [{"namespace": "hive://ms:9083", "name": "raw.orders", "type": "TABLE"}]
+    }
+    main = dataset_event(
+        at(1), dataset("shop.orders", documentation={"description": "old text"}, symlinks=symlink)
+    )
+    twin = dataset_event(
+        at(2), dataset("raw.orders", ns="hive://ms:9083", documentation={"description": "new text"})
+    )
+    for event in (twin, main) if twin_first else (main, twin):
+        with django_capture_on_commit_callbacks(execute=True):
+            ingest(event)
+    (table,) = Dataset.objects.all()
+    assert (table.name, table.description) == ("shop.orders", "new text")
+
+
+def test_twins_merged_keep_a_persons_description_over_newer_documentation(
+    django_capture_on_commit_callbacks,
+):
+    """A steward described shop.orders; raw.orders, documented later, turns out to be its
+    symlink: the merged table keeps what the person wrote."""
+    symlink = {
+        "identifiers": [{"namespace": "hive://ms:9083", "name": "raw.orders", "type": "TABLE"}]
+    }
+    events = [
+        dataset_event(at(1), dataset("shop.orders", documentation={"description": "old text"})),
+        dataset_event(
+            at(2),
+            dataset("raw.orders", ns="hive://ms:9083", documentation={"description": "new text"}),
+        ),
+        dataset_event(at(3), dataset("shop.orders", symlinks=symlink)),
+    ]
+    ingest(events[0])
+    stella = catalog_actions.Actor(name="stella")
+    catalog_actions.update_dataset(
+        Dataset.objects.get(name="shop.orders"), {"description": "orders as sold"}, stella
+    )
+    for event in events[1:]:
+        with django_capture_on_commit_callbacks(execute=True):
+            ingest(event)
+    (table,) = Dataset.objects.all()
+    assert (table.name, table.description) == ("shop.orders", "orders as sold")
