@@ -225,7 +225,7 @@ def field_flags(
     """The flag each field shows now (from its columns) or as of an instant (from history)."""
     if as_of is not None:
         return flags_as_of([f.pk for f in fields], as_of)
-    sources = _reached([f.pk for f in fields], None)
+    sources = propagated_sources([f.pk for f in fields], None)
     names = _names({s for found in sources.values() for s, _ in found})
     return {f.pk: _current(f, sources.get(f.pk, []), names) for f in fields}
 
@@ -239,7 +239,7 @@ def flags_as_of(
     A field propagation reached then was neither declared nor blocked then (``reach`` stops
     at both), so only the other fields' own history is read, and the sources'."""
     ids = sorted(set(field_ids))
-    sources = _reached(ids, as_of)
+    sources = propagated_sources(ids, as_of)
     all_sources = {s for found in sources.values() for s, _ in found}
     names = _names(all_sources) if named else {}
     lines = timelines([*(pk for pk in ids if pk not in sources), *all_sources])
@@ -308,7 +308,9 @@ def copied_flags_as_of(
     return found
 
 
-def _reached(ids: Sequence[int], as_of: datetime | None) -> dict[int, list[tuple[int, bool]]]:
+def propagated_sources(
+    ids: Sequence[int], as_of: datetime | None
+) -> dict[int, list[tuple[int, bool]]]:
     """(source, masked) of each field's propagated rows, current or valid at ``as_of``."""
     window, params = "valid_to IS NULL", []
     if as_of is not None:

@@ -34,7 +34,7 @@ from django.db import connection
 from django.db.models import Count, Q, QuerySet
 
 from catalog.auth import SEARCH_SUBJECTS, VIEW_AUDIT, has_perm
-from catalog.flags import chunks, timelines, union_kinds
+from catalog.flags import chunks, propagated_sources, timelines, union_kinds
 from catalog.lookups import where_in
 from catalog.models import (
     ChangeRecord,
@@ -510,9 +510,13 @@ def _traverse(seeds: list[FieldInfo], as_of: datetime | None, depth: int | None)
     return _Group([], FieldReach(snap, arrays), arrays, codes)
 
 
-def _best_per_field(groups: list[_Group], extra: list[FieldInfo]) -> _Best:
+def _best_per_field(
+    groups: list[_Group], extra: list[FieldInfo], sources: dict[int, list[tuple[int, bool]]]
+) -> _Best:
     """Merge the traversals: each field keeps its strongest relation, then its nearest path;
-    masked when it is in every traversal that reaches it so, hashed when in any."""
+    masked when every traversal reaching it so masks, hashed when one does. ``extra``:
+    fields no traversal reaches, masked and hashed by their propagated flags' ``sources``
+    ((source, masked) each)."""
     parts = [
         (
             g.arrays.field,
@@ -527,15 +531,26 @@ def _best_per_field(groups: list[_Group], extra: list[FieldInfo]) -> _Best:
         )
         for i, g in enumerate(groups)
     ]
-    if extra:
-        # Flagged by propagation, reached by nothing: derived, without a path, so whether a
-        # path masks is unknown: it may hold pseudonyms (hashed, which a scan matches too).
+    if extra:  # flagged by propagation, reached by nothing: derived, without a path
         ids = np.asarray([f.id for f in extra], dtype=np.int64)
         none = np.full(ids.size, -1)
         datasets = np.asarray([f.dataset_id for f in extra], dtype=np.int64)
-        zero, one = np.zeros(ids.size, dtype=np.int64), np.ones(ids.size, dtype=np.int64)
+        zero = np.zeros(ids.size, dtype=np.int64)
+        masks = [[masked for _, masked in sources.get(f.id, [])] for f in extra]
+        masked = np.asarray([bool(m) and all(m) for m in masks], dtype=np.int64)
+        hashed = np.asarray([any(m) for m in masks], dtype=np.int64)
         parts.append(
-            (ids, datasets, np.full(ids.size, _DERIVED_CODE), zero, none, zero, none, none, one)
+            (
+                ids,
+                datasets,
+                np.full(ids.size, _DERIVED_CODE),
+                zero,
+                none,
+                masked,
+                none,
+                none,
+                hashed,
+            )
         )
     if not parts:
         return _Best(*([_EMPTY] * 9))
@@ -545,11 +560,11 @@ def _best_per_field(groups: list[_Group], extra: list[FieldInfo]) -> _Best:
     _, first, counts = np.unique(sorted_cols[0], return_index=True, return_counts=True)
     best = [c[first] for c in sorted_cols]
     if first.size:
-        # Masked when every traversal reaching it with its best relation masks (one that
-        # only aggregates into it says nothing of the values it holds).
+        # Of the traversals reaching it with its best relation only (one that only
+        # aggregates into a copy says nothing of the values it holds).
         as_best = sorted_cols[2] == np.repeat(best[2], counts)
         best[5] = np.minimum.reduceat(np.where(as_best, sorted_cols[5], 1), first)
-        best[8] = np.maximum.reduceat(sorted_cols[8], first)
+        best[8] = np.maximum.reduceat(np.where(as_best, sorted_cols[8], 0), first)
     return _Best(*best)
 
 
@@ -626,6 +641,7 @@ def search_subject(
 
     matches: list[IdentifierMatch] = []
     groups_by_seeds: dict[frozenset[int], _Group] = {}
+    seeds_of: dict[frozenset[int], list[FieldInfo]] = {}
     picked = [[f for f in declared if i.matches(f, node)] for i in identifiers]
     names.update(load_dataset_names(f.dataset_id for seeds in picked for f in seeds[:SHOWN_SEEDS]))
     for identifier, seeds in zip(identifiers, picked, strict=True):
@@ -634,7 +650,7 @@ def search_subject(
         if seeds:
             key = frozenset(f.id for f in seeds)
             if key not in groups_by_seeds:
-                groups_by_seeds[key] = _traverse(seeds, as_of, depth)
+                groups_by_seeds[key], seeds_of[key] = _traverse(seeds, as_of, depth), seeds
             groups_by_seeds[key].indexes.append(identifier.index)
     groups = list(groups_by_seeds.values())
     reached = set().union(*(set(g.arrays.field.tolist()) for g in groups)) if groups else set()
@@ -644,15 +660,19 @@ def search_subject(
         flagged += _placed(
             kind, {pk: (pii, False) for pk, pii in copies.items()}, as_of, excluded, copies
         )
-    # Copies propagation flagged that no walk reached, unless the walk was cut short (their
-    # distance is unknown, so ``depth`` cannot tell whether they are within it).
+    # Copies propagation flagged that no walk reached: listed without a path, but for those
+    # beyond ``depth`` (a walk without it reaches them).
+    unreached = [f for f in flagged if not f.declared and f.id not in reached]
+    if depth is not None and unreached:
+        beyond: set[int] = set()
+        for seeds in seeds_of.values():
+            beyond.update(_traverse(seeds, as_of, None).arrays.field.tolist())
+        unreached = [f for f in unreached if f.id not in beyond]
     extra_identifiers = {
-        f.id: {i.index for i in identifiers if i.matches(f, node)}
-        for f in flagged
-        if not f.declared and f.id not in reached and depth is None
+        f.id: {i.index for i in identifiers if i.matches(f, node)} for f in unreached
     }
-    extra = [f for f in flagged if extra_identifiers.get(f.id)]
-    best = _best_per_field(groups, extra)
+    extra = [f for f in unreached if extra_identifiers[f.id]]
+    best = _best_per_field(groups, extra, propagated_sources([f.id for f in extra], as_of))
 
     # Per dataset: the best of its fields, or a dataset-level dependency (aggregate).
     ds_parts = [(best.dataset, best.code, best.dist, best.field, np.full(best.field.size, -1))]

@@ -428,10 +428,11 @@ def test_a_depth_limited_search_leaves_out_copies_beyond_it():
 
 
 @pytest.mark.django_db
-def test_a_copy_no_path_reaches_is_scanned_for_digests_too():
+@pytest.mark.parametrize("depth", [None, 1, 10])
+def test_a_copy_no_path_reaches_is_listed_masked_as_its_flag_says(depth):
     """t0 is hidden, so no walk starts there, but propagation flagged t1.c, a hash of its
-    column: listed without a path, whether it holds pseudonyms is unknown, so the erasure
-    plan matches the digests as well as the values."""
+    column: listed without a path, at any depth (none is known), masked as its propagated
+    flag says, and the erasure plan matches the digests."""
     from catalog.models import PiiCategory
     from privacy import erasure
     from tests.test_propagation import World, at
@@ -442,16 +443,28 @@ def test_a_copy_no_path_reaches_is_scanned_for_digests_too():
     hidden = world.fields[0].dataset
     hidden.is_hidden = True
     hidden.save()
-    found = search_subject(world.kind, [Identifier(0)])
+    found = search_subject(world.kind, [Identifier(0)], depth=depth)
     assert [(h.name, h.relation) for h in found.datasets] == [("t1", "derived")]
+    (copy,) = found.datasets[0].fields
+    assert (copy.masked, copy.hashed) == (True, True)
     steps = {s["name"]: s for s in erasure.plan_steps(found, dataset_links(found))}
     assert [c["masked"] for c in steps["t1"]["keyColumns"]] == [True]
 
 
 @pytest.mark.django_db
-def test_a_hash_is_masked_though_another_identifier_only_aggregates_into_it():
-    """t2.c is a hash of t0.c (the customer id) and a count of t1.c (their email): it holds
-    pseudonyms only, whether the search names the email too or not."""
+@pytest.mark.parametrize(
+    ("id_path", "email_path", "masked"),
+    [
+        (("TRANSFORMATION", True), ("AGGREGATION", False), True),
+        (("IDENTITY", False), ("AGGREGATION", True), False),
+    ],
+)
+def test_what_another_identifier_only_aggregates_into_a_copy_says_nothing_of_its_values(
+    id_path: tuple[str, bool], email_path: tuple[str, bool], masked: bool
+):
+    """t2.c is a hash (or a copy) of t0.c, the customer id, and a count of t1.c, their email
+    (or of its hash): masked and hashed by its own path only, whether the search names the
+    email too or not."""
     from catalog import actions as catalog_actions
     from catalog.models import PiiCategory
     from tests.test_propagation import STEWARD, World, at
@@ -460,31 +473,21 @@ def test_a_hash_is_masked_though_another_identifier_only_aggregates_into_it():
     world.declare(0, PiiCategory.IDENTIFIER, at(0))
     changes = {"pii_category": PiiCategory.EMAIL, "subject_kind": world.kind}
     catalog_actions.update_field(world.fields[1], changes, STEWARD, at=at(0))
-    world.open(0, 2, "TRANSFORMATION", True, at(1), None)
-    world.open(1, 2, "AGGREGATION", False, at(1), None)
+    world.open(0, 2, id_path[0], id_path[1], at(1), None)
+    world.open(1, 2, email_path[0], email_path[1], at(1), None)
     for identifiers in (
         [Identifier(0, kind="identifier")],
         [Identifier(0, kind="identifier"), Identifier(1, kind="email")],
     ):
         found = search_subject(world.kind, identifiers)
         (copy,) = {h.name: h for h in found.datasets}["t2"].fields
-        assert (copy.masked, copy.hashed) == (True, True)
+        assert (copy.masked, copy.hashed) == (masked, masked)
 
 
-def test_a_search_reads_one_lineage_revision(shop, monkeypatch):
+def test_a_search_reads_one_lineage_revision(shop, revision_reads):
     """Everything one search lists (the datasets it excludes, each identifier's reach) is
     of one state of the lineage: the revision is read once."""
-    from graph import revision
-
-    reads = []
-    read = revision.read
-
-    def counted():
-        reads.append(1)
-        return read()
-
-    monkeypatch.setattr(revision, "read", counted)
     kind = SubjectKind.objects.get(name="customer")
     with time_machine.travel(NOW, tick=False):
         found = search_subject(kind, [Identifier(0), Identifier(1, kind="email")])
-    assert found.all_hits and len(reads) == 1
+    assert found.all_hits and len(revision_reads) == 1
