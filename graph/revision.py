@@ -332,8 +332,12 @@ def pinned() -> Iterator[None]:
     """Within the block, every :func:`current` returns the revision first read in it.
 
     One read per request: the table snapshot, the column snapshot and the node
-    cache then agree on one revision instead of each reading it.
+    cache then agree on one revision instead of each reading it. Within another, it is
+    that one.
     """
+    if _pinned.get() is not None:
+        yield
+        return
     token = _pinned.set([])
     try:
         yield

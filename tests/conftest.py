@@ -236,3 +236,19 @@ def _fresh_cache() -> Iterator[None]:
     directory.reset()
     docfile.reset()
     yield
+
+
+@pytest.fixture
+def revision_reads(monkeypatch):
+    """The reads of the change log's revision so far (graph.revision.read), as a list."""
+    from graph import revision
+
+    reads: list[object] = []
+    read = revision.read
+
+    def counted():
+        reads.append(found := read())
+        return found
+
+    monkeypatch.setattr(revision, "read", counted)
+    return reads
