@@ -2,8 +2,9 @@
 
 ``IN (%s, %s, …)`` with thousands of values costs milliseconds of client-side
 query building per statement; ``= ANY(%s)`` is one parameter. On SQLite, where
-a list of parameters fails past its limit (32,766 in a stock build), ints and
-strings go as one JSON array, read by ``json_each``.
+a list of parameters fails past its limit (32,766 in a stock build), values
+Django sends as ints or text (UUIDs too) go as one JSON array, read by
+``json_each``.
 
 Django binds parameters on the client, where psycopg quotes a list element by
 element in Python (5 ms for 10,000 ids). Integers, UUIDs and strings compared

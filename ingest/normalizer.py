@@ -874,8 +874,9 @@ class _Batch:
     def _sync_fields(self) -> None:
         """Make field rows a function of the dataset's schema versions, whatever their order.
 
-        Each field takes type and position from the newest version holding it, and its
-        description from the newest one giving it one (an empty one gives none), is removed from the version after its last appearance, and
+        Each field takes type and position from the newest version holding it, and
+        its description from the newest one giving it one (an empty one gives none),
+        is removed from the version after its last appearance, and
         was first seen at its earliest appearance. Fields known only from column
         lineage stay current unless the dataset's newest version closed it.
         """
@@ -1776,10 +1777,9 @@ def _lifecycle(ds: Dataset) -> LifecycleState:
     return LifecycleState.ACTIVE
 
 
-# The attributes lineage sets from a dataset facet, and the facet.
+# The attributes a dataset facet sets whatever it says, and the facet.
 FROM_FACET = {
     "description": "documentation",
-    "platform": "dataSource",
     "source_name": "dataSource",
     "storage_format": "storage",
 }
@@ -1827,9 +1827,8 @@ def _move_facts(twin: Dataset, survivor: Dataset) -> None:
     ):
         # What lineage sets from a facet is the newest facet's, as under one name; the rest
         # is the survivor's unless it has none.
-        theirs = getattr(twin, attribute)
-        if theirs and (not getattr(survivor, attribute) or FROM_FACET.get(attribute) in twin_newer):
-            setattr(survivor, attribute, theirs)
+        if FROM_FACET.get(attribute) in twin_newer or not getattr(survivor, attribute):
+            setattr(survivor, attribute, getattr(twin, attribute))
     # Nor does lineage overrule a person's description, whichever name they wrote it under.
     people = ChangeRecord.objects.filter(
         dataset_id=survivor.pk, field_name="", attribute="description", source__in=PEOPLES_SAY
@@ -1837,6 +1836,8 @@ def _move_facts(twin: Dataset, survivor: Dataset) -> None:
     if (wrote := people.order_by("at", "id").last()) is not None:
         survivor.description = wrote.new or ""
     for facet, value in twin.lineage_facets.items():
+        if facet == "renamedTo":  # where the twin's name went (its alias pointers, above)
+            continue
         mine = survivor.lineage_facets.get(facet)
         if mine is None or str(value.get("at", "")) > str(mine.get("at", "")):
             survivor.lineage_facets[facet] = value
@@ -1856,6 +1857,7 @@ def _move_facts(twin: Dataset, survivor: Dataset) -> None:
     survivor.is_hidden = survivor.is_hidden and twin.is_hidden
     if survivor.alias_of_id == twin.pk:
         survivor.alias_of_id = None
+        survivor.lineage_facets.pop("renamedTo", None)
     survivor.save()
     merged = _dataset_said(survivor)
     for attribute, before in held.items():

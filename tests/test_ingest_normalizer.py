@@ -945,8 +945,8 @@ def test_what_a_person_wrote_of_a_renamed_table_stays_theirs_under_the_new_name(
 def test_a_persons_description_lineage_had_sent_before_the_rename_is_still_theirs():
     """Lineage documented the new name with the very text a person wrote under the old one,
     before the rename: from the rename on the text is the person's, the history says so, and
-    a later documentation facet does not overrule it. (A schema's column descriptions keep no history, so the
-    column's record starts from nothing.)"""
+    a later documentation facet does not overrule it. (A schema's column descriptions keep
+    no history, so the column's record starts from nothing.)"""
     ingest(*completed(1, 1, [dataset("src")], [dataset("old", schema=schema("id", "email"))]))
     stella = catalog_actions.Actor(name="stella")
     catalog_actions.update_dataset(
@@ -996,27 +996,57 @@ def test_a_columns_description_is_the_newest_one_given_however_events_are_batche
     assert shown == {"x": "raw id", "y": "customer id"}
 
 
+# shop.orders's symlink: its name in the Hive metastore.
+SYMLINK = {"identifiers": [{"namespace": "hive://ms:9083", "name": "raw.orders", "type": "TABLE"}]}
+
+
 @pytest.mark.parametrize("twin_first", [False, True])
+@pytest.mark.parametrize("newer", ["new text", ""])
 def test_twins_merged_show_the_newest_documentation_whichever_name_came_first(
-    twin_first, django_capture_on_commit_callbacks
+    twin_first, newer, django_capture_on_commit_callbacks
 ):
     """shop.orders (documented on day 1) names raw.orders as its symlink; raw.orders was
-    documented on day 2. Sent first, raw.orders is a dataset of its own until the merge: the
-    table then shows day 2's description either way."""
-    symlink = {
-        "identifiers": [{"namespace": "hive://ms:9083", "name": "raw.orders", "type": "TABLE"}]
-    }
+    documented on day 2 (maybe as nothing). Sent first, raw.orders is a dataset of its own
+    until the merge: the table then shows day 2's description either way."""
     main = dataset_event(
-        at(1), dataset("shop.orders", documentation={"description": "old text"}, symlinks=symlink)
+        at(1), dataset("shop.orders", documentation={"description": "old text"}, symlinks=SYMLINK)
     )
     twin = dataset_event(
-        at(2), dataset("raw.orders", ns="hive://ms:9083", documentation={"description": "new text"})
+        at(2), dataset("raw.orders", ns="hive://ms:9083", documentation={"description": newer})
     )
     for event in (twin, main) if twin_first else (main, twin):
         with django_capture_on_commit_callbacks(execute=True):
             ingest(event)
     (table,) = Dataset.objects.all()
-    assert (table.name, table.description) == ("shop.orders", "new text")
+    assert (table.name, table.description) == ("shop.orders", newer)
+
+
+def test_a_twins_rename_does_not_stand_for_the_table_it_merged_into(
+    django_capture_on_commit_callbacks,
+):
+    """raw.orders was renamed raw.orders_v1 on day 5; shop.orders, whose symlink it is
+    (sent on day 1), was renamed shop.orders_v2 on day 3, sent after the merge: shop.orders
+    went to shop.orders_v2, which the twin's later rename does not hide."""
+
+    def renamed(day: int, old: tuple[str, str], name: str) -> dict[str, Any]:
+        change = {
+            "lifecycleStateChange": "RENAME",
+            "previousIdentifier": {"namespace": old[0], "name": old[1]},
+        }
+        return dataset_event(at(day), dataset(name, ns=old[0], lifecycleStateChange=change))
+
+    hive = "hive://ms:9083"
+    events = [
+        dataset_event(at(2), dataset("raw.orders", ns=hive)),
+        renamed(5, (hive, "raw.orders"), "raw.orders_v1"),
+        dataset_event(at(1), dataset("shop.orders", symlinks=SYMLINK)),
+        renamed(3, (PG, "shop.orders"), "shop.orders_v2"),
+    ]
+    for event in events:
+        with django_capture_on_commit_callbacks(execute=True):
+            ingest(event)
+    table = Dataset.objects.select_related("alias_of").get(name="shop.orders")
+    assert table.alias_of is not None and table.alias_of.name == "shop.orders_v2"
 
 
 def test_twins_merged_keep_a_persons_description_over_newer_documentation(
@@ -1024,16 +1054,13 @@ def test_twins_merged_keep_a_persons_description_over_newer_documentation(
 ):
     """A steward described shop.orders; raw.orders, documented later, turns out to be its
     symlink: the merged table keeps what the person wrote."""
-    symlink = {
-        "identifiers": [{"namespace": "hive://ms:9083", "name": "raw.orders", "type": "TABLE"}]
-    }
     events = [
         dataset_event(at(1), dataset("shop.orders", documentation={"description": "old text"})),
         dataset_event(
             at(2),
             dataset("raw.orders", ns="hive://ms:9083", documentation={"description": "new text"}),
         ),
-        dataset_event(at(3), dataset("shop.orders", symlinks=symlink)),
+        dataset_event(at(3), dataset("shop.orders", symlinks=SYMLINK)),
     ]
     ingest(events[0])
     stella = catalog_actions.Actor(name="stella")
