@@ -893,6 +893,18 @@ def test_a_renamed_table_keeps_its_owners_retention_and_description():
     assert not Dataset.objects.get(name="new").ownerships.exists()
 
 
+def a_person_describes_old() -> catalog_actions.Actor:
+    """ "old" (id, email) is written on day 1; on day 2 stella describes it and its email."""
+    ingest(*completed(1, 1, [dataset("src")], [dataset("old", schema=schema("id", "email"))]))
+    stella = catalog_actions.Actor(name="stella")
+    catalog_actions.update_dataset(
+        Dataset.objects.get(name="old"), {"description": "orders as sold"}, stella, at=t(2)
+    )
+    email = DatasetField.objects.get(dataset__name="old", name="email")
+    catalog_actions.update_field(email, {"description": "the buyer's address"}, stella, at=t(2))
+    return stella
+
+
 @pytest.mark.parametrize(
     ("rename_first", "documented"),
     [(True, "loaded by etl"), (False, "loaded by etl"), (False, "orders as sold")],
@@ -905,13 +917,7 @@ def test_what_a_person_wrote_of_a_renamed_table_stays_theirs_under_the_new_name(
     it, as they would to one written under the new name, whichever event came first."""
     from catalog.queries import dataset_state_as_of
 
-    ingest(*completed(1, 1, [dataset("src")], [dataset("old", schema=schema("id", "email"))]))
-    stella = catalog_actions.Actor(name="stella")
-    catalog_actions.update_dataset(
-        Dataset.objects.get(name="old"), {"description": "orders as sold"}, stella, at=t(2)
-    )
-    email = DatasetField.objects.get(dataset__name="old", name="email")
-    catalog_actions.update_field(email, {"description": "the buyer's address"}, stella, at=t(2))
+    stella = a_person_describes_old()
     documented = dataset(
         "new",
         schema={"fields": [{"name": "email", "type": "string", "description": "raw"}]},
@@ -947,13 +953,7 @@ def test_a_persons_description_lineage_had_sent_before_the_rename_is_still_their
     before the rename: from the rename on the text is the person's, the history says so, and
     a later documentation facet does not overrule it. (A schema's column descriptions keep
     no history, so the column's record starts from nothing.)"""
-    ingest(*completed(1, 1, [dataset("src")], [dataset("old", schema=schema("id", "email"))]))
-    stella = catalog_actions.Actor(name="stella")
-    catalog_actions.update_dataset(
-        Dataset.objects.get(name="old"), {"description": "orders as sold"}, stella, at=t(2)
-    )
-    email = DatasetField.objects.get(dataset__name="old", name="email")
-    catalog_actions.update_field(email, {"description": "the buyer's address"}, stella, at=t(2))
+    a_person_describes_old()
 
     def load(n, day, text, column):
         documented = dataset(
