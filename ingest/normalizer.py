@@ -1790,6 +1790,15 @@ def _move_facts(twin: Dataset, survivor: Dataset) -> None:
     survivor; where what the two histories now say differs from what the merge kept, a
     record of the merge."""
     held = _dataset_said(survivor)
+    # Which of the two names a person described (lineage does not overrule them).
+    described = set(
+        ChangeRecord.objects.filter(
+            dataset_id__in=[twin.pk, survivor.pk],
+            field_name="",
+            attribute="description",
+            source__in=PEOPLES_SAY,
+        ).values_list("dataset_id", flat=True)
+    )
     ChangeRecord.objects.filter(dataset_id=twin.pk).update(dataset_id=survivor.pk)
 
     # Whoever was told of the twin is told of the table (the twin's row goes, and with it
@@ -1825,16 +1834,15 @@ def _move_facts(twin: Dataset, survivor: Dataset) -> None:
         "source_name",
         "retention_policy_id",
     ):
-        # What lineage sets from a facet is the newest facet's, as under one name; the rest
-        # is the survivor's unless it has none.
-        if FROM_FACET.get(attribute) in twin_newer or not getattr(survivor, attribute):
+        # A description a person wrote is the survivor's, else the twin's. What lineage sets
+        # from a facet is the newest facet's, as under one name; the rest is the survivor's
+        # unless it has none.
+        if attribute == "description" and described:
+            theirs = survivor.pk not in described
+        else:
+            theirs = FROM_FACET.get(attribute) in twin_newer or not getattr(survivor, attribute)
+        if theirs:
             setattr(survivor, attribute, getattr(twin, attribute))
-    # Nor does lineage overrule a person's description, whichever name they wrote it under.
-    people = ChangeRecord.objects.filter(
-        dataset_id=survivor.pk, field_name="", attribute="description", source__in=PEOPLES_SAY
-    )
-    if (wrote := people.order_by("at", "id").last()) is not None:
-        survivor.description = wrote.new or ""
     for facet, value in twin.lineage_facets.items():
         if facet == "renamedTo":  # where the twin's name went (its alias pointers, above)
             continue

@@ -1049,26 +1049,25 @@ def test_a_twins_rename_does_not_stand_for_the_table_it_merged_into(
     assert table.alias_of is not None and table.alias_of.name == "shop.orders_v2"
 
 
-def test_twins_merged_keep_a_persons_description_over_newer_documentation(
-    django_capture_on_commit_callbacks,
+@pytest.mark.parametrize("described", ["shop.orders", "raw.orders"])
+def test_twins_merged_keep_a_persons_description_over_lineages(
+    described, django_capture_on_commit_callbacks
 ):
-    """A steward described shop.orders; raw.orders, documented later, turns out to be its
-    symlink: the merged table keeps what the person wrote."""
-    events = [
-        dataset_event(at(1), dataset("shop.orders", documentation={"description": "old text"})),
-        dataset_event(
-            at(2),
-            dataset("raw.orders", ns="hive://ms:9083", documentation={"description": "new text"}),
-        ),
-        dataset_event(at(3), dataset("shop.orders", symlinks=SYMLINK)),
-    ]
-    ingest(events[0])
+    """A steward described shop.orders (or raw.orders), and lineage documented the other
+    name last; then raw.orders turns out to be shop.orders's symlink: the merged table
+    keeps what the person wrote."""
+    hive = "hive://ms:9083"
+    names = {"shop.orders": PG, "raw.orders": hive}
+    for day, name in enumerate(names, start=1):
+        ingest(dataset_event(at(day), dataset(name, ns=names[name])))
     stella = catalog_actions.Actor(name="stella")
     catalog_actions.update_dataset(
-        Dataset.objects.get(name="shop.orders"), {"description": "orders as sold"}, stella
+        Dataset.objects.get(name=described), {"description": "orders as sold"}, stella
     )
-    for event in events[1:]:
-        with django_capture_on_commit_callbacks(execute=True):
-            ingest(event)
+    (other,) = set(names) - {described}
+    documented = dataset(other, ns=names[other], documentation={"description": "loaded by etl"})
+    ingest(dataset_event(at(3), documented))
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest(dataset_event(at(4), dataset("shop.orders", symlinks=SYMLINK)))
     (table,) = Dataset.objects.all()
     assert (table.name, table.description) == ("shop.orders", "orders as sold")
