@@ -86,6 +86,20 @@ def _record(
 ) -> ChangeRecord | None:
     if old == new:
         return None
+    return record_change(actor, dataset, attribute, old, new, at, field_name)
+
+
+def record_change(
+    actor: Actor,
+    dataset: Dataset,
+    attribute: str,
+    old: Any,
+    new: Any,
+    at: datetime,
+    field_name: str = "",
+) -> ChangeRecord:
+    """A history record: ``actor`` set ``attribute`` from ``old`` to ``new`` at ``at`` (even
+    to the value it had, where who said it is what changed)."""
     return ChangeRecord.objects.create(
         at=at,
         actor=actor.user,

@@ -1704,18 +1704,9 @@ def _carry_description(
     type(target).objects.filter(pk=target.pk).update(description=before)
     if not update(target, {"description": value}, wrote[name], at=at):
         # Lineage had said the same before: the record still says it is the person's now.
-        actor = wrote[name]
-        ChangeRecord.objects.create(
-            at=at or timezone.now(),
-            actor=actor.user,
-            actor_name=actor.display,
-            source=actor.source,
-            dataset_id=dataset_id,
-            field_name=name,
-            attribute="description",
-            old=before,
-            new=value,
-        )
+        dataset = target.dataset if isinstance(target, DatasetField) else target
+        at = at or timezone.now()
+        catalog_actions.record_change(wrote[name], dataset, "description", before, value, at, name)
 
 
 def _carry_attributes(
