@@ -95,7 +95,7 @@ def subject_fields(
     (``excluded``: those datasets' ids, when the caller has them).
     """
     if excluded is None:
-        excluded = _excluded_datasets(as_of)
+        excluded = _unlisted_datasets(as_of).all
     if as_of is None:
         gone = set(excluded.tolist())
         rows = _field_rows("subject_kind_id = %s AND removed_at IS NULL ORDER BY id", [kind.pk])
@@ -568,37 +568,48 @@ def _best_per_field(
     return _Best(*best)
 
 
-_EXCLUDED: dict[str, tuple[Any, npt.NDArray[np.int64]]] = {}
+class _Unlisted(NamedTuple):
+    """The datasets a search never lists (``all``, sorted ids): hidden ones, and ``absent``
+    ones (not yet seen, dropped or renamed away)."""
+
+    all: npt.NDArray[np.int64]
+    absent: npt.NDArray[np.int64]
 
 
-def _excluded_datasets(as_of: datetime | None) -> npt.NDArray[np.int64]:
-    """Return the sorted ids of datasets never listed: hidden, or absent (not yet seen,
-    dropped or renamed away) at ``as_of``.
+_UNLISTED: dict[str, tuple[Any, _Unlisted]] = {}
+
+
+def _unlisted_datasets(as_of: datetime | None) -> _Unlisted:
+    """Return the datasets never listed at ``as_of``.
 
     Lineage already hides most of them (a drop closes a dataset's edges); this
-    also catches seeds and stray open edges. Now-answers are cached until the
-    graph revision moves (any dataset change moves it).
+    also catches seeds and stray open edges. A hidden dataset (a scratch table)
+    is not listed, but a field declared there still leads to its copies. Now-answers
+    are cached until the graph revision moves (any dataset change moves it).
     """
     params: list[Any]
     if as_of is None:
         current = revision.current()
-        cached = _EXCLUDED.get("now")
+        cached = _UNLISTED.get("now")
         if cached is not None and cached[0] == current:
             return cached[1]
-        where, params = "is_hidden OR lifecycle_state = %s", [LifecycleState.DROPPED.value]
+        gone, params = "lifecycle_state = %s", [LifecycleState.DROPPED.value]
     else:
-        where, params = (
-            "is_hidden OR first_seen > %s",
-            [connection.ops.adapt_datetimefield_value(as_of)],
-        )
+        gone, params = "first_seen > %s", [connection.ops.adapt_datetimefield_value(as_of)]
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT id FROM catalog_dataset WHERE {where}", params)
-        ids = [row[0] for row in cursor.fetchall()]
+        cursor.execute(
+            f"SELECT id, {gone} FROM catalog_dataset WHERE is_hidden OR {gone}", params * 2
+        )
+        rows = cursor.fetchall()
+    absent = [pk for pk, is_gone in rows if is_gone]
     if as_of is not None:
-        ids += closed_datasets(as_of)
-    found = np.unique(np.asarray(ids, dtype=np.int64))
+        absent += closed_datasets(as_of)
+    found = _Unlisted(
+        np.unique(np.asarray([pk for pk, _ in rows] + absent, dtype=np.int64)),
+        np.unique(np.asarray(absent, dtype=np.int64)),
+    )
     if as_of is None:
-        _EXCLUDED["now"] = (current, found)
+        _UNLISTED["now"] = (current, found)
     return found
 
 
@@ -620,15 +631,16 @@ def search_subject(
     ordered by relation, then distance from the declared fields, then name.
     ``depth`` limits how many jobs downstream of a declared field to look.
     """
-    excluded = _excluded_datasets(as_of)
+    unlisted = _unlisted_datasets(as_of)
+    excluded = unlisted.all
     # As of an instant, where the copies were is read only for those the traversal below
     # does not reach (the others come with it): tens of thousands of fields at 100,000
-    # datasets, a few unreached.
+    # datasets, a few unreached. Fields declared in hidden datasets are seeds too.
     candidates: set[int] = set()
     if as_of is None:
-        flagged = subject_fields(kind, None, excluded)
+        flagged = subject_fields(kind, None, unlisted.absent)
     else:
-        candidates, _, flagged = _declared_then(kind, as_of, excluded)
+        candidates, _, flagged = _declared_then(kind, as_of, unlisted.absent)
     declared = [f for f in flagged if f.declared]
     names: dict[int, tuple[str, str]] = {}
     if any(i.field and ":" in i.field for i in identifiers):
@@ -668,11 +680,16 @@ def search_subject(
         for seeds in seeds_of.values():
             beyond.update(_traverse(seeds, as_of, None).arrays.field.tolist())
         unreached = [f for f in unreached if f.id not in beyond]
-    extra_identifiers = {
-        f.id: {i.index for i in identifiers if i.matches(f, node)} for f in unreached
-    }
+    # Such a copy holds the values of the declared fields its flag came from: it is listed
+    # for the identifiers naming those, masked and hashed as their paths say.
+    sources = propagated_sources([f.id for f in unreached], as_of)
+    naming = _identifiers_naming(
+        identifiers, declared, {s for f in unreached for s, _ in sources.get(f.id, [])}, node
+    )
+    kept = {f.id: [(s, m) for s, m in sources.get(f.id, []) if naming[s]] for f in unreached}
+    extra_identifiers = {f.id: {i for s, _ in kept[f.id] for i in naming[s]} for f in unreached}
     extra = [f for f in unreached if extra_identifiers[f.id]]
-    best = _best_per_field(groups, extra, propagated_sources([f.id for f in extra], as_of))
+    best = _best_per_field(groups, extra, kept)
 
     # Per dataset: the best of its fields, or a dataset-level dependency (aggregate).
     ds_parts = [(best.dataset, best.code, best.dist, best.field, np.full(best.field.size, -1))]
@@ -743,6 +760,25 @@ def search_subject(
 
 
 SHOWN_SEEDS = 50
+
+
+def _identifiers_naming(
+    identifiers: Sequence[Identifier],
+    declared: list[FieldInfo],
+    sources: set[int],
+    node: Callable[[FieldInfo], str],
+) -> dict[int, set[int]]:
+    """The indexes of the identifiers each of these declared fields matches (by its
+    category then, when in ``declared``, else its category now)."""
+    infos = {f.id: f for f in declared if f.id in sources}
+    for chunk in chunks(sorted(sources - set(infos)), _SIZE):
+        where, params = where_in("id", list(chunk))
+        for pk, ds, name, ftype, pii, _ in _field_rows(where, params):
+            infos[pk] = FieldInfo(pk, ds, name, ftype, pii, None, True)
+    return {
+        pk: {i.index for i in identifiers if pk in infos and i.matches(infos[pk], node)}
+        for pk in sources
+    }
 
 
 def dataset_links(search: SubjectSearch) -> list[DatasetLink]:

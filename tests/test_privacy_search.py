@@ -238,7 +238,11 @@ def test_it_limits_an_identifier_to_a_field(shop, officer):
         for s in revenue["evidence"]["steps"]
     ] == [(f"dataset:s3://acme-lake:{REVENUE}", "INDIRECT", "JOIN")]
     by_name = _search(officer, identifiers=[{"field": "customer_id", "value": "4242"}])
-    assert set(relations(by_name)) == {CUSTOMERS, ORDERS, CLEAN, REVENUE, FEATURES}
+    # crm_dump.cust_no is listed by its flag, propagated from customers.customer_id: it
+    # holds that field's values under another name.
+    assert set(relations(by_name)) == {CUSTOMERS, ORDERS, CLEAN, REVENUE, FEATURES, CRM_DUMP}
+    (cust_no,) = _by_name(by_name)[CRM_DUMP]["fields"]
+    assert (cust_no["name"], cust_no["identifiers"]) == ("cust_no", [0])
     # The same field, however its id spells the namespace and the table.
     spelled = f"datasetField:postgresql://Shop-DB:5432:{ORDERS.upper()}:customer_id"
     again = _search(officer, identifiers=[{"field": spelled, "value": "4242"}])
@@ -428,27 +432,53 @@ def test_a_depth_limited_search_leaves_out_copies_beyond_it():
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("depth", [None, 1, 10])
-def test_a_copy_no_path_reaches_is_listed_masked_as_its_flag_says(depth):
-    """t0 is hidden, so no walk starts there, but propagation flagged t1.c, a hash of its
-    column: listed without a path, at any depth (none is known), masked as its propagated
-    flag says, and the erasure plan matches the digests."""
+@pytest.mark.parametrize("depth", [None, 2, 10])
+def test_a_field_declared_in_a_hidden_dataset_is_followed_to_its_copies_and_aggregates(depth):
+    """t0 is hidden (a scratch table), so it is not listed; but t1.c, a hash of its column,
+    and t2, a count of t1.c, are: with their paths, masked as the path says, and the
+    erasure plan matches the digests."""
     from catalog.models import PiiCategory
     from privacy import erasure
     from tests.test_propagation import World, at
 
-    world = World(2)
+    world = World(3)
     world.declare(0, PiiCategory.IDENTIFIER, at(0))
     world.open(0, 1, "TRANSFORMATION", True, at(1), None)
+    world.open(1, 2, "AGGREGATION", False, at(1), None)
     hidden = world.fields[0].dataset
     hidden.is_hidden = True
     hidden.save()
     found = search_subject(world.kind, [Identifier(0)], depth=depth)
-    assert [(h.name, h.relation) for h in found.datasets] == [("t1", "derived")]
-    (copy,) = found.datasets[0].fields
-    assert (copy.masked, copy.hashed) == (True, True)
+    assert [(h.name, h.relation, h.distance) for h in found.datasets] == [("t1", "derived", 1)]
+    assert [(h.name, h.relation, h.distance) for h in found.aggregates] == [("t2", "aggregate", 2)]
+    copy = found.datasets[0]
+    assert (copy.fields[0].masked, copy.fields[0].hashed) == (True, True)
+    assert [(s.source, s.target) for s in copy.evidence.steps] == [
+        ("datasetField:pg://w:t0:c", "datasetField:pg://w:t1:c")
+    ]
     steps = {s["name"]: s for s in erasure.plan_steps(found, dataset_links(found))}
     assert [c["masked"] for c in steps["t1"]["keyColumns"]] == [True]
+    assert "t0" not in steps
+
+
+@pytest.mark.django_db
+def test_an_identifier_naming_a_field_matches_copies_of_that_field_only():
+    """The identifier names field c; the only declared field is a, copied to t1.c: t1.c
+    holds values of a, not of c, so the identifier finds nothing."""
+    from catalog.models import PiiCategory
+    from tests.test_propagation import World, at
+
+    world = World(2)
+    world.fields[0].name = "a"
+    world.fields[0].save()
+    world.declare(0, PiiCategory.IDENTIFIER, at(0))
+    world.open(0, 1, "IDENTITY", False, at(1), None)
+    assert world.flag(1)[1] == "customer"
+    for as_of in (None, at(5)):
+        found = search_subject(world.kind, [Identifier(0, field="c")], as_of=as_of)
+        assert (found.datasets, found.aggregates) == ([], [])
+        found = search_subject(world.kind, [Identifier(0, field="a")], as_of=as_of)
+        assert [h.name for h in found.datasets] == ["t0", "t1"]
 
 
 @pytest.mark.django_db
