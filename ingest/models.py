@@ -207,6 +207,29 @@ class SqlLogProblem(models.Model):
         return f"SQL log #{self.upload_id} line {self.line}: {self.message[:60]}"
 
 
+class SqlLogColumnsUnknown(models.Model):
+    """A table a processed log read with ``*`` (or unqualified columns) before the catalog
+    knew its columns: that column lineage is missing, and the log is processed again once
+    the catalog knows them (``ingest.sql_actions.retake_logs``)."""
+
+    upload = models.ForeignKey(
+        SqlLogUpload, on_delete=models.CASCADE, related_name="columns_unknown"
+    )
+    namespace = models.CharField(max_length=1024)
+    name = models.CharField(max_length=1024)
+
+    class Meta:
+        ordering = ["upload", "namespace", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["upload", "namespace", "name"], name="sql_log_columns_unknown_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"SQL log #{self.upload_id} awaits the columns of {self.namespace}:{self.name}"
+
+
 class DatasetRead(models.Model):
     """Plain SELECTs from query logs: who read a dataset on a day, how often (never an edge).
 

@@ -173,6 +173,7 @@ SQL_LOG = obj(
             }
         ),
         "error": NSTR,
+        "columnsUnknown": arr(obj({"namespace": STR, "name": STR})),
         "problems": arr(
             obj(
                 {

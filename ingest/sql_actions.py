@@ -5,7 +5,9 @@ task: records are streamed, parsed (ingest.sql), and their OpenLineage
 events go through the same outbox and normaliser as any producer's, so SQL
 lineage lands exactly like OpenLineage lineage. Re-processing a log is
 harmless: run ids are stable, the outbox stores each event once, and reads
-are counted per upload.
+are counted per upload. So a log that read a table with ``*`` before the
+catalog knew its columns is processed again, once it does, by a scheduled
+task (``retake_logs``): lineage may arrive in any order.
 """
 
 from __future__ import annotations
@@ -15,19 +17,27 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from catalog import naming
 from catalog.models import PERSONAL_DATA, Dataset, DatasetField
 from ingest import actions
 from ingest.events import ParsedEvent
-from ingest.models import DatasetRead, SqlLogFormat, SqlLogProblem, SqlLogState, SqlLogUpload
+from ingest.models import (
+    DatasetRead,
+    SqlLogColumnsUnknown,
+    SqlLogFormat,
+    SqlLogProblem,
+    SqlLogState,
+    SqlLogUpload,
+)
 from ingest.sql import guards
 from ingest.sql.dialects import UnknownDialectError, resolve_dialect
 from ingest.sql.events import HIDDEN_FACET, ReadRecord
@@ -230,6 +240,49 @@ def _forget_previous_results(upload: SqlLogUpload) -> None:
     """A re-processed upload keeps only its latest problems and read counts."""
     SqlLogProblem.objects.filter(upload=upload).delete()
     DatasetRead.objects.filter(upload=upload).delete()
+    SqlLogColumnsUnknown.objects.filter(upload=upload).delete()
+
+
+def retake_logs() -> list[int]:
+    """Queue again the logs that read a table before the catalog knew its columns, now that
+    it does: the column lineage through it is taken again (run ids are stable and the
+    outbox stores each event once, so only what changed lands). Returns the logs queued.
+
+    A log whose file is gone cannot be read again: it says so among its problems.
+    """
+    known = DatasetField.objects.filter(
+        dataset__namespace__name=OuterRef("namespace"),
+        dataset__name=OuterRef("name"),
+        removed_at__isnull=True,
+    )
+    ready = SqlLogColumnsUnknown.objects.filter(Exists(known), upload__state=SqlLogState.DONE)
+    queued = []
+    for upload_id in sorted(set(ready.values_list("upload_id", flat=True))):
+        with transaction.atomic():
+            upload = (
+                SqlLogUpload.objects.select_for_update()
+                .filter(pk=upload_id, state=SqlLogState.DONE)
+                .first()
+            )
+            if upload is None:
+                continue
+            if not Path(upload.path).is_file():
+                SqlLogColumnsUnknown.objects.filter(upload=upload).delete()
+                SqlLogProblem.objects.create(
+                    upload=upload,
+                    line=0,
+                    field="file",
+                    message="the catalog now knows the columns of tables this log read "
+                    "before it did, but the log is gone: its column lineage through them "
+                    "cannot be taken again",
+                )
+                continue
+            SqlLogUpload.objects.filter(pk=upload_id).update(
+                state=SqlLogState.PENDING, started_at=None
+            )
+            transaction.on_commit(partial(_enqueue, upload_id))
+        queued.append(upload_id)
+    return queued
 
 
 class _Run:
@@ -252,6 +305,7 @@ class _Run:
         )
         self.events: list[ParsedEvent] = []
         self.hidden: set[str] = set()
+        self.columns_unknown: set[tuple[str, str]] = set()
         self.problems: list[SqlLogProblem] = []
         self.stored_problems = 0
         self.reads: dict[tuple[str, str, str, str, Any], list[Any]] = {}
@@ -270,6 +324,7 @@ class _Run:
                     self._count_read(read)
                 for problem in processed.problems:
                     self._add_problem(problem)
+                self.columns_unknown |= processed.columns_unknown
                 if len(self.events) >= _EVENT_BATCH:
                     self._flush_events()
                 if time.monotonic() - self._last_report >= _PROGRESS_EVERY_SECONDS:
@@ -278,6 +333,10 @@ class _Run:
             self._flush_problems()
             self._flush_reads()
             self._report(stream.tell())
+        SqlLogColumnsUnknown.objects.bulk_create(
+            SqlLogColumnsUnknown(upload=self.upload, namespace=ns, name=name)
+            for ns, name in sorted({naming.canonical(*key) for key in self.columns_unknown})
+        )
 
     def _note_hidden(self, events: Iterable[ParsedEvent]) -> None:
         for event in events:
@@ -423,4 +482,5 @@ __all__ = [
     "create_upload",
     "parser_options",
     "process_upload",
+    "retake_logs",
 ]

@@ -26,12 +26,19 @@ class SqlLogSummary:
 
 def recent_uploads(limit: int = 50) -> list[SqlLogUpload]:
     return list(
-        SqlLogUpload.objects.select_related("uploaded_by").order_by("-created_at", "-id")[:limit]
+        SqlLogUpload.objects.select_related("uploaded_by")
+        .prefetch_related("columns_unknown")
+        .order_by("-created_at", "-id")[:limit]
     )
 
 
 def upload(upload_id: int) -> SqlLogUpload | None:
-    return SqlLogUpload.objects.select_related("uploaded_by").filter(pk=upload_id).first()
+    return (
+        SqlLogUpload.objects.select_related("uploaded_by")
+        .prefetch_related("columns_unknown")
+        .filter(pk=upload_id)
+        .first()
+    )
 
 
 def problems_of(log: SqlLogUpload, limit: int = 200) -> list[SqlLogProblem]:
@@ -114,6 +121,10 @@ def upload_json(log: SqlLogUpload, problems: int = 100) -> dict[str, Any]:
             "cacheHits": log.cache_hits,
         },
         "error": log.error or None,
+        # Tables read before the catalog knew their columns: processed again once it does.
+        "columnsUnknown": [
+            {"namespace": c.namespace, "name": c.name} for c in log.columns_unknown.all()
+        ],
         "problems": [
             {
                 "line": p.line,

@@ -57,3 +57,11 @@ def process_sql_log(upload_id: int) -> dict[str, Any]:
 
     upload = sql_actions.process_upload(upload_id)
     return {"state": upload.state if upload else "missing"}
+
+
+@shared_task(ignore_result=True)
+def retake_sql_logs() -> list[int]:
+    """Queue again the SQL logs whose tables read with ``*`` now have known columns."""
+    from ingest import sql_actions
+
+    return sql_actions.retake_logs()

@@ -309,6 +309,12 @@ CELERY_BEAT_SCHEDULE["ingest-sweep"] = {
     "task": "ingest.tasks.sweep_events",
     "schedule": float(INGEST_SWEEP_INTERVAL_SECONDS),
 }
+# SQL logs that read tables before the catalog knew their columns are processed again
+# once it does (ingest.sql_actions.retake_logs).
+CELERY_BEAT_SCHEDULE["ingest-retake-sql-logs"] = {
+    "task": "ingest.tasks.retake_sql_logs",
+    "schedule": 60.0,
+}
 # Bodies of events normalised longer ago than this are replaced by summaries (daily task);
 # failed and pending events keep theirs.
 INGEST_RAW_RETENTION_DAYS = env_int("INGEST_RAW_RETENTION_DAYS", 30)

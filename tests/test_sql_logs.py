@@ -560,3 +560,74 @@ def test_the_redacting_migration_collapses_copies_and_leaves_other_text_alone(mo
     assert json.loads(kept.body)["job"]["facets"]["sql"]["query"] == "SELECT ? WHERE a = ?"
     assert kept.fingerprint == fingerprint_of_text(kept.body)
     assert RawEvent.objects.get(pk=spaced.pk).body == spaced.body
+
+
+def _star_log(tmp_path: Path) -> SqlLogUpload:
+    """A log copying orders with ``SELECT *``, loaded before the catalog knows orders."""
+    log = tmp_path / "star.jsonl"
+    log.write_text(
+        '{"query": "CREATE TABLE mart.copy AS SELECT * FROM orders", "start_time": "2026-01-01T00:00:00Z"}\n'
+    )
+    call_command(
+        "ingest_sql_log", str(log), namespace=NS, dialect="postgres", fmt="jsonl",
+        database="shop", schema="public", no_progress=True, stdout=io.StringIO(), stderr=io.StringIO(),
+    )  # fmt: skip
+    return SqlLogUpload.objects.get()
+
+
+def _column_edges() -> set[tuple[str, str, str]]:
+    return {
+        (e.source_field.dataset.name, e.source_field.name, e.target_field.name)
+        for e in ColumnEdge.objects.filter(target_field__isnull=False)
+    }
+
+
+def test_a_log_read_before_the_catalog_knew_a_tables_columns_is_taken_again_once_it_does(
+    tmp_path, client, engineer, django_capture_on_commit_callbacks
+):
+    from ingest import actions
+    from tests.ingest_builders import at, dataset, run_event, run_id, schema
+
+    upload = _star_log(tmp_path)
+    assert _column_edges() == set()
+    unknown = [{"namespace": NS, "name": "shop.public.orders"}]
+    client.force_login(engineer)
+    shown = json.loads(client.get(reverse("sql-log-progress", args=[upload.pk])).content)
+    assert shown["columnsUnknown"] == unknown
+    page = client.get(reverse("sql-log-detail", args=[upload.pk])).content.decode()
+    assert "Waiting for columns" in page and f"{NS}:shop.public.orders" in page
+    assert sql_actions.retake_logs() == []  # nothing known yet: nothing to take again
+    # A producer tells the catalog the table's columns.
+    orders = dataset("shop.public.orders", NS, schema=schema("id", "amount"))
+    actions.ingest_event_dicts(
+        [run_event("COMPLETE", run_id(1), at(2), outputs=[orders])], inline=True
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sql_actions.retake_logs() == [upload.pk]
+    assert _column_edges() == {
+        ("shop.public.orders", "id", "id"),
+        ("shop.public.orders", "amount", "amount"),
+    }
+    upload.refresh_from_db()
+    assert upload.state == SqlLogState.DONE
+    shown = json.loads(client.get(reverse("sql-log-progress", args=[upload.pk])).content)
+    assert shown["columnsUnknown"] == []
+    assert (
+        "Waiting for columns"
+        not in client.get(reverse("sql-log-detail", args=[upload.pk])).content.decode()
+    )
+    assert sql_actions.retake_logs() == []
+
+
+def test_a_log_whose_file_is_gone_says_its_columns_cannot_be_taken_again(tmp_path):
+    upload = _star_log(tmp_path)
+    (tmp_path / "star.jsonl").unlink()
+    orders = Dataset.objects.get(namespace__name=NS, name="shop.public.orders")
+    DatasetField.objects.create(dataset=orders, name="id", ordinal=0)
+    assert sql_actions.retake_logs() == []
+    upload.refresh_from_db()
+    assert upload.state == SqlLogState.DONE
+    assert not upload.columns_unknown.exists()
+    (problem,) = SqlLogProblem.objects.filter(upload=upload)
+    assert "the log is gone" in problem.message
+    assert sql_actions.retake_logs() == []

@@ -142,7 +142,7 @@ class ColumnTracer:
             result = self._union_children(scope, lambda child: self.position(child, index))
         elif isinstance(expression, exp.Select):
             projections = expression.expressions
-            starred = any(isinstance(p, exp.Star) or _is_table_star(p) for p in projections)
+            starred = any(isinstance(p, exp.Star) or is_table_star(p) for p in projections)
             if not starred and index < len(projections):
                 result = self.expression(scope, projections[index], IDENTITY)
         self._positions[key] = result
@@ -156,7 +156,7 @@ class ColumnTracer:
 
     def _through_star(self, scope: Scope, select: exp.Select, name: str) -> Reached:
         """A column that an unexpanded ``*`` (source schema unknown) passes through."""
-        stars = [p for p in select.expressions if isinstance(p, exp.Star) or _is_table_star(p)]
+        stars = [p for p in select.expressions if isinstance(p, exp.Star) or is_table_star(p)]
         if not stars:
             return _EMPTY
         aliases: list[str] = []
@@ -384,7 +384,7 @@ class ColumnTracer:
         return frozenset(out)
 
 
-def _is_table_star(node: exp.Expr) -> bool:
+def is_table_star(node: exp.Expr) -> bool:
     return isinstance(node, exp.Column) and isinstance(node.this, exp.Star)
 
 

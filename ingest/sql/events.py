@@ -205,7 +205,9 @@ class EventBuilder:
                     built.reads.append(
                         ReadRecord(
                             namespace=execution.namespace,
-                            datasets=tuple(_key(d, execution.namespace) for d in statement.inputs),
+                            datasets=tuple(
+                                dataset_key(d, execution.namespace) for d in statement.inputs
+                            ),
                             at=execution.start_time,
                             user=execution.user,
                             job_name=job_name(statement, execution.query_tag),
@@ -342,7 +344,7 @@ class EventBuilder:
         events: list[dict[str, Any]] = []
         schemas = {t.dataset: t.schema for t in statement.targets}
         for output in statement.outputs:
-            namespace, name = _key(output, execution.namespace)
+            namespace, name = dataset_key(output, execution.namespace)
             facets: dict[str, Any] = {}
             if statement.lifecycle is not None:
                 change: dict[str, Any] = {
@@ -351,7 +353,7 @@ class EventBuilder:
                     "lifecycleStateChange": statement.lifecycle.value,
                 }
                 if statement.lifecycle is Lifecycle.RENAME and statement.previous_name:
-                    prev_ns, prev_name = _key(statement.previous_name, execution.namespace)
+                    prev_ns, prev_name = dataset_key(statement.previous_name, execution.namespace)
                     change["previousIdentifier"] = {"namespace": prev_ns, "name": prev_name}
                 facets["lifecycleStateChange"] = change
             schema = schemas.get(output)
@@ -373,14 +375,15 @@ def _targets_in_output_order(statement: StatementLineage) -> list[TargetLineage]
     return [by_dataset.get(o) or TargetLineage(o, {}) for o in statement.outputs]
 
 
-def _key(dataset: DatasetRef, namespace: str) -> tuple[str, str]:
+def dataset_key(dataset: DatasetRef, namespace: str) -> tuple[str, str]:
+    """The (namespace, name) an event gives a dataset of a log of ``namespace``."""
     if not dataset.namespace or dataset.namespace == "stage":
         return namespace, dataset.name
     return dataset.namespace, dataset.name
 
 
 def _dataset(dataset: DatasetRef, namespace: str, hidden: frozenset[DatasetRef]) -> dict[str, Any]:
-    ns, name = _key(dataset, namespace)
+    ns, name = dataset_key(dataset, namespace)
     out: dict[str, Any] = {"namespace": ns, "name": name}
     if dataset in hidden:
         out["facets"] = {
@@ -420,7 +423,7 @@ def _output(
 def _input_fields(sources: Iterable[InputField], namespace: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for source in sources:
-        ns, name = _key(source.source.dataset, namespace)
+        ns, name = dataset_key(source.source.dataset, namespace)
         out.append(
             {
                 "namespace": ns,

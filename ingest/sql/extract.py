@@ -20,7 +20,7 @@ from sqlglot.optimizer.scope import Scope, build_scope
 from sqlglot.schema import MappingSchema
 
 from catalog import naming
-from ingest.sql.columns import ColumnTracer, Reached
+from ingest.sql.columns import ColumnTracer, Reached, is_table_star
 from ingest.sql.dialects import DialectSpec
 from ingest.sql.folding import DateSuffixFolder
 from ingest.sql.model import (
@@ -664,9 +664,10 @@ class StatementExtractor:
         warnings: list[str] = []
         inputs: list[DatasetRef] = list(plan.extra_inputs)
         target_lineages: list[TargetLineage] = []
+        unknown: frozenset[DatasetRef] = frozenset()
         if plan.query is not None:
             try:
-                traced_inputs, target_lineages = self._trace(plan, warnings)
+                traced_inputs, target_lineages, unknown = self._trace(plan, warnings)
             except RecursionError:
                 raise
             except Exception as exc:  # sqlglot's optimizer raises many kinds on odd input
@@ -703,6 +704,7 @@ class StatementExtractor:
             previous_name=plan.previous,
             hidden_datasets=hidden,
             warnings=tuple(warnings),
+            columns_unknown=unknown,
         )
 
     def _tables_without_columns(self, query: exp.Expr) -> list[DatasetRef]:
@@ -718,13 +720,14 @@ class StatementExtractor:
 
     def _trace(
         self, plan: _Plan, warnings: list[str]
-    ) -> tuple[list[DatasetRef], list[TargetLineage]]:
+    ) -> tuple[list[DatasetRef], list[TargetLineage], frozenset[DatasetRef]]:
+        """Inputs, lineage per target, and the inputs whose unknown columns it lacks."""
         assert plan.query is not None
         if plan.read_only:
             root = build_scope(plan.query)
             if root is None:
-                return self._tables_without_columns(plan.query), []
-            return list(self._scope_inputs(root)), []
+                return self._tables_without_columns(plan.query), [], frozenset()
+            return list(self._scope_inputs(root)), [], frozenset()
         qualified = self._qualify(plan.query)
         root = build_scope(qualified)
         if root is None:
@@ -740,7 +743,24 @@ class StatementExtractor:
             warnings.append("unresolved columns: " + ", ".join(names[:10]) + more)
         indirect = _input_fields(dataset_level, None)
         lineages = [TargetLineage(t.dataset, t.fields, indirect, t.schema) for t in lineages]
-        return inputs, lineages
+        unknown: frozenset[DatasetRef] = frozenset()
+        starred = any(
+            isinstance(p, exp.Star) or is_table_star(p)
+            for select in qualified.find_all(exp.Select)
+            for p in select.expressions
+        )
+        if starred or tracer.unresolved:
+            unknown = frozenset(
+                d
+                for d in inputs
+                if not d.is_location
+                and d not in self.ctx.created
+                and self.ctx.columns_of(d) is None
+            )
+        if unknown:
+            tables = ", ".join(sorted(str(d) for d in unknown))
+            warnings.append(f"columns of {tables} unknown: their column lineage is left out")
+        return inputs, lineages, unknown
 
     def _scope_inputs(self, root: Scope) -> Iterable[DatasetRef]:
         for scope in root.traverse():

@@ -177,6 +177,9 @@ class StatementLineage:
     hidden: bool = False
     parser: str = "sqlglot"
     warnings: tuple[str, ...] = ()
+    # Tables read with ``*`` (or unqualified columns) whose columns the catalog did not know:
+    # the column lineage is missing what they would give (ingest.sql_actions takes it again).
+    columns_unknown: frozenset[DatasetRef] = frozenset()
 
     @property
     def is_read(self) -> bool:

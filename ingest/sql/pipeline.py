@@ -14,7 +14,7 @@ from typing import Any
 
 from ingest.events import ParsedEvent
 from ingest.sql.dialects import UnknownDialectError, resolve_dialect
-from ingest.sql.events import BuiltEvents, EventBuilder, Execution, ReadRecord
+from ingest.sql.events import BuiltEvents, EventBuilder, Execution, ReadRecord, dataset_key
 from ingest.sql.parser import SchemaProvider, SqlLineageParser
 from ingest.sql.readers import Item, LineError, QueryRecord
 from ingest.sql.session import LineageSession
@@ -58,6 +58,8 @@ class Processed:
     parsed: list[ParsedEvent] = field(default_factory=list)  # ``events``, read
     reads: list[ReadRecord] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    # (namespace, name) of tables read before the catalog knew their columns
+    columns_unknown: set[tuple[str, str]] = field(default_factory=set)
 
 
 class SqlLogProcessor:
@@ -131,6 +133,9 @@ class SqlLogProcessor:
                 Problem(record.line, error.reason, "query", error.index, error.excerpt)
             )
         stats.warnings += sum(1 for s in parsed.statements if s.warnings)
+        out.columns_unknown = {
+            dataset_key(d, self.namespace) for s in parsed.statements for d in s.columns_unknown
+        }
         execution = Execution(
             namespace=self.namespace,
             query=record.query,
