@@ -122,6 +122,32 @@ class SchemaObservation(models.Model):
         return f"{self.dataset_id}@{self.at:%Y-%m-%d %H:%M} {self.schema_hash[:8]}"
 
 
+class FacetObservation(models.Model):
+    """One event's documentation or ownership facet on a dataset, at its event time.
+
+    The newest facet sets today's value; these say what every facet said when, so a
+    facet that arrives after a newer one still puts its value in the history at its
+    time, as arrival in time order would have (ingest.normalizer).
+    """
+
+    # A fact key (graph/models.py): no constraint in the database.
+    dataset = models.ForeignKey(
+        "catalog.Dataset", on_delete=models.CASCADE, related_name="+", db_constraint=False
+    )
+    facet = models.CharField(max_length=16)  # documentation | ownership
+    key = models.CharField(max_length=128)  # graph.actions.time_key(event time, fingerprint)
+    at = models.DateTimeField()
+    value = models.JSONField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["dataset", "facet", "key"], name="facet_seen_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.dataset_id} {self.facet}@{self.at:%Y-%m-%d %H:%M}"
+
+
 # -- SQL query logs (ingest.sql): uploads, their problems, and reads --------------------
 
 

@@ -77,7 +77,7 @@ from graph import propagation
 from graph.models import Direction, Job, RunDataset
 from graph.nodeids import dataset_node_id
 from ingest.events import ColumnMapping, DatasetRef, ParsedEvent, SchemaField
-from ingest.models import NO_RUN, DatasetRead, SchemaObservation
+from ingest.models import NO_RUN, DatasetRead, FacetObservation, SchemaObservation
 from lineage_site import dispatch
 from ops.models import Subscription
 
@@ -86,6 +86,8 @@ LINEAGE_ACTOR = catalog_actions.Actor(name="openlineage", source=ChangeSource.LI
 # What people said of a description, which lineage's own description does not overrule: a
 # steward's edit, or a catalog file's.
 PEOPLES_SAY = (ChangeSource.STEWARD, ChangeSource.IMPORT)
+# The dataset attribute each kept facet sets.
+FACET_ATTRIBUTES = {"documentation": "description", "ownership": "owners"}
 JOB_EVENT_RUNS = uuid.UUID("5b1d3a52-7f0e-4c1a-9d43-0c6b3f1e2a77")
 VERSION_IDS = uuid.UUID("0c1f6a4e-93b2-4f7e-8a55-4d2b9e61c0d8")
 # Conditions OR-ed in one query: SQLite builds a tree one level deep per OR, at most 1,000.
@@ -230,6 +232,9 @@ class _Batch:
         self.steward_descriptions: set[tuple[int, str]] | None = None
         self.touched_jobs: set[int] = set()
         self.job_states: dict[int, tuple[Any, ...]] = {}
+        # Documentation and ownership facets seen, and those older than one seen before.
+        self.facets_seen: list[FacetObservation] = []
+        self.late_facets: set[tuple[int, str, str]] = set()
 
     # -- preparation: insert what is missing, then lock in a fixed order ---------------------
 
@@ -521,8 +526,22 @@ class _Batch:
         ds.lineage_facets[facet] = {"at": key, "value": value}
         return bool(kept.get("value") != value)
 
+    def _seen(self, ds: Dataset, facet: str, value: Any, at: datetime, tiebreak: str) -> bool:
+        """Keep what this event's facet said; True if a newer one came first (the history
+        is then put right in ``finish``, and today's value stays the newer one's)."""
+        key = graph_actions.time_key(at, tiebreak)
+        self.facets_seen.append(
+            FacetObservation(dataset_id=ds.pk, facet=facet, key=key, at=at, value=value)
+        )
+        late = key < str((ds.lineage_facets.get(facet) or {}).get("at", ""))
+        if late:
+            self.late_facets.add((ds.pk, facet, key))
+        return late
+
     def _documentation(self, ds: Dataset, facet: dict[str, Any], at: datetime, fp: str) -> None:
         value = str(facet.get("description") or "")
+        if self._seen(ds, "documentation", value, at, fp):
+            return
         if not self._newest(ds, "documentation", value, at, fp) or ds.description == value:
             return
         edited = ChangeRecord.objects.filter(
@@ -536,6 +555,9 @@ class _Batch:
         owners = sorted(
             {(str(o["name"]), str(o.get("type") or "")) for o in facet.get("owners") or []}
         )
+        value = [{"name": name, "type": kind} for name, kind in owners]
+        if self._seen(ds, "ownership", value, at, fp):
+            return
         if not self._newest(ds, "ownership", [list(o) for o in owners], at, fp):
             return
         # Owners changed after this event's time (an edit, or a facet, that came first) stay.
@@ -553,6 +575,57 @@ class _Batch:
             for name, kind in owners
         ]
         catalog_actions.update_dataset(ds, {"owners": specs}, LINEAGE_ACTOR, at=at)
+
+    def _late_facets(self, ds: Dataset, facet: str, keys: set[str]) -> None:
+        """Put in the history what facets that came after a newer one said at their times,
+        as arrival in time order would have: each facet sets its value when it differs from
+        the one before it in time, so the history changes at those and at the ones after."""
+        attribute = FACET_ATTRIBUTES[facet]
+        seen = list(
+            FacetObservation.objects.filter(dataset_id=ds.pk, facet=facet)
+            .order_by("key")
+            .values_list("key", "at", "value")
+        )
+        late = [i for i, (key, _, _) in enumerate(seen) if key in keys]
+        for i in sorted({*late, *(i + 1 for i in late if i + 1 < len(seen))}):
+            _, at, value = seen[i]
+            self._lineage_said(ds, attribute, at, value, i == 0 or seen[i - 1][2] != value)
+
+    def _lineage_said(
+        self, ds: Dataset, attribute: str, at: datetime, value: Any, changed: bool
+    ) -> None:
+        """Make the history say that lineage set ``value`` at ``at`` (``changed``) or said
+        nothing new then, and the record after it start from the value then."""
+        records = list(
+            ChangeRecord.objects.filter(
+                dataset_id=ds.pk, field_name="", attribute=attribute
+            ).order_by("at", "id")
+        )
+        if attribute == "description" and any(
+            r.source in PEOPLES_SAY and r.at <= at for r in records
+        ):
+            return  # from a person's description on, lineage's is not the dataset's
+        own = [r for r in records if r.at == at and r.source == ChangeSource.LINEAGE]
+        before = [r for r in records if r.at <= at and r not in own]
+        after = [r for r in records if r.at > at]
+        if before:
+            then = before[-1].new
+        elif own:
+            then = own[0].old
+        elif after:
+            then = after[0].old
+        else:
+            then = (
+                ds.description if attribute == "description" else catalog_actions.owners_value(ds)
+            )
+        for record in own:
+            record.delete()
+        if changed and value != then:
+            catalog_actions.record_change(LINEAGE_ACTOR, ds, attribute, then, value, at)
+            then = value
+        if after and after[0].old != then:
+            after[0].old = then
+            after[0].save(update_fields=["old"])
 
     def _lifecycle_record(self, ds: Dataset, at: datetime, detail: str) -> None:
         exists = ChangeRecord.objects.filter(
@@ -994,6 +1067,12 @@ class _Batch:
         self._flush_fields()
         self._repoint_run_io()
         self._flush_datasets()
+        FacetObservation.objects.bulk_create(self.facets_seen, ignore_conflicts=True)
+        late: dict[tuple[int, str], set[str]] = defaultdict(set)
+        for dataset_id, facet, seen_key in self.late_facets:
+            late[(dataset_id, facet)].add(seen_key)
+        for (dataset_id, facet), keys in sorted(late.items()):
+            self._late_facets(self.datasets[dataset_id], facet, keys)
         _carry_declarations(self.datasets)
         observations = []
         for pending in self.pending_runs:
@@ -1518,6 +1597,7 @@ def merge_datasets(twin_id: int, survivor_id: int) -> tuple[str, str]:
                 _chain_history(survivor, attribute, before, merged[attribute], mine.name)
         _move_rows(RunDataset, twin_id, survivor_id, ("run_id", "direction"))
         _move_rows(SchemaObservation, twin_id, survivor_id, ("at", "schema_hash", "run_uuid"))
+        _move_rows(FacetObservation, twin_id, survivor_id, ("facet", "key"))
         RunDataset.objects.filter(dataset_id=survivor_id).update(dataset_version=None)
         graph_models.TableEdge.objects.filter(dataset_id=twin_id).delete()
         graph_models.ColumnEdge.objects.filter(

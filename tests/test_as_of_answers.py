@@ -268,3 +268,59 @@ def test_a_fields_tags_as_of_an_instant_are_the_ones_it_had_then(api, viewer, st
         for c in history["changes"]
         if c["attribute"] == "tags"
     ] == [("id", "tags", ["gold", "key"], ["key"]), ("id", "tags", [], ["gold", "key"])]
+
+
+def test_a_description_and_owners_sent_late_read_as_of_their_time_as_if_sent_in_order(
+    api, viewer, django_capture_on_commit_callbacks
+):
+    """A producer's documentation and ownership of days 1, 3 and 2 arrive in that order,
+    then a steward describes the table: as of day 2, the description and owners are day 2's;
+    the history says what arrival in time order would have."""
+    from catalog.models import Dataset
+
+    said = {1: ("Orders", "team-a"), 3: ("Orders in euros", "team-c"), 2: ("Raw orders", "team-b")}
+    for day, (description, owner) in said.items():
+        sent = dataset(
+            ORDERS,
+            documentation={"description": description},
+            ownership={"owners": [{"name": owner, "type": "MAINTAINER"}]},
+        )
+        with django_capture_on_commit_callbacks(execute=True):
+            normalize([parse_event(run_event("COMPLETE", run_id(day), at(day), outputs=[sent]))])
+    orders = Dataset.objects.get(name=ORDERS)
+    catalog_actions.update_dataset(orders, {"description": "Curated orders"}, STEWARD)
+    url = f"/api/v1/namespaces/{quote(PG, safe='')}/datasets/{ORDERS}"
+
+    def shown(when: str | None) -> tuple[str, list[str], str, list[str]]:
+        params = {"asOf": when} if when else {}
+        body = api(viewer).get(url, params).json()
+        lineage = api(viewer).get("/api/v1/lineage", {"nodeId": ORDERS_ID, **params}).json()
+        (node,) = [n for n in lineage["graph"] if n["id"] == ORDERS_ID]
+        return (
+            body["description"],
+            [o["name"] for o in body["owners"]],
+            node["data"]["description"],
+            [o["name"] for o in node["data"]["owners"]],
+        )
+
+    for day, when, (description, owner) in (
+        (1, at(1, 12), said[1]),
+        (2, at(2, 12), said[2]),
+        (3, at(3, 12), said[3]),
+    ):
+        assert shown(when) == (description, [owner], description, [owner]), day
+    assert shown(None) == ("Curated orders", ["team-c"], "Curated orders", ["team-c"])
+    history = [
+        (r.attribute, r.at.day, r.old, r.new, r.source)
+        for r in orders.changes.filter(attribute__in=["description", "owners"]).order_by("at", "id")
+    ]
+    team = [{"name": f"team-{t}", "type": "MAINTAINER"} for t in "abc"]
+    assert history == [
+        ("description", 1, "", "Orders", "lineage"),
+        ("owners", 1, [], [team[0]], "lineage"),
+        ("description", 2, "Orders", "Raw orders", "lineage"),
+        ("owners", 2, [team[0]], [team[1]], "lineage"),
+        ("description", 3, "Raw orders", "Orders in euros", "lineage"),
+        ("owners", 3, [team[1]], [team[2]], "lineage"),
+        ("description", history[-1][1], "Orders in euros", "Curated orders", "steward"),
+    ]

@@ -10,7 +10,14 @@ from django.db import connection, transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catalog.models import Dataset, DatasetField, DatasetOwnership, DatasetVersion, FieldGap
+from catalog.models import (
+    ChangeRecord,
+    Dataset,
+    DatasetField,
+    DatasetOwnership,
+    DatasetVersion,
+    FieldGap,
+)
 from catalog.queries import field_existed
 from graph.models import ColumnEdge, Job, Run, RunDataset, TableEdge
 from ingest.events import parse_event
@@ -77,6 +84,19 @@ def snapshot() -> dict[str, Any]:
                 str(v.version),
             )
             for v in DatasetVersion.objects.all()
+        ),
+        # What the history says of each dataset: every answer as of an instant reads it.
+        "history": sorted(
+            (
+                names[r.dataset_id],
+                r.field_name,
+                r.attribute,
+                r.at,
+                canonical(r.old),
+                canonical(r.new),
+                r.source,
+            )
+            for r in ChangeRecord.objects.all()
         ),
         "owners": sorted(
             (o.dataset.name, o.owner.name, o.ownership_type)
@@ -578,3 +598,41 @@ def test_the_fields_as_of_any_instant_are_the_schema_then_in_any_arrival_order(s
                 existed = DatasetField.objects.filter(field_existed(instant))
                 assert sorted(existed.values_list("name", flat=True)) == schemas[day - 1]
         transaction.set_rollback(True)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    values=st.lists(
+        st.tuples(st.sampled_from(("", "Orders", "Orders in euros")), st.sampled_from("ab")),
+        min_size=1,
+        max_size=5,
+    ),
+    data=st.data(),
+)
+def test_descriptions_and_owners_have_the_same_history_in_any_arrival_order(values, data):
+    """A producer's documentation and ownership facets, changing over time: whatever order
+    they arrive in, today's values and the history every answer as of an instant reads are
+    those of arrival in time order."""
+    events = [
+        run_event(
+            "COMPLETE",
+            run_id(300 + hour),
+            at(3, hour),
+            outputs=[
+                dataset(
+                    "dw.docs",
+                    documentation={"description": description},
+                    ownership={"owners": [{"name": f"team:{owner}", "type": "MAINTAINER"}]},
+                )
+            ],
+        )
+        for hour, (description, owner) in enumerate(values)
+    ]
+    events, chunks = data.draw(shuffled_with_duplicates(events))
+    assert state_after(events, chunks) == state_after(
+        sorted(events, key=lambda e: e["eventTime"]), [1] * len(events)
+    )
