@@ -595,7 +595,8 @@ def test_a_log_read_before_the_catalog_knew_a_tables_columns_is_taken_again_once
     shown = json.loads(client.get(reverse("sql-log-progress", args=[upload.pk])).content)
     assert shown["columnsUnknown"] == unknown
     page = client.get(reverse("sql-log-detail", args=[upload.pk])).content.decode()
-    assert "Waiting for columns" in page and f"{NS}:shop.public.orders" in page
+    assert "Waiting for columns" in page and f"{NS}:shop.public.orders</a>" in page
+    assert "name=shop.public.orders" in page  # a link to the table's page
     assert sql_actions.retake_logs() == []  # nothing known yet: nothing to take again
     # A producer tells the catalog the table's columns.
     orders = dataset("shop.public.orders", NS, schema=schema("id", "amount"))
