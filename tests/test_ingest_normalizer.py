@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.urls import reverse
 
 from catalog import actions as catalog_actions
 from catalog.models import (
@@ -948,7 +949,9 @@ def test_what_a_person_wrote_of_a_renamed_table_stays_theirs_under_the_new_name(
     assert Dataset.objects.get(name="new").description == "orders"
 
 
-def test_a_persons_description_lineage_had_sent_before_the_rename_is_still_theirs():
+def test_a_persons_description_lineage_had_sent_before_the_rename_is_still_theirs(
+    client, admin_user
+):
     """Lineage documented the new name with the very text a person wrote under the old one,
     before the rename: from the rename on the text is the person's, the history says so, and
     a later documentation facet does not overrule it. (A schema's column descriptions keep
@@ -975,6 +978,10 @@ def test_a_persons_description_lineage_had_sent_before_the_rename_is_still_their
         ("", t(3), "stella", "orders as sold", "orders as sold"),
         ("email", t(3), "stella", "", "the buyer's address"),
     ]
+    # The history page says the text stayed the same and became the person's.
+    client.force_login(admin_user)
+    page = client.get(reverse("dataset-detail"), {"namespace": new.namespace.name, "name": "new"})
+    assert "the same, from then on theirs" in page.content.decode()
 
 
 @pytest.mark.parametrize("batches", [[[0, 1, 2]], [[0], [1], [2]], [[2], [1], [0]], [[1], [2, 0]]])
