@@ -605,7 +605,11 @@ class _Batch:
             r.source in PEOPLES_SAY and r.at <= at for r in records
         ):
             return  # from a person's description on, lineage's is not the dataset's
-        own = [r for r in records if r.at == at and r.source == ChangeSource.LINEAGE]
+        # Its own record, if it wrote one (another at the same instant, such as a rename's
+        # carried description, says something else and stays).
+        own = [
+            r for r in records if r.at == at and r.source == ChangeSource.LINEAGE and r.new == value
+        ]
         before = [r for r in records if r.at <= at and r not in own]
         after = [r for r in records if r.at > at]
         if before:
