@@ -768,13 +768,9 @@ def _identifiers_naming(
     sources: set[int],
     node: Callable[[FieldInfo], str],
 ) -> dict[int, set[int]]:
-    """The indexes of the identifiers each of these declared fields matches (by its
-    category then, when in ``declared``, else its category now)."""
+    """The indexes of the identifiers each of these sources matches: only fields declaring
+    the subject kind searched (``declared``) do, as they did then."""
     infos = {f.id: f for f in declared if f.id in sources}
-    for chunk in chunks(sorted(sources - set(infos)), _SIZE):
-        where, params = where_in("id", list(chunk))
-        for pk, ds, name, ftype, pii, _ in _field_rows(where, params):
-            infos[pk] = FieldInfo(pk, ds, name, ftype, pii, None, True)
     return {
         pk: {i.index for i in identifiers if pk in infos and i.matches(infos[pk], node)}
         for pk in sources

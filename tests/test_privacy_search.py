@@ -521,3 +521,23 @@ def test_a_search_reads_one_lineage_revision(shop, revision_reads):
     with time_machine.travel(NOW, tick=False):
         found = search_subject(kind, [Identifier(0), Identifier(1, kind="email")])
     assert found.all_hits and len(revision_reads) == 1
+
+
+@pytest.mark.django_db
+def test_a_copy_is_not_listed_for_what_another_subject_kinds_source_holds():
+    """t2.c copies the customer id of t0 and an employee's email of t1: a search for a
+    customer's email finds nothing (the email is an employee's), now or as of then."""
+    from catalog import actions as catalog_actions
+    from catalog.models import PiiCategory
+    from tests.test_propagation import STEWARD, World, at
+
+    world = World(3)
+    employee, _ = SubjectKind.objects.get_or_create(name="employee")
+    world.declare(0, PiiCategory.IDENTIFIER, at(0))
+    changes = {"pii_category": PiiCategory.EMAIL, "subject_kind": employee}
+    catalog_actions.update_field(world.fields[1], changes, STEWARD, at=at(0))
+    world.open(0, 2, "IDENTITY", False, at(1), None)
+    world.open(1, 2, "TRANSFORMATION", False, at(1), None)
+    for as_of in (None, at(5)):
+        found = search_subject(world.kind, [Identifier(0, kind="email")], as_of=as_of)
+        assert found.all_hits == [], as_of
