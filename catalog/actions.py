@@ -113,7 +113,8 @@ def record_change(
     )
 
 
-def _set_owners(dataset: Dataset, owners: Iterable[OwnerSpec]) -> None:
+def set_owners(dataset: Dataset, owners: Iterable[OwnerSpec]) -> None:
+    """Make these the dataset's owners (the caller records the change, if it is one)."""
     dataset.ownerships.all().delete()
     for spec in owners:
         given = spec.details()
@@ -182,7 +183,7 @@ def update_dataset(
             )
         if "owners" in changes:
             old_owners = owners_value(dataset)
-            _set_owners(dataset, changes["owners"])
+            set_owners(dataset, changes["owners"])
             records.append(_record(actor, dataset, "owners", old_owners, owners_value(dataset), at))
         if "tags" in changes:
             old_tags = tags_value(dataset)

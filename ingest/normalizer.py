@@ -234,7 +234,7 @@ class _Batch:
         self.job_states: dict[int, tuple[Any, ...]] = {}
         # Documentation and ownership facets seen, and those older than one seen before.
         self.facets_seen: list[FacetObservation] = []
-        self.late_facets: set[tuple[int, str, str]] = set()
+        self.late_facets: set[tuple[int, str, datetime]] = set()
 
     # -- preparation: insert what is missing, then lock in a fixed order ---------------------
 
@@ -527,22 +527,29 @@ class _Batch:
         return bool(kept.get("value") != value)
 
     def _seen(self, ds: Dataset, facet: str, value: Any, at: datetime, tiebreak: str) -> bool:
-        """Keep what this event's facet said; True if a newer one came first (the history
-        is then put right in ``finish``, and today's value stays the newer one's)."""
+        """Keep what this event's facet said; True if the history already says something
+        after its time (a newer facet, a person's edit, that came first). It is then put in
+        the history at its time in ``finish``, as arrival in time order would have, and
+        today's value follows the history."""
         key = graph_actions.time_key(at, tiebreak)
         self.facets_seen.append(
             FacetObservation(dataset_id=ds.pk, facet=facet, key=key, at=at, value=value)
         )
-        late = key < str((ds.lineage_facets.get(facet) or {}).get("at", ""))
+        late = (
+            key < str((ds.lineage_facets.get(facet) or {}).get("at", ""))
+            or ChangeRecord.objects.filter(
+                dataset_id=ds.pk, field_name="", attribute=FACET_ATTRIBUTES[facet], at__gt=at
+            ).exists()
+        )
         if late:
-            self.late_facets.add((ds.pk, facet, key))
+            self.late_facets.add((ds.pk, facet, at))
         return late
 
     def _documentation(self, ds: Dataset, facet: dict[str, Any], at: datetime, fp: str) -> None:
         value = str(facet.get("description") or "")
-        if self._seen(ds, "documentation", value, at, fp):
-            return
-        if not self._newest(ds, "documentation", value, at, fp) or ds.description == value:
+        late = self._seen(ds, "documentation", value, at, fp)
+        changed = self._newest(ds, "documentation", value, at, fp)
+        if late or not changed or ds.description == value:
             return
         edited = ChangeRecord.objects.filter(
             dataset_id=ds.pk, field_name="", attribute="description", source__in=PEOPLES_SAY
@@ -556,46 +563,60 @@ class _Batch:
             {(str(o["name"]), str(o.get("type") or "")) for o in facet.get("owners") or []}
         )
         value = [{"name": name, "type": kind} for name, kind in owners]
-        if self._seen(ds, "ownership", value, at, fp):
+        late = self._seen(ds, "ownership", value, at, fp)
+        if not self._newest(ds, "ownership", [list(o) for o in owners], at, fp) or late:
             return
-        if not self._newest(ds, "ownership", [list(o) for o in owners], at, fp):
-            return
-        # Owners changed after this event's time (an edit, or a facet, that came first) stay.
-        if ChangeRecord.objects.filter(
-            dataset_id=ds.pk, field_name="", attribute="owners", at__gt=at
-        ).exists():
-            return
-        specs = [
-            catalog_actions.OwnerSpec(
-                name=name,
-                type=kind,
-                # A guess for a new owner only: a steward's word on an owner's kind stands.
-                new_kind=OwnerKind.PERSON if name.startswith("user:") else OwnerKind.TEAM,
-            )
-            for name, kind in owners
-        ]
-        catalog_actions.update_dataset(ds, {"owners": specs}, LINEAGE_ACTOR, at=at)
+        catalog_actions.update_dataset(ds, {"owners": _owner_specs(value)}, LINEAGE_ACTOR, at=at)
 
-    def _late_facets(self, ds: Dataset, facet: str, keys: set[str]) -> None:
-        """Put in the history what facets that came after a newer one said at their times,
-        as arrival in time order would have: each facet sets its value when it differs from
-        the one before it in time, so the history changes at those and at the ones after."""
+    def _late_facets(self, ds: Dataset, facet: str, late_at: set[datetime]) -> None:
+        """Put in the history what facets that came late said at their times, as arrival in
+        time order would have: each facet sets its value when it differs from the one before
+        it in time, so the history changes at those and at the ones after. Today's value is
+        then the history's last."""
         attribute = FACET_ATTRIBUTES[facet]
-        seen = list(
+        # One value per instant: of facets at the same time, the last by key (as ``_newest``).
+        by_time: dict[datetime, Any] = {}
+        for at, value in (
             FacetObservation.objects.filter(dataset_id=ds.pk, facet=facet)
             .order_by("key")
-            .values_list("key", "at", "value")
+            .values_list("at", "value")
+        ):
+            by_time[at] = value
+        seen = sorted(by_time.items(), key=lambda item: item[0])
+        late = [i for i, (at, _) in enumerate(seen) if at in late_at]
+        rewritten = {*late, *(i + 1 for i in late if i + 1 < len(seen))}
+        for i in sorted(rewritten):
+            at, value = seen[i]
+            # The records from the next facet's time on are its own to put right, if it is
+            # rewritten too.
+            until = seen[i + 1][0] if i + 1 in rewritten else None
+            changed = i == 0 or seen[i - 1][1] != value
+            self._lineage_said(ds, attribute, at, value, changed, until)
+        last = (
+            ChangeRecord.objects.filter(dataset_id=ds.pk, field_name="", attribute=attribute)
+            .order_by("at", "id")
+            .last()
         )
-        late = [i for i, (key, _, _) in enumerate(seen) if key in keys]
-        for i in sorted({*late, *(i + 1 for i in late if i + 1 < len(seen))}):
-            _, at, value = seen[i]
-            self._lineage_said(ds, attribute, at, value, i == 0 or seen[i - 1][2] != value)
+        if last is None:
+            return
+        if attribute == "description" and ds.description != last.new:
+            ds.description = str(last.new or "")
+            Dataset.objects.filter(pk=ds.pk).update(description=ds.description)
+        elif attribute == "owners" and catalog_actions.owners_value(ds) != last.new:
+            catalog_actions.set_owners(ds, _owner_specs(last.new or []))
 
     def _lineage_said(
-        self, ds: Dataset, attribute: str, at: datetime, value: Any, changed: bool
+        self,
+        ds: Dataset,
+        attribute: str,
+        at: datetime,
+        value: Any,
+        changed: bool,
+        until: datetime | None,
     ) -> None:
         """Make the history say that lineage set ``value`` at ``at`` (``changed``) or said
-        nothing new then, and the record after it start from the value then."""
+        nothing new then, and the record after it (if before ``until``) start from the value
+        then."""
         records = list(
             ChangeRecord.objects.filter(
                 dataset_id=ds.pk, field_name="", attribute=attribute
@@ -627,9 +648,13 @@ class _Batch:
         if changed and value != then:
             catalog_actions.record_change(LINEAGE_ACTOR, ds, attribute, then, value, at)
             then = value
-        if after and after[0].old != then:
-            after[0].old = then
-            after[0].save(update_fields=["old"])
+        if after and (until is None or after[0].at < until) and after[0].old != then:
+            if after[0].new == then:
+                # It now says what was so already: arrival in time order had not written it.
+                after[0].delete()
+            else:
+                after[0].old = then
+                after[0].save(update_fields=["old"])
 
     def _lifecycle_record(self, ds: Dataset, at: datetime, detail: str) -> None:
         exists = ChangeRecord.objects.filter(
@@ -1072,11 +1097,11 @@ class _Batch:
         self._repoint_run_io()
         self._flush_datasets()
         FacetObservation.objects.bulk_create(self.facets_seen, ignore_conflicts=True)
-        late: dict[tuple[int, str], set[str]] = defaultdict(set)
-        for dataset_id, facet, seen_key in self.late_facets:
-            late[(dataset_id, facet)].add(seen_key)
-        for (dataset_id, facet), keys in sorted(late.items()):
-            self._late_facets(self.datasets[dataset_id], facet, keys)
+        late: dict[tuple[int, str], set[datetime]] = defaultdict(set)
+        for dataset_id, facet, seen_at in self.late_facets:
+            late[(dataset_id, facet)].add(seen_at)
+        for (dataset_id, facet), instants in sorted(late.items()):
+            self._late_facets(self.datasets[dataset_id], facet, instants)
         _carry_declarations(self.datasets)
         observations = []
         for pending in self.pending_runs:
@@ -1819,6 +1844,18 @@ def _carry_attributes(
     changes = {a: values[a] for a in sorted(missing) if said[a] and not have[a]}
     if changes:
         catalog_actions.update_dataset(new, changes, LINEAGE_ACTOR, at=at)
+
+
+def _owner_specs(owners: list[dict[str, str]]) -> list[catalog_actions.OwnerSpec]:
+    return [
+        catalog_actions.OwnerSpec(
+            name=o["name"],
+            type=o["type"],
+            # A guess for a new owner only: a steward's word on an owner's kind stands.
+            new_kind=OwnerKind.PERSON if o["name"].startswith("user:") else OwnerKind.TEAM,
+        )
+        for o in owners
+    ]
 
 
 def _move_rows(model: Any, twin_id: int, survivor_id: int, key: tuple[str, ...]) -> None:

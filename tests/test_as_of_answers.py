@@ -324,3 +324,40 @@ def test_a_description_and_owners_sent_late_read_as_of_their_time_as_if_sent_in_
         ("owners", 3, [team[1]], [team[2]], "lineage"),
         ("description", history[-1][1], "Orders in euros", "Curated orders", "steward"),
     ]
+
+
+def test_descriptions_sent_at_one_instant_read_the_same_in_any_arrival_order(api, viewer):
+    """Two facets of the same instant and a later one: the description as of any instant is
+    the same whatever order they arrive in (of one instant's, the last by event key wins)."""
+    from itertools import permutations
+
+    from django.db import transaction
+
+    sent = [
+        run_event("COMPLETE", run_id(n), when, outputs=[dataset(ORDERS, documentation=doc)])
+        for n, when, doc in (
+            (1, at(2), {"description": "A"}),
+            (2, at(2), {"description": "B"}),
+            (3, at(3), {"description": "C"}),
+        )
+    ]
+    url = f"/api/v1/namespaces/{quote(PG, safe='')}/datasets/{ORDERS}"
+    instants = (at(1, 12), at(2), at(2, 12), at(3, 12), None)
+    answers = set()
+    for order in permutations(sent):
+        with transaction.atomic():
+            normalize(
+                [parse_event(run_event("COMPLETE", run_id(9), at(1), outputs=[dataset(ORDERS)]))]
+            )
+            for event in order:
+                normalize([parse_event(event)])
+            answers.add(
+                tuple(
+                    api(viewer).get(url, {"asOf": when} if when else {}).json()["description"]
+                    for when in instants
+                )
+            )
+            transaction.set_rollback(True)
+    assert len(answers) == 1, answers
+    ((before, *_),) = answers
+    assert before is None and next(iter(answers))[3:] == ("C", "C")

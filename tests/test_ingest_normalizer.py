@@ -486,8 +486,9 @@ def test_an_ownership_facet_guesses_a_new_owners_kind_but_keeps_a_stewards(stewa
 
 
 def test_a_late_ownership_facet_leaves_owners_set_after_it(steward, client, viewer):
-    """Owners declared at day 5 but received after a steward's edit of day 10 change
-    nothing, so that owners as of any instant are the same in every answer."""
+    """Owners declared at day 5 but received after a steward's edit of day 10 are the owners
+    from day 5 to day 10, as if received in order, and the steward's edit stands: owners as
+    of any instant are the same in every answer."""
     from urllib.parse import quote
 
     def owned(day, *names):
@@ -518,7 +519,8 @@ def test_a_late_ownership_facet_leaves_owners_set_after_it(steward, client, view
             [o["name"] for o in catalog["owners"]],
         )
 
-    assert owners(7) == (["team:a"], ["team:a"])
+    assert owners(3) == (["team:a"], ["team:a"])
+    assert owners(7) == (["team:late"], ["team:late"])
     assert owners(12) == (["team:steward"], ["team:steward"])
 
 

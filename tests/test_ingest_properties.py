@@ -600,8 +600,24 @@ def test_the_fields_as_of_any_instant_are_the_schema_then_in_any_arrival_order(s
         transaction.set_rollback(True)
 
 
+def _steward_edit(when: str, description: str | None, owner: str | None) -> None:
+    from catalog import actions as catalog_actions
+
+    changes: dict[str, Any] = {}
+    if description is not None:
+        changes["description"] = description
+    if owner is not None:
+        changes["owners"] = [catalog_actions.OwnerSpec(f"team:{owner}", "MAINTAINER")]
+    catalog_actions.update_dataset(
+        Dataset.objects.get(name="dw.docs"),
+        changes,
+        catalog_actions.Actor(name="sam"),
+        at=parse_event(run_event("COMPLETE", run_id(1), when)).event_time,
+    )
+
+
 @settings(
-    max_examples=40,
+    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -611,13 +627,25 @@ def test_the_fields_as_of_any_instant_are_the_schema_then_in_any_arrival_order(s
         min_size=1,
         max_size=5,
     ),
+    edit=st.one_of(
+        st.none(),
+        st.tuples(
+            st.integers(0, 4),
+            # Values no facet gives: the edit changes them, whatever came before it. (A
+            # person's edit to the value already there writes no record, so an older facet
+            # that comes after it cannot tell it was there.)
+            st.one_of(st.none(), st.just("Curated")),
+            st.one_of(st.none(), st.just("s")),
+        ),
+    ),
     data=st.data(),
 )
-def test_descriptions_and_owners_have_the_same_history_in_any_arrival_order(values, data):
-    """A producer's documentation and ownership facets, changing over time: whatever order
-    they arrive in, today's values and the history every answer as of an instant reads are
-    those of arrival in time order."""
-    events = [
+def test_descriptions_and_owners_have_the_same_history_in_any_arrival_order(values, edit, data):
+    """A producer's documentation and ownership facets, changing over time, and maybe a
+    steward's edit between two of them: whatever order they arrive in, today's values and
+    the history every answer as of an instant reads are those of arrival in time order."""
+    first = run_event("COMPLETE", run_id(299), at(2, 23), outputs=[dataset("dw.docs")])
+    steps: list[Any] = [
         run_event(
             "COMPLETE",
             run_id(300 + hour),
@@ -632,7 +660,31 @@ def test_descriptions_and_owners_have_the_same_history_in_any_arrival_order(valu
         )
         for hour, (description, owner) in enumerate(values)
     ]
-    events, chunks = data.draw(shuffled_with_duplicates(events))
-    assert state_after(events, chunks) == state_after(
-        sorted(events, key=lambda e: e["eventTime"]), [1] * len(events)
-    )
+    if edit is not None:
+        steps.append((at(3, edit[0], 30), edit[1], edit[2]))
+
+    def when(step: Any) -> str:
+        return str(step[0] if isinstance(step, tuple) else step["eventTime"])
+
+    sequence = [steps[i] for i in data.draw(st.permutations(range(len(steps))))]
+    if edit is not None:
+        # A person edits at the instant the edit says: events of later times came after it.
+        person = next(step for step in sequence if isinstance(step, tuple))
+        position = sequence.index(person)
+        sequence.remove(person)
+        later = [i for i, step in enumerate(sequence) if when(step) > person[0]]
+        sequence.insert(min([position, *later]), person)
+
+    def state(sequence: list[Any]) -> dict[str, Any]:
+        with transaction.atomic():
+            normalize([parse_event(first)])
+            for step in sequence:
+                if isinstance(step, tuple):
+                    _steward_edit(*step)
+                else:
+                    normalize([parse_event(step)])
+            found = snapshot()
+            transaction.set_rollback(True)
+        return found
+
+    assert state(sequence) == state(sorted(steps, key=when))
