@@ -248,7 +248,8 @@ def retake_logs() -> list[int]:
     it does: the column lineage through it is taken again (run ids are stable and the
     outbox stores each event once, so only what changed lands). Returns the logs queued.
 
-    A log whose file is gone cannot be read again: it says so among its problems.
+    A log whose file is gone, or changed since it was read, cannot be read again: it says
+    so among its problems.
     """
     known = DatasetField.objects.filter(
         dataset__namespace__name=OuterRef("namespace"),
@@ -266,15 +267,16 @@ def retake_logs() -> list[int]:
             )
             if upload is None:
                 continue
-            if not Path(upload.path).is_file():
+            problem = _unreadable_again(upload)
+            if problem:
                 SqlLogColumnsUnknown.objects.filter(upload=upload).delete()
                 SqlLogProblem.objects.create(
                     upload=upload,
                     line=0,
                     field="file",
                     message="the catalog now knows the columns of tables this log read "
-                    "before it did, but the log is gone: its column lineage through them "
-                    "cannot be taken again",
+                    f"before it did, but {problem}: its column lineage through them cannot "
+                    "be taken again",
                 )
                 continue
             SqlLogUpload.objects.filter(pk=upload_id).update(
@@ -283,6 +285,19 @@ def retake_logs() -> list[int]:
             transaction.on_commit(partial(_enqueue, upload_id))
         queued.append(upload_id)
     return queued
+
+
+def _unreadable_again(upload: SqlLogUpload) -> str:
+    """Why the log cannot be read again as it was ("" when it can): a log read in place
+    may have been removed, or rotated and written anew."""
+    try:
+        stat = Path(upload.path).stat()
+    except OSError:
+        return "the log is gone"
+    read = upload.finished_at.timestamp() if upload.finished_at else None
+    if stat.st_size != upload.size_bytes or (read is not None and stat.st_mtime > read):
+        return "the log changed since it was read"
+    return ""
 
 
 class _Run:

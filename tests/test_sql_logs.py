@@ -632,3 +632,18 @@ def test_a_log_whose_file_is_gone_says_its_columns_cannot_be_taken_again(tmp_pat
     (problem,) = SqlLogProblem.objects.filter(upload=upload)
     assert "the log is gone" in problem.message
     assert sql_actions.retake_logs() == []
+
+
+def test_a_log_changed_since_it_was_read_is_not_read_again(tmp_path):
+    """A log read in place, then rotated and written anew: what it said is not what it says
+    now, so it is not processed again (its reads and lineage would be another log's)."""
+    upload = _star_log(tmp_path)
+    (tmp_path / "star.jsonl").write_text(
+        '{"query": "SELECT * FROM mart.day2_only", "start_time": "2026-01-02T00:00:00Z"}\n'
+    )
+    orders = Dataset.objects.get(namespace__name=NS, name="shop.public.orders")
+    DatasetField.objects.create(dataset=orders, name="id", ordinal=0)
+    assert sql_actions.retake_logs() == []
+    assert not upload.columns_unknown.exists()
+    (problem,) = SqlLogProblem.objects.filter(upload=upload)
+    assert "the log changed since it was read" in problem.message
