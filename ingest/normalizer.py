@@ -592,6 +592,7 @@ class _Batch:
             until = seen[i + 1][0] if i + 1 in rewritten else None
             changed = i == 0 or seen[i - 1][1] != value
             self._lineage_said(ds, attribute, at, value, changed, until)
+        self._uncarry(ds, facet, attribute)
         last = (
             ChangeRecord.objects.filter(dataset_id=ds.pk, field_name="", attribute=attribute)
             .order_by("at", "id")
@@ -604,6 +605,51 @@ class _Batch:
             Dataset.objects.filter(pk=ds.pk).update(description=ds.description)
         elif attribute == "owners" and catalog_actions.owners_value(ds) != last.new:
             catalog_actions.set_owners(ds, _owner_specs(last.new or []))
+
+    def _uncarry(self, ds: Dataset, facet: str, attribute: str) -> None:
+        """A rename carries the old name's value to the new one only when the new name had
+        none before it (``_carry_attributes``): a late facet that gave it one before the
+        rename undoes the carry, as arrival in time order would never have made it."""
+        renamed_at = [
+            at
+            for at, detail in ChangeRecord.objects.filter(
+                dataset_id=ds.pk, field_name="", attribute="lifecycle"
+            ).values_list("at", "new")
+            if str(detail).startswith("RENAME from")
+        ]
+        if not renamed_at:
+            return
+        seen_at = set(
+            FacetObservation.objects.filter(dataset_id=ds.pk, facet=facet).values_list(
+                "at", flat=True
+            )
+        )
+        for at in sorted(set(renamed_at) - seen_at):
+            records = list(
+                ChangeRecord.objects.filter(
+                    dataset_id=ds.pk, field_name="", attribute=attribute
+                ).order_by("at", "id")
+            )
+            carried = [
+                r
+                for r in records
+                if r.at == at
+                and r.source == ChangeSource.LINEAGE
+                and r.actor_name == LINEAGE_ACTOR.display
+            ]
+            before = [r for r in records if r.at < at]
+            if not carried or not before:
+                continue
+            for record in carried:
+                record.delete()
+            after = [r for r in records if r.at > at]
+            then = before[-1].new
+            if after and after[0].old != then:
+                if after[0].new == then:
+                    after[0].delete()
+                else:
+                    after[0].old = then
+                    after[0].save(update_fields=["old"])
 
     def _lineage_said(
         self,

@@ -1080,3 +1080,33 @@ def test_twins_merged_keep_a_persons_description_over_lineages(
         ingest(dataset_event(at(4), dataset("shop.orders", symlinks=SYMLINK)))
     (table,) = Dataset.objects.all()
     assert (table.name, table.description) == ("shop.orders", "orders as sold")
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_a_rename_carries_nothing_the_new_name_had_before_it_whatever_arrives_first(late):
+    """ "old" is documented and owned at day 1, "new" at day 2, and old is renamed new at day
+    3: new had a description and owners before the rename, so it keeps its own, even when
+    day 2's event arrives after the rename's."""
+    from catalog.queries import dataset_state_as_of
+
+    def documented(name: str, n: int, day: int, text: str, owner: str) -> dict[str, Any]:
+        facets = {
+            "documentation": {"description": text},
+            "ownership": {"owners": [{"name": owner, "type": "MAINTAINER"}]},
+        }
+        return run_event("COMPLETE", run_id(n), at(day), outputs=[dataset(name, **facets)])
+
+    ingest(documented("old", 1, 1, "D", "team-o"))
+    if not late:
+        ingest(documented("new", 2, 2, "X", "team-x"))
+    rename_old_to_new(day=3)
+    if late:
+        ingest(documented("new", 2, 2, "X", "team-x"))
+    new = Dataset.objects.get(name="new")
+    assert (new.description, catalog_actions.owners_value(new)) == (
+        "X",
+        [{"name": "team-x", "type": "MAINTAINER"}],
+    )
+    for day in (2, 4):
+        then = dataset_state_as_of(new, t(day) + timedelta(hours=1))
+        assert (then.description, [o["name"] for o in then.owners]) == ("X", ["team-x"]), day
