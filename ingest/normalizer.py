@@ -643,13 +643,8 @@ class _Batch:
             for record in carried:
                 record.delete()
             after = [r for r in records if r.at > at]
-            then = before[-1].new
-            if after and after[0].old != then:
-                if after[0].new == then:
-                    after[0].delete()
-                else:
-                    after[0].old = then
-                    after[0].save(update_fields=["old"])
+            if after:
+                _start_from(after[0], before[-1].new)
 
     def _lineage_said(
         self,
@@ -694,13 +689,8 @@ class _Batch:
         if changed and value != then:
             catalog_actions.record_change(LINEAGE_ACTOR, ds, attribute, then, value, at)
             then = value
-        if after and (until is None or after[0].at < until) and after[0].old != then:
-            if after[0].new == then:
-                # It now says what was so already: arrival in time order had not written it.
-                after[0].delete()
-            else:
-                after[0].old = then
-                after[0].save(update_fields=["old"])
+        if after and (until is None or after[0].at < until):
+            _start_from(after[0], then)
 
     def _lifecycle_record(self, ds: Dataset, at: datetime, detail: str) -> None:
         exists = ChangeRecord.objects.filter(
@@ -1890,6 +1880,18 @@ def _carry_attributes(
     changes = {a: values[a] for a in sorted(missing) if said[a] and not have[a]}
     if changes:
         catalog_actions.update_dataset(new, changes, LINEAGE_ACTOR, at=at)
+
+
+def _start_from(record: ChangeRecord, value: Any) -> None:
+    """Make a history record start from ``value``: gone if it then says what was so already
+    (arrival in time order had not written it)."""
+    if record.old == value:
+        return
+    if record.new == value:
+        record.delete()
+    else:
+        record.old = value
+        record.save(update_fields=["old"])
 
 
 def _owner_specs(owners: list[dict[str, str]]) -> list[catalog_actions.OwnerSpec]:
