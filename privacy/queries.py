@@ -683,9 +683,10 @@ def search_subject(
     # Such a copy holds the values of the declared fields its flag came from: it is listed
     # for the identifiers naming those, masked and hashed as their paths say.
     sources = propagated_sources([f.id for f in unreached], as_of)
-    naming = _identifiers_naming(
-        identifiers, declared, {s for f in unreached for s, _ in sources.get(f.id, [])}, node
-    )
+    naming: dict[int, set[int]] = defaultdict(set)  # seed -> the identifiers picking it
+    for identifier, seeds in zip(identifiers, picked, strict=True):
+        for seed in seeds:
+            naming[seed.id].add(identifier.index)
     kept = {f.id: [(s, m) for s, m in sources.get(f.id, []) if naming[s]] for f in unreached}
     extra_identifiers = {f.id: {i for s, _ in kept[f.id] for i in naming[s]} for f in unreached}
     extra = [f for f in unreached if extra_identifiers[f.id]]
@@ -760,21 +761,6 @@ def search_subject(
 
 
 SHOWN_SEEDS = 50
-
-
-def _identifiers_naming(
-    identifiers: Sequence[Identifier],
-    declared: list[FieldInfo],
-    sources: set[int],
-    node: Callable[[FieldInfo], str],
-) -> dict[int, set[int]]:
-    """The indexes of the identifiers each of these sources matches: only fields declaring
-    the subject kind searched (``declared``) do, as they did then."""
-    infos = {f.id: f for f in declared if f.id in sources}
-    return {
-        pk: {i.index for i in identifiers if pk in infos and i.matches(infos[pk], node)}
-        for pk in sources
-    }
 
 
 def dataset_links(search: SubjectSearch) -> list[DatasetLink]:
