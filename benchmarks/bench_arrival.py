@@ -10,6 +10,10 @@ of 500:
 * ``newest_first``: run by run from the present back (an archive loaded after the
   live events).
 
+With ``--facets`` every output also carries documentation and ownership facets (the
+description changes daily, the owner every third day): loaded newest first, nearly every
+one of them is older than what the catalog already holds, and goes into the history late.
+
 Events/s are timed inside the loading process (Django's start is not counted).
 With ``--against DIR`` each load is also run by the checkout in DIR (the code at
 a session's start, say), alternating, on a database migrated by that code.
@@ -60,12 +64,16 @@ print(json.dumps({"seconds": time.perf_counter() - started}))
 """
 
 
-def history(days: int, seed: int = 7) -> list[tuple[datetime, list[dict[str, Any]]]]:
+def history(
+    days: int, seed: int = 7, facets: bool = False
+) -> list[tuple[datetime, list[dict[str, Any]]]]:
     """(event time of the run's start, [START, COMPLETE]) for every run, oldest first."""
-    return list(runs_of(days * 24, seed))
+    return list(runs_of(days * 24, seed, facets))
 
 
-def runs_of(hours: int, seed: int = 7) -> Iterator[tuple[datetime, list[dict[str, Any]]]]:
+def runs_of(
+    hours: int, seed: int = 7, facets: bool = False
+) -> Iterator[tuple[datetime, list[dict[str, Any]]]]:
     """The runs of ``hours`` hours of history, hour by hour."""
     rnd = random.Random(seed)
     schema = {"fields": [{"name": f, "type": "string"} for f in FIELDS]}
@@ -102,6 +110,10 @@ def runs_of(hours: int, seed: int = 7) -> Iterator[tuple[datetime, list[dict[str
                 "name": f"lake.job_{job}",
                 "facets": {"schema": schema, "columnLineage": lineage},
             }
+            if facets:
+                done["facets"]["documentation"] = {"description": f"Load {hour // 24} of {job}"}
+                owner = {"name": f"team:t{hour // 72 % 3}", "type": "MAINTAINER"}
+                done["facets"]["ownership"] = {"owners": [owner]}
             yield (
                 begun,
                 [
@@ -193,6 +205,9 @@ def main() -> None:
     parser.add_argument("--days", default="7,60", help="history sizes in days (comma-separated)")
     parser.add_argument("--orders", default=",".join(ORDERS))
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--facets", action="store_true", help="outputs carry documentation and ownership"
+    )
     parser.add_argument("--against", type=Path, help="a second checkout, loaded alternately")
     parser.add_argument(
         "--database", default="postgres://postgres@127.0.0.1:5432/lineage_bench_arrival"
@@ -209,12 +224,13 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "jobs": JOBS,
         "batch_size": 500,
+        "facets": args.facets,
         "against": str(args.against) if args.against else None,
         "sizes": [],
     }
     with tempfile.TemporaryDirectory(prefix="arrival-") as work:
         for days in (int(d) for d in args.days.split(",")):
-            runs = history(days)
+            runs = history(days, facets=args.facets)
             size: dict[str, Any] = {"days": days, "events": 2 * len(runs), "orders": {}}
             paths = {}
             for order in orders:

@@ -46,7 +46,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import ForeignObjectRel, OuterRef, Q, Subquery
+from django.db.models import Count, ForeignObjectRel, Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from catalog import actions as catalog_actions
@@ -235,6 +235,7 @@ class _Batch:
         # Documentation and ownership facets seen, and those older than one seen before.
         self.facets_seen: list[FacetObservation] = []
         self.late_facets: set[tuple[int, str, datetime]] = set()
+        self.history_said: dict[int, dict[str, tuple[datetime, bool]]] = {}
 
     # -- preparation: insert what is missing, then lock in a fixed order ---------------------
 
@@ -535,15 +536,31 @@ class _Batch:
         self.facets_seen.append(
             FacetObservation(dataset_id=ds.pk, facet=facet, key=key, at=at, value=value)
         )
-        late = (
-            key < str((ds.lineage_facets.get(facet) or {}).get("at", ""))
-            or ChangeRecord.objects.filter(
-                dataset_id=ds.pk, field_name="", attribute=FACET_ATTRIBUTES[facet], at__gt=at
-            ).exists()
+        last_said, _ = self._said(ds).get(FACET_ATTRIBUTES[facet], (None, False))
+        late = key < str((ds.lineage_facets.get(facet) or {}).get("at", "")) or (
+            last_said is not None and last_said > at
         )
         if late:
             self.late_facets.add((ds.pk, facet, at))
         return late
+
+    def _said(self, ds: Dataset) -> dict[str, tuple[datetime, bool]]:
+        """Per attribute a facet sets: the last instant of the dataset's history before this
+        batch, and whether a person ever gave it a value. Read once per dataset and batch:
+        in a batch only its facets write these attributes before ``finish``, and a facet
+        newer than the newest one kept is newer than what they wrote."""
+        found = self.history_said.get(ds.pk)
+        if found is None:
+            found = self.history_said[ds.pk] = {
+                row["attribute"]: (row["last"], bool(row["people"]))
+                for row in ChangeRecord.objects.filter(
+                    dataset_id=ds.pk, field_name="", attribute__in=FACET_ATTRIBUTES.values()
+                )
+                .values("attribute")
+                .annotate(last=Max("at"), people=Count("id", filter=Q(source__in=PEOPLES_SAY)))
+                .order_by()
+            }
+        return found
 
     def _documentation(self, ds: Dataset, facet: dict[str, Any], at: datetime, fp: str) -> None:
         value = str(facet.get("description") or "")
@@ -551,10 +568,7 @@ class _Batch:
         changed = self._newest(ds, "documentation", value, at, fp)
         if late or not changed or ds.description == value:
             return
-        edited = ChangeRecord.objects.filter(
-            dataset_id=ds.pk, field_name="", attribute="description", source__in=PEOPLES_SAY
-        ).exists()
-        if not edited:
+        if not self._said(ds).get("description", (None, False))[1]:
             catalog_actions.update_dataset(ds, {"description": value}, LINEAGE_ACTOR, at=at)
             ds.description = value
 
