@@ -100,7 +100,22 @@ def record_change(
 ) -> ChangeRecord:
     """A history record: ``actor`` set ``attribute`` from ``old`` to ``new`` at ``at`` (even
     to the value it had, where who said it is what changed)."""
-    return ChangeRecord.objects.create(
+    record = change_record(actor, dataset, attribute, old, new, at, field_name)
+    record.save()
+    return record
+
+
+def change_record(
+    actor: Actor,
+    dataset: Dataset,
+    attribute: str,
+    old: Any,
+    new: Any,
+    at: datetime,
+    field_name: str = "",
+) -> ChangeRecord:
+    """The history record ``record_change`` writes, not yet written."""
+    return ChangeRecord(
         at=at,
         actor=actor.user,
         actor_name=actor.display,

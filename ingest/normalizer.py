@@ -38,6 +38,7 @@ import json
 import logging
 import threading
 import uuid
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -235,7 +236,7 @@ class _Batch:
         # Documentation and ownership facets seen, and those older than one seen before.
         self.facets_seen: list[FacetObservation] = []
         self.late_facets: set[tuple[int, str, datetime]] = set()
-        self.history_said: dict[int, dict[str, tuple[datetime, bool]]] = {}
+        self.history_said: dict[int, dict[str, tuple[datetime, bool]]] | None = None
 
     # -- preparation: insert what is missing, then lock in a fixed order ---------------------
 
@@ -546,21 +547,24 @@ class _Batch:
 
     def _said(self, ds: Dataset) -> dict[str, tuple[datetime, bool]]:
         """Per attribute a facet sets: the last instant of the dataset's history before this
-        batch, and whether a person ever gave it a value. Read once per dataset and batch:
-        in a batch only its facets write these attributes before ``finish``, and a facet
-        newer than the newest one kept is newer than what they wrote."""
-        found = self.history_said.get(ds.pk)
-        if found is None:
-            found = self.history_said[ds.pk] = {
-                row["attribute"]: (row["last"], bool(row["people"]))
-                for row in ChangeRecord.objects.filter(
-                    dataset_id=ds.pk, field_name="", attribute__in=FACET_ATTRIBUTES.values()
+        batch, and whether a person ever gave it a value. Read once per batch, for all its
+        datasets: in a batch only its facets write these attributes before ``finish``, and a
+        facet newer than the newest one kept is newer than what they wrote."""
+        if self.history_said is None:
+            self.history_said = defaultdict(dict)
+            for row in (
+                ChangeRecord.objects.filter(
+                    dataset_id__in=list(self.datasets),
+                    field_name="",
+                    attribute__in=FACET_ATTRIBUTES.values(),
                 )
-                .values("attribute")
+                .values("dataset_id", "attribute")
                 .annotate(last=Max("at"), people=Count("id", filter=Q(source__in=PEOPLES_SAY)))
                 .order_by()
-            }
-        return found
+            ):
+                said = (row["last"], bool(row["people"]))
+                self.history_said[row["dataset_id"]][row["attribute"]] = said
+        return self.history_said[ds.pk]
 
     def _documentation(self, ds: Dataset, facet: dict[str, Any], at: datetime, fp: str) -> None:
         value = str(facet.get("description") or "")
@@ -582,20 +586,16 @@ class _Batch:
             return
         catalog_actions.update_dataset(ds, {"owners": _owner_specs(value)}, LINEAGE_ACTOR, at=at)
 
-    def _late_facets(self, ds: Dataset, facet: str, late_at: set[datetime]) -> None:
+    def _late_facets(
+        self, ds: Dataset, facet: str, late_at: set[datetime], histories: _Histories
+    ) -> None:
         """Put in the history what facets that came late said at their times, as arrival in
         time order would have: each facet sets its value when it differs from the one before
         it in time, so the history changes at those and at the ones after. Today's value is
         then the history's last."""
         attribute = FACET_ATTRIBUTES[facet]
         # One value per instant: of facets at the same time, the last by key (as ``_newest``).
-        by_time: dict[datetime, Any] = {}
-        for at, value in (
-            FacetObservation.objects.filter(dataset_id=ds.pk, facet=facet)
-            .order_by("key")
-            .values_list("at", "value")
-        ):
-            by_time[at] = value
+        by_time: dict[datetime, Any] = dict(histories.observed[(ds.pk, facet)])
         seen = sorted(by_time.items(), key=lambda item: item[0])
         late = [i for i, (at, _) in enumerate(seen) if at in late_at]
         rewritten = {*late, *(i + 1 for i in late if i + 1 < len(seen))}
@@ -605,45 +605,30 @@ class _Batch:
             # rewritten too.
             until = seen[i + 1][0] if i + 1 in rewritten else None
             changed = i == 0 or seen[i - 1][1] != value
-            self._lineage_said(ds, attribute, at, value, changed, until)
-        self._uncarry(ds, facet, attribute)
-        last = (
-            ChangeRecord.objects.filter(dataset_id=ds.pk, field_name="", attribute=attribute)
-            .order_by("at", "id")
-            .last()
-        )
-        if last is None:
+            self._lineage_said(ds, attribute, at, value, changed, until, histories)
+        self._uncarry(ds, attribute, set(by_time), histories)
+        records = histories.of(ds.pk, attribute)
+        if not records:
             return
+        last = records[-1]
         if attribute == "description" and ds.description != last.new:
             ds.description = str(last.new or "")
             Dataset.objects.filter(pk=ds.pk).update(description=ds.description)
-        elif attribute == "owners" and catalog_actions.owners_value(ds) != last.new:
+        elif attribute == "owners" and histories.owners[ds.pk] != last.new:
             catalog_actions.set_owners(ds, _owner_specs(last.new or []))
+            histories.owners[ds.pk] = last.new or []
 
-    def _uncarry(self, ds: Dataset, facet: str, attribute: str) -> None:
+    def _uncarry(
+        self, ds: Dataset, attribute: str, seen_at: set[datetime], histories: _Histories
+    ) -> None:
         """A rename carries the old name's value to the new one only when the new name had
         none before it (``_carry_attributes``): a late facet that gave it one before the
         rename undoes the carry, as arrival in time order would never have made it."""
-        renamed_at = [
-            at
-            for at, detail in ChangeRecord.objects.filter(
-                dataset_id=ds.pk, field_name="", attribute="lifecycle"
-            ).values_list("at", "new")
-            if str(detail).startswith("RENAME from")
-        ]
-        if not renamed_at:
-            return
-        seen_at = set(
-            FacetObservation.objects.filter(dataset_id=ds.pk, facet=facet).values_list(
-                "at", flat=True
-            )
-        )
-        for at in sorted(set(renamed_at) - seen_at):
-            records = list(
-                ChangeRecord.objects.filter(
-                    dataset_id=ds.pk, field_name="", attribute=attribute
-                ).order_by("at", "id")
-            )
+        renamed_at = {
+            r.at for r in histories.of(ds.pk, "lifecycle") if str(r.new).startswith("RENAME from")
+        }
+        for at in sorted(renamed_at - seen_at):
+            records = list(histories.of(ds.pk, attribute))
             carried = [
                 r
                 for r in records
@@ -655,10 +640,10 @@ class _Batch:
             if not carried or not before:
                 continue
             for record in carried:
-                record.delete()
+                histories.delete(record)
             after = [r for r in records if r.at > at]
             if after:
-                _start_from(after[0], before[-1].new)
+                histories.start_from(after[0], before[-1].new)
 
     def _lineage_said(
         self,
@@ -668,15 +653,12 @@ class _Batch:
         value: Any,
         changed: bool,
         until: datetime | None,
+        histories: _Histories,
     ) -> None:
         """Make the history say that lineage set ``value`` at ``at`` (``changed``) or said
         nothing new then, and the record after it (if before ``until``) start from the value
         then."""
-        records = list(
-            ChangeRecord.objects.filter(
-                dataset_id=ds.pk, field_name="", attribute=attribute
-            ).order_by("at", "id")
-        )
+        records = list(histories.of(ds.pk, attribute))
         if attribute == "description" and any(
             r.source in PEOPLES_SAY and r.at <= at for r in records
         ):
@@ -695,16 +677,16 @@ class _Batch:
         elif after:
             then = after[0].old
         else:
-            then = (
-                ds.description if attribute == "description" else catalog_actions.owners_value(ds)
-            )
+            then = ds.description if attribute == "description" else histories.owners[ds.pk]
         for record in own:
-            record.delete()
+            histories.delete(record)
         if changed and value != then:
-            catalog_actions.record_change(LINEAGE_ACTOR, ds, attribute, then, value, at)
+            histories.add(
+                catalog_actions.change_record(LINEAGE_ACTOR, ds, attribute, then, value, at)
+            )
             then = value
         if after and (until is None or after[0].at < until):
-            _start_from(after[0], then)
+            histories.start_from(after[0], then)
 
     def _lifecycle_record(self, ds: Dataset, at: datetime, detail: str) -> None:
         exists = ChangeRecord.objects.filter(
@@ -1150,8 +1132,11 @@ class _Batch:
         late: dict[tuple[int, str], set[datetime]] = defaultdict(set)
         for dataset_id, facet, seen_at in self.late_facets:
             late[(dataset_id, facet)].add(seen_at)
-        for (dataset_id, facet), instants in sorted(late.items()):
-            self._late_facets(self.datasets[dataset_id], facet, instants)
+        if late:
+            histories = _Histories({dataset_id for dataset_id, _ in late})
+            for (dataset_id, facet), instants in sorted(late.items()):
+                self._late_facets(self.datasets[dataset_id], facet, instants, histories)
+            histories.save()
         _carry_declarations(self.datasets)
         observations = []
         for pending in self.pending_runs:
@@ -1285,6 +1270,69 @@ DATASET_FIELDS = [
     "storage_format",
     "alias_of",
 ]
+
+
+class _Histories:
+    """The dataset histories a batch's late facets rewrite: their facets and records read in
+    two queries, rewritten in memory, written back in three. Records keep the history's order
+    (by time, then as written): a new one goes after those of its instant."""
+
+    def __init__(self, dataset_ids: set[int]) -> None:
+        self.observed: dict[tuple[int, str], list[tuple[datetime, Any]]] = defaultdict(list)
+        for dataset_id, facet, at, value in (
+            FacetObservation.objects.filter(dataset_id__in=dataset_ids)
+            .order_by("key")
+            .values_list("dataset_id", "facet", "at", "value")
+        ):
+            self.observed[(dataset_id, facet)].append((at, value))
+        self.records: dict[tuple[int, str], list[ChangeRecord]] = defaultdict(list)
+        for record in ChangeRecord.objects.filter(
+            dataset_id__in=dataset_ids,
+            field_name="",
+            attribute__in=[*FACET_ATTRIBUTES.values(), "lifecycle"],
+        ).order_by("at", "id"):
+            self.records[(record.dataset_id, record.attribute)].append(record)
+        # Each dataset's owners now, in the form the history keeps them (``owners_value``).
+        self.owners: dict[int, list[dict[str, str]]] = defaultdict(list)
+        for dataset_id, name, kind in (
+            DatasetOwnership.objects.filter(dataset_id__in=dataset_ids)
+            .order_by("dataset_id", "owner__name", "ownership_type")
+            .values_list("dataset_id", "owner__name", "ownership_type")
+        ):
+            self.owners[dataset_id].append({"name": name, "type": kind})
+        self.deleted: list[ChangeRecord] = []
+        self.changed: list[ChangeRecord] = []
+
+    def of(self, dataset_id: int, attribute: str) -> list[ChangeRecord]:
+        return self.records[(dataset_id, attribute)]
+
+    def add(self, record: ChangeRecord) -> None:
+        records = self.of(record.dataset_id, record.attribute)
+        records.insert(bisect_right(records, record.at, key=lambda r: r.at), record)
+
+    def delete(self, record: ChangeRecord) -> None:
+        self.of(record.dataset_id, record.attribute).remove(record)
+        if record.pk is not None:
+            self.deleted.append(record)
+
+    def start_from(self, record: ChangeRecord, value: Any) -> None:
+        """As ``_start_from``, in memory."""
+        if record.old == value:
+            return
+        if record.new == value:
+            self.delete(record)
+        else:
+            record.old = value
+            self.changed.append(record)
+
+    def save(self) -> None:
+        gone = {id(r) for r in self.deleted}
+        changed = {id(r): r for r in self.changed if r.pk is not None and id(r) not in gone}
+        ChangeRecord.objects.filter(pk__in=[r.pk for r in self.deleted]).delete()
+        ChangeRecord.objects.bulk_update(list(changed.values()), ["old"])
+        ChangeRecord.objects.bulk_create(
+            [r for records in self.records.values() for r in records if r.pk is None]
+        )
 
 
 def _job_state(job: Job) -> tuple[Any, ...]:
