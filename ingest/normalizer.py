@@ -554,7 +554,7 @@ class _Batch:
             self.history_said = defaultdict(dict)
             for row in (
                 ChangeRecord.objects.filter(
-                    dataset_id__in=list(self.datasets),
+                    dataset_id__any_of=list(self.datasets),
                     field_name="",
                     attribute__in=FACET_ATTRIBUTES.values(),
                 )
@@ -616,7 +616,7 @@ class _Batch:
             Dataset.objects.filter(pk=ds.pk).update(description=ds.description)
         elif attribute == "owners" and histories.owners[ds.pk] != last.new:
             catalog_actions.set_owners(ds, _owner_specs(last.new or []))
-            histories.owners[ds.pk] = last.new or []
+            histories.owners[ds.pk] = catalog_actions.owners_value(ds)
 
     def _uncarry(
         self, ds: Dataset, attribute: str, seen_at: set[datetime], histories: _Histories
@@ -1273,21 +1273,22 @@ DATASET_FIELDS = [
 
 
 class _Histories:
-    """The dataset histories a batch's late facets rewrite: their facets and records read in
-    two queries, rewritten in memory, written back in three. Records keep the history's order
-    (by time, then as written): a new one goes after those of its instant."""
+    """The dataset histories a batch's late facets rewrite: their facets, records and owners
+    read in three queries, rewritten in memory, written back in three. Records keep the
+    history's order (by time, then as written): a new one goes after those of its instant,
+    and new ones are written in the order they were made."""
 
     def __init__(self, dataset_ids: set[int]) -> None:
         self.observed: dict[tuple[int, str], list[tuple[datetime, Any]]] = defaultdict(list)
         for dataset_id, facet, at, value in (
-            FacetObservation.objects.filter(dataset_id__in=dataset_ids)
+            FacetObservation.objects.filter(dataset_id__any_of=list(dataset_ids))
             .order_by("key")
             .values_list("dataset_id", "facet", "at", "value")
         ):
             self.observed[(dataset_id, facet)].append((at, value))
         self.records: dict[tuple[int, str], list[ChangeRecord]] = defaultdict(list)
         for record in ChangeRecord.objects.filter(
-            dataset_id__in=dataset_ids,
+            dataset_id__any_of=list(dataset_ids),
             field_name="",
             attribute__in=[*FACET_ATTRIBUTES.values(), "lifecycle"],
         ).order_by("at", "id"):
@@ -1295,12 +1296,13 @@ class _Histories:
         # Each dataset's owners now, in the form the history keeps them (``owners_value``).
         self.owners: dict[int, list[dict[str, str]]] = defaultdict(list)
         for dataset_id, name, kind in (
-            DatasetOwnership.objects.filter(dataset_id__in=dataset_ids)
+            DatasetOwnership.objects.filter(dataset_id__any_of=list(dataset_ids))
             .order_by("dataset_id", "owner__name", "ownership_type")
             .values_list("dataset_id", "owner__name", "ownership_type")
         ):
             self.owners[dataset_id].append({"name": name, "type": kind})
         self.deleted: list[ChangeRecord] = []
+        self.added: list[ChangeRecord] = []
         self.changed: list[ChangeRecord] = []
 
     def of(self, dataset_id: int, attribute: str) -> list[ChangeRecord]:
@@ -1309,6 +1311,7 @@ class _Histories:
     def add(self, record: ChangeRecord) -> None:
         records = self.of(record.dataset_id, record.attribute)
         records.insert(bisect_right(records, record.at, key=lambda r: r.at), record)
+        self.added.append(record)
 
     def delete(self, record: ChangeRecord) -> None:
         self.of(record.dataset_id, record.attribute).remove(record)
@@ -1328,11 +1331,11 @@ class _Histories:
     def save(self) -> None:
         gone = {id(r) for r in self.deleted}
         changed = {id(r): r for r in self.changed if r.pk is not None and id(r) not in gone}
-        ChangeRecord.objects.filter(pk__in=[r.pk for r in self.deleted]).delete()
+        ChangeRecord.objects.filter(pk__any_of=[r.pk for r in self.deleted]).delete()
         ChangeRecord.objects.bulk_update(list(changed.values()), ["old"])
-        ChangeRecord.objects.bulk_create(
-            [r for records in self.records.values() for r in records if r.pk is None]
-        )
+        # In the order they were made, as writing each at once would have numbered them.
+        kept = {id(r) for records in self.records.values() for r in records if r.pk is None}
+        ChangeRecord.objects.bulk_create([r for r in self.added if id(r) in kept])
 
 
 def _job_state(job: Job) -> tuple[Any, ...]:

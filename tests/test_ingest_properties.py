@@ -696,3 +696,42 @@ def test_descriptions_and_owners_have_the_same_history_in_any_arrival_order(valu
         return found
 
     assert state(sequence, together) == state(sorted(steps, key=when), [False] * len(steps))
+
+
+def test_a_late_facet_shows_its_changes_in_the_history_as_arrival_in_time_order_would():
+    """Documentation and ownership that come late at one instant are listed in the history
+    as they would have been written in time: the description's change, then the owners'."""
+    from catalog.queries import history
+
+    def docs(hour: int, description: str | None, owner: str) -> dict[str, Any]:
+        given: dict[str, Any] = {
+            "ownership": {"owners": [{"name": f"team:{owner}", "type": "MAINTAINER"}]}
+        }
+        if description is not None:
+            given["documentation"] = {"description": description}
+        return run_event(
+            "COMPLETE", run_id(400 + hour), at(3, hour), outputs=[dataset("dw.docs", **given)]
+        )
+
+    first, second, third = docs(1, None, "a"), docs(2, "Orders", "b"), docs(3, "Sales", "c")
+
+    def shown(batches: list[list[dict[str, Any]]]) -> list[tuple[str, Any, Any]]:
+        with transaction.atomic():
+            for batch in batches:
+                normalize([parse_event(e) for e in batch])
+            found = [
+                (r.attribute, r.old, r.new)
+                for r in history(Dataset.objects.get(name="dw.docs"))
+                if r.attribute != "lifecycle"
+            ]
+            transaction.set_rollback(True)
+        return found
+
+    in_time = shown([[first], [second], [third]])
+    assert [attribute for attribute, *_ in in_time[:4]] == [
+        "owners",
+        "description",
+        "owners",
+        "description",
+    ]
+    assert shown([[first, third], [second]]) == in_time
