@@ -43,7 +43,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
@@ -594,9 +594,10 @@ class _Batch:
         it in time, so the history changes at those and at the ones after. Today's value is
         then the history's last."""
         attribute = FACET_ATTRIBUTES[facet]
-        # One value per instant: of facets at the same time, the last by key (as ``_newest``).
-        by_time: dict[datetime, Any] = dict(histories.observed[(ds.pk, facet)])
-        seen = sorted(by_time.items(), key=lambda item: item[0])
+        # One value per instant, of the late ones and their neighbours (``_facets_around``):
+        # what is rewritten is a late instant and the one after it, and what that reads is
+        # the value at the instant before it. The first one here is the history's first.
+        seen = sorted(histories.observed[(ds.pk, facet)].items(), key=lambda item: item[0])
         late = [i for i, (at, _) in enumerate(seen) if at in late_at]
         rewritten = {*late, *(i + 1 for i in late if i + 1 < len(seen))}
         for i in sorted(rewritten):
@@ -606,7 +607,7 @@ class _Batch:
             until = seen[i + 1][0] if i + 1 in rewritten else None
             changed = i == 0 or seen[i - 1][1] != value
             self._lineage_said(ds, attribute, at, value, changed, until, histories)
-        self._uncarry(ds, attribute, set(by_time), histories)
+        self._uncarry(ds, attribute, histories.seen_at_renames[(ds.pk, facet)], histories)
         records = histories.of(ds.pk, attribute)
         if not records:
             return
@@ -627,7 +628,7 @@ class _Batch:
         renamed_at = {
             r.at for r in histories.of(ds.pk, "lifecycle") if str(r.new).startswith("RENAME from")
         }
-        for at in sorted(renamed_at - seen_at):
+        for at in sorted(renamed_at - seen_at):  # seen_at: the renames a facet was seen at
             records = list(histories.of(ds.pk, attribute))
             carried = [
                 r
@@ -1133,7 +1134,7 @@ class _Batch:
         for dataset_id, facet, seen_at in self.late_facets:
             late[(dataset_id, facet)].add(seen_at)
         if late:
-            histories = _Histories({dataset_id for dataset_id, _ in late})
+            histories = _Histories(late)
             for (dataset_id, facet), instants in sorted(late.items()):
                 self._late_facets(self.datasets[dataset_id], facet, instants, histories)
             histories.save()
@@ -1278,25 +1279,35 @@ class _Histories:
     history's order (by time, then as written): a new one goes after those of its instant,
     and new ones are written in the order they were made."""
 
-    def __init__(self, dataset_ids: set[int]) -> None:
-        self.observed: dict[tuple[int, str], list[tuple[datetime, Any]]] = defaultdict(list)
-        for dataset_id, facet, at, value in (
-            FacetObservation.objects.filter(dataset_id__any_of=list(dataset_ids))
-            .order_by("key")
-            .values_list("dataset_id", "facet", "at", "value")
-        ):
-            self.observed[(dataset_id, facet)].append((at, value))
+    def __init__(self, late: dict[tuple[int, str], set[datetime]]) -> None:
+        dataset_ids = list({dataset_id for dataset_id, _ in late})
+        self.observed = _facets_around(late)
         self.records: dict[tuple[int, str], list[ChangeRecord]] = defaultdict(list)
         for record in ChangeRecord.objects.filter(
-            dataset_id__any_of=list(dataset_ids),
+            dataset_id__any_of=dataset_ids,
             field_name="",
             attribute__in=[*FACET_ATTRIBUTES.values(), "lifecycle"],
         ).order_by("at", "id"):
             self.records[(record.dataset_id, record.attribute)].append(record)
+        # The instants of renames at which a facet was seen (``_uncarry``).
+        renames = {
+            (r.dataset_id, r.at)
+            for (_, attribute), records in self.records.items()
+            if attribute == "lifecycle"
+            for r in records
+            if str(r.new).startswith("RENAME from")
+        }
+        self.seen_at_renames: dict[tuple[int, str], set[datetime]] = defaultdict(set)
+        if renames:
+            for dataset_id, facet, at in FacetObservation.objects.filter(
+                dataset_id__any_of=[d for d, _ in renames], at__in={at for _, at in renames}
+            ).values_list("dataset_id", "facet", "at"):
+                if (dataset_id, at) in renames:
+                    self.seen_at_renames[(dataset_id, facet)].add(at)
         # Each dataset's owners now, in the form the history keeps them (``owners_value``).
         self.owners: dict[int, list[dict[str, str]]] = defaultdict(list)
         for dataset_id, name, kind in (
-            DatasetOwnership.objects.filter(dataset_id__any_of=list(dataset_ids))
+            DatasetOwnership.objects.filter(dataset_id__any_of=dataset_ids)
             .order_by("dataset_id", "owner__name", "ownership_type")
             .values_list("dataset_id", "owner__name", "ownership_type")
         ):
@@ -1336,6 +1347,61 @@ class _Histories:
         # In the order they were made, as writing each at once would have numbered them.
         kept = {id(r) for records in self.records.values() for r in records if r.pk is None}
         ChangeRecord.objects.bulk_create([r for r in self.added if id(r) in kept])
+
+
+def _facets_around(
+    late: dict[tuple[int, str], set[datetime]],
+) -> dict[tuple[int, str], dict[datetime, Any]]:
+    """For each dataset and facet, the value said at each late instant, at the instant
+    before it and at the one after (of the facets at one instant, the last by key, as
+    ``_newest``): what rewriting the history around them reads. Each is found through the
+    (dataset, facet, key) index, so the reads do not grow with the history."""
+    step = timedelta(microseconds=1)
+    # Before an instant: the last facet of the one before it. Before the next microsecond:
+    # its own last, and from there on the first of the next instant, whose last follows.
+    around = _facets_by_key(
+        {(d, f, at + s) for (d, f), ats in late.items() for at in ats for s in (timedelta(0), step)}
+    )
+    nexts = {
+        (d, f, datetime.fromisoformat(first.split("|")[0]) + step)
+        for (d, f, bound), (_, first) in around.items()
+        if first is not None and bound - step in late[(d, f)]
+    }
+    around.update(_facets_by_key(nexts))
+    found: dict[tuple[int, str], dict[datetime, Any]] = defaultdict(dict)
+    for dataset_id, facet, at, value in FacetObservation.objects.filter(
+        pk__any_of=[last for last, _ in around.values() if last is not None]
+    ).values_list("dataset_id", "facet", "at", "value"):
+        found[(dataset_id, facet)][at] = value
+    return found
+
+
+def _facets_by_key(
+    bounds: set[tuple[int, str, datetime]],
+) -> dict[tuple[int, str, datetime], tuple[int | None, str | None]]:
+    """For each (dataset, facet, instant): the id of its last facet before the instant, and
+    the key of its first from the instant on. Keys sort by time (``graph.actions.time_key``:
+    the time's text first), so an instant's text bounds them."""
+    table = connection.ops.quote_name(FacetObservation._meta.db_table)
+    match = f"FROM {table} o WHERE o.dataset_id = w.d AND o.facet = w.f AND o.key"
+    texts = {
+        (d, f, at.astimezone(UTC).isoformat(timespec="microseconds")): (d, f, at)
+        for d, f, at in bounds
+    }
+    found = {}
+    windows = sorted(texts)
+    for start in range(0, len(windows), OR_TERMS_PER_QUERY):
+        chunk = windows[start : start + OR_TERMS_PER_QUERY]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"WITH w(d, f, t) AS (VALUES {', '.join(['(%s, %s, %s)'] * len(chunk))}) "
+                f"SELECT w.d, w.f, w.t, (SELECT o.id {match} < w.t ORDER BY o.key DESC LIMIT 1), "
+                f"(SELECT o.key {match} >= w.t ORDER BY o.key LIMIT 1) FROM w",
+                [value for window in chunk for value in window],
+            )
+            for d, f, text, last, first in cursor.fetchall():
+                found[texts[(d, f, text)]] = (last, first)
+    return found
 
 
 def _job_state(job: Job) -> tuple[Any, ...]:

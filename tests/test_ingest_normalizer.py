@@ -1110,3 +1110,36 @@ def test_a_rename_carries_nothing_the_new_name_had_before_it_whatever_arrives_fi
     for day in (2, 4):
         then = dataset_state_as_of(new, t(day) + timedelta(hours=1))
         assert (then.description, [o["name"] for o in then.owners]) == ("X", ["team-x"]), day
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_a_rename_that_documents_its_new_name_keeps_its_own_description_whatever_arrives_first(
+    late,
+):
+    """ "old" is documented at day 1, "new" at day 2, and the day-3 event that renames old
+    new documents it too: day 3's description is the rename's own, not one carried from the
+    old name, and it stays when day 2's event arrives after the rename's."""
+    from catalog.queries import dataset_state_as_of
+
+    def documented(name: str, n: int, day: int, text: str) -> dict[str, Any]:
+        facets = {"documentation": {"description": text}}
+        return run_event("COMPLETE", run_id(n), at(day), outputs=[dataset(name, **facets)])
+
+    ingest(documented("old", 1, 1, "D"))
+    if not late:
+        ingest(documented("new", 2, 2, "X"))
+    renamed = dataset(
+        "new",
+        documentation={"description": "R"},
+        lifecycleStateChange={
+            "lifecycleStateChange": "RENAME",
+            "previousIdentifier": {"namespace": PG, "name": "old"},
+        },
+    )
+    ingest(dataset_event(at(3), renamed))
+    if late:
+        ingest(documented("new", 2, 2, "X"))
+    new = Dataset.objects.get(name="new")
+    assert new.description == "R"
+    for day, text in ((2, "X"), (4, "R")):
+        assert dataset_state_as_of(new, t(day) + timedelta(hours=1)).description == text, day
