@@ -596,7 +596,8 @@ class _Batch:
         attribute = FACET_ATTRIBUTES[facet]
         # One value per instant, of the late ones and their neighbours (``_facets_around``):
         # what is rewritten is a late instant and the one after it, and what that reads is
-        # the value at the instant before it. The first one here is the history's first.
+        # the value at the instant before it. Every late instant but the history's first has
+        # the one before it here, so one at index 0 is a change whatever its value.
         seen = sorted(histories.observed[(ds.pk, facet)].items(), key=lambda item: item[0])
         late = [i for i, (at, _) in enumerate(seen) if at in late_at]
         rewritten = {*late, *(i + 1 for i in late if i + 1 < len(seen))}
@@ -1274,8 +1275,9 @@ DATASET_FIELDS = [
 
 
 class _Histories:
-    """The dataset histories a batch's late facets rewrite: their facets, records and owners
-    read in three queries, rewritten in memory, written back in three. Records keep the
+    """The dataset histories a batch's late facets rewrite, read in a few queries whatever
+    their number (facets around the late instants in three, records, owners, and facets at
+    renames in one each), rewritten in memory, written back in three. Records keep the
     history's order (by time, then as written): a new one goes after those of its instant,
     and new ones are written in the order they were made."""
 
@@ -1290,20 +1292,18 @@ class _Histories:
         ).order_by("at", "id"):
             self.records[(record.dataset_id, record.attribute)].append(record)
         # The instants of renames at which a facet was seen (``_uncarry``).
-        renames = {
-            (r.dataset_id, r.at)
-            for (_, attribute), records in self.records.items()
-            if attribute == "lifecycle"
-            for r in records
-            if str(r.new).startswith("RENAME from")
-        }
+        renames: dict[int, set[datetime]] = defaultdict(set)
+        for (dataset_id, attribute), records in self.records.items():
+            if attribute == "lifecycle":
+                renames[dataset_id] |= {
+                    r.at for r in records if str(r.new).startswith("RENAME from")
+                }
         self.seen_at_renames: dict[tuple[int, str], set[datetime]] = defaultdict(set)
-        if renames:
-            for dataset_id, facet, at in FacetObservation.objects.filter(
-                dataset_id__any_of=[d for d, _ in renames], at__in={at for _, at in renames}
-            ).values_list("dataset_id", "facet", "at"):
-                if (dataset_id, at) in renames:
-                    self.seen_at_renames[(dataset_id, facet)].add(at)
+        at_renames = {(d, f, at) for d, f in late for at in renames[d]}
+        for (d, f, at), (_, first) in _facets_by_key(at_renames).items():
+            # The first facet from the rename's instant on was seen at that instant.
+            if first is not None and datetime.fromisoformat(first.split("|")[0]) == at:
+                self.seen_at_renames[(d, f)].add(at)
         # Each dataset's owners now, in the form the history keeps them (``owners_value``).
         self.owners: dict[int, list[dict[str, str]]] = defaultdict(list)
         for dataset_id, name, kind in (
@@ -1355,7 +1355,8 @@ def _facets_around(
     """For each dataset and facet, the value said at each late instant, at the instant
     before it and at the one after (of the facets at one instant, the last by key, as
     ``_newest``): what rewriting the history around them reads. Each is found through the
-    (dataset, facet, key) index, so the reads do not grow with the history."""
+    (dataset, facet, key) index, so these reads do not grow with the history (the change
+    records ``_Histories`` reads still do, by about one a day a facet changes)."""
     step = timedelta(microseconds=1)
     # Before an instant: the last facet of the one before it. Before the next microsecond:
     # its own last, and from there on the first of the next instant, whose last follows.
@@ -1381,7 +1382,8 @@ def _facets_by_key(
 ) -> dict[tuple[int, str, datetime], tuple[int | None, str | None]]:
     """For each (dataset, facet, instant): the id of its last facet before the instant, and
     the key of its first from the instant on. Keys sort by time (``graph.actions.time_key``:
-    the time's text first), so an instant's text bounds them."""
+    the time's text first), so an instant's text bounds them. A query takes three
+    parameters a bound: 1,200 a chunk, under SQLite's limit since 3.32 (32,766)."""
     table = connection.ops.quote_name(FacetObservation._meta.db_table)
     match = f"FROM {table} o WHERE o.dataset_id = w.d AND o.facet = w.f AND o.key"
     texts = {

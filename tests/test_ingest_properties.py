@@ -735,3 +735,71 @@ def test_a_late_facet_shows_its_changes_in_the_history_as_arrival_in_time_order_
         "description",
     ]
     assert shown([[first, third], [second]]) == in_time
+
+
+# Instants a microsecond apart, one written with a +02:00 offset, and hours apart: late
+# instants next to each other and next to the ones around them.
+INSTANTS = [
+    "2026-03-03T10:00:00Z",
+    "2026-03-03T10:00:00.000001Z",
+    "2026-03-03T10:00:00.000002Z",
+    "2026-03-03T13:00:00+02:00",
+    "2026-03-03T12:00:00Z",
+    "2026-03-03T12:00:00.000001Z",
+    "2026-03-03T14:00:00Z",
+    "2026-03-04T00:00:00Z",
+]
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    said=st.dictionaries(
+        st.integers(0, len(INSTANTS) - 1),
+        st.tuples(
+            st.sampled_from(("", "Orders", "Sales")), st.sampled_from("ab"), st.sampled_from((1, 2))
+        ),
+        min_size=2,
+    ),
+    data=st.data(),
+)
+def test_late_facets_next_to_each_other_give_the_history_of_arrival_in_time_order(said, data):
+    """Documentation and ownership facets at instants a microsecond apart and in another
+    offset, one or two events at an instant (told apart by their fingerprints), arriving in
+    any order and batching: the history and today's values are those of arrival in the
+    order of time and fingerprint."""
+    events = [
+        run_event(
+            "COMPLETE",
+            run_id(500 + 10 * instant + copy),
+            INSTANTS[instant],
+            outputs=[
+                dataset(
+                    "dw.docs",
+                    documentation={"description": description},
+                    ownership={"owners": [{"name": f"team:{owner}", "type": "MAINTAINER"}]},
+                )
+            ],
+        )
+        for instant, (description, owner, copies) in said.items()
+        for copy in range(copies)
+    ]
+    order = [events[i] for i in data.draw(st.permutations(range(len(events))))]
+    chunks = data.draw(st.lists(st.integers(1, 4), min_size=len(events), max_size=len(events)))
+
+    def state(order: list[dict[str, Any]], chunks: list[int]) -> dict[str, Any]:
+        with transaction.atomic():
+            start = 0
+            for size in chunks:
+                if order[start : start + size]:
+                    normalize([parse_event(e) for e in order[start : start + size]])
+                start += size
+            found = snapshot()
+            transaction.set_rollback(True)
+        return found
+
+    in_time = sorted(events, key=lambda e: parse_event(e).sort_key)
+    assert state(order, chunks) == state(in_time, [1] * len(events))
