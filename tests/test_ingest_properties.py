@@ -789,17 +789,5 @@ def test_late_facets_next_to_each_other_give_the_history_of_arrival_in_time_orde
     ]
     order = [events[i] for i in data.draw(st.permutations(range(len(events))))]
     chunks = data.draw(st.lists(st.integers(1, 4), min_size=len(events), max_size=len(events)))
-
-    def state(order: list[dict[str, Any]], chunks: list[int]) -> dict[str, Any]:
-        with transaction.atomic():
-            start = 0
-            for size in chunks:
-                if order[start : start + size]:
-                    normalize([parse_event(e) for e in order[start : start + size]])
-                start += size
-            found = snapshot()
-            transaction.set_rollback(True)
-        return found
-
     in_time = sorted(events, key=lambda e: parse_event(e).sort_key)
-    assert state(order, chunks) == state(in_time, [1] * len(events))
+    assert state_after(order, chunks) == state_after(in_time, [1] * len(events))
