@@ -100,6 +100,11 @@ def time_key(at: datetime, tiebreak: str = "") -> str:
     return f"{at.astimezone(UTC).isoformat(timespec='microseconds')}|{tiebreak}"
 
 
+def key_time(key: str) -> datetime:
+    """The event time a ``time_key`` holds."""
+    return datetime.fromisoformat(key.split("|")[0])
+
+
 def merge_facets(
     facets: dict[str, Any],
     times: dict[str, str],

@@ -1302,7 +1302,7 @@ class _Histories:
         at_renames = {(d, f, at) for d, f in late for at in renames[d]}
         for (d, f, at), (_, first) in _facets_by_key(at_renames).items():
             # The first facet from the rename's instant on was seen at that instant.
-            if first is not None and datetime.fromisoformat(first.split("|")[0]) == at:
+            if first is not None and graph_actions.key_time(first) == at:
                 self.seen_at_renames[(d, f)].add(at)
         # Each dataset's owners now, in the form the history keeps them (``owners_value``).
         self.owners: dict[int, list[dict[str, str]]] = defaultdict(list)
@@ -1364,7 +1364,7 @@ def _facets_around(
         {(d, f, at + s) for (d, f), ats in late.items() for at in ats for s in (timedelta(0), step)}
     )
     nexts = {
-        (d, f, datetime.fromisoformat(first.split("|")[0]) + step)
+        (d, f, graph_actions.key_time(first) + step)
         for (d, f, bound), (_, first) in around.items()
         if first is not None and bound - step in late[(d, f)]
     }
