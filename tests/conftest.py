@@ -18,6 +18,8 @@ from urllib.parse import urlparse
 
 import pytest
 from django.contrib.auth.models import Group, User
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 from rest_framework.test import APIClient
 
 from catalog import actions
@@ -32,6 +34,15 @@ REDIS_URL = (
 # Tiers that the Makefile's PostgreSQL pass runs: skipped quietly in the SQLite pass.
 POSTGRES_PASS_TIERS = {"postgres", "redis"}
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+
+# Property tests drive the database: an example's time varies with the machine, and they
+# take function-scoped fixtures (the database, users) that hold across examples.
+hypothesis_settings.register_profile(
+    "lineage",
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+hypothesis_settings.load_profile("lineage")
 
 
 def _port_open(url: str, default_port: int) -> bool:

@@ -109,7 +109,6 @@ class AdminToken:
 @schema.parametrize()
 @settings(
     max_examples=EXAMPLES,
-    deadline=None,
     derandomize=DERANDOMIZE,
     suppress_health_check=list(HealthCheck),
     phases=[Phase.explicit, Phase.generate],

@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog.models import Dataset, DatasetAlias
@@ -453,11 +453,7 @@ def mutated_events(draw):
     return _with(event, draw(json_values), *path)
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(max_examples=150)
 @given(body=mutated_events())
 def test_it_never_answers_500_to_fuzzed_events(post, body):
     before = RawEvent.objects.count()
@@ -471,9 +467,7 @@ def test_it_never_answers_500_to_fuzzed_events(post, body):
         assert RawEvent.objects.count() == before
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=60)
 @given(raw=st.binary(max_size=200))
 def test_it_never_answers_500_to_random_bytes(post, raw):
     response = post(raw, raw=True)
@@ -643,7 +637,7 @@ _json_values = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(value=_json_values, ascii_only=st.booleans())
 def test_counting_brackets_over_the_text_agrees_with_walking_the_value(value, ascii_only):
     from unittest import mock

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog.models import (
@@ -252,11 +252,7 @@ def one_run_events() -> list[dict[str, Any]]:
 RUN_EVENTS = one_run_events()
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(max_examples=40)
 @given(case=shuffled_with_duplicates(RUN_EVENTS))
 def test_it_settles_a_runs_events_in_any_order_with_duplicates(case):
     events, chunks = case
@@ -292,11 +288,7 @@ def job_history() -> list[dict[str, Any]]:
 JOB_HISTORY = job_history()
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(max_examples=40)
 @given(case=shuffled_with_duplicates(JOB_HISTORY))
 def test_it_computes_the_same_validity_intervals_whatever_the_order(case):
     events, chunks = case
@@ -337,11 +329,7 @@ def repeating_history() -> list[dict[str, Any]]:
 REPEATING = repeating_history()
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(max_examples=40)
 @given(case=shuffled_with_duplicates(REPEATING))
 def test_it_computes_the_same_intervals_for_repeated_lineage_whatever_the_order(case):
     events, chunks = case
@@ -555,11 +543,7 @@ def test_a_long_history_loaded_late_or_newest_first_ends_as_in_time_order(name, 
     assert state_after(arrival(LONG), [chunk] * len(LONG)) == expected, name
 
 
-@settings(
-    max_examples=15,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(max_examples=15)
 @given(case=shuffled_with_duplicates(LONG))
 def test_a_long_history_in_any_order_ends_as_in_time_order(case):
     events, chunks = case
@@ -567,11 +551,7 @@ def test_a_long_history_in_any_order_ends_as_in_time_order(case):
     assert state_after(events, [size * 4 for size in chunks]) == expected
 
 
-@settings(
-    max_examples=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(max_examples=30)
 @given(
     schemas=st.lists(
         st.sets(st.sampled_from(("a", "b", "c")), min_size=1).map(sorted), min_size=1, max_size=6
@@ -616,11 +596,7 @@ def _steward_edit(when: str, description: str | None, owner: str | None) -> None
     )
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(max_examples=60)
 @given(
     values=st.lists(
         st.tuples(st.sampled_from(("", "Orders", "Orders in euros")), st.sampled_from("ab")),
@@ -751,11 +727,7 @@ INSTANTS = [
 ]
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(max_examples=40)
 @given(
     said=st.dictionaries(
         st.integers(0, len(INSTANTS) - 1),

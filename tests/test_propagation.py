@@ -305,7 +305,6 @@ def flags_from_rows(moment: datetime) -> dict[int, dict[int, bool]]:
 
 @settings(
     max_examples=int(os.environ.get("PROPAGATION_EXAMPLES", "100")),
-    deadline=None,
     suppress_health_check=list(HealthCheck),
 )
 @given(ops=operations)
