@@ -9,6 +9,10 @@ PORT ?= 8000
 PG_URL ?= $(if $(filter postgres%,$(DATABASE_URL)),$(DATABASE_URL),postgres://postgres@127.0.0.1:5432/test)
 REDIS_URL ?= $(if $(CELERY_BROKER_URL),$(CELERY_BROKER_URL),redis://127.0.0.1:6379/0)
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist), one a core; the tiers that share one server run in one
+# process (tests/conftest.py). TEST_WORKERS=0 runs the suite in this process.
+TEST_WORKERS ?= 2
+PYTEST = $(BIN)/pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
 .PHONY: install run demo test lint typecheck test-sqlite test-postgres bench clean
 
@@ -47,13 +51,13 @@ typecheck: install
 # Every tier on SQLite, then the database-bound tiers again on PostgreSQL
 # (with the Redis / real-worker tier).
 test-sqlite: install
-	env -u DATABASE_URL -u CELERY_BROKER_URL $(BIN)/pytest -p no:cacheprovider $(PYTEST_ARGS)
+	env -u DATABASE_URL -u CELERY_BROKER_URL $(PYTEST) $(PYTEST_ARGS)
 
 test-postgres: install
 	@$(BIN)/python -m tests.services postgres "$(PG_URL)"; rc=$$?; \
 	if [ $$rc -eq 0 ]; then \
 	  env -u CELERY_BROKER_URL DATABASE_URL="$(PG_URL)" TEST_REDIS_URL="$(REDIS_URL)" \
-	    $(BIN)/pytest -p no:cacheprovider -m "not browser and not spark" $(PYTEST_ARGS); \
+	    $(PYTEST) -m "not browser and not spark" $(PYTEST_ARGS); \
 	elif [ $$rc -ne 1 ]; then exit $$rc; fi
 
 test: lint typecheck test-sqlite test-postgres

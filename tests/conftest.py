@@ -82,6 +82,12 @@ def _tier_status() -> dict[str, str | None]:
     }
 
 
+# The reason a test of a tier whose service is missing gives. Said through each test's
+# outcome, so that it reaches the summary from every test process.
+CANNOT_RUN = "tier cannot run: "
+CI_FAILURE = pytest.StashKey[str]()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     status = _tier_status()
     sqlite_pass = status["postgres"] is not None
@@ -89,25 +95,43 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # Real workers share the database with the test process: PostgreSQL only.
         for tier in POSTGRES_PASS_TIERS:
             status[tier] = f"the {tier} tier runs in the PostgreSQL pass (make test-postgres)"
-    used = {m.name for item in items for m in item.iter_markers() if m.name in status}
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    for tier in sorted(used):
-        reason = status[tier]
-        if reason is None:
-            continue
-        planned = sqlite_pass and tier in POSTGRES_PASS_TIERS
-        if IN_CI and not planned:
-            raise pytest.UsageError(f"CI=true but the {tier} tier cannot run: {reason}")
-        line = f"!!! SKIPPING the {tier} tier: {reason}"
-        if reporter is not None and not planned:
-            reporter.write_line(line, red=True, bold=True)
-        for item in items:
+    for item in items:
+        for tier, reason in status.items():
+            if reason is None or not item.get_closest_marker(tier):
+                continue
+            if not (sqlite_pass and tier in POSTGRES_PASS_TIERS):
+                reason = f"the {tier} {CANNOT_RUN}{reason}"
+                if IN_CI:
+                    item.stash[CI_FAILURE] = f"CI=true but {reason}"
+                    continue
+            item.add_marker(pytest.mark.skip(reason=reason))
+        # Under pytest-xdist (the Makefile runs two test processes), each tier that holds
+        # one shared thing runs in one process: the Redis tier stops and restarts the
+        # local Redis server, and the Spark tier starts one JVM.
+        for tier in ("redis", "spark"):
             if item.get_closest_marker(tier):
-                item.add_marker(pytest.mark.skip(reason=reason))
+                item.add_marker(pytest.mark.xdist_group(tier))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    failure = item.stash.get(CI_FAILURE, None)
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple):
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return ""
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     from tests.fuzz import SENT
+
+    skipped = {_skip_reason(report) for report in terminalreporter.stats.get("skipped", [])}
+    for reason in sorted(r for r in skipped if CANNOT_RUN in r):
+        terminalreporter.write_line(f"!!! SKIPPED: {reason}", red=True, bold=True)
 
     if SENT["requests"]:
         terminalreporter.write_line(
