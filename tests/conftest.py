@@ -126,6 +126,23 @@ def _skip_reason(report: pytest.TestReport) -> str:
     return ""
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A test process of pytest-xdist hands its fuzzing counts to the summary's."""
+    from tests.fuzz import SENT
+
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["fuzz_sent"] = dict(SENT)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    from tests.fuzz import SENT
+
+    for key, count in getattr(node, "workeroutput", {}).get("fuzz_sent", {}).items():
+        SENT[key] += count
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     from tests.fuzz import SENT
 
