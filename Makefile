@@ -9,10 +9,9 @@ PORT ?= 8000
 PG_URL ?= $(if $(filter postgres%,$(DATABASE_URL)),$(DATABASE_URL),postgres://postgres@127.0.0.1:5432/test)
 REDIS_URL ?= $(if $(CELERY_BROKER_URL),$(CELERY_BROKER_URL),redis://127.0.0.1:6379/0)
 PYTEST_ARGS ?=
-# Test processes (pytest-xdist), one a core; the tiers that share one server run in one
-# process (tests/conftest.py). TEST_WORKERS=0 runs the suite in this process.
+# Test processes (pytest-xdist), one a core. TEST_WORKERS=0 runs the suite in this process.
 TEST_WORKERS ?= 2
-PYTEST = $(BIN)/pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
+PYTEST = $(BIN)/pytest -p no:cacheprovider -n $(TEST_WORKERS)
 
 .PHONY: install run demo test lint typecheck test-sqlite test-postgres bench clean
 

@@ -89,10 +89,11 @@ CI_FAILURE = pytest.StashKey[str]()
 
 
 def _unique_ids(items: list[pytest.Item]) -> None:
-    """pytest-xdist hands tests out by id, and runs one of those that share theirs. pytest 9
-    builds a test's id from its parametrization, which schemathesis (4.32) does not use: its
-    tests of the API's operations all have the id of the function. They get their names,
-    which hold the operation (``test_x[GET /api/v1/lineage]``)."""
+    """Reports, reruns and pytest-xdist's grouping schedulers (which run one of the tests
+    that share an id) name tests by id. pytest 9 builds a test's id from its
+    parametrization, which schemathesis (4.32) does not use: its tests of the API's
+    operations all have the id of the function. They get their names, which hold the
+    operation (``test_x[GET /api/v1/lineage]``)."""
     for item in items:
         if isinstance(item, pytest.Function) and item.name.endswith("]"):
             params = item.name.removeprefix(item.originalname + "[")[:-1]
@@ -123,12 +124,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     item.stash[CI_FAILURE] = f"CI=true but {reason}"
                     continue
             item.add_marker(pytest.mark.skip(reason=reason))
-        # Under pytest-xdist (the Makefile runs two test processes), each tier that holds
-        # one shared thing runs in one process: the Redis tier stops and restarts the
-        # local Redis server, and the Spark tier starts one JVM.
-        for tier in ("redis", "spark"):
-            if item.get_closest_marker(tier):
-                item.add_marker(pytest.mark.xdist_group(tier))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
