@@ -569,12 +569,17 @@ class _Batch:
     def _documentation(self, ds: Dataset, facet: dict[str, Any], at: datetime, fp: str) -> None:
         value = str(facet.get("description") or "")
         late = self._seen(ds, "documentation", value, at, fp)
+        again = self._again(ds, "documentation", at)
         changed = self._newest(ds, "documentation", value, at, fp)
         if late or not changed or ds.description == value:
             return
         if not self._said(ds).get("description", (None, False))[1]:
-            catalog_actions.update_dataset(ds, {"description": value}, LINEAGE_ACTOR, at=at)
+            records = catalog_actions.update_dataset(
+                ds, {"description": value}, LINEAGE_ACTOR, at=at
+            )
             ds.description = value
+            if again:
+                _one_record_an_instant(records[0])
 
     def _ownership(self, ds: Dataset, facet: dict[str, Any], at: datetime, fp: str) -> None:
         owners = sorted(
@@ -582,9 +587,20 @@ class _Batch:
         )
         value = [{"name": name, "type": kind} for name, kind in owners]
         late = self._seen(ds, "ownership", value, at, fp)
+        again = self._again(ds, "ownership", at)
         if not self._newest(ds, "ownership", [list(o) for o in owners], at, fp) or late:
             return
-        catalog_actions.update_dataset(ds, {"owners": _owner_specs(value)}, LINEAGE_ACTOR, at=at)
+        records = catalog_actions.update_dataset(
+            ds, {"owners": _owner_specs(value)}, LINEAGE_ACTOR, at=at
+        )
+        if again and records:
+            _one_record_an_instant(records[0])
+
+    def _again(self, ds: Dataset, facet: str, at: datetime) -> bool:
+        """Whether the newest facet kept is of the same instant (another event's, before
+        this one by key)."""
+        kept = str((ds.lineage_facets.get(facet) or {}).get("at", ""))
+        return kept.startswith(graph_actions.time_key(at))
 
     def _late_facets(
         self, ds: Dataset, facet: str, late_at: set[datetime], histories: _Histories
@@ -626,10 +642,8 @@ class _Batch:
         """A rename carries the old name's value to the new one only when the new name had
         none before it (``_carry_attributes``): a late facet that gave it one before the
         rename undoes the carry, as arrival in time order would never have made it."""
-        renamed_at = {
-            r.at for r in histories.of(ds.pk, "lifecycle") if str(r.new).startswith("RENAME from")
-        }
-        for at in sorted(renamed_at - seen_at):  # seen_at: the renames a facet was seen at
+        # seen_at: the renames a facet was seen at.
+        for at in sorted(histories.renamed_at(ds.pk) - seen_at):
             records = list(histories.of(ds.pk, attribute))
             carried = [
                 r
@@ -658,26 +672,27 @@ class _Batch:
         histories: _Histories,
     ) -> None:
         """Make the history say that lineage set ``value`` at ``at`` (``changed``) or said
-        nothing new then, and the record after it (if before ``until``) start from the value
-        then."""
+        nothing new then, and the record after it start from the value then (kept if it is
+        at or after ``until``)."""
         records = list(histories.of(ds.pk, attribute))
         if attribute == "description" and any(
             r.source in PEOPLES_SAY and r.at <= at for r in records
         ):
             return  # from a person's description on, lineage's is not the dataset's
-        # Its own record, if it wrote one (another at the same instant, such as a rename's
-        # carried description, says something else and stays).
+        # Its own records, if it wrote any: lineage's at the instant, but at a rename's a
+        # carried value (``_carry_attributes``) says something else and stays.
+        renamed = at in histories.renamed_at(ds.pk)
         own = [
-            r for r in records if r.at == at and r.source == ChangeSource.LINEAGE and r.new == value
+            r
+            for r in records
+            if r.at == at and r.source == ChangeSource.LINEAGE and (r.new == value or not renamed)
         ]
         before = [r for r in records if r.at <= at and r not in own]
         after = [r for r in records if r.at > at]
         if before:
             then = before[-1].new
-        elif own:
-            then = own[0].old
-        elif after:
-            then = after[0].old
+        elif (ds.pk, attribute) in histories.start:
+            then = histories.start[(ds.pk, attribute)]
         else:
             then = ds.description if attribute == "description" else histories.owners[ds.pk]
         for record in own:
@@ -687,8 +702,10 @@ class _Batch:
                 catalog_actions.change_record(LINEAGE_ACTOR, ds, attribute, then, value, at)
             )
             then = value
-        if after and (until is None or after[0].at < until):
-            histories.start_from(after[0], then)
+        if after:
+            # From ``until`` on, only what the next late facet reads: the value then.
+            keep = until is not None and after[0].at >= until
+            histories.start_from(after[0], then, keep=keep)
 
     def _lifecycle_record(self, ds: Dataset, at: datetime, detail: str) -> None:
         exists = ChangeRecord.objects.filter(
@@ -1291,15 +1308,11 @@ class _Histories:
             attribute__in=[*FACET_ATTRIBUTES.values(), "lifecycle"],
         ).order_by("at", "id"):
             self.records[(record.dataset_id, record.attribute)].append(record)
+        # What the history starts from (records before this batch's rewrite never change it).
+        self.start = {key: records[0].old for key, records in self.records.items()}
         # The instants of renames at which a facet was seen (``_uncarry``).
-        renames: dict[int, set[datetime]] = defaultdict(set)
-        for (dataset_id, attribute), records in self.records.items():
-            if attribute == "lifecycle":
-                renames[dataset_id] |= {
-                    r.at for r in records if str(r.new).startswith("RENAME from")
-                }
         self.seen_at_renames: dict[tuple[int, str], set[datetime]] = defaultdict(set)
-        at_renames = {(d, f, at) for d, f in late for at in renames[d]}
+        at_renames = {(d, f, at) for d, f in late for at in self.renamed_at(d)}
         for (d, f, at), (_, first) in _facets_by_key(at_renames).items():
             # The first facet from the rename's instant on was seen at that instant.
             if first is not None and graph_actions.key_time(first) == at:
@@ -1319,6 +1332,11 @@ class _Histories:
     def of(self, dataset_id: int, attribute: str) -> list[ChangeRecord]:
         return self.records[(dataset_id, attribute)]
 
+    def renamed_at(self, dataset_id: int) -> set[datetime]:
+        return {
+            r.at for r in self.of(dataset_id, "lifecycle") if str(r.new).startswith("RENAME from")
+        }
+
     def add(self, record: ChangeRecord) -> None:
         records = self.of(record.dataset_id, record.attribute)
         records.insert(bisect_right(records, record.at, key=lambda r: r.at), record)
@@ -1329,11 +1347,11 @@ class _Histories:
         if record.pk is not None:
             self.deleted.append(record)
 
-    def start_from(self, record: ChangeRecord, value: Any) -> None:
-        """As ``_start_from``, in memory."""
+    def start_from(self, record: ChangeRecord, value: Any, keep: bool = False) -> None:
+        """As ``_start_from``, in memory (or kept, saying nothing new)."""
         if record.old == value:
             return
-        if record.new == value:
+        if record.new == value and not keep:
             self.delete(record)
         else:
             record.old = value
@@ -2013,6 +2031,24 @@ def _carry_attributes(
     changes = {a: values[a] for a in sorted(missing) if said[a] and not have[a]}
     if changes:
         catalog_actions.update_dataset(new, changes, LINEAGE_ACTOR, at=at)
+
+
+def _one_record_an_instant(record: ChangeRecord) -> None:
+    """Facets of one instant say one value, the last by key (``_newest``): the history has
+    one lineage record there, from the value before the instant to that one, as a facet
+    that comes late writes it (``_lineage_said``)."""
+    earlier = ChangeRecord.objects.filter(
+        dataset_id=record.dataset_id,
+        field_name="",
+        attribute=record.attribute,
+        at=record.at,
+        source=ChangeSource.LINEAGE,
+        pk__lt=record.pk,
+    )
+    first = earlier.order_by("pk").first()
+    if first is not None:
+        earlier.delete()
+        _start_from(record, first.old)
 
 
 def _start_from(record: ChangeRecord, value: Any) -> None:

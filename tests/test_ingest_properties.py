@@ -731,8 +731,10 @@ INSTANTS = [
 @given(
     said=st.dictionaries(
         st.integers(0, len(INSTANTS) - 1),
-        st.tuples(
-            st.sampled_from(("", "Orders", "Sales")), st.sampled_from("ab"), st.sampled_from((1, 2))
+        st.lists(
+            st.tuples(st.sampled_from(("", "Orders", "Sales")), st.sampled_from("ab")),
+            min_size=1,
+            max_size=2,
         ),
         min_size=2,
     ),
@@ -740,9 +742,9 @@ INSTANTS = [
 )
 def test_late_facets_next_to_each_other_give_the_history_of_arrival_in_time_order(said, data):
     """Documentation and ownership facets at instants a microsecond apart and in another
-    offset, one or two events at an instant (told apart by their fingerprints), arriving in
-    any order and batching: the history and today's values are those of arrival in the
-    order of time and fingerprint."""
+    offset, one or two events at an instant (told apart by their fingerprints, saying the
+    same or something else), arriving in any order and batching: the history and today's
+    values are those of arrival in the order of time and fingerprint."""
     events = [
         run_event(
             "COMPLETE",
@@ -756,10 +758,54 @@ def test_late_facets_next_to_each_other_give_the_history_of_arrival_in_time_orde
                 )
             ],
         )
-        for instant, (description, owner, copies) in said.items()
-        for copy in range(copies)
+        for instant, values in said.items()
+        for copy, (description, owner) in enumerate(values)
     ]
     order = [events[i] for i in data.draw(st.permutations(range(len(events))))]
     chunks = data.draw(st.lists(st.integers(1, 4), min_size=len(events), max_size=len(events)))
     in_time = sorted(events, key=lambda e: parse_event(e).sort_key)
     assert state_after(order, chunks) == state_after(in_time, [1] * len(events))
+
+
+def test_events_at_one_instant_saying_different_things_leave_one_record_there():
+    """Two events at one microsecond give different descriptions and owners: the one last by
+    fingerprint is what the dataset says from then on, and the history holds one record of
+    each there (from what was said before the instant), whichever of them came first and
+    whether a newer event came in between."""
+    from itertools import permutations
+
+    def docs(copy: int, hour: int, description: str, owner: str) -> dict[str, Any]:
+        return run_event(
+            "COMPLETE",
+            run_id(600 + copy),
+            at(3, hour),
+            outputs=[
+                dataset(
+                    "dw.docs",
+                    documentation={"description": description},
+                    ownership={"owners": [{"name": f"team:{owner}", "type": "MAINTAINER"}]},
+                )
+            ],
+        )
+
+    events = [docs(0, 1, "Orders", "a"), docs(1, 1, "Sales", "b"), docs(2, 2, "Totals", "a")]
+    last = max(events[:2], key=lambda e: parse_event(e).sort_key)
+    said = last["outputs"][0]["facets"]["documentation"]["description"]
+    owner = last["outputs"][0]["facets"]["ownership"]["owners"]
+    in_time = state_after(sorted(events, key=lambda e: parse_event(e).sort_key), [1, 1, 1])
+    assert sorted(
+        (when.hour, attribute, json.loads(old), json.loads(new))
+        for _, _, attribute, when, old, new, _ in in_time["history"]
+        if attribute != "lifecycle"
+    ) == [
+        (1, "description", "", said),
+        (1, "owners", [], owner),
+        (2, "description", said, "Totals"),
+        *(
+            [(2, "owners", owner, [{"name": "team:a", "type": "MAINTAINER"}])]
+            if said == "Sales"
+            else []
+        ),
+    ]
+    for order in permutations(events):
+        assert state_after(list(order), [1, 1, 1]) == in_time
