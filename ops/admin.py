@@ -21,6 +21,16 @@ class SubscriptionAdmin(admin.ModelAdmin[Subscription]):
     # A webhook written without a scheme is an https one.
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: Subscription | None = None
+    ) -> tuple[str, ...]:
+        """Who was told, about what, is part of its notices' record once it was told
+        something: another team or other datasets take a subscription of their own. Where
+        it is told (each delivery keeps its target) and which kinds stay editable."""
+        if obj is not None and obj.notices.exists():
+            return ("name", "dataset", "namespace", "owner")
+        return ()
+
     def has_delete_permission(self, request: HttpRequest, obj: Subscription | None = None) -> bool:
         """One that was told something is turned off instead: its notices are a record."""
         if obj is not None and obj.notices.exists():

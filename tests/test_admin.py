@@ -179,3 +179,10 @@ def test_what_a_subscription_was_told_stays_on_record(superuser: Client) -> None
     assert superuser.post(_url(untold, "delete"), {"post": "yes"}).status_code == 302
     assert list(Subscription.objects.values_list("name", flat=True)) == ["told"]
     assert list(Delivery.objects.values_list("notice__title", flat=True)) == ["stale"]
+    # Who was told and about what stay as told; where it is told next can change.
+    other = Owner.objects.create(name="billing-team")
+    edit = {"name": "billing", "owner": other.pk, "email": "crm-alerts@example.com"}
+    assert superuser.post(_url(told, "change"), {**edit, "active": "on"}).status_code == 302
+    told.refresh_from_db()
+    assert (told.name, told.owner, told.email) == ("told", team, "crm-alerts@example.com")
+    assert b'name="owner"' not in superuser.get(_url(told, "change")).content
