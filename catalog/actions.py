@@ -86,20 +86,6 @@ def _record(
 ) -> ChangeRecord | None:
     if old == new:
         return None
-    return record_change(actor, dataset, attribute, old, new, at, field_name)
-
-
-def record_change(
-    actor: Actor,
-    dataset: Dataset,
-    attribute: str,
-    old: Any,
-    new: Any,
-    at: datetime,
-    field_name: str = "",
-) -> ChangeRecord:
-    """A history record: ``actor`` set ``attribute`` from ``old`` to ``new`` at ``at`` (even
-    to the value it had, where who said it is what changed)."""
     record = change_record(actor, dataset, attribute, old, new, at, field_name)
     record.save()
     return record
@@ -114,7 +100,8 @@ def change_record(
     at: datetime,
     field_name: str = "",
 ) -> ChangeRecord:
-    """The history record ``record_change`` writes, not yet written."""
+    """A history record, not yet written: ``actor`` set ``attribute`` from ``old`` to
+    ``new`` at ``at`` (even to the value it had, where who said it is what changed)."""
     return ChangeRecord(
         at=at,
         actor=actor.user,

@@ -1348,7 +1348,8 @@ class _Histories:
             self.deleted.append(record)
 
     def start_from(self, record: ChangeRecord, value: Any, keep: bool = False) -> None:
-        """As ``_start_from``, in memory (or kept, saying nothing new)."""
+        """Make a history record start from ``value``: gone if it then says what was so
+        already (arrival in time order had not written it), unless ``keep``."""
         if record.old == value:
             return
         if record.new == value and not keep:
@@ -2002,7 +2003,10 @@ def _carry_description(
         # Lineage had said the same before: the record still says it is the person's now.
         dataset = target.dataset if isinstance(target, DatasetField) else target
         at = at or timezone.now()
-        catalog_actions.record_change(wrote[name], dataset, "description", before, value, at, name)
+        record = catalog_actions.change_record(
+            wrote[name], dataset, "description", before, value, at, name
+        )
+        record.save()
 
 
 def _carry_attributes(
@@ -2046,20 +2050,13 @@ def _one_record_an_instant(record: ChangeRecord) -> None:
         pk__lt=record.pk,
     )
     first = earlier.order_by("pk").first()
-    if first is not None:
-        earlier.delete()
-        _start_from(record, first.old)
-
-
-def _start_from(record: ChangeRecord, value: Any) -> None:
-    """Make a history record start from ``value``: gone if it then says what was so already
-    (arrival in time order had not written it)."""
-    if record.old == value:
+    if first is None:
         return
-    if record.new == value:
+    earlier.delete()
+    if record.new == first.old:  # the instant ends where it started
         record.delete()
     else:
-        record.old = value
+        record.old = first.old
         record.save(update_fields=["old"])
 
 

@@ -580,6 +580,16 @@ def test_the_fields_as_of_any_instant_are_the_schema_then_in_any_arrival_order(s
         transaction.set_rollback(True)
 
 
+def docs_event(run: int, when: str, description: str | None, owner: str) -> dict[str, Any]:
+    """A run writing dw.docs with documentation (unless None) and ownership facets."""
+    facets: dict[str, Any] = {
+        "ownership": {"owners": [{"name": f"team:{owner}", "type": "MAINTAINER"}]}
+    }
+    if description is not None:
+        facets["documentation"] = {"description": description}
+    return run_event("COMPLETE", run_id(run), when, outputs=[dataset("dw.docs", **facets)])
+
+
 def _steward_edit(when: str, description: str | None, owner: str | None) -> None:
     from catalog import actions as catalog_actions
 
@@ -622,18 +632,7 @@ def test_descriptions_and_owners_have_the_same_history_in_any_arrival_order(valu
     the history every answer as of an instant reads are those of arrival in time order."""
     first = run_event("COMPLETE", run_id(299), at(2, 23), outputs=[dataset("dw.docs")])
     steps: list[Any] = [
-        run_event(
-            "COMPLETE",
-            run_id(300 + hour),
-            at(3, hour),
-            outputs=[
-                dataset(
-                    "dw.docs",
-                    documentation={"description": description},
-                    ownership={"owners": [{"name": f"team:{owner}", "type": "MAINTAINER"}]},
-                )
-            ],
-        )
+        docs_event(300 + hour, at(3, hour), description, owner)
         for hour, (description, owner) in enumerate(values)
     ]
     if edit is not None:
@@ -679,17 +678,9 @@ def test_a_late_facet_shows_its_changes_in_the_history_as_arrival_in_time_order_
     as they would have been written in time: the description's change, then the owners'."""
     from catalog.queries import history
 
-    def docs(hour: int, description: str | None, owner: str) -> dict[str, Any]:
-        given: dict[str, Any] = {
-            "ownership": {"owners": [{"name": f"team:{owner}", "type": "MAINTAINER"}]}
-        }
-        if description is not None:
-            given["documentation"] = {"description": description}
-        return run_event(
-            "COMPLETE", run_id(400 + hour), at(3, hour), outputs=[dataset("dw.docs", **given)]
-        )
-
-    first, second, third = docs(1, None, "a"), docs(2, "Orders", "b"), docs(3, "Sales", "c")
+    first = docs_event(401, at(3, 1), None, "a")
+    second = docs_event(402, at(3, 2), "Orders", "b")
+    third = docs_event(403, at(3, 3), "Sales", "c")
 
     def shown(batches: list[list[dict[str, Any]]]) -> list[tuple[str, Any, Any]]:
         with transaction.atomic():
@@ -746,18 +737,7 @@ def test_late_facets_next_to_each_other_give_the_history_of_arrival_in_time_orde
     same or something else), arriving in any order and batching: the history and today's
     values are those of arrival in the order of time and fingerprint."""
     events = [
-        run_event(
-            "COMPLETE",
-            run_id(500 + 10 * instant + copy),
-            INSTANTS[instant],
-            outputs=[
-                dataset(
-                    "dw.docs",
-                    documentation={"description": description},
-                    ownership={"owners": [{"name": f"team:{owner}", "type": "MAINTAINER"}]},
-                )
-            ],
-        )
+        docs_event(500 + 10 * instant + copy, INSTANTS[instant], description, owner)
         for instant, values in said.items()
         for copy, (description, owner) in enumerate(values)
     ]
@@ -774,21 +754,11 @@ def test_events_at_one_instant_saying_different_things_leave_one_record_there():
     whether a newer event came in between."""
     from itertools import permutations
 
-    def docs(copy: int, hour: int, description: str, owner: str) -> dict[str, Any]:
-        return run_event(
-            "COMPLETE",
-            run_id(600 + copy),
-            at(3, hour),
-            outputs=[
-                dataset(
-                    "dw.docs",
-                    documentation={"description": description},
-                    ownership={"owners": [{"name": f"team:{owner}", "type": "MAINTAINER"}]},
-                )
-            ],
-        )
-
-    events = [docs(0, 1, "Orders", "a"), docs(1, 1, "Sales", "b"), docs(2, 2, "Totals", "a")]
+    events = [
+        docs_event(600, at(3, 1), "Orders", "a"),
+        docs_event(601, at(3, 1), "Sales", "b"),
+        docs_event(602, at(3, 2), "Totals", "a"),
+    ]
     last = max(events[:2], key=lambda e: parse_event(e).sort_key)
     said = last["outputs"][0]["facets"]["documentation"]["description"]
     owner = last["outputs"][0]["facets"]["ownership"]["owners"]
