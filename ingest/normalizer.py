@@ -2038,25 +2038,31 @@ def _carry_attributes(
 
 
 def _one_record_an_instant(record: ChangeRecord) -> None:
-    """Facets of one instant say one value, the last by key (``_newest``): the history has
-    one lineage record there, from the value before the instant to that one, as a facet
-    that comes late writes it (``_lineage_said``)."""
-    earlier = ChangeRecord.objects.filter(
-        dataset_id=record.dataset_id,
-        field_name="",
-        attribute=record.attribute,
-        at=record.at,
-        source=ChangeSource.LINEAGE,
-        pk__lt=record.pk,
+    """Facets of one instant say one value, the last by key (``_newest``): the record an
+    earlier facet of the instant wrote, if it is the one just before this one, joins it, as
+    a facet that comes late writes it (``_lineage_said``). A person's record in between
+    stays, and so do the records around it."""
+    previous = (
+        ChangeRecord.objects.filter(
+            dataset_id=record.dataset_id,
+            field_name="",
+            attribute=record.attribute,
+            at=record.at,
+            pk__lt=record.pk,
+        )
+        .order_by("-pk")
+        .first()
     )
-    first = earlier.order_by("pk").first()
-    if first is None:
+    if previous is None or (previous.source, previous.actor_name) != (
+        ChangeSource.LINEAGE,
+        LINEAGE_ACTOR.display,
+    ):
         return
-    earlier.delete()
-    if record.new == first.old:  # the instant ends where it started
+    previous.delete()
+    if record.new == previous.old:  # the instant ends where it started
         record.delete()
     else:
-        record.old = first.old
+        record.old = previous.old
         record.save(update_fields=["old"])
 
 

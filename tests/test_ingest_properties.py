@@ -779,3 +779,37 @@ def test_events_at_one_instant_saying_different_things_leave_one_record_there():
     ]
     for order in permutations(events):
         assert state_after(list(order), [1, 1, 1]) == in_time
+
+
+def test_a_persons_edit_between_two_events_of_one_instant_stays_in_the_history():
+    """Owners z, then two events at one instant saying a and then (by fingerprint) z, with
+    a steward's edit at that instant arriving between them: the later event's record follows
+    the edit (nothing joins across it), and today's owners are the history's last."""
+    from catalog import actions as catalog_actions
+    from catalog.queries import history
+
+    def key(e: dict[str, Any]) -> Any:
+        return parse_event(e).sort_key
+
+    # Runs whose events at 3:01 sort a's before z's.
+    run = next(
+        n
+        for n in range(701, 800, 2)
+        if key(docs_event(n, at(3, 1), "", "a")) < key(docs_event(n + 1, at(3, 1), "", "z"))
+    )
+    normalize([parse_event(docs_event(700, at(3, 0), "", "z"))])
+    normalize([parse_event(docs_event(run, at(3, 1), "", "a"))])
+    _steward_edit(at(3, 1), None, "s")
+    normalize([parse_event(docs_event(run + 1, at(3, 1), "", "z"))])
+    docs = Dataset.objects.get(name="dw.docs")
+    assert [
+        ([o["name"] for o in r.old or []], [o["name"] for o in r.new or []], r.source)
+        for r in reversed(history(docs))
+        if r.attribute == "owners"
+    ] == [
+        ([], ["team:z"], "lineage"),
+        (["team:z"], ["team:a"], "lineage"),
+        (["team:a"], ["team:s"], "steward"),
+        (["team:s"], ["team:z"], "lineage"),
+    ]
+    assert [o["name"] for o in catalog_actions.owners_value(docs)] == ["team:z"]
