@@ -597,8 +597,8 @@ class _Batch:
             _one_record_an_instant(records[0])
 
     def _again(self, ds: Dataset, facet: str, at: datetime) -> bool:
-        """Whether the newest facet kept is of the same instant (another event's, before
-        this one by key)."""
+        """Whether the newest facet kept so far is of this instant: another event's, before
+        this one by key when this one is the newest (only then is the answer used)."""
         kept = str((ds.lineage_facets.get(facet) or {}).get("at", ""))
         return kept.startswith(graph_actions.time_key(at))
 
@@ -703,7 +703,8 @@ class _Batch:
             )
             then = value
         if after:
-            # From ``until`` on, only what the next late facet reads: the value then.
+            # A record at or after the next late instant is that instant's to rewrite: it
+            # only learns the value before it, and stays even if it now says nothing new.
             keep = until is not None and after[0].at >= until
             histories.start_from(after[0], then, keep=keep)
 

@@ -24,9 +24,10 @@ class SubscriptionAdmin(admin.ModelAdmin[Subscription]):
     def get_readonly_fields(
         self, request: HttpRequest, obj: Subscription | None = None
     ) -> tuple[str, ...]:
-        """Who was told, about what, is part of its notices' record once it was told
-        something: another team or other datasets take a subscription of their own. Where
-        it is told (each delivery keeps its target) and which kinds stay editable."""
+        """Who was told, and which datasets it covers, are part of its notices' record once
+        it was told something: another team or other datasets take a subscription of their
+        own. Where it is told (each delivery keeps its target) and which kinds of notice
+        stay editable."""
         if obj is not None and obj.notices.exists():
             return ("name", "dataset", "namespace", "owner")
         return ()
