@@ -15,6 +15,8 @@ from ops.models import Delivery, Notice, Subscription
 @admin.register(Subscription)
 class SubscriptionAdmin(admin.ModelAdmin[Subscription]):
     list_display = ("name", "dataset", "namespace", "owner", "webhook_url", "email", "active")
+    # In this order whether or not the first four are read-only (``get_readonly_fields``).
+    fields = ("name", "dataset", "namespace", "owner", "kinds", "webhook_url", "email", "active")
     list_filter = ("active",)
     search_fields = ("name", "email", "webhook_url")
     raw_id_fields = ("dataset",)
