@@ -687,21 +687,32 @@ class _Batch:
             for r in records
             if r.at == at and r.source == ChangeSource.LINEAGE and (r.new == value or not renamed)
         ]
-        before = [r for r in records if r.at <= at and r not in own]
-        after = [r for r in records if r.at > at]
+        if own:
+            # It keeps its place: a person's record at the instant after it stays after it.
+            first = records.index(own[0])
+            before = records[:first]
+            after = [r for r in records[first + 1 :] if r not in own]
+        else:
+            before = [r for r in records if r.at <= at]
+            after = [r for r in records if r.at > at]
         if before:
             then = before[-1].new
         elif (ds.pk, attribute) in histories.start:
             then = histories.start[(ds.pk, attribute)]
         else:
             then = ds.description if attribute == "description" else histories.owners[ds.pk]
-        for record in own:
+        for record in own[1:]:
             histories.delete(record)
         if changed and value != then:
-            histories.add(
-                catalog_actions.change_record(LINEAGE_ACTOR, ds, attribute, then, value, at)
-            )
+            if own:
+                histories.rewrite(own[0], then, value)
+            else:
+                histories.add(
+                    catalog_actions.change_record(LINEAGE_ACTOR, ds, attribute, then, value, at)
+                )
             then = value
+        elif own:
+            histories.delete(own[0])
         if after:
             # A record at or after the next late instant is that instant's to rewrite: it
             # only learns the value before it, and stays even if it now says nothing new.
@@ -1348,6 +1359,10 @@ class _Histories:
         if record.pk is not None:
             self.deleted.append(record)
 
+    def rewrite(self, record: ChangeRecord, old: Any, new: Any) -> None:
+        record.old, record.new = old, new
+        self.changed.append(record)
+
     def start_from(self, record: ChangeRecord, value: Any, keep: bool = False) -> None:
         """Make a history record start from ``value``: gone if it then says what was so
         already (arrival in time order had not written it), unless ``keep``."""
@@ -1363,7 +1378,7 @@ class _Histories:
         gone = {id(r) for r in self.deleted}
         changed = {id(r): r for r in self.changed if r.pk is not None and id(r) not in gone}
         ChangeRecord.objects.filter(pk__any_of=[r.pk for r in self.deleted]).delete()
-        ChangeRecord.objects.bulk_update(list(changed.values()), ["old"])
+        ChangeRecord.objects.bulk_update(list(changed.values()), ["old", "new"])
         # In the order they were made, as writing each at once would have numbered them.
         kept = {id(r) for records in self.records.values() for r in records if r.pk is None}
         ChangeRecord.objects.bulk_create([r for r in self.added if id(r) in kept])

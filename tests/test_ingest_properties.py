@@ -813,3 +813,30 @@ def test_a_persons_edit_between_two_events_of_one_instant_stays_in_the_history()
         (["team:s"], ["team:z"], "lineage"),
     ]
     assert [o["name"] for o in catalog_actions.owners_value(docs)] == ["team:z"]
+
+
+def test_an_earlier_event_of_the_instant_arriving_after_a_persons_edit_leaves_it_standing():
+    """Owners a from the event last by fingerprint at 3:01, then a steward's edit at 3:01,
+    then the instant's other event (owners b, before it by fingerprint): the instant still
+    says a, the steward's edit follows it, and the steward's owners are today's."""
+    from catalog import actions as catalog_actions
+    from catalog.queries import history
+
+    def key(e: dict[str, Any]) -> Any:
+        return parse_event(e).sort_key
+
+    run = next(
+        n
+        for n in range(801, 900, 2)
+        if key(docs_event(n, at(3, 1), "", "b")) < key(docs_event(n + 1, at(3, 1), "", "a"))
+    )
+    normalize([parse_event(docs_event(run + 1, at(3, 1), "", "a"))])
+    _steward_edit(at(3, 1), None, "s")
+    normalize([parse_event(docs_event(run, at(3, 1), "", "b"))])
+    docs = Dataset.objects.get(name="dw.docs")
+    assert [
+        ([o["name"] for o in r.old or []], [o["name"] for o in r.new or []], r.source)
+        for r in reversed(history(docs))
+        if r.attribute == "owners"
+    ] == [([], ["team:a"], "lineage"), (["team:a"], ["team:s"], "steward")]
+    assert [o["name"] for o in catalog_actions.owners_value(docs)] == ["team:s"]
