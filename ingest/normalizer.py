@@ -1936,8 +1936,12 @@ def _carry_declarations(dataset_ids: Iterable[int]) -> None:
     takes the one its namesake had declared under the old name (as a declaration, so that it
     propagates like any other), and so does each of its description, sensitivity and tags
     that was never set."""
+    ids = sorted(dataset_ids)
+    # Renames to these datasets, and of them: a late facet of an old name before its rename
+    # changes what the rename carries.
     renamed = Dataset.objects.filter(
-        alias_of_id__any_of=sorted(dataset_ids), lifecycle_state=LifecycleState.RENAMED
+        Q(alias_of_id__any_of=ids) | Q(pk__any_of=ids, alias_of__isnull=False),
+        lifecycle_state=LifecycleState.RENAMED,
     ).values_list("pk", "alias_of_id", "dropped_at")
     for old, new, at in renamed:
         wrote = _people_wrote(old, new)
@@ -2033,10 +2037,16 @@ def _carry_attributes(
     old = Dataset.objects.select_related("retention_policy").get(pk=old_id)
     new = Dataset.objects.get(pk=new_id)
     _carry_description(catalog_actions.update_dataset, new, old.description, wrote, at)
+    if at is not None:
+        for facet, attribute in FACET_ATTRIBUTES.items():
+            if not (attribute == "description" and "" in wrote):
+                _carry_facet(old, new, facet, attribute, at)
     ever = ChangeRecord.objects.filter(
         dataset_id=new_id, field_name="", attribute__in=DATASET_ATTRIBUTES
     )
-    missing = set(DATASET_ATTRIBUTES) - set(ever.values_list("attribute", flat=True))
+    # What facets set is carried as the old name said it at the rename (``_carry_facet``).
+    carried = {*FACET_ATTRIBUTES.values()} - ({"description"} if "" in wrote else set())
+    missing = set(DATASET_ATTRIBUTES) - set(ever.values_list("attribute", flat=True)) - carried
     said = _dataset_said(old)
     if not any(said[attribute] for attribute in missing):
         return
@@ -2051,6 +2061,64 @@ def _carry_attributes(
     changes = {a: values[a] for a in sorted(missing) if said[a] and not have[a]}
     if changes:
         catalog_actions.update_dataset(new, changes, LINEAGE_ACTOR, at=at)
+
+
+def _carry_facet(old: Dataset, new: Dataset, facet: str, attribute: str, at: datetime) -> None:
+    """Make the new name's history carry what the old name's facets said at the rename's
+    instant ``at``, as arrival in time order would have, whichever came first: the rename,
+    the old name's facets before it, or the new name's after it. Nothing is carried when
+    the new name had a value before the rename, or the rename's own event set it."""
+    history = ChangeRecord.objects.filter(field_name="", attribute=attribute).order_by("at", "id")
+    records = list(history.filter(dataset=new))
+    seen = FacetObservation.objects.filter(dataset=new, facet=facet)
+    if any(r.source in PEOPLES_SAY or (r.at == at and not _carried(r)) for r in records):
+        return  # a person's word: theirs stands as it is
+    now = old.description if attribute == "description" else catalog_actions.owners_value(old)
+    start = records[0].old if records else type(now)()
+    if any(r.at < at for r in records) or seen.filter(at=at).exists():
+        then = value_as_of(records, at, start)  # its own value: nothing carried
+    else:
+        then = value_as_of(list(history.filter(dataset=old)), at, now) or type(now)()
+        carried = [r for r in records if r.at == at]
+        ChangeRecord.objects.filter(pk__in=[r.pk for r in carried[1:]]).delete()
+        if carried and then == start:
+            carried[0].delete()
+        elif carried and carried[0].new != then:
+            carried[0].new = then
+            carried[0].save(update_fields=["new"])
+        elif not carried and then != start:
+            catalog_actions.change_record(LINEAGE_ACTOR, new, attribute, start, then, at).save()
+    # The new name's first facet after the rename changes the value only where it says
+    # something else than what was carried (its record is found by what it said, which
+    # the records alone no longer tell where it said the carried value).
+    after = seen.filter(at__gt=at).order_by("key").first()
+    if after is not None:
+        said = seen.filter(at=after.at).order_by("key").last()
+        value = said.value if said is not None else after.value
+        own = [r for r in records if r.at == after.at and _carried(r)]
+        if any(r.at > at and r.at < after.at for r in records):
+            pass  # records between that no facet wrote: left as they are
+        elif own and value == then:
+            own[0].delete()
+        elif own and own[0].old != then:
+            own[0].old = then
+            own[0].save(update_fields=["old"])
+        elif not own and value != then:
+            catalog_actions.change_record(
+                LINEAGE_ACTOR, new, attribute, then, value, after.at
+            ).save()
+    last = history.filter(dataset=new).last()
+    value = last.new if last is not None else start
+    if attribute == "description" and new.description != value:
+        new.description = str(value or "")
+        Dataset.objects.filter(pk=new.pk).update(description=new.description)
+    elif attribute == "owners" and catalog_actions.owners_value(new) != value:
+        catalog_actions.set_owners(new, _owner_specs(value if isinstance(value, list) else []))
+
+
+def _carried(record: ChangeRecord) -> bool:
+    """Whether lineage wrote the record (a facet's, or a rename's carry)."""
+    return record.source == ChangeSource.LINEAGE and record.actor_name == LINEAGE_ACTOR.display
 
 
 def _one_record_an_instant(record: ChangeRecord) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -1143,3 +1144,45 @@ def test_a_rename_that_documents_its_new_name_keeps_its_own_description_whatever
     assert new.description == "R"
     for day, text in ((2, "X"), (4, "R")):
         assert dataset_state_as_of(new, t(day) + timedelta(hours=1)).description == text, day
+
+
+RENAME_STORY = {
+    "old documented day 1": ("old", 1, "D1", "team-1"),
+    "old documented day 2": ("old", 2, "D2", "team-2"),
+    "renamed day 3": None,
+    "new documented day 5": ("new", 5, "N5", "team-5"),
+}
+
+
+@pytest.mark.parametrize(
+    "order", list(itertools.permutations(RENAME_STORY)), ids=lambda order: " / ".join(order)
+)
+def test_a_rename_carries_what_the_old_name_said_then_in_any_arrival_order(order):
+    """ "old" is documented and owned on days 1 and 2, renamed "new" on day 3, and "new" is
+    documented on day 5: in any arrival order, "new" shows day 2's description and owners
+    from the rename to day 5 and its own after, as in time order. (Before, a rename that
+    came before the old name's events carried nothing, or day 1's.)"""
+    from catalog.queries import dataset_state_as_of
+
+    for step in order:
+        said = RENAME_STORY[step]
+        if said is None:
+            rename_old_to_new(day=3)
+            continue
+        name, day, text, owner = said
+        facets = {
+            "documentation": {"description": text},
+            "ownership": {"owners": [{"name": owner, "type": "MAINTAINER"}]},
+        }
+        ingest(run_event("COMPLETE", run_id(day), at(day), outputs=[dataset(name, **facets)]))
+    new = Dataset.objects.get(name="new")
+    shown = {"today": (new.description, [o["name"] for o in catalog_actions.owners_value(new)])}
+    for day in (2, 4, 6):
+        then = dataset_state_as_of(new, t(day))
+        shown[day] = (then.description, [o["name"] for o in then.owners])
+    assert shown == {
+        "today": ("N5", ["team-5"]),
+        2: ("", []),
+        4: ("D2", ["team-2"]),
+        6: ("N5", ["team-5"]),
+    }
