@@ -47,7 +47,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Count, ForeignObjectRel, Max, OuterRef, Q, Subquery
+from django.db.models import Count, ForeignObjectRel, Max, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from catalog import actions as catalog_actions
@@ -1168,7 +1168,7 @@ class _Batch:
             for (dataset_id, facet), instants in sorted(late.items()):
                 self._late_facets(self.datasets[dataset_id], facet, instants, histories)
             histories.save()
-        _carry_declarations(self.datasets)
+        _carry_declarations(self.datasets, {dataset_id for dataset_id, _ in late})
         observations = []
         for pending in self.pending_runs:
             obs = pending.observation
@@ -1929,14 +1929,16 @@ def _column_value(f: DatasetField, attribute: str) -> Any:
     return sorted(t.name for t in f.tags.all()) if attribute == "tags" else getattr(f, attribute)
 
 
-def _carry_declarations(dataset_ids: Iterable[int]) -> None:
+def _carry_declarations(dataset_ids: Iterable[int], late: set[int]) -> None:
     """A renamed table keeps what stewards declared of it and of its columns, from the rename
     on: an attribute the new name never had (description, sensitivity, retention policy,
     owners, tags) takes the old name's; a column of the new name whose flag was never set
     takes the one its namesake had declared under the old name (as a declaration, so that it
     propagates like any other), and so does each of its description, sensitivity and tags
-    that was never set."""
+    that was never set. What facets said is carried again where the rename, the old name,
+    or late facets of the new name (``late``) are among these datasets."""
     ids = sorted(dataset_ids)
+    batch = set(ids)
     # Renames to these datasets, and of them: a late facet of an old name before its rename
     # changes what the rename carries.
     renamed = Dataset.objects.filter(
@@ -1945,7 +1947,7 @@ def _carry_declarations(dataset_ids: Iterable[int]) -> None:
     ).values_list("pk", "alias_of_id", "dropped_at")
     for old, new, at in renamed:
         wrote = _people_wrote(old, new)
-        _carry_attributes(old, new, at, wrote)
+        _carry_attributes(old, new, at, wrote, old in batch or new in late)
         fields = DatasetField.objects.select_related("subject_kind").prefetch_related("tags")
         flagged = Q(flag_source=FlagSource.DECLARED) & ~Q(pii_category="", subject_kind=None)
         said_something = flagged | ~Q(description="") | ~Q(sensitivity="") | Q(tags__isnull=False)
@@ -2030,14 +2032,19 @@ def _carry_description(
 
 
 def _carry_attributes(
-    old_id: int, new_id: int, at: datetime | None, wrote: dict[str, catalog_actions.Actor]
+    old_id: int,
+    new_id: int,
+    at: datetime | None,
+    wrote: dict[str, catalog_actions.Actor],
+    settle: bool,
 ) -> None:
     """The old name's attributes that the new name never had, to the new name at ``at``; a
-    description a person wrote, unless a person wrote one under the new name."""
+    description a person wrote, unless a person wrote one under the new name. What facets
+    said (description, owners) only when ``settle``: it may have changed since."""
     old = Dataset.objects.select_related("retention_policy").get(pk=old_id)
     new = Dataset.objects.get(pk=new_id)
     _carry_description(catalog_actions.update_dataset, new, old.description, wrote, at)
-    if at is not None:
+    if at is not None and settle:
         for facet, attribute in FACET_ATTRIBUTES.items():
             if not (attribute == "description" and "" in wrote):
                 _carry_facet(old, new, facet, attribute, at)
@@ -2088,25 +2095,9 @@ def _carry_facet(old: Dataset, new: Dataset, facet: str, attribute: str, at: dat
             carried[0].save(update_fields=["new"])
         elif not carried and then != start:
             catalog_actions.change_record(LINEAGE_ACTOR, new, attribute, start, then, at).save()
-    # The new name's first facet after the rename changes the value only where it says
-    # something else than what was carried (its record is found by what it said, which
-    # the records alone no longer tell where it said the carried value).
-    after = seen.filter(at__gt=at).order_by("key").first()
-    if after is not None:
-        said = seen.filter(at=after.at).order_by("key").last()
-        value = said.value if said is not None else after.value
-        own = [r for r in records if r.at == after.at and _carried(r)]
-        if any(r.at > at and r.at < after.at for r in records):
-            pass  # records between that no facet wrote: left as they are
-        elif own and value == then:
-            own[0].delete()
-        elif own and own[0].old != then:
-            own[0].old = then
-            own[0].save(update_fields=["old"])
-        elif not own and value != then:
-            catalog_actions.change_record(
-                LINEAGE_ACTOR, new, attribute, then, value, after.at
-            ).save()
+    before = seen.filter(at__lte=at).order_by("key").last()
+    after = [r for r in records if r.at > at]
+    _said_after(new, attribute, seen.filter(at__gt=at), after, then, before)
     last = history.filter(dataset=new).last()
     value = last.new if last is not None else start
     if attribute == "description" and new.description != value:
@@ -2114,6 +2105,61 @@ def _carry_facet(old: Dataset, new: Dataset, facet: str, attribute: str, at: dat
         Dataset.objects.filter(pk=new.pk).update(description=new.description)
     elif attribute == "owners" and catalog_actions.owners_value(new) != value:
         catalog_actions.set_owners(new, _owner_specs(value if isinstance(value, list) else []))
+
+
+def _said_after(
+    ds: Dataset,
+    attribute: str,
+    seen: QuerySet[FacetObservation],
+    records: list[ChangeRecord],
+    value: Any,
+    before: FacetObservation | None,
+) -> None:
+    """Make the records of the facets ``seen`` after a rename follow from ``value``, what
+    the rename left, as in time order: each instant's facet sets the value where it says
+    something else than the dataset's facet before it (``before``, the last up to the
+    rename, if any), and writes a record where that changes the value. The records alone
+    cannot tell this (a facet that said the value before it wrote none), so what the
+    facets said is read, instant by instant, until the history agrees."""
+    last_said = before.value if before is not None else _UNSAID
+    for at, said in _instants(seen):
+        if any(r.at < at for r in records):
+            return  # a record no facet wrote: left as it is
+        own = [r for r in records if r.at == at]
+        records = [r for r in records if r.at > at]
+        sets = last_said is _UNSAID or said != last_said
+        last_said = said
+        if not sets:
+            said = value
+        if own and (own[0].old, own[0].new) == (value, said):
+            return
+        if said == value:
+            # No record here; one after it that starts from the value agrees from there on
+            # (with none left, a later facet's may have gone with an earlier carry).
+            ChangeRecord.objects.filter(pk__in=[r.pk for r in own]).delete()
+            if records and records[0].old == value:
+                return
+            continue
+        if own:
+            own[0].old, own[0].new = value, said
+            own[0].save(update_fields=["old", "new"])
+        else:
+            catalog_actions.change_record(LINEAGE_ACTOR, ds, attribute, value, said, at).save()
+        value = said
+
+
+_UNSAID = object()
+
+
+def _instants(seen: QuerySet[FacetObservation]) -> Iterator[tuple[datetime, Any]]:
+    """What these facets said at each instant (the last by key), in time order."""
+    last: tuple[datetime, Any] | None = None
+    for at, value in seen.order_by("key").values_list("at", "value").iterator(chunk_size=64):
+        if last is not None and last[0] != at:
+            yield last
+        last = (at, value)
+    if last is not None:
+        yield last
 
 
 def _carried(record: ChangeRecord) -> bool:

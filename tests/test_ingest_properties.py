@@ -23,6 +23,7 @@ from graph.models import ColumnEdge, Job, Run, RunDataset, TableEdge
 from ingest.events import parse_event
 from ingest.normalizer import normalize
 from tests.ingest_builders import (
+    PG,
     at,
     columns,
     dataset,
@@ -47,6 +48,14 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+def named_facets(facets: dict[str, Any], names: dict[int, str]) -> dict[str, Any]:
+    """A dataset's kept facets, the dataset a rename points at by name, not id."""
+    renamed = facets.get("renamedTo")
+    if renamed is None:
+        return facets
+    return {**facets, "renamedTo": {**renamed, "value": names.get(renamed["value"])}}
+
+
 def snapshot() -> dict[str, Any]:
     """Everything the normaliser derives, by natural keys (ids and arrival times left out)."""
     fields = field_names()
@@ -63,7 +72,7 @@ def snapshot() -> dict[str, Any]:
                 d.description,
                 d.source_name,
                 d.alias_of.name if d.alias_of else None,
-                canonical(d.lineage_facets),
+                canonical(named_facets(d.lineage_facets, names)),
             )
             for d in Dataset.objects.select_related("namespace", "alias_of")
         ),
@@ -840,3 +849,67 @@ def test_an_earlier_event_of_the_instant_arriving_after_a_persons_edit_leaves_it
         if r.attribute == "owners"
     ] == [([], ["team:a"], "lineage"), (["team:a"], ["team:s"], "steward")]
     assert [o["name"] for o in catalog_actions.owners_value(docs)] == ["team:s"]
+
+
+def _documented(name: str, run: int, hour: int, description: str, owner: str) -> dict[str, Any]:
+    facets = {
+        "documentation": {"description": description},
+        "ownership": {"owners": [{"name": f"team:{owner}", "type": "MAINTAINER"}]},
+    }
+    return run_event("COMPLETE", run_id(run), at(3, hour), outputs=[dataset(name, **facets)])
+
+
+SAID = st.tuples(st.sampled_from(("", "Orders", "Sales")), st.sampled_from("ab"))
+
+
+@settings(max_examples=40)
+@given(
+    old=st.dictionaries(st.integers(0, 5), SAID, max_size=3),
+    new=st.dictionaries(st.integers(0, 11).filter(lambda hour: hour != 6), SAID, max_size=3),
+    own=st.one_of(st.none(), st.sampled_from(("", "Renamed"))),
+    data=st.data(),
+)
+def test_a_renames_carry_is_the_same_in_any_arrival_order(old, new, own, data):
+    """dw.old, documented and owned over the morning, is renamed dw.docs at 06:00 (the
+    rename maybe documenting it), and dw.docs is documented before and after: whatever order
+    the events arrive in and however they are batched, what the rename carries to dw.docs
+    (the old name's description and owners then, unless dw.docs had its own), today's
+    values and the history are those of arrival in time order."""
+    facets = {"documentation": {"description": own}} if own is not None else {}
+    rename = dataset_event(
+        at(3, 6),
+        dataset(
+            "dw.docs",
+            lifecycleStateChange={
+                "lifecycleStateChange": "RENAME",
+                "previousIdentifier": {"namespace": PG, "name": "dw.old"},
+            },
+            **facets,
+        ),
+    )
+    events = [
+        rename,
+        *(_documented("dw.old", 400 + h, h, text, owner) for h, (text, owner) in old.items()),
+        *(_documented("dw.docs", 500 + h, h, text, owner) for h, (text, owner) in new.items()),
+    ]
+    sequence = [events[i] for i in data.draw(st.permutations(range(len(events))))]
+    together = data.draw(st.lists(st.booleans(), min_size=len(events), max_size=len(events)))
+
+    def state(sequence: list[dict[str, Any]], together: list[bool]) -> dict[str, Any]:
+        with transaction.atomic():
+            batch: list[dict[str, Any]] = []
+            for event, joins in zip([*sequence, None], [*together, False], strict=True):
+                if batch and not joins:
+                    normalize([parse_event(e) for e in batch])
+                    batch = []
+                if event is not None:
+                    batch.append(event)
+            found = snapshot()
+            found["owners"] = sorted(
+                DatasetOwnership.objects.values_list("dataset__name", "owner__name")
+            )
+            transaction.set_rollback(True)
+        return found
+
+    in_time = sorted(events, key=lambda e: e["eventTime"])
+    assert state(sequence, together) == state(in_time, [False] * len(events))
