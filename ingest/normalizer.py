@@ -624,7 +624,6 @@ class _Batch:
             until = seen[i + 1][0] if i + 1 in rewritten else None
             changed = i == 0 or seen[i - 1][1] != value
             self._lineage_said(ds, attribute, at, value, changed, until, histories)
-        self._uncarry(ds, attribute, histories.seen_at_renames[(ds.pk, facet)], histories)
         records = histories.of(ds.pk, attribute)
         if not records:
             return
@@ -635,31 +634,6 @@ class _Batch:
         elif attribute == "owners" and histories.owners[ds.pk] != last.new:
             catalog_actions.set_owners(ds, _owner_specs(last.new or []))
             histories.owners[ds.pk] = catalog_actions.owners_value(ds)
-
-    def _uncarry(
-        self, ds: Dataset, attribute: str, seen_at: set[datetime], histories: _Histories
-    ) -> None:
-        """A rename carries the old name's value to the new one only when the new name had
-        none before it (``_carry_attributes``): a late facet that gave it one before the
-        rename undoes the carry, as arrival in time order would never have made it."""
-        # seen_at: the renames a facet was seen at.
-        for at in sorted(histories.renamed_at(ds.pk) - seen_at):
-            records = list(histories.of(ds.pk, attribute))
-            carried = [
-                r
-                for r in records
-                if r.at == at
-                and r.source == ChangeSource.LINEAGE
-                and r.actor_name == LINEAGE_ACTOR.display
-            ]
-            before = [r for r in records if r.at < at]
-            if not carried or not before:
-                continue
-            for record in carried:
-                histories.delete(record)
-            after = [r for r in records if r.at > at]
-            if after:
-                histories.start_from(after[0], before[-1].new)
 
     def _lineage_said(
         self,
@@ -1305,8 +1279,9 @@ DATASET_FIELDS = [
 
 class _Histories:
     """The dataset histories a batch's late facets rewrite, read in a few queries whatever
-    their number (facets around the late instants in three, records, owners, and facets at
-    renames in one each), rewritten in memory, written back in three. Records keep the
+    their number (facets around the late instants in three, records and owners in one
+    each), rewritten in memory, written back in three. What a rename carries is put right
+    after (``_carry_facet``). Records keep the
     history's order (by time, then as written): a new one goes after those of its instant,
     and new ones are written in the order they were made."""
 
@@ -1322,13 +1297,6 @@ class _Histories:
             self.records[(record.dataset_id, record.attribute)].append(record)
         # What the history starts from (records before this batch's rewrite never change it).
         self.start = {key: records[0].old for key, records in self.records.items()}
-        # The instants of renames at which a facet was seen (``_uncarry``).
-        self.seen_at_renames: dict[tuple[int, str], set[datetime]] = defaultdict(set)
-        at_renames = {(d, f, at) for d, f in late for at in self.renamed_at(d)}
-        for (d, f, at), (_, first) in _facets_by_key(at_renames).items():
-            # The first facet from the rename's instant on was seen at that instant.
-            if first is not None and graph_actions.key_time(first) == at:
-                self.seen_at_renames[(d, f)].add(at)
         # Each dataset's owners now, in the form the history keeps them (``owners_value``).
         self.owners: dict[int, list[dict[str, str]]] = defaultdict(list)
         for dataset_id, name, kind in (
@@ -2082,8 +2050,12 @@ def _carry_facet(old: Dataset, new: Dataset, facet: str, attribute: str, at: dat
         return  # a person's word: theirs stands as it is
     now = old.description if attribute == "description" else catalog_actions.owners_value(old)
     start = records[0].old if records else type(now)()
-    if any(r.at < at for r in records) or seen.filter(at=at).exists():
-        then = value_as_of(records, at, start)  # its own value: nothing carried
+    said_then = seen.filter(at=at).exists()
+    if any(r.at < at for r in records) or said_then:
+        # Its own value: nothing carried (a carry from before a late facet of its own goes).
+        carried = [r for r in records if r.at == at and not said_then]
+        ChangeRecord.objects.filter(pk__in=[r.pk for r in carried]).delete()
+        then = value_as_of([r for r in records if r not in carried], at, start)
     else:
         then = value_as_of(list(history.filter(dataset=old)), at, now) or type(now)()
         carried = [r for r in records if r.at == at]
