@@ -627,12 +627,7 @@ class _Batch:
         records = histories.of(ds.pk, attribute)
         if not records:
             return
-        last = records[-1]
-        if attribute == "description" and ds.description != last.new:
-            ds.description = str(last.new or "")
-            Dataset.objects.filter(pk=ds.pk).update(description=ds.description)
-        elif attribute == "owners" and histories.owners[ds.pk] != last.new:
-            catalog_actions.set_owners(ds, _owner_specs(last.new or []))
+        if _follow_history(ds, attribute, records[-1].new, histories.owners[ds.pk]):
             histories.owners[ds.pk] = catalog_actions.owners_value(ds)
 
     def _lineage_said(
@@ -2048,8 +2043,8 @@ def _carry_facet(old: Dataset, new: Dataset, facet: str, attribute: str, at: dat
     seen = FacetObservation.objects.filter(dataset=new, facet=facet)
     if any(r.source in PEOPLES_SAY or (r.at == at and not _carried(r)) for r in records):
         return  # a person's word: theirs stands as it is
-    now = old.description if attribute == "description" else catalog_actions.owners_value(old)
-    start = records[0].old if records else type(now)()
+    nothing: Any = "" if attribute == "description" else []
+    start = records[0].old if records else nothing
     said_then = seen.filter(at=at).exists()
     if any(r.at < at for r in records) or said_then:
         # Its own value: nothing carried (a carry from before a late facet of its own goes).
@@ -2057,7 +2052,8 @@ def _carry_facet(old: Dataset, new: Dataset, facet: str, attribute: str, at: dat
         ChangeRecord.objects.filter(pk__in=[r.pk for r in carried]).delete()
         then = value_as_of([r for r in records if r not in carried], at, start)
     else:
-        then = value_as_of(list(history.filter(dataset=old)), at, now) or type(now)()
+        now = old.description if attribute == "description" else catalog_actions.owners_value(old)
+        then = value_as_of(list(history.filter(dataset=old)), at, now) or nothing
         carried = [r for r in records if r.at == at]
         ChangeRecord.objects.filter(pk__in=[r.pk for r in carried[1:]]).delete()
         if carried and then == start:
@@ -2071,12 +2067,20 @@ def _carry_facet(old: Dataset, new: Dataset, facet: str, attribute: str, at: dat
     after = [r for r in records if r.at > at]
     _said_after(new, attribute, seen.filter(at__gt=at), after, then, before)
     last = history.filter(dataset=new).last()
-    value = last.new if last is not None else start
-    if attribute == "description" and new.description != value:
-        new.description = str(value or "")
-        Dataset.objects.filter(pk=new.pk).update(description=new.description)
-    elif attribute == "owners" and catalog_actions.owners_value(new) != value:
-        catalog_actions.set_owners(new, _owner_specs(value if isinstance(value, list) else []))
+    owners = catalog_actions.owners_value(new) if attribute == "owners" else None
+    _follow_history(new, attribute, last.new if last is not None else start, owners)
+
+
+def _follow_history(ds: Dataset, attribute: str, value: Any, owners: Any) -> bool:
+    """Make today's description or owners (``owners``: today's) the history's last value;
+    True if the owners changed."""
+    if attribute == "description" and ds.description != value:
+        ds.description = str(value or "")
+        Dataset.objects.filter(pk=ds.pk).update(description=ds.description)
+    elif attribute == "owners" and owners != value:
+        catalog_actions.set_owners(ds, _owner_specs(value if isinstance(value, list) else []))
+        return True
+    return False
 
 
 def _said_after(
@@ -2135,7 +2139,7 @@ def _instants(seen: QuerySet[FacetObservation]) -> Iterator[tuple[datetime, Any]
 
 
 def _carried(record: ChangeRecord) -> bool:
-    """Whether lineage wrote the record (a facet's, or a rename's carry)."""
+    """Whether lineage's facets wrote the record (a facet's value, or a rename's carry)."""
     return record.source == ChangeSource.LINEAGE and record.actor_name == LINEAGE_ACTOR.display
 
 
@@ -2155,10 +2159,7 @@ def _one_record_an_instant(record: ChangeRecord) -> None:
         .order_by("-pk")
         .first()
     )
-    if previous is None or (previous.source, previous.actor_name) != (
-        ChangeSource.LINEAGE,
-        LINEAGE_ACTOR.display,
-    ):
+    if previous is None or not _carried(previous):
         return
     previous.delete()
     if record.new == previous.old:  # the instant ends where it started
