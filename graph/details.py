@@ -31,8 +31,12 @@ from graph.nodeids import dataset_node_id, job_node_id
 # (dataset pk, namespace, dataset name, field name, type, subject kind) of a field.
 FieldRow = tuple[int, str, str, str, str, str | None]
 
+# The node summaries below are built by the thousand for a hub's impact: not frozen (see
+# graph.queries.GraphNode). Nothing changes them once built; dataclasses.replace makes
+# another.
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class FieldInfo:
     pk: int
     name: str
@@ -48,7 +52,7 @@ class FieldInfo:
         return bool(self.pii_category) or self.subject_kind is not None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OwnerInfo:
     name: str
     type: str = ""
@@ -56,7 +60,7 @@ class OwnerInfo:
     email: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RetentionInfo:
     name: str
     duration_days: int | None
@@ -64,7 +68,7 @@ class RetentionInfo:
     legal_basis: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DatasetInfo:
     pk: int
     namespace: str
@@ -98,7 +102,7 @@ class DatasetInfo:
         return any(f.is_personal for f in self.fields)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RunInfo:
     run_uuid: str
     state: str
@@ -117,7 +121,7 @@ class RunInfo:
         return self.state in (RunState.FAILED, RunState.ABORTED)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class JobInfo:
     pk: int
     namespace: str
