@@ -29,6 +29,7 @@ from catalog.models import (
     FlagSource,
     PiiCategory,
 )
+from catalog.pgsql import fetch_prepared
 
 FLAG_ATTRIBUTES = ("pii_category", "subject_kind", "propagation_blocked")
 # Ids per query (one array parameter on PostgreSQL, an IN list on SQLite).
@@ -105,40 +106,36 @@ def timelines(field_ids: Iterable[int]) -> dict[int, FieldTimeline]:
     rows: dict[tuple[int, str], int] = {}
     current: dict[int, tuple[str, str | None, bool]] = {}
     # Read as plain rows: thousands of fields a search, each a few tuples, not model rows.
-    with connection.cursor() as cursor:
-        for chunk in chunks(ids):
-            where, params = where_in("f.id", list(chunk))
-            cursor.execute(
-                "SELECT f.id, f.dataset_id, f.name, f.pii_category, k.name, f.flag_source, "
-                "f.propagation_blocked FROM catalog_datasetfield f "
-                f"LEFT JOIN catalog_subjectkind k ON k.id = f.subject_kind_id WHERE {where}",
-                params,
+    for chunk in chunks(ids):
+        where, params = where_in("f.id", list(chunk))
+        for pk, dataset_id, name, pii_value, kind, source, blocked in fetch_prepared(
+            "SELECT f.id, f.dataset_id, f.name, f.pii_category, k.name, f.flag_source, "
+            "f.propagation_blocked FROM catalog_datasetfield f "
+            f"LEFT JOIN catalog_subjectkind k ON k.id = f.subject_kind_id WHERE {where}",
+            params,
+        ):
+            rows[(dataset_id, name)] = pk
+            declared = source == FlagSource.DECLARED
+            current[pk] = (
+                pii_value if declared else "",
+                kind if declared else None,
+                bool(blocked),
             )
-            for pk, dataset_id, name, pii_value, kind, source, blocked in cursor.fetchall():
-                rows[(dataset_id, name)] = pk
-                declared = source == FlagSource.DECLARED
-                current[pk] = (
-                    pii_value if declared else "",
-                    kind if declared else None,
-                    bool(blocked),
-                )
     history: dict[tuple[int, str], list[tuple[datetime, Any, Any]]] = defaultdict(list)
     marks = ", ".join(["%s"] * len(FLAG_ATTRIBUTES))
-    with connection.cursor() as cursor:
-        for chunk in chunks(sorted({dataset_id for dataset_id, _ in rows})):
-            where, params = where_in("dataset_id", list(chunk))
-            # As plain rows too: compiling the queryset cost more than running the query
-            # (lineage as of an instant reads these for every dataset whose flags moved).
-            cursor.execute(
-                "SELECT dataset_id, field_name, attribute, at, old, new "
-                f"FROM catalog_changerecord WHERE {where} AND attribute IN ({marks}) "
-                "AND source <> %s ORDER BY at, id",
-                [*params, *FLAG_ATTRIBUTES, ChangeSource.PROPAGATION],
-            )
-            for dataset_id, name, attribute, at, old, new in cursor.fetchall():
-                field_id = rows.get((dataset_id, name))
-                if field_id is not None:
-                    history[(field_id, attribute)].append((_aware(at), _json(old), _json(new)))
+    for chunk in chunks(sorted({dataset_id for dataset_id, _ in rows})):
+        where, params = where_in("dataset_id", list(chunk))
+        # As plain rows too: compiling the queryset cost more than running the query
+        # (lineage as of an instant reads these for every dataset whose flags moved).
+        for dataset_id, name, attribute, at, old, new in fetch_prepared(
+            "SELECT dataset_id, field_name, attribute, at, old, new "
+            f"FROM catalog_changerecord WHERE {where} AND attribute IN ({marks}) "
+            "AND source <> %s ORDER BY at, id",
+            [*params, *FLAG_ATTRIBUTES, ChangeSource.PROPAGATION],
+        ):
+            field_id = rows.get((dataset_id, name))
+            if field_id is not None:
+                history[(field_id, attribute)].append((_aware(at), _json(old), _json(new)))
     # Most fields have no history: they share one timeline per current value.
     plain: dict[tuple[str, str | None, bool], FieldTimeline] = {}
     found = {}
@@ -283,21 +280,19 @@ def copied_flags_as_of(
     moment = connection.ops.adapt_datetimefield_value(as_of)
     then: dict[int, list[tuple[int, bool]]] = defaultdict(list)
     now: set[int] = set()
-    with connection.cursor() as cursor:
-        for chunk in chunks(sorted(set(field_ids))):
-            where, params = where_in("field_id", list(chunk))
-            cursor.execute(
-                "SELECT field_id, source_id, masked, "
-                "CASE WHEN valid_from <= %s THEN 1 ELSE 0 END, "
-                "CASE WHEN valid_to IS NULL THEN 1 ELSE 0 END FROM catalog_propagatedflag "
-                f"WHERE {where} AND (valid_to IS NULL OR valid_to > %s) ORDER BY source_id",
-                [moment, *params, moment],
-            )
-            for field_id, source_id, masked, valid_then, valid_now in cursor.fetchall():
-                if valid_then:
-                    then[field_id].append((source_id, bool(masked)))
-                if valid_now:
-                    now.add(field_id)
+    for chunk in chunks(sorted(set(field_ids))):
+        where, params = where_in("field_id", list(chunk))
+        for field_id, source_id, masked, valid_then, valid_now in fetch_prepared(
+            "SELECT field_id, source_id, masked, "
+            "CASE WHEN valid_from <= %s THEN 1 ELSE 0 END, "
+            "CASE WHEN valid_to IS NULL THEN 1 ELSE 0 END FROM catalog_propagatedflag "
+            f"WHERE {where} AND (valid_to IS NULL OR valid_to > %s) ORDER BY source_id",
+            [moment, *params, moment],
+        ):
+            if valid_then:
+                then[field_id].append((source_id, bool(masked)))
+            if valid_now:
+                now.add(field_id)
     sources = {s for rows in then.values() for s, _ in rows}
     lines = timelines(sources) if sources else {}
     declared = {s: lines[s].values_at(as_of) for s in sources if s in lines}
@@ -318,16 +313,14 @@ def propagated_sources(
         window = "valid_from <= %s AND (valid_to IS NULL OR valid_to > %s)"
         params = [moment, moment]
     sources: dict[int, list[tuple[int, bool]]] = defaultdict(list)
-    with connection.cursor() as cursor:
-        for chunk in chunks(ids):
-            where, ids_param = where_in("field_id", list(chunk))
-            cursor.execute(
-                "SELECT field_id, source_id, masked FROM catalog_propagatedflag "
-                f"WHERE {where} AND {window} ORDER BY source_id",
-                [*ids_param, *params],
-            )
-            for field_id, source_id, masked in cursor.fetchall():
-                sources[field_id].append((source_id, bool(masked)))
+    for chunk in chunks(ids):
+        where, ids_param = where_in("field_id", list(chunk))
+        for field_id, source_id, masked in fetch_prepared(
+            "SELECT field_id, source_id, masked FROM catalog_propagatedflag "
+            f"WHERE {where} AND {window} ORDER BY source_id",
+            [*ids_param, *params],
+        ):
+            sources[field_id].append((source_id, bool(masked)))
     return sources
 
 

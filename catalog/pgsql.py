@@ -51,6 +51,18 @@ def execute_prepared(
         connection.prepare_threshold = threshold
 
 
+def fetch_prepared(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """The rows of a statement of fixed text: prepared on PostgreSQL (``execute_prepared``),
+    through Django's cursor elsewhere."""
+    if connection.vendor != "postgresql":
+        with connection.cursor() as plain:
+            plain.execute(sql, params)
+            return list(plain.fetchall())
+    with bound_cursor() as cursor:
+        execute_prepared(cursor, sql, params)
+        return cursor.fetchall()
+
+
 def relax_commit() -> None:
     """Let the current transaction commit without waiting for its WAL to reach disk.
 
