@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from io import StringIO
 
 import numpy as np
 import pytest
@@ -651,6 +652,40 @@ def test_processes_of_a_host_share_one_snapshot_base_and_catch_up_from_it(
     assert (again.revision, again.meta) == (written.revision, written.meta)
     assert again.arrays.keys() == written.arrays.keys()
     assert all(np.array_equal(again.arrays[k], a) for k, a in written.arrays.items())
+
+
+def test_a_deploy_writes_the_snapshot_bases_so_a_server_process_starts_without_building(
+    settings, monkeypatch
+):
+    settings.GRAPH_SHARED_NODE_DATA = True
+    g = LineageBuilder()
+    g.chain("a", "b", "c")
+    snapshot.reset()
+    out = StringIO()
+    call_command("render_node_documents", stdout=out)
+    assert out.getvalue().startswith("Full pass at revision ")
+    assert "Lineage snapshot bases of this host ready in " in out.getvalue()
+    assert docfile_host_path("table").exists() and docfile_host_path("column").exists()
+    builds: list[str] = []
+    build = snapshot.build
+
+    def counted(kind: snapshot.Kind, at: revision.Revision) -> snapshot.Snapshot:
+        builds.append(kind.name)
+        return build(kind, at)
+
+    monkeypatch.setattr(snapshot, "build", counted)
+    # A server process started after the deploy maps both bases: it builds none.
+    snapshot.reset()
+    assert snapshot.warm()
+    with revision.pinned():
+        graph = queries.lineage(resolve_node_id(g.id("a")), depth=5, direction="downstream")
+    assert names(graph) == {"a", "b", "c", "job_0", "job_1"}
+    assert builds == []
+    # Run again (a cron job, a second deploy step): nothing to render, the bases kept.
+    out = StringIO()
+    call_command("render_node_documents", stdout=out)
+    assert out.getvalue().startswith("Nothing rendered: 0 nodes changed since the file")
+    assert builds == []
 
 
 def docfile_host_path(kind: str):

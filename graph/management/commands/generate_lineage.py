@@ -38,6 +38,7 @@ from catalog.models import (
     SubjectKind,
 )
 from graph import directory, documents, propagation, revision, snapshot
+from graph.management.commands.render_node_documents import write_snapshot_bases
 from graph.models import ColumnEdge, Job, Run, TableEdge
 from graph.synthetic import (
     FIELD_TYPES,
@@ -240,6 +241,7 @@ class Command(BaseCommand):
                 f"Rendered {rendered.datasets:,} dataset and {rendered.jobs:,} job documents "
                 f"into the host's file in {rendered.seconds:.1f} s."
             )
+        write_snapshot_bases(self.stdout)
 
     def _load(self, gen: Any, writer: Writer) -> None:
         cfg = gen.config
