@@ -599,6 +599,36 @@ def engine_traversal(nodes: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def impact_summaries(nodes: dict[str, Any]) -> dict[str, Any]:
+    """What a hub's impact shows of each dataset and job it reaches (their summaries), read
+    from the host's node document file against rendered from the database, which a process
+    would do without the file's summary column; in this process, alternating, 3 rounds."""
+    from graph import docfile, nodedata, queries
+    from graph.resolve import resolve_node_id
+
+    if docfile.get() is None:
+        return {"skipped": "no node document file"}
+    reached = []
+    for _, nid, _ in nodes["hubs"]:
+        found = queries.impact(resolve_node_id(nid))
+        reached.append(([d.dataset.pk for d in found.datasets], [j.job.pk for j in found.jobs]))
+    times: dict[str, list[float]] = {"file": [], "rendered": []}
+    for _ in range(3):
+        for datasets, jobs in reached:
+            for way, read in (
+                ("file", (nodedata.dataset_infos, nodedata.job_infos)),
+                ("rendered", (nodedata.render_datasets, nodedata.render_jobs)),
+            ):
+                started = time.perf_counter()
+                read[0](datasets)
+                read[1](jobs)
+                times[way].append((time.perf_counter() - started) * 1000)
+    return {
+        "nodes_median": int(statistics.median(len(d) + len(j) for d, j in reached)),
+        **{way: summary(ms) for way, ms in times.items()},
+    }
+
+
 def held_bytes(snap: Any) -> int:
     """The bytes of a snapshot's arrays: its stores' columns and adjacencies, and its mask."""
     from graph.snapshot import ADJACENCY_ARRAYS
@@ -719,6 +749,7 @@ def bench_scale(
     print(f"[{scale}] floor…", flush=True)
     result["floor_in_memory_bfs"] = floor_bfs(nodes)
     result["engine_traversal_in_process"] = engine_traversal(nodes)
+    result["impact_summaries_in_process"] = impact_summaries(nodes)
     port = free_port()
     started = time.perf_counter()
     server = start_server(db, port)
