@@ -145,12 +145,7 @@ def prepare_database(scale: int, reuse: bool) -> str:
         exists = c.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db]).fetchone()
         if exists and reuse:
             print(f"[{scale}] reusing database {db}", flush=True)
-            subprocess.run([PYTHON, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-            # As a deploy does: node documents of this code (a full pass when the rendering
-            # code changed since the last one, graph/documents.py).
-            subprocess.run(
-                [PYTHON, "manage.py", "render_node_documents"], cwd=ROOT, env=env, check=True
-            )
+            deploy(db, ROOT)
             return db
         c.execute(f'DROP DATABASE IF EXISTS "{db}"')
         c.execute(f'CREATE DATABASE "{db}"')
@@ -177,10 +172,24 @@ def prepare_copy(db: str, code: Path) -> str:
     with psycopg.connect(PG_ADMIN.replace("postgres://", "postgresql://"), autocommit=True) as c:
         c.execute(f'DROP DATABASE IF EXISTS "{copy}"')
         c.execute(f'CREATE DATABASE "{copy}" TEMPLATE "{db}"')
-    env = {**os.environ, "DATABASE_URL": pg_url(copy)}
+    deploy(copy, code)
+    return copy
+
+
+DEPLOYED: dict[str, float] = {}
+
+
+def deploy(db: str, code: Path) -> None:
+    """What a release's first deploy runs on a host, as the README's production set-up
+    says (``migrate`` and ``render_node_documents``), timed into DEPLOYED; the host has no
+    lineage snapshot bases of the release yet (a base is named after its release)."""
+    for base in (code / "data" / "snapshots").glob(f"{db}-*"):
+        base.unlink()
+    env = {**os.environ, "DATABASE_URL": pg_url(db)}
+    started = time.perf_counter()
     for command in (["migrate", "-v0"], ["render_node_documents"]):
         subprocess.run([PYTHON, "manage.py", *command], cwd=code, env=env, check=True)
-    return copy
+    DEPLOYED[str(code)] = round(time.perf_counter() - started, 1)
 
 
 def setup_django(db: str) -> None:
@@ -753,11 +762,9 @@ def bench_scale(
     port = free_port()
     started = time.perf_counter()
     server = start_server(db, port)
-    # The other checkout's server, over the same database: port and process.
+    # The other checkout's server, over the same database: port and process (started once
+    # this one is ready, so that each one's start is timed alone).
     other: tuple[int, subprocess.Popen[bytes]] | None = None
-    if against is not None and other_db is not None:
-        other_port = free_port()
-        other = (other_port, start_server(other_db, other_port, against))
     # Per code ("this", "against"), per scenario: 4-client timings of rounds 2 on.
     compared: dict[str, dict[str, list[float]]] = {
         "this": defaultdict(list),
@@ -770,8 +777,14 @@ def bench_scale(
         run_load(port, token, warm, 2 * SERVER["workers"], 6)
         # From starting gunicorn to the warm-up answered: the workers warm before serving.
         result["ready_s"] = round(time.perf_counter() - started, 1)
-        if other is not None:
-            run_load(other[0], token, warm, 2 * SERVER["workers"], 6)
+        result["deploy_s"] = DEPLOYED.get(str(ROOT))
+        if against is not None and other_db is not None:
+            started = time.perf_counter()
+            other_port = free_port()
+            other = (other_port, start_server(other_db, other_port, against))
+            run_load(other_port, token, warm, 2 * SERVER["workers"], 6)
+            result["against_ready_s"] = round(time.perf_counter() - started, 1)
+            result["against_deploy_s"] = DEPLOYED.get(str(against))
         workers = worker_pids(server.pid)
         result["api"] = {}
         result["api_first_request"] = {}
