@@ -589,6 +589,19 @@ def test_without_a_file_every_node_is_rendered_once_per_process():
     assert docfile.current() is None and not docfile.file_path().exists()
 
 
+def counted_builds(monkeypatch) -> list[str]:
+    """The kinds of snapshot built from the edges from now on, in order."""
+    builds: list[str] = []
+    build = snapshot.build
+
+    def counted(kind: snapshot.Kind, at: revision.Revision) -> snapshot.Snapshot:
+        builds.append(kind.name)
+        return build(kind, at)
+
+    monkeypatch.setattr(snapshot, "build", counted)
+    return builds
+
+
 def test_processes_of_a_host_share_one_snapshot_base_and_catch_up_from_it(
     settings, caplog, monkeypatch
 ):
@@ -614,14 +627,7 @@ def test_processes_of_a_host_share_one_snapshot_base_and_catch_up_from_it(
     assert downstream() == {"a", "b", "c", "job_0", "job_1"}
     assert path.exists() and elsewhere.exists() and writing.exists()
     assert not earlier.exists() and not died.exists()
-    builds: list[str] = []
-    build = snapshot.build
-
-    def counted(kind: snapshot.Kind, at: revision.Revision) -> snapshot.Snapshot:
-        builds.append(kind.name)
-        return build(kind, at)
-
-    monkeypatch.setattr(snapshot, "build", counted)
+    builds = counted_builds(monkeypatch)
     # A new process: it maps the host's base and catches up by delta with what changed
     # since, without reading every edge again.
     g.close("job_1", "c", Direction.OUTPUT, T1)
@@ -666,14 +672,7 @@ def test_a_deploy_writes_the_snapshot_bases_so_a_server_process_starts_without_b
     assert out.getvalue().startswith("Full pass at revision ")
     assert "Lineage snapshot bases of this host ready in " in out.getvalue()
     assert docfile_host_path("table").exists() and docfile_host_path("column").exists()
-    builds: list[str] = []
-    build = snapshot.build
-
-    def counted(kind: snapshot.Kind, at: revision.Revision) -> snapshot.Snapshot:
-        builds.append(kind.name)
-        return build(kind, at)
-
-    monkeypatch.setattr(snapshot, "build", counted)
+    builds = counted_builds(monkeypatch)
     # A server process started after the deploy maps both bases: it builds none.
     snapshot.reset()
     assert snapshot.warm()
