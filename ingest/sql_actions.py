@@ -23,7 +23,7 @@ from typing import IO, Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, Max, OuterRef, Q
 from django.utils import timezone
 
 from catalog import naming
@@ -180,19 +180,24 @@ def parser_options() -> dict[str, Any]:
 
 
 def catalog_columns(namespace: str) -> Callable[[str], Sequence[str] | None]:
-    """A schema provider: the current columns of a dataset in ``namespace``, from the catalog
-    (both names as any channel spells them: canonical)."""
+    """A schema provider: the columns of a dataset in ``namespace``, from the catalog (both
+    names as any channel spells them: canonical).
+
+    They are its current columns, or, for a table that has none now (dropped, or renamed
+    away, perhaps by the very log that read it), the columns it had last: those that
+    left it together, last.
+    """
 
     def columns(name: str) -> Sequence[str] | None:
         ns, canonical_name = naming.canonical(namespace, name)
-        found = list(
-            DatasetField.objects.filter(
-                dataset__namespace__name=ns, dataset__name=canonical_name, removed_at__isnull=True
-            )
-            .order_by("ordinal", "id")
-            .values_list("name", flat=True)
+        rows = DatasetField.objects.filter(
+            dataset__namespace__name=ns, dataset__name=canonical_name
         )
-        return found or None
+        current = rows.filter(removed_at__isnull=True)
+        if not current.exists():
+            last = rows.aggregate(last=Max("removed_at"))["last"]
+            current = rows.filter(removed_at=last)
+        return list(current.order_by("ordinal", "id").values_list("name", flat=True)) or None
 
     return columns
 
@@ -252,9 +257,7 @@ def retake_logs() -> list[int]:
     so among its problems.
     """
     known = DatasetField.objects.filter(
-        dataset__namespace__name=OuterRef("namespace"),
-        dataset__name=OuterRef("name"),
-        removed_at__isnull=True,
+        dataset__namespace__name=OuterRef("namespace"), dataset__name=OuterRef("name")
     )
     ready = SqlLogColumnsUnknown.objects.filter(Exists(known), upload__state=SqlLogState.DONE)
     queued = []

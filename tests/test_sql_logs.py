@@ -620,6 +620,45 @@ def test_a_log_read_before_the_catalog_knew_a_tables_columns_is_taken_again_once
     assert sql_actions.retake_logs() == []
 
 
+@pytest.mark.parametrize(
+    "then", ["DROP TABLE orders", "ALTER TABLE orders RENAME TO orders_old"], ids=["drop", "rename"]
+)
+def test_a_log_that_read_a_table_with_a_star_and_then_dropped_it_is_taken_again(
+    tmp_path, then, django_capture_on_commit_callbacks
+):
+    """The producer's schema arrives late and is older than the log's DROP (or RENAME), so
+    the table has no columns now: the ``*`` is expanded to those it had last, at the drop."""
+    from ingest import actions
+    from tests.ingest_builders import dataset, run_event, run_id, schema
+
+    log = tmp_path / "star.jsonl"
+    log.write_text(
+        '{"query": "CREATE TABLE mart.copy AS SELECT * FROM orders", "start_time": "2026-01-01T00:00:00Z"}\n'
+        f'{{"query": "{then}", "start_time": "2026-01-01T00:01:00Z"}}\n'
+    )
+    call_command(
+        "ingest_sql_log", str(log), namespace=NS, dialect="postgres", fmt="jsonl",
+        database="shop", schema="public", no_progress=True, stdout=io.StringIO(), stderr=io.StringIO(),
+    )  # fmt: skip
+    upload = SqlLogUpload.objects.get()
+    assert list(upload.columns_unknown.values_list("name", flat=True)) == ["shop.public.orders"]
+    orders = dataset("shop.public.orders", NS, schema=schema("id", "amount"))
+    actions.ingest_event_dicts(
+        [run_event("COMPLETE", run_id(1), "2025-12-31T00:00:00Z", outputs=[orders])], inline=True
+    )
+    assert not DatasetField.objects.filter(
+        dataset__name="shop.public.orders", removed_at__isnull=True
+    ).exists()  # the columns left orders with the log's statement
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sql_actions.retake_logs() == [upload.pk]
+    assert _column_edges() == {
+        ("shop.public.orders", "id", "id"),
+        ("shop.public.orders", "amount", "amount"),
+    }
+    assert not upload.columns_unknown.exists()
+    assert sql_actions.retake_logs() == []
+
+
 def test_a_log_whose_file_is_gone_says_its_columns_cannot_be_taken_again(tmp_path):
     upload = _star_log(tmp_path)
     (tmp_path / "star.jsonl").unlink()
