@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from catalog import naming
 from catalog.models import PERSONAL_DATA, Dataset, DatasetField
+from catalog.queries import field_existed
 from ingest import actions
 from ingest.events import ParsedEvent
 from ingest.models import (
@@ -179,13 +180,16 @@ def parser_options() -> dict[str, Any]:
     }
 
 
-def catalog_columns(namespace: str) -> Callable[[str], Sequence[str] | None]:
+def catalog_columns(
+    namespace: str, at: datetime | None = None
+) -> Callable[[str], Sequence[str] | None]:
     """A schema provider: the columns of a dataset in ``namespace``, from the catalog (both
     names as any channel spells them: canonical).
 
-    They are its current columns, or, for a table that has none now (dropped, or renamed
-    away, perhaps by the very log that read it), the columns it had last: those that
-    left it together, last.
+    They are the columns it had at ``at`` (when the log was uploaded: a log taken again
+    later does not read columns added since), else its current columns, else, for a table
+    that has none now (dropped, or renamed away, perhaps by the very log that read it),
+    the columns it had last: those that left it together, last.
     """
 
     def columns(name: str) -> Sequence[str] | None:
@@ -193,11 +197,13 @@ def catalog_columns(namespace: str) -> Callable[[str], Sequence[str] | None]:
         rows = DatasetField.objects.filter(
             dataset__namespace__name=ns, dataset__name=canonical_name
         )
-        current = rows.filter(removed_at__isnull=True)
-        if not current.exists():
-            last = rows.aggregate(last=Max("removed_at"))["last"]
-            current = rows.filter(removed_at=last)
-        return list(current.order_by("ordinal", "id").values_list("name", flat=True)) or None
+        then = rows.filter(field_existed(at)) if at is not None else rows.none()
+        for found in (then, rows.filter(removed_at__isnull=True)):
+            if found.exists():
+                break
+        else:
+            found = rows.filter(removed_at=rows.aggregate(last=Max("removed_at"))["last"])
+        return list(found.order_by("ordinal", "id").values_list("name", flat=True)) or None
 
     return columns
 
@@ -316,7 +322,7 @@ class _Run:
             schema=upload.default_schema or None,
             parser=SqlLineageParser(
                 upload.dialect,
-                schema_provider=catalog_columns(upload.namespace),
+                schema_provider=catalog_columns(upload.namespace, upload.created_at),
                 **parser_options(),
             ),
             default_time=upload.created_at,

@@ -678,6 +678,36 @@ def test_a_log_that_creates_a_table_and_reads_it_with_a_star_is_processed_once(t
     assert sql_actions.retake_logs() == []
 
 
+def test_a_log_taken_again_later_reads_the_columns_tables_had_when_it_was_uploaded(
+    tmp_path, django_capture_on_commit_callbacks
+):
+    """A column added to orders after the log was uploaded is not one its ``*`` read."""
+    from ingest import actions
+    from tests.ingest_builders import dataset, run_event, run_id, schema
+
+    upload = _star_log(tmp_path)
+    SqlLogUpload.objects.filter(pk=upload.pk).update(created_at=datetime(2026, 1, 2, tzinfo=UTC))
+    told = [
+        ("2026-01-01T00:00:00Z", schema("id", "amount")),
+        ("2026-02-01T00:00:00Z", schema("id", "amount", "ssn")),
+    ]
+    actions.ingest_event_dicts(
+        [
+            run_event(
+                "COMPLETE", run_id(i), when, outputs=[dataset("shop.public.orders", NS, schema=s)]
+            )
+            for i, (when, s) in enumerate(told, start=1)
+        ],
+        inline=True,
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sql_actions.retake_logs() == [upload.pk]
+    assert _column_edges() == {
+        ("shop.public.orders", "id", "id"),
+        ("shop.public.orders", "amount", "amount"),
+    }
+
+
 def test_a_log_whose_file_is_gone_says_its_columns_cannot_be_taken_again(tmp_path):
     upload = _star_log(tmp_path)
     (tmp_path / "star.jsonl").unlink()
