@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Exists, Max, OuterRef, Q
+from django.db import connection, transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from catalog import naming
 from catalog.models import PERSONAL_DATA, Dataset, DatasetField
-from catalog.queries import field_existed
+from catalog.pgsql import fetch_prepared
+from catalog.queries import field_existed_sql
 from ingest import actions
 from ingest.events import ParsedEvent
 from ingest.models import (
@@ -192,18 +193,24 @@ def catalog_columns(
     the columns it had last: those that left it together, last.
     """
 
+    moment = connection.ops.adapt_datetimefield_value(at or timezone.now())
+    # Plain rows: compiling the queryset cost more than running it (a query per table read).
+    query = (
+        "SELECT f.name, f.removed_at IS NULL, "
+        f"CASE WHEN {field_existed_sql('f')} THEN 1 ELSE 0 END, "
+        "f.removed_at = (SELECT max(o.removed_at) FROM catalog_datasetfield o "
+        "WHERE o.dataset_id = f.dataset_id) "
+        "FROM catalog_datasetfield f JOIN catalog_dataset d ON d.id = f.dataset_id "
+        "JOIN catalog_namespace n ON n.id = d.namespace_id "
+        "WHERE n.name = %s AND d.name = %s ORDER BY f.ordinal, f.id"
+    )
+
     def columns(name: str) -> Sequence[str] | None:
-        ns, canonical_name = naming.canonical(namespace, name)
-        rows = DatasetField.objects.filter(
-            dataset__namespace__name=ns, dataset__name=canonical_name
-        )
-        then = rows.filter(field_existed(at)) if at is not None else rows.none()
-        for found in (then, rows.filter(removed_at__isnull=True)):
-            if found.exists():
-                break
-        else:
-            found = rows.filter(removed_at=rows.aggregate(last=Max("removed_at"))["last"])
-        return list(found.order_by("ordinal", "id").values_list("name", flat=True)) or None
+        found = fetch_prepared(query, [*[moment] * 4, *naming.canonical(namespace, name)])
+        then = [column for column, _, existed, _ in found if existed]
+        current = [column for column, now, _, _ in found if now]
+        last = [column for column, _, _, last in found if last]
+        return then or current or last or None
 
     return columns
 
