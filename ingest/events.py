@@ -16,10 +16,11 @@ import uuid
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 import numpy as np
+from django.utils import timezone
 
 from catalog import naming
 from catalog.params import instant_from_iso, unstorable_value
@@ -28,6 +29,9 @@ from pipelines.fingerprint import canonical_json
 
 MAX_NAME_LENGTH = 1024
 MAX_DEPTH = 64
+# How far past this server's clock an event may say it happened (a clock a few hours off,
+# or local time written without its offset, still passes).
+AHEAD = timedelta(days=1)
 RUN_EVENT_TYPES = ("START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER")
 TRANSFORMATION_TYPES = ("DIRECT", "INDIRECT")
 TRANSFORMATION_SUBTYPES = (
@@ -395,6 +399,19 @@ def parse_time(value: Any, path: str, required: bool = True) -> datetime | None:
         raise _fail(f"{path} is not an ISO-8601 date-time: {text[:64]!r}", path) from exc
 
 
+def check_not_ahead(instant: datetime, path: str) -> None:
+    """Refuse an instant more than ``AHEAD`` past this server's clock: a producer whose clock
+    is wrong would put lineage where "now" cannot see it (and near the calendar's end,
+    instants computed from it cannot be written)."""
+    limit = timezone.now() + AHEAD
+    if instant > limit:
+        raise _fail(
+            f"{path} {instant.isoformat().replace('+00:00', 'Z')} is more than a day ahead of this server's clock "
+            f"({limit - AHEAD:%Y-%m-%dT%H:%M:%SZ}): check the clock of what wrote it",
+            path,
+        )
+
+
 def _uuid(value: Any, path: str) -> uuid.UUID:
     text = _text(value, path, required=True, limit=64)
     try:
@@ -513,6 +530,7 @@ def parse_event(
     kind = kind_of(event)
     event_time = parse_time(event.get("eventTime"), "eventTime")
     assert event_time is not None
+    check_not_ahead(event_time, "eventTime")
     producer = _text(event.get("producer"), "producer", limit=2048)
     _text(event.get("schemaURL"), "schemaURL", limit=2048)
     canonical = ""

@@ -87,6 +87,33 @@ def test_it_answers_instants_at_the_ends_of_the_calendar(
     assert response.status_code < 500, response.content[:500]
 
 
+@pytest.mark.parametrize("when", ["9999-12-31T23:59:59.999999Z", "2099-01-01T00:00:00Z"])
+def test_an_event_from_a_clock_far_ahead_is_refused_naming_eventTime(post, when):
+    """Taken, it would put lineage where "now" cannot see it; at the calendar's end, the
+    producer's next ordinary event failed to normalise (an instant past the calendar)."""
+    ahead = run_event("COMPLETE", run_id(1), when, outputs=[dataset("dw.orders")])
+    response = post(ahead)
+    assert response.status_code == 422
+    assert response.json()["field"] == "eventTime"
+    assert "more than a day ahead of this server's clock" in response.json()["error"]
+    batch = post([event(2), ahead], path="/api/v1/lineage/batch").json()
+    assert batch["stored"] == 1
+    assert [(s["status"], s.get("field")) for s in batch["events"]] == [
+        ("stored", None),
+        ("rejected", "[1].eventTime"),
+    ]
+    assert post(event(3)).status_code == 201
+    assert set(RawEvent.objects.values_list("state", flat=True)) == {"done"}
+
+
+def test_an_event_a_little_ahead_of_the_clock_is_taken(post):
+    from datetime import UTC, datetime, timedelta
+
+    soon = (datetime.now(UTC) + timedelta(hours=3)).isoformat()
+    response = post(run_event("COMPLETE", run_id(1), soon, outputs=[dataset("dw.orders")]))
+    assert response.status_code == 201, response.content
+
+
 def test_it_refuses_an_instant_outside_the_calendar_naming_it(post, api, viewer):
     post(event())
     response = api(viewer).get(

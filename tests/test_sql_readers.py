@@ -106,6 +106,54 @@ def test_it_derives_end_time_from_duration():
     assert record.end_time - record.start_time == timedelta(milliseconds=1500)
 
 
+def test_times_far_ahead_and_durations_out_of_range_are_bad_lines_naming_them():
+    ahead = (datetime.now(UTC) + timedelta(days=2)).isoformat()
+    items = read(
+        b'{"query": "SELECT 1", "start_time": "9999-12-31T23:59:59Z", "duration_ms": 5000}\n'
+        b'{"query": "SELECT 2", "start_time": "2026-01-01T00:00:00Z", "duration_ms": 1e18}\n'
+        + f'{{"query": "SELECT 3", "start_time": "{ahead}"}}\n'.encode()
+        + b'{"query": "SELECT 4", "start_time": "2026-01-01T00:00:00Z", "duration_ms": "NaN"}\n'
+        b'{"query": "SELECT 5", "start_time": "2026-01-01T00:00:00Z"}\n',
+        "jsonl",
+    )
+    errors = [(i.line, i.field, i.message) for i in items if isinstance(i, LineError)]
+    assert [(line, field) for line, field, _ in errors] == [
+        (1, "start_time"),
+        (2, "duration_ms"),
+        (3, "start_time"),
+        (4, "duration_ms"),
+    ]
+    assert "start_time 9999-12-31T23:59:59Z is more than a day ahead" in errors[0][2]
+    assert errors[1][2] == "duration_ms 1e+18 is out of range"
+    assert [i.query for i in items if isinstance(i, QueryRecord)] == ["SELECT 5"]
+    # An hour ahead is a clock a little off: taken.
+    soon = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    (record,) = read(f'{{"query": "SELECT 6", "start_time": "{soon}"}}\n'.encode(), "jsonl")
+    assert isinstance(record, QueryRecord)
+
+
+def test_a_csvlog_line_far_ahead_or_with_a_duration_out_of_range_is_a_bad_line():
+    statement = (
+        "{t} UTC,etl,shop,4242,10.0.0.5:51234,{s},1,idle,2026-01-05 01:59:58 UTC,3/12,0,LOG,"
+        '00000,"statement: INSERT INTO a SELECT x FROM b",,,,,,,,,psql,client backend,,0\n'
+    )
+    duration = (
+        "2026-01-05 02:00:01.350 UTC,etl,shop,4242,10.0.0.5:51234,{s},2,INSERT,"
+        "2026-01-05 01:59:58 UTC,3/12,0,LOG,00000,duration: 1{zeros}.000 ms,,,,,,,,,psql,"
+        "client backend,,0\n"
+    )
+    log = (
+        statement.format(t="9999-12-31 23:59:59.000", s="a.1")
+        + statement.format(t="2026-01-05 02:00:00.100", s="b.1")
+        + duration.format(s="b.1", zeros="0" * 400)
+        + statement.format(t="2026-01-05 02:00:02.000", s="c.1")
+    )
+    items = read(log.encode(), "pgcsvlog")
+    errors = [(i.line, i.field) for i in items if isinstance(i, LineError)]
+    assert errors == [(1, "log_time"), (3, "message")]
+    assert [i.line for i in items if isinstance(i, QueryRecord)] == [4]
+
+
 def test_it_reads_statements_from_a_postgres_csvlog():
     with (LOGS / "postgresql.csv").open("rb") as f:
         items = list(read_log(f, "pgcsvlog"))

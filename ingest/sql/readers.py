@@ -19,6 +19,7 @@ from typing import IO, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from catalog.params import instant_from_iso
+from ingest.events import EventError, check_not_ahead
 
 FORMATS = ("csv", "jsonl", "pgcsvlog")
 DEFAULT_MAX_LINE_BYTES = 4 * 1024 * 1024
@@ -185,18 +186,20 @@ def _record(line: int, values: dict[str, Any]) -> Item:
         if not isinstance(raw, str):
             return LineError(line, f"{key} must be an ISO-8601 string", key)
         try:
-            times[key] = instant_from_iso(raw)
+            times[key] = instant = instant_from_iso(raw)
         except ValueError:
             return LineError(line, f"{key} is not an ISO-8601 time: {raw[:40]!r}", key)
+        try:
+            check_not_ahead(instant, key)
+        except EventError as exc:
+            return LineError(line, exc.message, key)
     end_time = times["end_time"]
     duration = values.get("duration_ms")
     if end_time is None and duration not in (None, "") and times["start_time"] is not None:
         try:
-            end_time = times["start_time"] + timedelta(milliseconds=float(str(duration)))
-        except ValueError:
-            return LineError(
-                line, f"duration_ms is not a number: {str(duration)[:40]!r}", "duration_ms"
-            )
+            end_time = _after(times["start_time"], str(duration))
+        except ValueError as exc:
+            return LineError(line, f"duration_ms {exc}", "duration_ms")
     return QueryRecord(
         line=line,
         query=query,
@@ -303,6 +306,16 @@ _ZONE_ABBREVIATIONS = {
 }  # fmt: skip
 
 
+def _after(start: datetime, milliseconds: str) -> datetime:
+    """``start`` plus a duration in milliseconds; ValueError saying why it cannot be."""
+    try:
+        return start + timedelta(milliseconds=float(milliseconds))
+    except ValueError:
+        raise ValueError(f"is not a number: {milliseconds[:40]!r}") from None
+    except OverflowError:
+        raise ValueError(f"{milliseconds[:40]} is out of range") from None
+
+
 def parse_pg_time(value: str) -> datetime:
     """Return an aware UTC datetime from csvlog's ``2024-01-15 10:00:00.123 UTC``."""
     try:
@@ -381,9 +394,10 @@ def _pg_line(number: int, row: list[str], pending: OrderedDict[str, QueryRecord]
             return
         duration = _PG_DURATION_ONLY.match(message) if severity == "LOG" else None
         if duration is not None and held.start_time is not None and held.end_time is None:
-            yield replace(
-                held, end_time=held.start_time + timedelta(milliseconds=float(duration["duration"]))
-            )
+            try:
+                yield replace(held, end_time=_after(held.start_time, duration["duration"]))
+            except ValueError as exc:
+                yield LineError(number, f"duration {exc}", "message")
             return
         yield held
     if severity != "LOG":
@@ -395,6 +409,11 @@ def _pg_line(number: int, row: list[str], pending: OrderedDict[str, QueryRecord]
         start = parse_pg_time(row[_PG_LOG_TIME])
     except ValueError as exc:
         yield LineError(number, f"log_time is not a time: {exc}", "log_time")
+        return
+    try:
+        check_not_ahead(start, "log_time")
+    except EventError as exc:
+        yield LineError(number, exc.message, "log_time")
         return
     end = None
     if m["duration"]:
