@@ -155,7 +155,6 @@ class SqlLineageParser:
         self._cache_size = cache_size
         self._columns: dict[DatasetRef, tuple[str, ...] | None] = {}
         self._learned: dict[DatasetRef, tuple[str, ...]] = {}
-        self._read: set[DatasetRef] = set()  # the inputs of the records parsed
         self._fingerprints: dict[tuple[str, str], str] = {}
         self._dialects: dict[str, Dialect] = {}
         self.shared = LineageSession()
@@ -202,7 +201,6 @@ class SqlLineageParser:
             if normalized is None:
                 normalized = normalize(sql, spec)
             cached = self._parse_uncached(sql, normalized, fp, spec, defaults)
-            self._read.update(d for statement in cached.statements for d in statement.inputs)
             self._cache[key] = cached
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
@@ -252,13 +250,15 @@ class SqlLineageParser:
             if statement.kind not in _CREATES or statement.lifecycle not in _DEFINES:
                 continue
             for target in statement.targets:
-                if target.schema is None or target.dataset in statement.hidden_datasets:
-                    continue  # temporary and scratch tables are followed through instead
+                if target.schema is None:
+                    continue
                 dataset, columns = target.dataset, tuple(name for name, _ in target.schema)
-                seen = self._learned.get(dataset) or self._columns.get(dataset, columns)
+                if self._learned.get(dataset) == columns:
+                    continue
+                looked_up = dataset in self._columns or dataset in self._learned
                 self._learned[dataset] = columns
-                if seen == columns or dataset not in self._read:
-                    continue  # no record parsed so far read other columns of it
+                if not looked_up:
+                    continue  # no record parsed so far depends on them
                 stale = [
                     key
                     for key, cached in self._cache.items()
@@ -272,7 +272,6 @@ class SqlLineageParser:
         self._fingerprints.clear()
         self._columns.clear()
         self._learned.clear()
-        self._read.clear()
 
     # -- parsing a miss --------------------------------------------------------
 
