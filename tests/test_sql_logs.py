@@ -659,25 +659,6 @@ def test_a_log_that_read_a_table_with_a_star_and_then_dropped_it_is_taken_again(
     assert sql_actions.retake_logs() == []
 
 
-def test_a_log_that_creates_a_table_and_reads_it_with_a_star_is_processed_once(tmp_path):
-    log = tmp_path / "created.jsonl"
-    log.write_text(
-        '{"query": "CREATE TABLE orders (id int, amount int)", "start_time": "2026-01-01T00:00:00Z"}\n'
-        '{"query": "CREATE TABLE mart.copy AS SELECT * FROM orders", "start_time": "2026-01-01T00:01:00Z"}\n'
-    )
-    call_command(
-        "ingest_sql_log", str(log), namespace=NS, dialect="postgres", fmt="jsonl",
-        database="shop", schema="public", no_progress=True, stdout=io.StringIO(), stderr=io.StringIO(),
-    )  # fmt: skip
-    upload = SqlLogUpload.objects.get()
-    assert _column_edges() == {
-        ("shop.public.orders", "id", "id"),
-        ("shop.public.orders", "amount", "amount"),
-    }
-    assert not upload.columns_unknown.exists()
-    assert sql_actions.retake_logs() == []
-
-
 def test_a_log_taken_again_later_reads_the_columns_tables_had_when_it_was_uploaded(
     tmp_path, django_capture_on_commit_callbacks
 ):

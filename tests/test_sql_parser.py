@@ -85,29 +85,6 @@ def test_it_expands_select_star_from_the_catalog(parser):
     assert record.lineage[0].targets[0].schema == (("id", ""), ("email", ""), ("country", ""))
 
 
-def test_later_records_see_the_columns_an_earlier_record_created(parser):
-    """The catalog learns a table's columns only from the events of the log that creates it;
-    the log's own later records see them at once, and a record parsed before (the same
-    text, cached) is parsed again once they change."""
-    star = "CREATE TABLE mart.copy AS SELECT * FROM landing"
-    assert parse(parser, star).lineage[0].columns_unknown == {DatasetRef("shop.public.landing")}
-    parse(parser, "CREATE TABLE landing (id INT, amount INT)")
-    after = parse(parser, star)
-    assert after.lineage[0].columns_unknown == frozenset()
-    assert columns(after) == {
-        "id": {"shop.public.landing.id"},
-        "amount": {"shop.public.landing.amount"},
-    }
-    parse(parser, "CREATE OR REPLACE TABLE landing AS SELECT id FROM customers")
-    assert columns(parse(parser, star)) == {"id": {"shop.public.landing.id"}}
-    # A table the catalog knows, created again by the log with other columns.
-    parse(parser, "CREATE OR REPLACE TABLE customers (id INT, name TEXT)")
-    assert columns(parse(parser, "CREATE TABLE mart.c AS SELECT * FROM customers")) == {
-        "id": {"shop.public.customers.id"},
-        "name": {"shop.public.customers.name"},
-    }
-
-
 def test_it_resolves_unqualified_columns_over_a_join_with_the_catalog(parser):
     record = parse(
         parser,

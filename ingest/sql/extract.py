@@ -8,7 +8,7 @@ values, so one column tracer serves every statement kind.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sqlglot import exp
@@ -87,8 +87,6 @@ class ScriptContext:
     provider_columns: ColumnsOf
     folder: DateSuffixFolder
     is_scratch: Callable[[DatasetRef], bool]
-    # Tables whose columns earlier records of the log declared (before the catalog's).
-    learned: Mapping[DatasetRef, tuple[str, ...]] = field(default_factory=dict)
     # Tables created earlier in the same script, with their columns.
     created: dict[DatasetRef, tuple[str, ...] | None] = field(default_factory=dict)
     temporary: set[DatasetRef] = field(default_factory=set)
@@ -98,7 +96,7 @@ class ScriptContext:
             return self.created[dataset]
         if dataset.is_location:
             return None
-        return self.learned.get(dataset) or self.provider_columns(dataset)
+        return self.provider_columns(dataset)
 
     def is_hidden(self, dataset: DatasetRef) -> bool:
         return dataset in self.temporary or self.is_scratch(dataset)

@@ -78,8 +78,6 @@ DEFAULT_MAX_COLUMN_PASS_SET_OPERATIONS = 200
 DEFAULT_MAX_FALLBACK_CHARS = 20_000
 # Texts up to this length are remembered verbatim, to skip normalising exact repeats.
 _EXACT_TEXT_MAX = 8_192
-_CREATES = frozenset({StatementKind.CTAS, StatementKind.CREATE_VIEW, StatementKind.DDL})
-_DEFINES = frozenset({None, Lifecycle.CREATE, Lifecycle.OVERWRITE})
 
 _UNLOAD = re.compile(r"(?is)^\s*unload\s*\(\s*'((?:[^']|'')*)'\s*\)\s*to\s*'([^']*)'")
 _MYSQL_LOAD = re.compile(
@@ -154,7 +152,6 @@ class SqlLineageParser:
         self._cache: OrderedDict[tuple[str, str, str, str], _Cached] = OrderedDict()
         self._cache_size = cache_size
         self._columns: dict[DatasetRef, tuple[str, ...] | None] = {}
-        self._learned: dict[DatasetRef, tuple[str, ...]] = {}
         self._fingerprints: dict[tuple[str, str], str] = {}
         self._dialects: dict[str, Dialect] = {}
         self.shared = LineageSession()
@@ -206,7 +203,6 @@ class SqlLineageParser:
                 self._cache.popitem(last=False)
         else:
             self.hits += 1
-        self._learn_columns(cached.statements)
         if session is None and not self._touches_scratch(cached):
             if cached.composed is None:
                 cached.composed = self._compose(cached.statements, LineageSession())
@@ -242,36 +238,10 @@ class SqlLineageParser:
         self._columns[dataset] = columns
         return columns
 
-    def _learn_columns(self, statements: tuple[StatementLineage, ...]) -> None:
-        """Later records see the columns that the log's own CREATE statements declared (the
-        catalog learns them only from the events this log sends). Records already parsed
-        that read a table with other columns are parsed again when they come back."""
-        for statement in statements:
-            if statement.kind not in _CREATES or statement.lifecycle not in _DEFINES:
-                continue
-            for target in statement.targets:
-                if target.schema is None:
-                    continue
-                dataset, columns = target.dataset, tuple(name for name, _ in target.schema)
-                if self._learned.get(dataset) == columns:
-                    continue
-                looked_up = dataset in self._columns or dataset in self._learned
-                self._learned[dataset] = columns
-                if not looked_up:
-                    continue  # no record parsed so far depends on them
-                stale = [
-                    key
-                    for key, cached in self._cache.items()
-                    if any(dataset in s.inputs for s in cached.statements)
-                ]
-                for key in stale:
-                    del self._cache[key]
-
     def clear(self) -> None:
         self._cache.clear()
         self._fingerprints.clear()
         self._columns.clear()
-        self._learned.clear()
 
     # -- parsing a miss --------------------------------------------------------
 
@@ -323,7 +293,6 @@ class SqlLineageParser:
             database=defaults.database,
             schema=defaults.schema,
             provider_columns=self.columns_of,
-            learned=self._learned,
             folder=self.folder,
             is_scratch=self.is_scratch,
         )
