@@ -187,6 +187,9 @@ class SqlLogUpload(models.Model):
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The earliest time among its records (set by each pass): a table it read and that lost
+    # its columns after this is one the log may have dropped or renamed itself.
+    first_record_at = models.DateTimeField(null=True, blank=True)
     bytes_read = models.BigIntegerField(default=0)
     records = models.IntegerField(default=0)
     statements = models.IntegerField(default=0)

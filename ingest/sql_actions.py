@@ -24,6 +24,7 @@ from typing import IO, Any
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q
+from django.db.models.functions import Coalesce, Least
 from django.utils import timezone
 
 from catalog import naming
@@ -182,37 +183,46 @@ def parser_options() -> dict[str, Any]:
 
 
 def catalog_columns(
-    namespace: str, at: datetime | None = None
+    namespace: str, at: datetime, since: datetime
 ) -> Callable[[str], Sequence[str] | None]:
     """A schema provider: the columns of a dataset in ``namespace``, from the catalog (both
     names as any channel spells them: canonical).
 
     They are the columns it had at ``at`` (when the log was uploaded: a log taken again
     later does not read columns added since), else its current columns, else, for a table
-    that has none now (dropped, or renamed away, perhaps by the very log that read it),
-    the columns it had last: those that left it together, last.
+    that has none now but lost them at ``since`` or later (dropped, or renamed away,
+    perhaps by the very log that read it), the columns it had last: those that left it
+    together, last. A table that lost them before is one the log cannot have read.
     """
 
-    moment = connection.ops.adapt_datetimefield_value(at or timezone.now())
+    moment, earliest = (connection.ops.adapt_datetimefield_value(t) for t in (at, since))
     # Plain rows: compiling the queryset cost more than running it (a query per table read).
     query = (
         "SELECT f.name, f.removed_at IS NULL, "
         f"CASE WHEN {field_existed_sql('f')} THEN 1 ELSE 0 END, "
-        "f.removed_at = (SELECT max(o.removed_at) FROM catalog_datasetfield o "
-        "WHERE o.dataset_id = f.dataset_id) "
+        "CASE WHEN f.removed_at >= %s AND f.removed_at = (SELECT max(o.removed_at) "
+        "FROM catalog_datasetfield o WHERE o.dataset_id = f.dataset_id) THEN 1 ELSE 0 END "
         "FROM catalog_datasetfield f JOIN catalog_dataset d ON d.id = f.dataset_id "
         "JOIN catalog_namespace n ON n.id = d.namespace_id "
         "WHERE n.name = %s AND d.name = %s ORDER BY f.ordinal, f.id"
     )
 
     def columns(name: str) -> Sequence[str] | None:
-        found = fetch_prepared(query, [*[moment] * 4, *naming.canonical(namespace, name)])
+        params = [*[moment] * 4, earliest, *naming.canonical(namespace, name)]
+        found = fetch_prepared(query, params)
         then = [column for column, _, existed, _ in found if existed]
         current = [column for column, now, _, _ in found if now]
         last = [column for column, _, _, last in found if last]
         return then or current or last or None
 
     return columns
+
+
+def columns_lost_since(upload: SqlLogUpload) -> datetime:
+    """From when a table that lost its columns may have lost them after this log read it:
+    its earliest record's time once a pass has read them all, else its upload's."""
+    first = upload.first_record_at
+    return upload.created_at if first is None else min(first, upload.created_at)
 
 
 def claim(upload_id: int, now: datetime | None = None) -> bool:
@@ -269,9 +279,16 @@ def retake_logs() -> list[int]:
     A log whose file is gone, or changed since it was read, cannot be read again: it says
     so among its problems.
     """
-    known = DatasetField.objects.filter(
+    # What catalog_columns answers with: current columns, or columns lost since the log's
+    # first record (those it had when uploaded are among them).
+    fields = DatasetField.objects.filter(
         dataset__namespace__name=OuterRef("namespace"), dataset__name=OuterRef("name")
     )
+    since = Least(
+        Coalesce(OuterRef("upload__first_record_at"), OuterRef("upload__created_at")),
+        OuterRef("upload__created_at"),
+    )
+    known = fields.filter(Q(removed_at__isnull=True) | Q(removed_at__gte=since))
     ready = SqlLogColumnsUnknown.objects.filter(Exists(known), upload__state=SqlLogState.DONE)
     queued = []
     for upload_id in sorted(set(ready.values_list("upload_id", flat=True))):
@@ -329,7 +346,9 @@ class _Run:
             schema=upload.default_schema or None,
             parser=SqlLineageParser(
                 upload.dialect,
-                schema_provider=catalog_columns(upload.namespace, upload.created_at),
+                schema_provider=catalog_columns(
+                    upload.namespace, upload.created_at, columns_lost_since(upload)
+                ),
                 **parser_options(),
             ),
             default_time=upload.created_at,
@@ -496,7 +515,9 @@ class _Run:
 
     def finish(self) -> None:
         SqlLogUpload.objects.filter(pk=self.upload.pk).update(
-            state=SqlLogState.DONE, finished_at=timezone.now()
+            state=SqlLogState.DONE,
+            finished_at=timezone.now(),
+            first_record_at=self.processor.earliest,
         )
 
     def fail(self, message: str) -> None:

@@ -689,6 +689,30 @@ def test_a_log_taken_again_later_reads_the_columns_tables_had_when_it_was_upload
     }
 
 
+def test_a_log_does_not_read_the_columns_of_a_table_dropped_before_its_records(
+    tmp_path, django_capture_on_commit_callbacks
+):
+    """orders lost its columns a year before the log's records: whatever the log read under
+    that name, it was not them. The log waits, and is not taken again and again."""
+    from ingest import actions
+    from tests.ingest_builders import dataset, drop, run_event, run_id, schema
+
+    orders = dataset("shop.public.orders", NS, schema=schema("id", "amount"))
+    actions.ingest_event_dicts(
+        [
+            run_event("COMPLETE", run_id(1), "2025-01-01T00:00:00Z", outputs=[orders]),
+            drop("shop.public.orders", "2025-02-01T00:00:00Z", NS),
+        ],
+        inline=True,
+    )
+    upload = _star_log(tmp_path)  # its record is of 2026-01-01
+    assert list(upload.columns_unknown.values_list("name", flat=True)) == ["shop.public.orders"]
+    assert upload.first_record_at == datetime(2026, 1, 1, tzinfo=UTC)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sql_actions.retake_logs() == []
+    assert _column_edges() == set()
+
+
 def test_a_log_whose_file_is_gone_says_its_columns_cannot_be_taken_again(tmp_path):
     upload = _star_log(tmp_path)
     (tmp_path / "star.jsonl").unlink()

@@ -84,6 +84,7 @@ class SqlLogProcessor:
         self.builder = EventBuilder()
         self.default_time = default_time
         self.stats = LogStats()
+        self.earliest: datetime | None = None  # the earliest time of a record processed
         self._sessions: OrderedDict[str, LineageSession] = OrderedDict()
 
     def process(self, items: Iterable[Item]) -> Iterator[Processed]:
@@ -118,6 +119,8 @@ class SqlLogProcessor:
             stats.line_errors += 1
             out.problems.append(Problem(record.line, "no start_time", "start_time"))
             return out
+        if self.earliest is None or start < self.earliest:
+            self.earliest = start
         parsed = self.parser.parse(
             record.query,
             dialect=spec.name,
