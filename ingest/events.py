@@ -16,7 +16,7 @@ import uuid
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -32,6 +32,7 @@ MAX_DEPTH = 64
 # How far past this server's clock an event may say it happened (a clock a few hours off,
 # or local time written without its offset, still passes).
 AHEAD = timedelta(days=1)
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 RUN_EVENT_TYPES = ("START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER")
 TRANSFORMATION_TYPES = ("DIRECT", "INDIRECT")
 TRANSFORMATION_SUBTYPES = (
@@ -399,15 +400,18 @@ def parse_time(value: Any, path: str, required: bool = True) -> datetime | None:
         raise _fail(f"{path} is not an ISO-8601 date-time: {text[:64]!r}", path) from exc
 
 
-def check_not_ahead(instant: datetime, path: str) -> None:
-    """Refuse an instant more than ``AHEAD`` past this server's clock: a producer whose clock
-    is wrong would put lineage where "now" cannot see it (and near the calendar's end,
-    instants computed from it cannot be written)."""
-    limit = timezone.now() + AHEAD
-    if instant > limit:
+def check_plausible(instant: datetime, path: str) -> None:
+    """Refuse an instant before 1970 or more than ``AHEAD`` past this server's clock: from a
+    clock that is wrong, lineage would land where "now" cannot see it, and instants worked
+    out from one near either end of the calendar cannot be written."""
+    shown = instant.isoformat().replace("+00:00", "Z")
+    if instant < EARLIEST:
+        raise _fail(f"{path} {shown} is before 1970: check the clock of what wrote it", path)
+    now = timezone.now()
+    if instant > now + AHEAD:
         raise _fail(
-            f"{path} {instant.isoformat().replace('+00:00', 'Z')} is more than a day ahead of this server's clock "
-            f"({limit - AHEAD:%Y-%m-%dT%H:%M:%SZ}): check the clock of what wrote it",
+            f"{path} {shown} is more than a day ahead of this server's clock "
+            f"({now:%Y-%m-%dT%H:%M:%SZ}): check the clock of what wrote it",
             path,
         )
 
@@ -530,7 +534,7 @@ def parse_event(
     kind = kind_of(event)
     event_time = parse_time(event.get("eventTime"), "eventTime")
     assert event_time is not None
-    check_not_ahead(event_time, "eventTime")
+    check_plausible(event_time, "eventTime")
     producer = _text(event.get("producer"), "producer", limit=2048)
     _text(event.get("schemaURL"), "schemaURL", limit=2048)
     canonical = ""

@@ -713,6 +713,29 @@ def test_a_log_does_not_read_the_columns_of_a_table_dropped_before_its_records(
     assert _column_edges() == set()
 
 
+def test_a_line_whose_duration_ends_far_ahead_is_a_problem_and_the_rest_is_taken(tmp_path):
+    """Its COMPLETE event would have been dated 2057: lineage "now" cannot see, and (near the
+    calendar's end) a job whose next run failed to normalise."""
+    log = tmp_path / "ahead.jsonl"
+    log.write_text(
+        '{"query": "INSERT INTO mart.a SELECT id FROM orders", "start_time": "2026-01-01T00:00:00Z", "duration_ms": 1e12}\n'
+        '{"query": "INSERT INTO mart.b SELECT id FROM orders", "start_time": "2026-01-01T00:01:00Z", "duration_ms": 10}\n'
+    )
+    call_command(
+        "ingest_sql_log", str(log), namespace=NS, dialect="postgres", fmt="jsonl",
+        database="shop", schema="public", no_progress=True, stdout=io.StringIO(), stderr=io.StringIO(),
+    )  # fmt: skip
+    upload = SqlLogUpload.objects.get()
+    assert upload.state == SqlLogState.DONE
+    (problem,) = SqlLogProblem.objects.filter(upload=upload)
+    assert (problem.line, problem.field) == (1, "duration_ms")
+    assert "more than a day ahead" in problem.message
+    assert set(Dataset.objects.values_list("name", flat=True)) == {
+        "shop.public.orders",
+        "shop.mart.b",
+    }
+
+
 def test_a_log_whose_file_is_gone_says_its_columns_cannot_be_taken_again(tmp_path):
     upload = _star_log(tmp_path)
     (tmp_path / "star.jsonl").unlink()

@@ -124,8 +124,21 @@ def test_times_far_ahead_and_durations_out_of_range_are_bad_lines_naming_them():
         (4, "duration_ms"),
     ]
     assert "start_time 9999-12-31T23:59:59Z is more than a day ahead" in errors[0][2]
-    assert errors[1][2] == "duration_ms 1e+18 is out of range"
+    assert errors[1][2] == "duration_ms 1e+18 ms is out of the calendar's range"
     assert [i.query for i in items if isinstance(i, QueryRecord)] == ["SELECT 5"]
+    # A start in range whose duration ends far ahead, an end far ahead, a start before 1970.
+    items = read(
+        b'{"query": "SELECT 7", "start_time": "2026-01-01T00:00:00Z", "duration_ms": 1e12}\n'
+        b'{"query": "SELECT 8", "start_time": "2026-01-01T00:00:00Z", "end_time": "2999-01-01"}\n'
+        b'{"query": "SELECT 9", "start_time": "0001-01-01T00:00:00Z"}\n',
+        "jsonl",
+    )
+    assert [(i.field, i.message.split(" is ")[0]) for i in items] == [
+        ("duration_ms", "duration_ms the end (start_time plus duration_ms) 2057-09-09T01:46:40Z"),
+        ("end_time", "end_time 2999-01-01T00:00:00Z"),
+        ("start_time", "start_time 0001-01-01T00:00:00Z"),
+    ]
+    assert "before 1970" in items[2].message
     # An hour ahead is a clock a little off: taken.
     soon = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     (record,) = read(f'{{"query": "SELECT 6", "start_time": "{soon}"}}\n'.encode(), "jsonl")
@@ -142,16 +155,36 @@ def test_a_csvlog_line_far_ahead_or_with_a_duration_out_of_range_is_a_bad_line()
         "2026-01-05 01:59:58 UTC,3/12,0,LOG,00000,duration: 1{zeros}.000 ms,,,,,,,,,psql,"
         "client backend,,0\n"
     )
+    first = (
+        "2026-01-05 02:00:05.000 UTC,etl,shop,4242,10.0.0.5:51234,{s},1,INSERT,"
+        '2026-01-05 01:59:58 UTC,3/12,0,LOG,00000,"duration: {d} ms  statement: INSERT INTO a '
+        'SELECT x FROM b",,,,,,,,,psql,client backend,,0\n'
+    )
     log = (
         statement.format(t="9999-12-31 23:59:59.000", s="a.1")
         + statement.format(t="2026-01-05 02:00:00.100", s="b.1")
         + duration.format(s="b.1", zeros="0" * 400)
         + statement.format(t="2026-01-05 02:00:02.000", s="c.1")
+        + statement.format(t="2026-01-05 02:00:03.000", s="d.1")
+        + duration.format(s="d.1", zeros="0" * 12)  # ends in 2057
+        + first.format(s="e.1", d="1.2.3")
+        + first.format(s="f.1", d="9" * 13)  # started before 1970
     )
     items = read(log.encode(), "pgcsvlog")
     errors = [(i.line, i.field) for i in items if isinstance(i, LineError)]
-    assert errors == [(1, "log_time"), (3, "message")]
-    assert [i.line for i in items if isinstance(i, QueryRecord)] == [4]
+    assert errors == [
+        (1, "log_time"),
+        (3, "message"),
+        (6, "message"),
+        (7, "message"),
+        (8, "message"),
+    ]
+    # A duration line out of range leaves its statement standing, without its end.
+    records = {i.line: i.end_time for i in items if isinstance(i, QueryRecord)}
+    assert records == {2: None, 4: None, 5: None}
+    messages = [i.message for i in items if isinstance(i, LineError)]
+    assert "is not a number of milliseconds: '1.2.3'" in messages[3]
+    assert "before 1970" in messages[4]
 
 
 def test_it_reads_statements_from_a_postgres_csvlog():

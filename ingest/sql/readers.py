@@ -19,7 +19,7 @@ from typing import IO, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from catalog.params import instant_from_iso
-from ingest.events import EventError, check_not_ahead
+from ingest.events import EventError, check_plausible
 
 FORMATS = ("csv", "jsonl", "pgcsvlog")
 DEFAULT_MAX_LINE_BYTES = 4 * 1024 * 1024
@@ -190,7 +190,7 @@ def _record(line: int, values: dict[str, Any]) -> Item:
         except ValueError:
             return LineError(line, f"{key} is not an ISO-8601 time: {raw[:40]!r}", key)
         try:
-            check_not_ahead(instant, key)
+            check_plausible(instant, key)
         except EventError as exc:
             return LineError(line, exc.message, key)
     end_time = times["end_time"]
@@ -198,6 +198,7 @@ def _record(line: int, values: dict[str, Any]) -> Item:
     if end_time is None and duration not in (None, "") and times["start_time"] is not None:
         try:
             end_time = _after(times["start_time"], str(duration))
+            check_plausible(end_time, "the end (start_time plus duration_ms)")
         except ValueError as exc:
             return LineError(line, f"duration_ms {exc}", "duration_ms")
     return QueryRecord(
@@ -306,14 +307,16 @@ _ZONE_ABBREVIATIONS = {
 }  # fmt: skip
 
 
-def _after(start: datetime, milliseconds: str) -> datetime:
-    """``start`` plus a duration in milliseconds; ValueError saying why it cannot be."""
+def _after(start: datetime, milliseconds: str, before: bool = False) -> datetime:
+    """``start`` plus (``before``: minus) a duration in milliseconds; ValueError saying why
+    it cannot be."""
     try:
-        return start + timedelta(milliseconds=float(milliseconds))
+        duration = timedelta(milliseconds=float(milliseconds))
+        return start - duration if before else start + duration
     except ValueError:
-        raise ValueError(f"is not a number: {milliseconds[:40]!r}") from None
+        raise ValueError(f"is not a number of milliseconds: {milliseconds[:40]!r}") from None
     except OverflowError:
-        raise ValueError(f"{milliseconds[:40]} is out of range") from None
+        raise ValueError(f"{milliseconds[:40]} ms is out of the calendar's range") from None
 
 
 def parse_pg_time(value: str) -> datetime:
@@ -395,9 +398,13 @@ def _pg_line(number: int, row: list[str], pending: OrderedDict[str, QueryRecord]
         duration = _PG_DURATION_ONLY.match(message) if severity == "LOG" else None
         if duration is not None and held.start_time is not None and held.end_time is None:
             try:
-                yield replace(held, end_time=_after(held.start_time, duration["duration"]))
+                finished = _after(held.start_time, duration["duration"])
+                check_plausible(finished, "the end (log_time plus duration)")
             except ValueError as exc:
                 yield LineError(number, f"duration {exc}", "message")
+                yield held  # the statement stands, without its end
+            else:
+                yield replace(held, end_time=finished)
             return
         yield held
     if severity != "LOG":
@@ -411,7 +418,7 @@ def _pg_line(number: int, row: list[str], pending: OrderedDict[str, QueryRecord]
         yield LineError(number, f"log_time is not a time: {exc}", "log_time")
         return
     try:
-        check_not_ahead(start, "log_time")
+        check_plausible(start, "log_time")
     except EventError as exc:
         yield LineError(number, exc.message, "log_time")
         return
@@ -420,9 +427,10 @@ def _pg_line(number: int, row: list[str], pending: OrderedDict[str, QueryRecord]
         # The duration line is written when the statement ends.
         end = start
         try:
-            start = end - timedelta(milliseconds=float(m["duration"]))
-        except OverflowError:
-            yield LineError(number, f"duration {m['duration'][:40]} ms is out of range", "message")
+            start = _after(end, m["duration"], before=True)
+            check_plausible(start, "the start (log_time minus duration)")
+        except ValueError as exc:
+            yield LineError(number, f"duration {exc}", "message")
             return
     query_id = (
         row[_PG_QUERY_ID]
