@@ -736,6 +736,32 @@ def test_a_line_whose_duration_ends_far_ahead_is_a_problem_and_the_rest_is_taken
     }
 
 
+def test_a_log_does_not_wait_for_the_columns_of_a_scratch_table(tmp_path, client, engineer):
+    """A scratch table sends no events, so the catalog never learns its columns: reading it
+    with ``*`` leaves that column lineage out (the statement says so), and the log does not
+    promise to take it again."""
+    log = tmp_path / "scratch.jsonl"
+    log.write_text(
+        '{"query": "CREATE TABLE tmp.stage1 AS SELECT id, amount FROM orders", "start_time": "2026-01-01T00:00:00Z"}\n'
+        '{"query": "INSERT INTO mart.x SELECT * FROM tmp.stage1", "start_time": "2026-01-01T00:01:00Z"}\n'
+    )
+    call_command(
+        "ingest_sql_log", str(log), namespace=NS, dialect="postgres", fmt="jsonl",
+        database="shop", schema="public", no_progress=True, stdout=io.StringIO(), stderr=io.StringIO(),
+    )  # fmt: skip
+    upload = SqlLogUpload.objects.get()
+    assert not upload.columns_unknown.exists()
+    assert sql_actions.retake_logs() == []
+    client.force_login(engineer)
+    page = client.get(reverse("sql-log-detail", args=[upload.pk])).content.decode()
+    assert "Waiting for columns" not in page
+    # The table lineage goes through the scratch table.
+    assert set(Dataset.objects.values_list("name", flat=True)) == {
+        "shop.public.orders",
+        "shop.mart.x",
+    }
+
+
 def test_a_log_whose_file_is_gone_says_its_columns_cannot_be_taken_again(tmp_path):
     upload = _star_log(tmp_path)
     (tmp_path / "star.jsonl").unlink()

@@ -760,7 +760,9 @@ class StatementExtractor:
         if unknown:
             tables = ", ".join(sorted(str(d) for d in unknown))
             warnings.append(f"columns of {tables} unknown: their column lineage is left out")
-        return inputs, lineages, unknown
+        # A temporary or scratch table sends no events: the catalog will never know its
+        # columns, so the log is not to wait for them.
+        return inputs, lineages, frozenset(d for d in unknown if not self.ctx.is_hidden(d))
 
     def _scope_inputs(self, root: Scope) -> Iterable[DatasetRef]:
         for scope in root.traverse():
