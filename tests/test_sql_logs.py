@@ -562,17 +562,23 @@ def test_the_redacting_migration_collapses_copies_and_leaves_other_text_alone(mo
     assert RawEvent.objects.get(pk=spaced.pk).body == spaced.body
 
 
-def _star_log(tmp_path: Path) -> SqlLogUpload:
-    """A log copying orders with ``SELECT *``, loaded before the catalog knows orders."""
+def _shop_log(tmp_path: Path, *lines: str) -> SqlLogUpload:
+    """A JSON Lines log of ``lines`` in the shop database, read in place by the command."""
     log = tmp_path / "star.jsonl"
-    log.write_text(
-        '{"query": "CREATE TABLE mart.copy AS SELECT * FROM orders", "start_time": "2026-01-01T00:00:00Z"}\n'
-    )
+    log.write_text("".join(line + "\n" for line in lines))
     call_command(
         "ingest_sql_log", str(log), namespace=NS, dialect="postgres", fmt="jsonl",
         database="shop", schema="public", no_progress=True, stdout=io.StringIO(), stderr=io.StringIO(),
     )  # fmt: skip
     return SqlLogUpload.objects.get()
+
+
+def _star_log(tmp_path: Path) -> SqlLogUpload:
+    """A log copying orders with ``SELECT *``, loaded before the catalog knows orders."""
+    return _shop_log(
+        tmp_path,
+        '{"query": "CREATE TABLE mart.copy AS SELECT * FROM orders", "start_time": "2026-01-01T00:00:00Z"}',
+    )
 
 
 def _column_edges() -> set[tuple[str, str, str]]:
@@ -631,16 +637,11 @@ def test_a_log_that_read_a_table_with_a_star_and_then_dropped_it_is_taken_again(
     from ingest import actions
     from tests.ingest_builders import dataset, run_event, run_id, schema
 
-    log = tmp_path / "star.jsonl"
-    log.write_text(
-        '{"query": "CREATE TABLE mart.copy AS SELECT * FROM orders", "start_time": "2026-01-01T00:00:00Z"}\n'
-        f'{{"query": "{then}", "start_time": "2026-01-01T00:01:00Z"}}\n'
+    upload = _shop_log(
+        tmp_path,
+        '{"query": "CREATE TABLE mart.copy AS SELECT * FROM orders", "start_time": "2026-01-01T00:00:00Z"}',
+        f'{{"query": "{then}", "start_time": "2026-01-01T00:01:00Z"}}',
     )
-    call_command(
-        "ingest_sql_log", str(log), namespace=NS, dialect="postgres", fmt="jsonl",
-        database="shop", schema="public", no_progress=True, stdout=io.StringIO(), stderr=io.StringIO(),
-    )  # fmt: skip
-    upload = SqlLogUpload.objects.get()
     assert list(upload.columns_unknown.values_list("name", flat=True)) == ["shop.public.orders"]
     orders = dataset("shop.public.orders", NS, schema=schema("id", "amount"))
     actions.ingest_event_dicts(
@@ -716,16 +717,11 @@ def test_a_log_does_not_read_the_columns_of_a_table_dropped_before_its_records(
 def test_a_line_whose_duration_ends_far_ahead_is_a_problem_and_the_rest_is_taken(tmp_path):
     """Its COMPLETE event would have been dated 2057: lineage "now" cannot see, and (near the
     calendar's end) a job whose next run failed to normalise."""
-    log = tmp_path / "ahead.jsonl"
-    log.write_text(
-        '{"query": "INSERT INTO mart.a SELECT id FROM orders", "start_time": "2026-01-01T00:00:00Z", "duration_ms": 1e12}\n'
-        '{"query": "INSERT INTO mart.b SELECT id FROM orders", "start_time": "2026-01-01T00:01:00Z", "duration_ms": 10}\n'
+    upload = _shop_log(
+        tmp_path,
+        '{"query": "INSERT INTO mart.a SELECT id FROM orders", "start_time": "2026-01-01T00:00:00Z", "duration_ms": 1e12}',
+        '{"query": "INSERT INTO mart.b SELECT id FROM orders", "start_time": "2026-01-01T00:01:00Z", "duration_ms": 10}',
     )
-    call_command(
-        "ingest_sql_log", str(log), namespace=NS, dialect="postgres", fmt="jsonl",
-        database="shop", schema="public", no_progress=True, stdout=io.StringIO(), stderr=io.StringIO(),
-    )  # fmt: skip
-    upload = SqlLogUpload.objects.get()
     assert upload.state == SqlLogState.DONE
     (problem,) = SqlLogProblem.objects.filter(upload=upload)
     assert (problem.line, problem.field) == (1, "duration_ms")
@@ -740,16 +736,11 @@ def test_a_log_does_not_wait_for_the_columns_of_a_scratch_table(tmp_path, client
     """A scratch table sends no events, so the catalog never learns its columns: reading it
     with ``*`` leaves that column lineage out (the statement says so), and the log does not
     promise to take it again."""
-    log = tmp_path / "scratch.jsonl"
-    log.write_text(
-        '{"query": "CREATE TABLE tmp.stage1 AS SELECT id, amount FROM orders", "start_time": "2026-01-01T00:00:00Z"}\n'
-        '{"query": "INSERT INTO mart.x SELECT * FROM tmp.stage1", "start_time": "2026-01-01T00:01:00Z"}\n'
+    upload = _shop_log(
+        tmp_path,
+        '{"query": "CREATE TABLE tmp.stage1 AS SELECT id, amount FROM orders", "start_time": "2026-01-01T00:00:00Z"}',
+        '{"query": "INSERT INTO mart.x SELECT * FROM tmp.stage1", "start_time": "2026-01-01T00:01:00Z"}',
     )
-    call_command(
-        "ingest_sql_log", str(log), namespace=NS, dialect="postgres", fmt="jsonl",
-        database="shop", schema="public", no_progress=True, stdout=io.StringIO(), stderr=io.StringIO(),
-    )  # fmt: skip
-    upload = SqlLogUpload.objects.get()
     assert not upload.columns_unknown.exists()
     assert sql_actions.retake_logs() == []
     client.force_login(engineer)
