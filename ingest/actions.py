@@ -562,7 +562,9 @@ def _normalize_claimed(
             event = (known or {}).get(raw.fingerprint)
             if event is None:
                 body = json.loads(raw.body)
-                event = parse_event(body, raw.fingerprint, checked=not raw.warnings)
+                event = parse_event(
+                    body, raw.fingerprint, checked=not raw.warnings, received=raw.received_at
+                )
             parsed.append((raw, event))
         except (EventError, ValueError) as exc:
             _record_failure([raw], exc, permanent=True)

@@ -400,17 +400,23 @@ def parse_time(value: Any, path: str, required: bool = True) -> datetime | None:
         raise _fail(f"{path} is not an ISO-8601 date-time: {text[:64]!r}", path) from exc
 
 
-def check_plausible(instant: datetime, path: str) -> None:
+def check_plausible(instant: datetime, path: str, received: datetime | None = None) -> None:
     """Refuse an instant before 1970 or more than ``AHEAD`` past this server's clock: from a
     clock that is wrong, lineage would land where "now" cannot see it, and instants worked
-    out from one near either end of the calendar cannot be written."""
+    out from one near either end of the calendar cannot be written.
+
+    ``received``: when this server received what holds the instant (a stored event, an
+    uploaded log), the clock it is checked against; so a worker whose clock is behind the
+    web server's, or a log taken again days later, gives the answer the door gave.
+    """
     shown = instant.isoformat().replace("+00:00", "Z")
     if instant < EARLIEST:
         raise _fail(f"{path} {shown} is before 1970: check the clock of what wrote it", path)
-    now = timezone.now()
+    now = received or timezone.now()
     if instant > now + AHEAD:
+        clock = "this server's clock" if received is None else "when this server received it"
         raise _fail(
-            f"{path} {shown} is more than a day ahead of this server's clock "
+            f"{path} {shown} is more than a day ahead of {clock} "
             f"({now:%Y-%m-%dT%H:%M:%SZ}): check the clock of what wrote it",
             path,
         )
@@ -522,19 +528,24 @@ def kind_of(event: dict[str, Any]) -> str:
 
 
 def parse_event(
-    value: Any, fingerprint: str | None = None, checked: bool = False, strict: bool = False
+    value: Any,
+    fingerprint: str | None = None,
+    checked: bool = False,
+    strict: bool = False,
+    received: datetime | None = None,
 ) -> ParsedEvent:
     """Check one decoded OpenLineage event and read it; raises EventError naming the field
     when its core is wrong. Facets left out are listed in the answer's ``warnings``.
 
     ``checked``: a stored event accepted with no facet left out; ``strict``: an event this
-    app built, whose facets must all be right (``Warnings``).
+    app built, whose facets must all be right (``Warnings``); ``received``: when a stored
+    event was received (``check_plausible``).
     """
     event = _obj(value, "body")
     kind = kind_of(event)
     event_time = parse_time(event.get("eventTime"), "eventTime")
     assert event_time is not None
-    check_plausible(event_time, "eventTime")
+    check_plausible(event_time, "eventTime", received)
     producer = _text(event.get("producer"), "producer", limit=2048)
     _text(event.get("schemaURL"), "schemaURL", limit=2048)
     canonical = ""

@@ -366,7 +366,9 @@ class _Run:
 
     def process(self) -> None:
         with Path(self.upload.path).open("rb") as stream:
-            for processed in self.processor.process(read_log(stream, self.upload.format)):
+            for processed in self.processor.process(
+                read_log(stream, self.upload.format, received=self.upload.created_at)
+            ):
                 if processed.parsed:
                     self.events.extend(processed.parsed)
                     self._note_hidden(processed.parsed)

@@ -121,6 +121,43 @@ def test_an_event_a_little_ahead_of_the_clock_is_taken(post):
     assert response.status_code == 201, response.content
 
 
+def test_a_stored_event_is_checked_against_when_it_was_received(monkeypatch):
+    """The worker's check gives the door's answer: an event taken 20 hours ahead is
+    normalised by a worker whose clock is 10 hours behind the web server's, and a row
+    stored 4 days ahead (before the door checked) fails naming eventTime."""
+    from datetime import UTC, datetime, timedelta
+
+    from django.utils import timezone
+
+    from ingest.actions import process_until_settled, store_events
+    from ingest.events import parse_event
+
+    now = datetime.now(UTC)
+    soon = run_event(
+        "COMPLETE",
+        run_id(1),
+        (now + timedelta(hours=20)).isoformat(),
+        outputs=[dataset("dw.orders")],
+    )
+    stored = store_events([parse_event(soon)], "api", enqueue=False).stored
+    behind = now - timedelta(hours=10)
+    monkeypatch.setattr(timezone, "now", lambda: behind)
+    process_until_settled(stored.values())
+    assert RawEvent.objects.get(pk=next(iter(stored.values()))).state == "done"
+    monkeypatch.undo()
+
+    late = run_event(
+        "COMPLETE", run_id(2), (now - timedelta(days=3)).isoformat(), outputs=[dataset("dw.orders")]
+    )
+    ids = store_events([parse_event(late)], "api", enqueue=False).stored.values()
+    RawEvent.objects.filter(pk__in=ids).update(received_at=now - timedelta(days=7))
+    process_until_settled(ids)
+    row = RawEvent.objects.get(pk__in=ids)
+    assert row.state == "failed"
+    assert "eventTime" in row.error
+    assert "more than a day ahead of when this server received it" in row.error
+
+
 def test_it_refuses_an_instant_outside_the_calendar_naming_it(post, api, viewer):
     post(event())
     response = api(viewer).get(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -729,6 +729,32 @@ def test_a_line_whose_duration_ends_far_ahead_is_a_problem_and_the_rest_is_taken
     assert set(Dataset.objects.values_list("name", flat=True)) == {
         "shop.public.orders",
         "shop.mart.b",
+    }
+
+
+def test_a_log_taken_again_later_checks_its_times_against_its_upload(tmp_path):
+    """A line more than a day ahead of the log's upload stays a problem when the log is
+    taken again after that day has passed: a log reads the same lines whenever it is read."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    log = tmp_path / "late.jsonl"
+    log.write_text(
+        '{"query": "INSERT INTO mart.a SELECT id FROM orders", "start_time": "2026-01-01T00:00:00Z"}\n'
+        f'{{"query": "INSERT INTO mart.b SELECT id FROM orders", "start_time": "{now - timedelta(days=1):%Y-%m-%dT%H:%M:%SZ}"}}\n'
+    )  # fmt: skip
+    upload = sql_actions.create_upload(
+        namespace=NS, dialect="postgres", fmt="jsonl", path=log, database="shop", schema="public",
+        enqueue=False,
+    )  # fmt: skip
+    # Uploaded three days ago, when its second line was two days ahead; read now.
+    SqlLogUpload.objects.filter(pk=upload.pk).update(created_at=now - timedelta(days=3))
+    done = sql_actions.process_upload(upload.pk)
+    assert done is not None and done.state == SqlLogState.DONE
+    (problem,) = SqlLogProblem.objects.filter(upload=upload)
+    assert (problem.line, problem.field) == (2, "start_time")
+    assert "more than a day ahead of when this server received it" in problem.message
+    assert set(Dataset.objects.values_list("name", flat=True)) == {
+        "shop.public.orders",
+        "shop.mart.a",
     }
 
 

@@ -91,16 +91,23 @@ Item = QueryRecord | LineError
 
 
 def read_log(
-    stream: IO[bytes], fmt: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    stream: IO[bytes],
+    fmt: str,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    received: datetime | None = None,
 ) -> Iterator[Item]:
-    """Yield the records of a query log in format ``fmt`` (csv, jsonl, pgcsvlog)."""
+    """Yield the records of a query log in format ``fmt`` (csv, jsonl, pgcsvlog).
+
+    ``received``: when the log was uploaded; its times are checked against that clock, so a
+    log taken again later reads the same lines (``check_plausible``).
+    """
     lines = _DecodedLines(stream, max_line_bytes)
     if fmt == "csv":
-        return _read_csv(lines)
+        return _read_csv(lines, received)
     if fmt == "jsonl":
-        return _read_jsonl(lines)
+        return _read_jsonl(lines, received)
     if fmt == "pgcsvlog":
-        return _read_pgcsvlog(lines)
+        return _read_pgcsvlog(lines, received)
     raise LogFormatError(f"unknown log format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
@@ -172,7 +179,7 @@ def _clean(value: Any) -> str | None:
     return text or None
 
 
-def _record(line: int, values: dict[str, Any]) -> Item:
+def _record(line: int, values: dict[str, Any], received: datetime | None) -> Item:
     query = values.get("query")
     if query is None or (isinstance(query, str) and not query.strip()):
         return LineError(line, "no query", "query")
@@ -190,7 +197,7 @@ def _record(line: int, values: dict[str, Any]) -> Item:
         except ValueError:
             return LineError(line, f"{key} is not an ISO-8601 time: {raw[:40]!r}", key)
         try:
-            check_plausible(instant, key)
+            check_plausible(instant, key, received)
         except EventError as exc:
             return LineError(line, exc.message, key)
     end_time = times["end_time"]
@@ -198,7 +205,7 @@ def _record(line: int, values: dict[str, Any]) -> Item:
     if end_time is None and duration not in (None, "") and times["start_time"] is not None:
         try:
             end_time = _after(times["start_time"], str(duration))
-            check_plausible(end_time, "the end (start_time plus duration_ms)")
+            check_plausible(end_time, "the end (start_time plus duration_ms)", received)
         except ValueError as exc:
             return LineError(line, f"duration_ms {exc}", "duration_ms")
     return QueryRecord(
@@ -220,7 +227,7 @@ def _record(line: int, values: dict[str, Any]) -> Item:
 # -- CSV -----------------------------------------------------------------------
 
 
-def _read_csv(lines: _DecodedLines) -> Iterator[Item]:
+def _read_csv(lines: _DecodedLines, received: datetime | None) -> Iterator[Item]:
     reader = csv.reader(iter(lines))
     try:
         header = next(reader)
@@ -256,13 +263,13 @@ def _read_csv(lines: _DecodedLines) -> Iterator[Item]:
             yield LineError(first, f"{len(row)} fields but the header has {len(columns)}")
             continue
         values = {c: v for c, v in zip(columns, row, strict=False) if c}
-        yield _record(first, values)
+        yield _record(first, values, received)
 
 
 # -- JSON Lines -----------------------------------------------------------------
 
 
-def _read_jsonl(lines: _DecodedLines) -> Iterator[Item]:
+def _read_jsonl(lines: _DecodedLines, received: datetime | None) -> Iterator[Item]:
     for text in lines:
         number = lines.number
         problem = lines.problem(number, number)
@@ -281,7 +288,7 @@ def _read_jsonl(lines: _DecodedLines) -> Iterator[Item]:
             continue
         values = {_FIELD_ALIASES.get(str(k).lower(), ""): v for k, v in value.items()}
         values.pop("", None)
-        yield _record(number, values)
+        yield _record(number, values, received)
 
 
 # -- PostgreSQL csvlog ------------------------------------------------------------
@@ -350,7 +357,7 @@ def _pg_time(value: str) -> datetime:
         raise ValueError(f"unknown time zone {zone!r}") from None
 
 
-def _read_pgcsvlog(lines: _DecodedLines) -> Iterator[Item]:
+def _read_pgcsvlog(lines: _DecodedLines, received: datetime | None) -> Iterator[Item]:
     """Statements from a PostgreSQL csvlog, skipping those an ERROR line reports as failed.
 
     A statement is held back until the next line of its session: if that line
@@ -381,11 +388,13 @@ def _read_pgcsvlog(lines: _DecodedLines) -> Iterator[Item]:
                 first, f"{len(row)} fields; a csvlog line has at least {_PG_MIN_COLUMNS}"
             )
             continue
-        yield from _pg_line(first, row, pending)
+        yield from _pg_line(first, row, pending, received)
     yield from pending.values()
 
 
-def _pg_line(number: int, row: list[str], pending: OrderedDict[str, QueryRecord]) -> Iterable[Item]:
+def _pg_line(
+    number: int, row: list[str], pending: OrderedDict[str, QueryRecord], received: datetime | None
+) -> Iterable[Item]:
     session = row[_PG_SESSION] or f"line-{number}"
     severity = row[_PG_SEVERITY].upper()
     message = row[_PG_MESSAGE]
@@ -399,7 +408,7 @@ def _pg_line(number: int, row: list[str], pending: OrderedDict[str, QueryRecord]
         if duration is not None and held.start_time is not None and held.end_time is None:
             try:
                 finished = _after(held.start_time, duration["duration"])
-                check_plausible(finished, "the end (log_time plus duration)")
+                check_plausible(finished, "the end (log_time plus duration)", received)
             except ValueError as exc:
                 yield LineError(number, f"duration {exc}", "message")
                 yield held  # the statement stands, without its end
@@ -418,7 +427,7 @@ def _pg_line(number: int, row: list[str], pending: OrderedDict[str, QueryRecord]
         yield LineError(number, f"log_time is not a time: {exc}", "log_time")
         return
     try:
-        check_plausible(start, "log_time")
+        check_plausible(start, "log_time", received)
     except EventError as exc:
         yield LineError(number, exc.message, "log_time")
         return
@@ -428,7 +437,7 @@ def _pg_line(number: int, row: list[str], pending: OrderedDict[str, QueryRecord]
         end = start
         try:
             start = _after(end, m["duration"], before=True)
-            check_plausible(start, "the start (log_time minus duration)")
+            check_plausible(start, "the start (log_time minus duration)", received)
         except ValueError as exc:
             yield LineError(number, f"duration {exc}", "message")
             return
