@@ -28,7 +28,13 @@ from django.db.models.functions import Coalesce, Least
 from django.utils import timezone
 
 from catalog import naming
-from catalog.models import PERSONAL_DATA, Dataset, DatasetField
+from catalog.models import (
+    NEWEST_VERSION_FIRST,
+    PERSONAL_DATA,
+    Dataset,
+    DatasetField,
+    DatasetVersion,
+)
 from catalog.pgsql import fetch_prepared
 from catalog.queries import field_existed_sql
 from ingest import actions
@@ -193,6 +199,9 @@ def catalog_columns(
     that has none now but lost them at ``since`` or later (dropped, or renamed away,
     perhaps by the very log that read it), the columns it had last: those that left it
     together, last. A table that lost them before is one the log cannot have read.
+
+    Columns are in the table's order (a positional ``INSERT`` maps by it): the newest, or,
+    for the columns it had at ``at`` when its schema changed since, the order then.
     """
 
     moment, earliest = (connection.ops.adapt_datetimefield_value(t) for t in (at, since))
@@ -201,21 +210,38 @@ def catalog_columns(
         "SELECT f.name, f.removed_at IS NULL, "
         f"CASE WHEN {field_existed_sql('f')} THEN 1 ELSE 0 END, "
         "CASE WHEN f.removed_at >= %s AND f.removed_at = (SELECT max(o.removed_at) "
-        "FROM catalog_datasetfield o WHERE o.dataset_id = f.dataset_id) THEN 1 ELSE 0 END "
+        "FROM catalog_datasetfield o WHERE o.dataset_id = f.dataset_id) THEN 1 ELSE 0 END, "
+        "d.id, CASE WHEN EXISTS (SELECT 1 FROM catalog_datasetversion v "
+        "WHERE v.dataset_id = d.id AND v.created_at > %s) THEN 1 ELSE 0 END "
         "FROM catalog_datasetfield f JOIN catalog_dataset d ON d.id = f.dataset_id "
         "JOIN catalog_namespace n ON n.id = d.namespace_id "
         "WHERE n.name = %s AND d.name = %s ORDER BY f.ordinal, f.id"
     )
 
     def columns(name: str) -> Sequence[str] | None:
-        params = [*[moment] * 4, earliest, *naming.canonical(namespace, name)]
+        params = [*[moment] * 4, earliest, moment, *naming.canonical(namespace, name)]
         found = fetch_prepared(query, params)
-        then = [column for column, _, existed, _ in found if existed]
-        current = [column for column, now, _, _ in found if now]
-        last = [column for column, _, _, last in found if last]
+        then = [column for column, _, existed, *_ in found if existed]
+        if then and found[0][5]:
+            then = _in_order_then(found[0][4], at, then)
+        current = [column for column, now, *_ in found if now]
+        last = [column for column, _, _, last, *_ in found if last]
         return then or current or last or None
 
     return columns
+
+
+def _in_order_then(dataset_id: int, at: datetime, names: list[str]) -> list[str]:
+    """``names`` in the order of the dataset's schema version in force at ``at``; those it
+    does not list keep their places after the ones it does."""
+    listed = (
+        DatasetVersion.objects.filter(dataset_id=dataset_id, created_at__lte=at)
+        .order_by(*NEWEST_VERSION_FIRST)
+        .values_list("fields", flat=True)
+        .first()
+    )
+    place = {field.get("name"): i for i, field in enumerate(listed or ())}
+    return sorted(names, key=lambda n: place.get(n, len(place)))
 
 
 def columns_lost_since(upload: SqlLogUpload) -> datetime:

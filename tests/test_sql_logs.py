@@ -806,3 +806,37 @@ def test_a_log_changed_since_it_was_read_is_not_read_again(tmp_path):
     assert not upload.columns_unknown.exists()
     (problem,) = SqlLogProblem.objects.filter(upload=upload)
     assert "the log changed since it was read" in problem.message
+
+
+def test_a_log_taken_again_later_reads_columns_in_the_order_they_had_then(
+    tmp_path, django_capture_on_commit_callbacks
+):
+    """orders' columns were reordered after the upload: a positional ``INSERT … SELECT *``
+    maps them as they stood then, so ssn still lands in the target's second column."""
+    from ingest import actions
+    from tests.ingest_builders import dataset, run_event, run_id, schema
+
+    upload = _shop_log(
+        tmp_path,
+        '{"query": "INSERT INTO mart.target SELECT * FROM orders", "start_time": "2026-01-01T12:00:00Z"}',
+    )
+    SqlLogUpload.objects.filter(pk=upload.pk).update(created_at=datetime(2026, 1, 2, tzinfo=UTC))
+    told = [
+        ("2025-12-31T00:00:00Z", "shop.mart.target", schema("c1", "c2", "c3")),
+        ("2026-01-01T00:00:00Z", "shop.public.orders", schema("id", "ssn", "amount")),
+        ("2026-02-01T00:00:00Z", "shop.public.orders", schema("id", "amount", "ssn")),
+    ]
+    actions.ingest_event_dicts(
+        [
+            run_event("COMPLETE", run_id(i), when, outputs=[dataset(name, NS, schema=s)])
+            for i, (when, name, s) in enumerate(told, start=1)
+        ],
+        inline=True,
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sql_actions.retake_logs() == [upload.pk]
+    assert _column_edges() == {
+        ("shop.public.orders", "id", "c1"),
+        ("shop.public.orders", "ssn", "c2"),
+        ("shop.public.orders", "amount", "c3"),
+    }
