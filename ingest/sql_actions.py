@@ -315,7 +315,12 @@ def retake_logs() -> list[int]:
         OuterRef("upload__created_at"),
     )
     known = fields.filter(Q(removed_at__isnull=True) | Q(removed_at__gte=since))
-    ready = SqlLogColumnsUnknown.objects.filter(Exists(known), upload__state=SqlLogState.DONE)
+    # A log read before passes noted its first record (migration 0016) is taken once more
+    # if the table had columns at all: that pass notes it, and the next decides as above.
+    unnoted = Q(upload__first_record_at__isnull=True) & Exists(fields)
+    ready = SqlLogColumnsUnknown.objects.filter(
+        Q(Exists(known)) | unnoted, upload__state=SqlLogState.DONE
+    )
     queued = []
     for upload_id in sorted(set(ready.values_list("upload_id", flat=True))):
         with transaction.atomic():

@@ -840,3 +840,36 @@ def test_a_log_taken_again_later_reads_columns_in_the_order_they_had_then(
         ("shop.public.orders", "ssn", "c2"),
         ("shop.public.orders", "amount", "c3"),
     }
+
+
+def test_a_log_read_before_passes_noted_its_first_record_is_taken_again_until_it_reads(
+    tmp_path, django_capture_on_commit_callbacks
+):
+    """Uploaded before migration 0016, a log has no first record's time: a table it read and
+    that was dropped between that record and the upload would wait for ever. It is taken
+    once to note the time, then again to read the columns; then never again."""
+    from ingest import actions
+    from tests.ingest_builders import dataset, drop, run_event, run_id, schema
+
+    upload = _star_log(tmp_path)  # its record is of 2026-01-01
+    orders = dataset("shop.public.orders", NS, schema=schema("id", "amount"))
+    actions.ingest_event_dicts(
+        [
+            run_event("COMPLETE", run_id(1), "2025-12-31T00:00:00Z", outputs=[orders]),
+            drop("shop.public.orders", "2026-01-02T00:00:00Z", NS),
+        ],
+        inline=True,
+    )
+    SqlLogUpload.objects.filter(pk=upload.pk).update(
+        created_at=datetime(2026, 1, 3, tzinfo=UTC), first_record_at=None
+    )
+    for _ in range(2):
+        with django_capture_on_commit_callbacks(execute=True):
+            assert sql_actions.retake_logs() == [upload.pk]
+    upload.refresh_from_db()
+    assert upload.first_record_at == datetime(2026, 1, 1, tzinfo=UTC)
+    assert _column_edges() == {
+        ("shop.public.orders", "id", "id"),
+        ("shop.public.orders", "amount", "amount"),
+    }
+    assert sql_actions.retake_logs() == []
