@@ -40,7 +40,7 @@ import threading
 import uuid
 from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -48,6 +48,7 @@ from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Count, ForeignObjectRel, Max, OuterRef, Q, QuerySet, Subquery
+from django.dispatch import receiver
 from django.utils import timezone
 
 from catalog import actions as catalog_actions
@@ -72,6 +73,7 @@ from catalog.models import (
 )
 from catalog.naming import PATH_PLATFORMS, canonical, canonical_namespace, platform
 from catalog.queries import CLOSED_STATES, DATASET_ATTRIBUTES, last_sightings, value_as_of
+from catalog.signals import flags_changed
 from graph import actions as graph_actions
 from graph import models as graph_models
 from graph import propagation
@@ -229,6 +231,7 @@ class _Batch:
         self.dataset_names: dict[int, tuple[str, str]] = {}
         self.dataset_states: dict[int, tuple[Any, ...]] = {}
         self.closures: list[tuple[int, datetime]] = []
+        self.renames: set[tuple[datetime, int, int]] = set()  # (instant, old, new)
         self.pending_runs: list[_PendingRun] = []
         self.steward_descriptions: set[tuple[int, str]] | None = None
         self.touched_jobs: set[int] = set()
@@ -496,6 +499,7 @@ class _Batch:
                 old.last_seen = max(old.last_seen, at)
                 old.first_seen = min(old.first_seen, at)
                 self._close(old, at, "RENAMED", run_uuid)
+                self.renames.add((at, old.pk, ds.pk))
                 # Renamed more than once (created again in between): the newest rename says
                 # where the name went, whichever arrived last.
                 if self._newest(old, "renamedTo", ds.pk, at, event.fingerprint):
@@ -1137,7 +1141,7 @@ class _Batch:
             for (dataset_id, facet), instants in sorted(late.items()):
                 self._late_facets(self.datasets[dataset_id], facet, instants, histories)
             histories.save()
-        _carry_declarations(self.datasets, {dataset_id for dataset_id, _ in late})
+        _carry_declarations(self.datasets, {dataset_id for dataset_id, _ in late}, self.renames)
         observations = []
         for pending in self.pending_runs:
             obs = pending.observation
@@ -1892,14 +1896,21 @@ def _column_value(f: DatasetField, attribute: str) -> Any:
     return sorted(t.name for t in f.tags.all()) if attribute == "tags" else getattr(f, attribute)
 
 
-def _carry_declarations(dataset_ids: Iterable[int], late: set[int]) -> None:
+def _carry_declarations(
+    dataset_ids: Iterable[int], late: set[int], renames: Iterable[tuple[datetime, int, int]] = ()
+) -> None:
     """A renamed table keeps what stewards declared of it and of its columns, from the rename
     on: an attribute the new name never had (description, sensitivity, retention policy,
     owners, tags) takes the old name's; a column of the new name whose flag was never set
     takes the one its namesake had declared under the old name (as a declaration, so that it
     propagates like any other), and so does each of its description, sensitivity and tags
     that was never set. What facets said is carried again where the rename, the old name,
-    or late facets of the new name (``late``) are among these datasets."""
+    or late facets of the new name (``late``) are among these datasets.
+
+    ``renames``: those of this batch (instant, old, new). With the renames of and to these
+    datasets that came before, and those of the names they became, they are carried oldest
+    first, so a chain of renames carries to its end in any arrival order.
+    """
     ids = sorted(dataset_ids)
     batch = set(ids)
     # Renames to these datasets, and of them: a late facet of an old name before its rename
@@ -1908,34 +1919,126 @@ def _carry_declarations(dataset_ids: Iterable[int], late: set[int]) -> None:
         Q(alias_of_id__any_of=ids) | Q(pk__any_of=ids, alias_of__isnull=False),
         lifecycle_state=LifecycleState.RENAMED,
     ).values_list("pk", "alias_of_id", "dropped_at")
-    for old, new, at in renamed:
-        wrote = _people_wrote(old, new)
-        _carry_attributes(old, new, at, wrote, old in batch or new in late)
-        fields = DatasetField.objects.select_related("subject_kind").prefetch_related("tags")
-        flagged = Q(flag_source=FlagSource.DECLARED) & ~Q(pii_category="", subject_kind=None)
-        said_something = flagged | ~Q(description="") | ~Q(sensitivity="") | Q(tags__isnull=False)
-        said = {f.name: f for f in fields.filter(said_something, dataset_id=old).distinct()}
-        if not said:
-            continue
-        ever = set(
-            ChangeRecord.objects.filter(
-                dataset_id=new, attribute__in=FLAG_ATTRIBUTES + COLUMN_ATTRIBUTES
-            ).values_list("field_name", "attribute")
+    found = set(renames)
+    for old, new, dropped in renamed:
+        instants = _rename_instants(old, new)
+        found.update(instants or ([(dropped, old, new)] if dropped is not None else []))
+    with _carrying_on():
+        for at, old, new in _following(found):
+            wrote = _people_wrote(old, new)
+            _carry_attributes(old, new, at, wrote, old in batch or new in late)
+            _carry_columns(old, new, at, wrote)
+
+
+def _rename_instants(old_id: int, new_id: int | None = None) -> list[tuple[datetime, int, int]]:
+    """The renames of ``old_id`` (to ``new_id``, or to any name) as its history records them."""
+    old = Dataset.objects.select_related("namespace").get(pk=old_id)
+    lifecycle = ChangeRecord.objects.filter(field_name="", attribute="lifecycle")
+    instants = lifecycle.filter(dataset_id=old_id, new="RENAMED").values_list("at", flat=True)
+    detail = f"RENAME from {old.namespace.name}:{old.name}"
+    to = lifecycle.filter(at__in=list(instants), new=detail)
+    if new_id is not None:
+        to = to.filter(dataset_id=new_id)
+    return [(at, old_id, new) for new, at in to.values_list("dataset_id", "at")]
+
+
+def _following(renames: set[tuple[datetime, int, int]]) -> list[tuple[datetime, int, int]]:
+    """``renames`` and the renames of the names they gave, and of theirs, oldest first."""
+    found = set(renames)
+    frontier = {new for _, _, new in found}
+    seen: set[int] = set()
+    while frontier:
+        name = frontier.pop()
+        seen.add(name)
+        for rename in _rename_instants(name):
+            found.add(rename)
+            if rename[2] not in seen:
+                frontier.add(rename[2])
+    return sorted(found)
+
+
+DECLARED_FLAG = ("pii_category", "subject_kind")
+
+
+def _carry_columns(
+    old: int, new: int, at: datetime, wrote: dict[str, catalog_actions.Actor]
+) -> None:
+    """What was declared of the old name's columns, to the new name's columns of the same
+    names that were there at the rename or came after. A flag is declared from the rename,
+    or from when it was declared under the old name if that was later: an as-of answer
+    never shows a declaration before a person made it."""
+    fields = DatasetField.objects.select_related("subject_kind").prefetch_related("tags")
+    flagged = Q(flag_source=FlagSource.DECLARED) & ~Q(pii_category="", subject_kind=None)
+    said_something = flagged | ~Q(description="") | ~Q(sensitivity="") | Q(tags__isnull=False)
+    said = {f.name: f for f in fields.filter(said_something, dataset_id=old).distinct()}
+    if not said:
+        return
+    ever = set(
+        ChangeRecord.objects.filter(
+            dataset_id=new, attribute__in=FLAG_ATTRIBUTES + COLUMN_ATTRIBUTES
+        ).values_list("field_name", "attribute")
+    )
+    declared_at = dict(
+        ChangeRecord.objects.filter(
+            dataset_id=old, field_name__in=list(said), attribute__in=DECLARED_FLAG
         )
-        for f in fields.filter(dataset_id=new, name__in=list(said), removed_at__isnull=True):
-            source, changes = said[f.name], {}
-            _carry_description(catalog_actions.update_field, f, source.description, wrote, at)
-            declared = source.flag_source == FlagSource.DECLARED and (
-                source.pii_category or source.subject_kind
-            )
-            if declared and not any((f.name, a) in ever for a in FLAG_ATTRIBUTES):
-                changes = {"pii_category": source.pii_category, "subject_kind": source.subject_kind}
-            for attribute in COLUMN_ATTRIBUTES:
-                value = _column_value(source, attribute)
-                if value and (f.name, attribute) not in ever and not _column_value(f, attribute):
-                    changes[attribute] = value
-            if changes:
-                catalog_actions.update_field(f, changes, LINEAGE_ACTOR, at=at)
+        .values("field_name")
+        .annotate(last=Max("at"))
+        .values_list("field_name", "last")
+    )
+    there = Q(removed_at__isnull=True) | Q(removed_at__gt=at)
+    for f in fields.filter(there, dataset_id=new, name__in=list(said)):
+        source, changes = said[f.name], {}
+        _carry_description(catalog_actions.update_field, f, source.description, wrote, at)
+        declared = source.flag_source == FlagSource.DECLARED and (
+            source.pii_category or source.subject_kind
+        )
+        if declared and not any((f.name, a) in ever for a in FLAG_ATTRIBUTES):
+            flags = {"pii_category": source.pii_category, "subject_kind": source.subject_kind}
+            since = max(at, declared_at.get(f.name, at))
+            catalog_actions.update_field(f, flags, LINEAGE_ACTOR, at=since)
+        for attribute in COLUMN_ATTRIBUTES:
+            value = _column_value(source, attribute)
+            if value and (f.name, attribute) not in ever and not _column_value(f, attribute):
+                changes[attribute] = value
+        if changes:
+            catalog_actions.update_field(f, changes, LINEAGE_ACTOR, at=at)
+
+
+@receiver(flags_changed)
+def _carry_flags_changed(
+    sender: Any, field_ids: Sequence[int], at: datetime | None = None, **kwargs: Any
+) -> None:
+    """A person changed declarations of columns of a name that was renamed: they go where
+    the name went (and on, along a chain of renames), as if said before the rename was
+    applied. The carries' own changes are not carried twice."""
+    if getattr(_carrying, "on", False):
+        return
+    datasets = DatasetField.objects.filter(pk__in=list(field_ids)).values("dataset_id")
+    renamed = ChangeRecord.objects.filter(
+        dataset_id__in=datasets, field_name="", attribute="lifecycle", new="RENAMED"
+    )
+    olds = sorted(set(renamed.values_list("dataset_id", flat=True)))
+    if not olds:
+        return
+    renames: set[tuple[datetime, int, int]] = set()
+    for old in olds:
+        renames.update(_rename_instants(old))
+    with _carrying_on():
+        for when, old, new in _following(renames):
+            _carry_columns(old, new, when, {})
+
+
+_carrying = threading.local()
+
+
+@contextmanager
+def _carrying_on() -> Iterator[None]:
+    _carrying.on = True
+    try:
+        yield
+    finally:
+        _carrying.on = False
 
 
 def _people_wrote(old_id: int, new_id: int) -> dict[str, catalog_actions.Actor]:

@@ -1186,3 +1186,115 @@ def test_a_rename_carries_what_the_old_name_said_then_in_any_arrival_order(order
         4: ("D2", ["team-2"]),
         6: ("N5", ["team-5"]),
     }
+
+
+# -- a declaration follows a table through its renames, in any arrival order -------------------
+
+
+def renamed_to(new: str, old: str, day: int) -> dict[str, Any]:
+    """A lifecycle event: the table ``old`` (id) is now called ``new``."""
+    change = {
+        "lifecycleStateChange": "RENAME",
+        "previousIdentifier": {"namespace": PG, "name": old},
+    }
+    return dataset_event(at(day), dataset(new, schema=schema("id"), lifecycleStateChange=change))
+
+
+def holding_customers(when: datetime | None = None) -> dict[str, str]:
+    from privacy.queries import Identifier, search_subject
+
+    kind = SubjectKind.objects.get(name="customer")
+    return {h.name: h.relation for h in search_subject(kind, [Identifier(0)], when).all_hits}
+
+
+def declared(name: str) -> tuple[str, str]:
+    found = DatasetField.objects.get(dataset__name=name, name="id")
+    return (found.pii_category, found.flag_source)
+
+
+@pytest.mark.parametrize("arrival", ["one by one", "one batch", "drop first"])
+def test_a_rename_carries_a_declaration_whatever_became_of_the_old_name_after(arrival):
+    """old.id identifies customers from day 1; old became new on day 3; a new table "old"
+    was made on day 4 and dropped on day 6. Before, only one by one in time order carried
+    the declaration: the old name's drop hid the rename."""
+    ingest(*completed(1, 1, [dataset("src")], [dataset("old", schema=schema("id"))]))
+    customer_id_in("old")
+    made = completed(2, 4, [dataset("src")], [dataset("old", schema=schema("id"))])
+    dropped = dataset_event(
+        at(6), dataset("old", lifecycleStateChange={"lifecycleStateChange": "DROP"})
+    )
+    story = [renamed_to("new", "old", 3), *made, dropped]
+    if arrival == "one by one":
+        for event in story:
+            ingest(event)
+    elif arrival == "one batch":
+        ingest(*story)
+    else:
+        for event in reversed(story):
+            ingest(event)
+    assert declared("new") == ("identifier", "declared")
+    assert holding_customers() == {"new": "direct"}
+    assert holding_customers(t(2)) == {"old": "direct"}
+
+
+@pytest.mark.parametrize("newest_first", [False, True])
+def test_a_name_renamed_twice_carries_its_declaration_to_both_new_names(newest_first):
+    """old.id is declared on day 1 at 5: what was "old" on day 2 became new (day 3), and
+    the name, made again on day 4, became newer (day 5). Before, with the newest rename
+    first, new lost the declaration."""
+    ingest(*completed(1, 1, [dataset("src")], [dataset("old", schema=schema("id"))]))
+    customer_id_in("old")
+    batches = [
+        [renamed_to("new", "old", 3)],
+        completed(2, 4, [dataset("src")], [dataset("old", schema=schema("id"))]),
+        [renamed_to("newer", "old", 5)],
+    ]
+    for batch in reversed(batches) if newest_first else batches:
+        ingest(*batch)
+    assert holding_customers() == {"new": "direct", "newer": "direct"}
+
+
+@pytest.mark.parametrize("arrival", ["one by one", "one batch", "newest first"])
+def test_a_declaration_follows_a_chain_of_renames_in_any_arrival_order(arrival):
+    """a.id is declared on day 1 at 5; a became b on day 3 and b became c on day 5. Before,
+    only one rename at a time in time order got it to c: b's column had left with its own
+    rename, so a's carry found none to carry to."""
+    ingest(*completed(1, 1, [dataset("src")], [dataset("a", schema=schema("id"))]))
+    customer_id_in("a")
+    story = [renamed_to("b", "a", 3), renamed_to("c", "b", 5)]
+    if arrival == "one by one":
+        for event in story:
+            ingest(event)
+    elif arrival == "one batch":
+        ingest(*story)
+    else:
+        for event in reversed(story):
+            ingest(event)
+    assert declared("c") == ("identifier", "declared")
+    assert holding_customers() == {"c": "direct"}
+    assert holding_customers(t(4)) == {"b": "direct"}
+    assert holding_customers(t(2)) == {"a": "direct"}
+
+
+@pytest.mark.parametrize("rename_first", [True, False])
+def test_a_declaration_made_after_the_rename_is_carried_from_when_it_was_made(rename_first):
+    """A steward declares old.id today; the rename is of day 3. Whichever came first, new.id
+    is declared now, and was not on day 4: nobody had declared anything then. Before, a
+    rename that came first carried nothing until new's next event, and one that came later
+    dated the declaration back to day 3."""
+    ingest(*completed(1, 1, [dataset("src")], [dataset("old", schema=schema("id"))]))
+    kind = SubjectKind.objects.create(name="customer")
+    old_id = DatasetField.objects.get(dataset__name="old", name="id")
+    steps = [
+        lambda: ingest(renamed_to("new", "old", 3)),
+        lambda: catalog_actions.update_field(
+            old_id,
+            {"pii_category": PiiCategory.IDENTIFIER, "subject_kind": kind},
+            catalog_actions.Actor(name="stella"),
+        ),
+    ]
+    for step in steps if rename_first else reversed(steps):
+        step()
+    assert declared("new") == ("identifier", "declared")
+    assert holding_customers() == {"new": "direct"}
+    assert holding_customers(t(4)) == {}
