@@ -1921,8 +1921,9 @@ def _carry_declarations(
     ).values_list("pk", "alias_of_id", "dropped_at")
     found = set(renames)
     for old, new, dropped in renamed:
-        instants = _rename_instants(old, new)
-        found.update(instants or ([(dropped, old, new)] if dropped is not None else []))
+        # Where the name went is its newest rename's (``alias_of``).
+        newest = [r for r in _rename_instants(old, newest=True) if r[2] == new]
+        found.update(newest or ([(dropped, old, new)] if dropped is not None else []))
     with _carrying_on():
         for at, old, new in _following(found):
             wrote = _people_wrote(old, new)
@@ -1930,30 +1931,39 @@ def _carry_declarations(
             _carry_columns(old, new, at, wrote)
 
 
-def _rename_instants(old_id: int, new_id: int | None = None) -> list[tuple[datetime, int, int]]:
-    """The renames of ``old_id`` (to ``new_id``, or to any name) as its history records them."""
-    old = Dataset.objects.select_related("namespace").get(pk=old_id)
+def _rename_instants(
+    old_id: int, since: datetime | None = None, newest: bool = False
+) -> list[tuple[datetime, int, int]]:
+    """The renames of ``old_id`` (at ``since`` or later; only its newest) as its history
+    records them: (instant, old, new). Bounded so that a table swapped in by rename every
+    day does not cost its whole history."""
     lifecycle = ChangeRecord.objects.filter(field_name="", attribute="lifecycle")
-    instants = lifecycle.filter(dataset_id=old_id, new="RENAMED").values_list("at", flat=True)
+    instants = lifecycle.filter(dataset_id=old_id, new="RENAMED")
+    if since is not None:
+        instants = instants.filter(at__gte=since)
+    times = list(instants.order_by("-at").values_list("at", flat=True)[: 1 if newest else None])
+    if not times:
+        return []
+    old = Dataset.objects.select_related("namespace").get(pk=old_id)
     detail = f"RENAME from {old.namespace.name}:{old.name}"
-    to = lifecycle.filter(at__in=list(instants), new=detail)
-    if new_id is not None:
-        to = to.filter(dataset_id=new_id)
-    return [(at, old_id, new) for new, at in to.values_list("dataset_id", "at")]
+    to = lifecycle.filter(at__in=times, new=detail).values_list("dataset_id", "at")
+    return [(at, old_id, new) for new, at in to]
 
 
 def _following(renames: set[tuple[datetime, int, int]]) -> list[tuple[datetime, int, int]]:
-    """``renames`` and the renames of the names they gave, and of theirs, oldest first."""
+    """``renames`` and the renames of the names they gave (at or after the rename that gave
+    them), and of theirs, oldest first."""
     found = set(renames)
-    frontier = {new for _, _, new in found}
-    seen: set[int] = set()
+    frontier = [(new, at) for at, _, new in found]
+    since: dict[int, datetime] = {}
     while frontier:
-        name = frontier.pop()
-        seen.add(name)
-        for rename in _rename_instants(name):
+        name, at = frontier.pop()
+        if name in since and since[name] <= at:
+            continue
+        since[name] = at
+        for rename in _rename_instants(name, since=at):  # a chain goes on in time
             found.add(rename)
-            if rename[2] not in seen:
-                frontier.add(rename[2])
+            frontier.append((rename[2], rename[0]))
     return sorted(found)
 
 
@@ -2023,7 +2033,7 @@ def _carry_flags_changed(
         return
     renames: set[tuple[datetime, int, int]] = set()
     for old in olds:
-        renames.update(_rename_instants(old))
+        renames.update(_rename_instants(old, newest=True))
     with _carrying_on():
         for when, old, new in _following(renames):
             _carry_columns(old, new, when, {})
