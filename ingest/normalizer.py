@@ -70,6 +70,7 @@ from catalog.models import (
     Namespace,
     OwnerKind,
     PropagatedFlag,
+    SubjectKind,
 )
 from catalog.naming import PATH_PLATFORMS, canonical, canonical_namespace, platform
 from catalog.queries import CLOSED_STATES, DATASET_ATTRIBUTES, last_sightings, value_as_of
@@ -1974,13 +1975,27 @@ def _carry_columns(
     old: int, new: int, at: datetime, wrote: dict[str, catalog_actions.Actor]
 ) -> None:
     """What was declared of the old name's columns, to the new name's columns of the same
-    names that were there at the rename or came after. A flag is declared from the rename,
-    or from when it was declared under the old name if that was later: an as-of answer
-    never shows a declaration before a person made it."""
+    names that were there at the rename or came after.
+
+    While the old name stays renamed, what is declared of it now is about the table that
+    left under the rename: a flag is declared from the rename, or from when it was declared
+    if that was later (an as-of answer never shows a declaration before a person made it).
+    Once the name is in use again (made again, or dropped after being made again), its
+    columns' flags are carried as they were at the rename: what came after is another
+    table's.
+    """
     fields = DatasetField.objects.select_related("subject_kind").prefetch_related("tags")
     flagged = Q(flag_source=FlagSource.DECLARED) & ~Q(pii_category="", subject_kind=None)
     said_something = flagged | ~Q(description="") | ~Q(sensitivity="") | Q(tags__isnull=False)
-    said = {f.name: f for f in fields.filter(said_something, dataset_id=old).distinct()}
+    still = Dataset.objects.filter(pk=old, lifecycle_state=LifecycleState.RENAMED).exists()
+    history: dict[str, dict[str, list[ChangeRecord]]] = defaultdict(lambda: defaultdict(list))
+    records = ChangeRecord.objects.filter(dataset_id=old, attribute__in=DECLARED_FLAG).exclude(
+        source=ChangeSource.PROPAGATION
+    )
+    for record in records.order_by("at", "id"):
+        history[record.field_name][record.attribute].append(record)
+    then = said_something if still else said_something | Q(name__in=list(history))
+    said = {f.name: f for f in fields.filter(then, dataset_id=old).distinct()}
     if not said:
         return
     ever = set(
@@ -1988,24 +2003,25 @@ def _carry_columns(
             dataset_id=new, attribute__in=FLAG_ATTRIBUTES + COLUMN_ATTRIBUTES
         ).values_list("field_name", "attribute")
     )
-    declared_at = dict(
-        ChangeRecord.objects.filter(
-            dataset_id=old, field_name__in=list(said), attribute__in=DECLARED_FLAG
-        )
-        .values("field_name")
-        .annotate(last=Max("at"))
-        .values_list("field_name", "last")
-    )
     there = Q(removed_at__isnull=True) | Q(removed_at__gt=at)
     for f in fields.filter(there, dataset_id=new, name__in=list(said)):
         source, changes = said[f.name], {}
         _carry_description(catalog_actions.update_field, f, source.description, wrote, at)
-        declared = source.flag_source == FlagSource.DECLARED and (
-            source.pii_category or source.subject_kind
-        )
-        if declared and not any((f.name, a) in ever for a in FLAG_ATTRIBUTES):
-            flags = {"pii_category": source.pii_category, "subject_kind": source.subject_kind}
-            since = max(at, declared_at.get(f.name, at))
+        own = source.flag_source == FlagSource.DECLARED
+        category = source.pii_category if own else ""
+        kind = source.subject_kind.name if own and source.subject_kind else None
+        since = at
+        if still:
+            times = [r.at for rs in history[f.name].values() for r in rs]
+            since = max([at, *times])
+        else:
+            category = value_as_of(history[f.name]["pii_category"], at, category) or ""
+            kind = value_as_of(history[f.name]["subject_kind"], at, kind)
+        if (category or kind) and not any((f.name, a) in ever for a in FLAG_ATTRIBUTES):
+            flags = {
+                "pii_category": category,
+                "subject_kind": SubjectKind.objects.filter(name=kind).first() if kind else None,
+            }
             catalog_actions.update_field(f, flags, LINEAGE_ACTOR, at=since)
         for attribute in COLUMN_ATTRIBUTES:
             value = _column_value(source, attribute)
@@ -2024,11 +2040,14 @@ def _carry_flags_changed(
     applied. The carries' own changes are not carried twice."""
     if getattr(_carrying, "on", False):
         return
-    datasets = DatasetField.objects.filter(pk__in=list(field_ids)).values("dataset_id")
-    renamed = ChangeRecord.objects.filter(
-        dataset_id__in=datasets, field_name="", attribute="lifecycle", new="RENAMED"
+    # Only a name still renamed: one made again is another table, whose columns these are.
+    olds = sorted(
+        set(
+            DatasetField.objects.filter(
+                pk__in=list(field_ids), dataset__lifecycle_state=LifecycleState.RENAMED
+            ).values_list("dataset_id", flat=True)
+        )
     )
-    olds = sorted(set(renamed.values_list("dataset_id", flat=True)))
     if not olds:
         return
     renames: set[tuple[datetime, int, int]] = set()
