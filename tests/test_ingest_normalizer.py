@@ -1298,3 +1298,46 @@ def test_a_declaration_made_after_the_rename_is_carried_from_when_it_was_made(re
     assert declared("new") == ("identifier", "declared")
     assert holding_customers() == {"new": "direct"}
     assert holding_customers(t(4)) == {}
+
+
+def test_a_declaration_does_not_flow_back_into_what_the_name_was_before():
+    """b became c on day 3; a (id declared) became b on day 5; b is written on day 6. c is
+    another table: a's declaration reaches b, never c."""
+    ingest(*completed(1, 1, [dataset("src")], [dataset("a", schema=schema("id"))]))
+    ingest(*completed(2, 1, [dataset("src")], [dataset("b", schema=schema("id"))], job="etl.b"))
+    customer_id_in("a")
+    ingest(renamed_to("c", "b", 3))
+    ingest(renamed_to("b", "a", 5))
+    ingest(*completed(3, 6, [dataset("src")], [dataset("b", schema=schema("id"))], job="etl.b"))
+    assert declared("c") == ("", "declared")
+    assert holding_customers() == {"b": "direct"}
+
+
+@pytest.mark.parametrize("rename_last", [False, True])
+def test_what_is_declared_of_a_name_made_again_stays_with_that_table(rename_last):
+    """old.id identifies customers (day 1); old became new on day 3; "old" was made again on
+    day 4 and its id declared an employee's on day 4 at 5, and again today. new.id keeps
+    the customer declaration in either arrival order; the employee's never reach it."""
+    ingest(*completed(1, 1, [dataset("src")], [dataset("old", schema=schema("id"))]))
+    customer_id_in("old")
+    employee = SubjectKind.objects.create(name="employee")
+
+    def made_again() -> None:
+        ingest(*completed(2, 4, [dataset("src")], [dataset("old", schema=schema("id"))]))
+        catalog_actions.update_field(
+            DatasetField.objects.get(dataset__name="old", name="id"),
+            {"pii_category": PiiCategory.IDENTIFIER, "subject_kind": employee},
+            catalog_actions.Actor(name="stella"),
+            at=t(4, 5),
+        )
+
+    steps = [lambda: ingest(renamed_to("new", "old", 3)), made_again]
+    for step in reversed(steps) if rename_last else steps:
+        step()
+    catalog_actions.update_field(
+        DatasetField.objects.get(dataset__name="old", name="id"),
+        {"pii_category": PiiCategory.EMAIL, "subject_kind": None},
+        catalog_actions.Actor(name="stella"),
+    )
+    new_id = DatasetField.objects.select_related("subject_kind").get(dataset__name="new", name="id")
+    assert (new_id.pii_category, new_id.subject_kind.name) == ("identifier", "customer")

@@ -873,3 +873,25 @@ def test_a_log_read_before_passes_noted_its_first_record_is_taken_again_until_it
         ("shop.public.orders", "amount", "amount"),
     }
     assert sql_actions.retake_logs() == []
+
+
+def test_a_logs_ddl_is_checked_against_its_upload_not_the_workers_clock(tmp_path, monkeypatch):
+    """A CREATE TABLE 20 hours ahead of the upload is taken by a worker whose clock is 10
+    hours behind the web server's: the line was checked against the upload's time."""
+    from django.utils import timezone
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    log = tmp_path / "ddl.jsonl"
+    soon = now + timedelta(hours=20)
+    log.write_text(
+        f'{{"query": "CREATE TABLE mart.fresh (id INT)", "start_time": "{soon:%Y-%m-%dT%H:%M:%SZ}"}}\n'
+    )
+    upload = sql_actions.create_upload(
+        namespace=NS, dialect="postgres", fmt="jsonl", path=log, database="shop", schema="public",
+        enqueue=False,
+    )  # fmt: skip
+    monkeypatch.setattr(timezone, "now", lambda: now - timedelta(hours=10))
+    done = sql_actions.process_upload(upload.pk)
+    assert done is not None and done.state == SqlLogState.DONE
+    assert not SqlLogProblem.objects.filter(upload=upload).exists()
+    assert Dataset.objects.filter(name="shop.mart.fresh").exists()
