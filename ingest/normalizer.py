@@ -505,6 +505,7 @@ class _Batch:
                 # where the name went, whichever arrived last.
                 if self._newest(old, "renamedTo", ds.pk, at, event.fingerprint):
                     old.alias_of_id = ds.pk
+                self._newest(ds, "renamedFrom", old.pk, at, event.fingerprint)
                 detail = f"RENAME from {ref.previous[0]}:{ref.previous[1]}"
             self._lifecycle_record(ds, at, detail)
         facets = ref.facets
@@ -1142,7 +1143,14 @@ class _Batch:
             for (dataset_id, facet), instants in sorted(late.items()):
                 self._late_facets(self.datasets[dataset_id], facet, instants, histories)
             histories.save()
-        _carry_declarations(self.datasets, {dataset_id for dataset_id, _ in late}, self.renames)
+        renamed_from = {
+            pk: ds.lineage_facets["renamedFrom"]["value"]
+            for pk, ds in self.datasets.items()
+            if "renamedFrom" in ds.lineage_facets
+        }
+        _carry_declarations(
+            self.datasets, {dataset_id for dataset_id, _ in late}, self.renames, renamed_from
+        )
         observations = []
         for pending in self.pending_runs:
             obs = pending.observation
@@ -1898,7 +1906,10 @@ def _column_value(f: DatasetField, attribute: str) -> Any:
 
 
 def _carry_declarations(
-    dataset_ids: Iterable[int], late: set[int], renames: Iterable[tuple[datetime, int, int]] = ()
+    dataset_ids: Iterable[int],
+    late: set[int],
+    renames: Iterable[tuple[datetime, int, int]] = (),
+    renamed_from: dict[int, int] | None = None,
 ) -> None:
     """A renamed table keeps what stewards declared of it and of its columns, from the rename
     on: an attribute the new name never had (description, sensitivity, retention policy,
@@ -1908,9 +1919,11 @@ def _carry_declarations(
     that was never set. What facets said is carried again where the rename, the old name,
     or late facets of the new name (``late``) are among these datasets.
 
-    ``renames``: those of this batch (instant, old, new). With the renames of and to these
-    datasets that came before, and those of the names they became, they are carried oldest
-    first, so a chain of renames carries to its end in any arrival order.
+    ``renames``: those of this batch (instant, old, new); ``renamed_from``: the name each of
+    these datasets had before its newest rename (its ``renamedFrom`` facet). With the
+    renames of and to these datasets that came before, and those of the names they became,
+    they are carried oldest first, so a chain of renames carries to its end in any arrival
+    order, whatever became of the old names since.
     """
     ids = sorted(dataset_ids)
     batch = set(ids)
@@ -1921,6 +1934,8 @@ def _carry_declarations(
         lifecycle_state=LifecycleState.RENAMED,
     ).values_list("pk", "alias_of_id", "dropped_at")
     found = set(renames)
+    for new, old in (renamed_from or {}).items():
+        found.update(_renamed_into(old, new))
     for old, new, dropped in renamed:
         # Where the name went is its newest rename's (``alias_of``).
         newest = [r for r in _rename_instants(old, newest=True) if r[2] == new]
@@ -1949,6 +1964,17 @@ def _rename_instants(
     detail = f"RENAME from {old.namespace.name}:{old.name}"
     to = lifecycle.filter(at__in=times, new=detail).values_list("dataset_id", "at")
     return [(at, old_id, new) for new, at in to]
+
+
+def _renamed_into(old_id: int, new_id: int) -> list[tuple[datetime, int, int]]:
+    """The newest rename of ``old_id`` to ``new_id`` as the new name's history records it."""
+    old = Dataset.objects.select_related("namespace").filter(pk=old_id).first()
+    if old is None:  # merged into another since
+        return []
+    detail = f"RENAME from {old.namespace.name}:{old.name}"
+    lifecycle = ChangeRecord.objects.filter(dataset_id=new_id, field_name="", attribute="lifecycle")
+    at = lifecycle.filter(new=detail).order_by("-at").values_list("at", flat=True).first()
+    return [] if at is None else [(at, old_id, new_id)]
 
 
 def _following(renames: set[tuple[datetime, int, int]]) -> list[tuple[datetime, int, int]]:
@@ -2063,11 +2089,12 @@ _carrying = threading.local()
 
 @contextmanager
 def _carrying_on() -> Iterator[None]:
+    before = getattr(_carrying, "on", False)
     _carrying.on = True
     try:
         yield
     finally:
-        _carrying.on = False
+        _carrying.on = before
 
 
 def _people_wrote(old_id: int, new_id: int) -> dict[str, catalog_actions.Actor]:

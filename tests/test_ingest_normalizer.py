@@ -1341,3 +1341,26 @@ def test_what_is_declared_of_a_name_made_again_stays_with_that_table(rename_last
     )
     new_id = DatasetField.objects.select_related("subject_kind").get(dataset__name="new", name="id")
     assert (new_id.pii_category, new_id.subject_kind.name) == ("identifier", "customer")
+
+
+@pytest.mark.parametrize("made_again_first", [False, True])
+def test_a_column_the_new_name_gains_later_takes_the_declaration_in_either_order(made_again_first):
+    """old.id identifies customers (day 1); old became new on day 3, new holding only x;
+    "old" was made again on day 4; new gained id on day 5. Before, new.id took the
+    declaration only if day 5 came before day 4: a name made again hid its rename."""
+    ingest(*completed(1, 1, [dataset("src")], [dataset("old", schema=schema("id"))]))
+    customer_id_in("old")
+    change = {
+        "lifecycleStateChange": "RENAME",
+        "previousIdentifier": {"namespace": PG, "name": "old"},
+    }
+    ingest(dataset_event(at(3), dataset("new", schema=schema("x"), lifecycleStateChange=change)))
+    steps = [
+        lambda: ingest(*completed(2, 4, [dataset("src")], [dataset("old", schema=schema("id"))])),
+        lambda: ingest(
+            *completed(3, 5, [dataset("src")], [dataset("new", schema=schema("x", "id"))], "etl.n")
+        ),
+    ]
+    for step in steps if made_again_first else reversed(steps):
+        step()
+    assert declared("new") == ("identifier", "declared")

@@ -49,11 +49,12 @@ def canonical(value: Any) -> str:
 
 
 def named_facets(facets: dict[str, Any], names: dict[int, str]) -> dict[str, Any]:
-    """A dataset's kept facets, the dataset a rename points at by name, not id."""
-    renamed = facets.get("renamedTo")
-    if renamed is None:
-        return facets
-    return {**facets, "renamedTo": {**renamed, "value": names.get(renamed["value"])}}
+    """A dataset's kept facets, the datasets a rename points at by name, not id."""
+    named = dict(facets)
+    for facet in ("renamedTo", "renamedFrom"):
+        if facet in named:
+            named[facet] = {**named[facet], "value": names.get(named[facet]["value"])}
+    return named
 
 
 def snapshot() -> dict[str, Any]:
