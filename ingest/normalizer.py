@@ -2020,17 +2020,15 @@ def _carry_columns(
     )
     for record in records.order_by("at", "id"):
         history[record.field_name][record.attribute].append(record)
-    then = said_something | Q(name__in=list(history))  # a withdrawn flag too
+    then = said_something if still else said_something | Q(name__in=list(history))
     said = {f.name: f for f in fields.filter(then, dataset_id=old).distinct()}
     if not said:
         return
-    written = ChangeRecord.objects.filter(
-        dataset_id=new, attribute__in=FLAG_ATTRIBUTES + COLUMN_ATTRIBUTES
-    ).only("field_name", "attribute", "source", "actor_name")
-    ever = {(r.field_name, r.attribute) for r in written}
-    # Flags someone other than this carry set on the new name (a person, propagation) stand.
-    theirs = {r.field_name for r in written if r.attribute in FLAG_ATTRIBUTES and not _carried(r)}
-    carried = {r.field_name for r in written if r.attribute in FLAG_ATTRIBUTES and _carried(r)}
+    ever = set(
+        ChangeRecord.objects.filter(
+            dataset_id=new, attribute__in=FLAG_ATTRIBUTES + COLUMN_ATTRIBUTES
+        ).values_list("field_name", "attribute")
+    )
     there = Q(removed_at__isnull=True) | Q(removed_at__gt=at)
     for f in fields.filter(there, dataset_id=new, name__in=list(said)):
         source, changes = said[f.name], {}
@@ -2045,12 +2043,7 @@ def _carry_columns(
         else:
             category = value_as_of(history[f.name]["pii_category"], at, category) or ""
             kind = value_as_of(history[f.name]["subject_kind"], at, kind)
-        shown = (f.pii_category, f.subject_kind.name if f.subject_kind else None)
-        if f.flag_source != FlagSource.DECLARED:
-            shown = ("", None)
-        # A declaration, a change of one, or the withdrawal of one carried before.
-        differs = (category, kind) != shown and (category or kind or f.name in carried)
-        if differs and f.name not in theirs:
+        if (category or kind) and not any((f.name, a) in ever for a in FLAG_ATTRIBUTES):
             flags = {
                 "pii_category": category,
                 "subject_kind": SubjectKind.objects.filter(name=kind).first() if kind else None,

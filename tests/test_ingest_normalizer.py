@@ -1359,35 +1359,3 @@ def test_a_column_the_new_name_gains_later_takes_the_declaration_in_either_order
     for step in steps if made_again_first else reversed(steps):
         step()
     assert declared("new") == ("identifier", "declared")
-
-
-def test_a_change_or_withdrawal_under_the_old_name_after_the_rename_is_carried():
-    """The table left "old" for "new" on day 3; what a person says of old.id later (while the
-    name is not in use again) is said of that table: declared, changed, withdrawn. A person's
-    own word on new.id stands against all of it."""
-    ingest(*completed(1, 1, [dataset("src")], [dataset("old", schema=schema("id", "email"))]))
-    customer = SubjectKind.objects.create(name="customer")
-    employee = SubjectKind.objects.create(name="employee")
-    rename_old_to_new(day=3)
-    stella = catalog_actions.Actor(name="stella")
-
-    def say(name: str, field: str, category: str, kind: SubjectKind | None) -> None:
-        target = DatasetField.objects.get(dataset__name=name, name=field)
-        changes = {"pii_category": category, "subject_kind": kind}
-        catalog_actions.update_field(target, changes, stella)
-
-    def shown(field: str) -> tuple[str, str | None]:
-        f = DatasetField.objects.select_related("subject_kind").get(dataset__name="new", name=field)
-        return f.pii_category, f.subject_kind.name if f.subject_kind else None
-
-    say("old", "id", PiiCategory.IDENTIFIER, customer)
-    assert shown("id") == ("identifier", "customer")
-    say("old", "id", PiiCategory.IDENTIFIER, employee)
-    assert shown("id") == ("identifier", "employee")
-    say("old", "id", "", None)
-    assert shown("id") == ("", None)
-    assert holding_customers() == {}
-    say("new", "email", PiiCategory.EMAIL, None)
-    say("old", "email", "", None)
-    say("old", "email", PiiCategory.NAME, None)
-    assert shown("email") == ("email", None)
