@@ -2061,9 +2061,10 @@ def _carry_columns(
 def _carry_flags_changed(
     sender: Any, field_ids: Sequence[int], at: datetime | None = None, **kwargs: Any
 ) -> None:
-    """A person changed declarations of columns of a name that was renamed: they go where
-    the name went (and on, along a chain of renames), as if said before the rename was
-    applied. The carries' own changes are not carried twice."""
+    """A person changed declarations of columns of a name that was renamed: a column of
+    where the name went (and on, along a chain of renames) that never had a flag takes
+    them, as if said before the rename was applied; a change or withdrawal of a flag
+    carried before is not carried. The carries' own changes are not carried twice."""
     if getattr(_carrying, "on", False):
         return
     # Only a name still renamed: one made again is another table, whose columns these are.

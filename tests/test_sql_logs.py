@@ -581,6 +581,20 @@ def _star_log(tmp_path: Path) -> SqlLogUpload:
     )
 
 
+def _tell(told: list[tuple[str, str, dict]]) -> None:
+    """Producers tell the catalog each (time, table, schema), one run each."""
+    from ingest import actions
+    from tests.ingest_builders import dataset, run_event, run_id
+
+    actions.ingest_event_dicts(
+        [
+            run_event("COMPLETE", run_id(i), when, outputs=[dataset(name, NS, schema=s)])
+            for i, (when, name, s) in enumerate(told, start=1)
+        ],
+        inline=True,
+    )
+
+
 def _column_edges() -> set[tuple[str, str, str]]:
     return {
         (e.source_field.dataset.name, e.source_field.name, e.target_field.name)
@@ -664,8 +678,7 @@ def test_a_log_taken_again_later_reads_the_columns_tables_had_when_it_was_upload
     tmp_path, django_capture_on_commit_callbacks
 ):
     """A column added to orders after the log was uploaded is not one its ``*`` read."""
-    from ingest import actions
-    from tests.ingest_builders import dataset, run_event, run_id, schema
+    from tests.ingest_builders import schema
 
     upload = _star_log(tmp_path)
     SqlLogUpload.objects.filter(pk=upload.pk).update(created_at=datetime(2026, 1, 2, tzinfo=UTC))
@@ -673,15 +686,7 @@ def test_a_log_taken_again_later_reads_the_columns_tables_had_when_it_was_upload
         ("2026-01-01T00:00:00Z", schema("id", "amount")),
         ("2026-02-01T00:00:00Z", schema("id", "amount", "ssn")),
     ]
-    actions.ingest_event_dicts(
-        [
-            run_event(
-                "COMPLETE", run_id(i), when, outputs=[dataset("shop.public.orders", NS, schema=s)]
-            )
-            for i, (when, s) in enumerate(told, start=1)
-        ],
-        inline=True,
-    )
+    _tell([(when, "shop.public.orders", s) for when, s in told])
     with django_capture_on_commit_callbacks(execute=True):
         assert sql_actions.retake_logs() == [upload.pk]
     assert _column_edges() == {
@@ -813,8 +818,7 @@ def test_a_log_taken_again_later_reads_columns_in_the_order_they_had_then(
 ):
     """orders' columns were reordered after the upload: a positional ``INSERT … SELECT *``
     maps them as they stood then, so ssn still lands in the target's second column."""
-    from ingest import actions
-    from tests.ingest_builders import dataset, run_event, run_id, schema
+    from tests.ingest_builders import schema
 
     upload = _shop_log(
         tmp_path,
@@ -826,13 +830,7 @@ def test_a_log_taken_again_later_reads_columns_in_the_order_they_had_then(
         ("2026-01-01T00:00:00Z", "shop.public.orders", schema("id", "ssn", "amount")),
         ("2026-02-01T00:00:00Z", "shop.public.orders", schema("id", "amount", "ssn")),
     ]
-    actions.ingest_event_dicts(
-        [
-            run_event("COMPLETE", run_id(i), when, outputs=[dataset(name, NS, schema=s)])
-            for i, (when, name, s) in enumerate(told, start=1)
-        ],
-        inline=True,
-    )
+    _tell(told)
     with django_capture_on_commit_callbacks(execute=True):
         assert sql_actions.retake_logs() == [upload.pk]
     assert _column_edges() == {
